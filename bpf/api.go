@@ -1,0 +1,38 @@
+package bpf
+
+import "github.com/gpuext/gpuext/cgroup"
+
+// TenantID is a small integer the registry allocates; never 0.
+type TenantID uint32
+
+// DefaultPinDir is where the registry pins its maps.
+const DefaultPinDir = "/sys/fs/bpf/gpuext"
+
+// Runtime says which admission path registered a cgroup.
+type Runtime uint32
+
+const (
+	RuntimeNRI         Runtime = 1
+	RuntimeOCIHook     Runtime = 2
+	RuntimeRuncWrapper Runtime = 3
+)
+
+// CgroupEntry is one registered cgroup of a tenant.
+type CgroupEntry struct {
+	CgroupID      cgroup.ID
+	CgroupPath    string
+	ContainerID   string
+	ContainerName string
+	PodName       string
+	PodNamespace  string
+	Runtime       Runtime
+}
+
+// Tenant is one tenant as listed by the registry.
+type Tenant struct {
+	ID      TenantID
+	Key     string
+	Policy  string
+	Config  GpuextTenantConfig // generated from kmod/include/gpuext_abi.h
+	Cgroups []CgroupEntry
+}

@@ -1,0 +1,144 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
+/*
+ * gpuext_abi.h - the one ABI header of gpuext.
+ *
+ * Everything that crosses the boundary between the control plane (Go), the
+ * BPF programs, the gpuext kernel module and the device runtime is defined
+ * here and nowhere else.  Go gets these types through bpf2go -type (see
+ * bpf/gen.go); the kernel module and the BPF programs include this file.
+ *
+ * Rules for editing:
+ *   - fixed-width types only, explicit padding, no pointers;
+ *   - append fields at the end of a struct and bump GPUEXT_ABI_VERSION;
+ *   - every struct here is used by at least one map or context, so bpf2go
+ *     can see it.
+ */
+#ifndef GPUEXT_ABI_H
+#define GPUEXT_ABI_H
+
+#ifdef __KERNEL__
+#include <linux/types.h>
+#elif defined(__bpf__)
+/* BPF programs include vmlinux.h or linux/types.h before this header. */
+#else
+#include <stdint.h>
+typedef uint8_t __u8;
+typedef uint16_t __u16;
+typedef uint32_t __u32;
+typedef uint64_t __u64;
+typedef int32_t __s32;
+typedef int64_t __s64;
+#endif
+
+/* Bumped on any incompatible change to a struct below. */
+#define GPUEXT_ABI_VERSION 1
+
+/* Fixed string sizes of the control-plane records (NUL terminated). */
+#define GPUEXT_KEY_LEN 128
+#define GPUEXT_NAME_LEN 64
+#define GPUEXT_MAX_PROBES 8
+#define GPUEXT_MAX_TENANTS 4096
+#define GPUEXT_MAX_CGROUPS 16384
+
+/* Priority classes, most urgent first. */
+enum gpuext_priority_class {
+	GPUEXT_PRIO_LATENCY_CRITICAL = 0,
+	GPUEXT_PRIO_STANDARD = 1,
+	GPUEXT_PRIO_BEST_EFFORT = 2,
+};
+
+/* Eviction policies a tenant may name (memory struct_ops by id). */
+enum gpuext_eviction_policy {
+	GPUEXT_EVICT_DEFAULT = 0, /* the driver's stock behaviour (LRU) */
+	GPUEXT_EVICT_LRU = 1,
+	GPUEXT_EVICT_FIFO = 2,
+	GPUEXT_EVICT_LFU = 3,
+	GPUEXT_EVICT_MRU = 4,
+	GPUEXT_EVICT_TENANT_QUOTA = 5,
+	GPUEXT_EVICT_PRIORITY_WEIGHTED = 6,
+};
+
+/* Prefetch policies a tenant may name. */
+enum gpuext_prefetch_policy {
+	GPUEXT_PREFETCH_DEFAULT = 0, /* the driver's stock behaviour */
+	GPUEXT_PREFETCH_NONE = 1,
+	GPUEXT_PREFETCH_ALWAYS_MAX = 2,
+	GPUEXT_PREFETCH_TREE_THRESHOLD = 3,
+	GPUEXT_PREFETCH_SEQUENTIAL = 4,
+	GPUEXT_PREFETCH_STRIDE = 5,
+};
+
+/* Bits of gpuext_tenant_config.flags. */
+enum gpuext_tenant_flags {
+	GPUEXT_TENANT_F_QUOTA = 1 << 0,      /* quota_bytes is enforced */
+	GPUEXT_TENANT_F_FAIL_OPEN = 1 << 1,  /* policy fell back to default after a bad request */
+};
+
+/*
+ * The tenant config: what the driver hooks, the BPF policies and the device
+ * runtime see for a GPU context.  Value of the cgroup map (keyed by the
+ * cgroup v2 id that bpf_get_current_cgroup_id() returns).
+ */
+struct gpuext_tenant_config {
+	__u32 abi_version;       /* GPUEXT_ABI_VERSION of the writer */
+	__u32 tenant_id;         /* small integer allocated by the registry, never 0 */
+	__u32 flags;             /* enum gpuext_tenant_flags */
+	__u32 priority_class;    /* enum gpuext_priority_class */
+	__u32 timeslice_us;      /* TSG timeslice; 0 = driver default */
+	__u32 interleave;        /* runlist interleave level; 0 = driver default */
+	__u32 eviction_policy;   /* enum gpuext_eviction_policy */
+	__u32 prefetch_policy;   /* enum gpuext_prefetch_policy */
+	__u64 quota_bytes;       /* device-memory quota; 0 = unlimited */
+	__u64 eviction_param;    /* policy parameter (e.g. LFU decay, weight) */
+	__u64 prefetch_param;    /* policy parameter (e.g. tree threshold %, stride) */
+	__u32 probe_count;       /* number of valid entries in probe_ids */
+	__u32 probe_ids[GPUEXT_MAX_PROBES]; /* device probes by id (devrt) */
+	__u32 _pad;
+};
+
+/* Per-tenant counters (tenant_stats map), written by the driver hooks and devrt. */
+struct gpuext_tenant_stats {
+	__u64 faults;
+	__u64 pages_in;
+	__u64 pages_out;
+	__u64 evictions;
+	__u64 prefetched_pages;
+	__u64 alloc_bytes;
+	__u64 peak_bytes;
+	__u64 refused_allocs;
+	__u64 delayed_launches;
+	__u64 launches;
+};
+
+/*
+ * Control-plane records (never read by the kernel): what the CLI shows and
+ * what lets a restarted agent know who owns what.  They live in pinned maps
+ * next to the config so nothing is lost when a process restarts.
+ */
+
+/* tenants map: tenant id -> record. */
+struct gpuext_tenant_record {
+	char key[GPUEXT_KEY_LEN];          /* tenant key, e.g. "ctr/<id>" or "pod/<uid>" */
+	char policy[GPUEXT_NAME_LEN];      /* catalog policy name */
+	__u64 created_ns;                  /* CLOCK_REALTIME at reservation */
+	struct gpuext_tenant_config config;
+};
+
+/* tenant_keys map key: the tenant key string. */
+struct gpuext_tenant_key {
+	char key[GPUEXT_KEY_LEN];
+};
+
+/* cgroup_meta map: cgroup id -> who this cgroup is. */
+struct gpuext_cgroup_meta {
+	__u32 tenant_id;
+	__u32 runtime;                     /* 1 = nri, 2 = oci hook, 3 = runc wrapper */
+	__u64 registered_ns;
+	char container_id[GPUEXT_KEY_LEN];
+	char container_name[GPUEXT_NAME_LEN];
+	char pod_name[GPUEXT_NAME_LEN];
+	char pod_namespace[GPUEXT_NAME_LEN];
+	char cgroup_path[GPUEXT_KEY_LEN * 2];
+};
+
+#endif /* GPUEXT_ABI_H */

@@ -1,0 +1,70 @@
+package policies
+
+import "fmt"
+
+// PriorityClass orders tenants on a GPU; latency-critical goes first.
+type PriorityClass string
+
+const (
+	LatencyCritical PriorityClass = "latency-critical"
+	Standard        PriorityClass = "standard"
+	BestEffort      PriorityClass = "best-effort"
+)
+
+// Policy is one named, validated tenant policy: what the catalog holds and
+// what selection returns (the "TenantSpec" of the design).
+type Policy struct {
+	Name        string         `json:"name"`
+	Description string         `json:"description,omitempty"`
+	Memory      MemoryPolicy   `json:"memory"`
+	Priority    PriorityPolicy `json:"priority"`
+	Probes      []string       `json:"probes,omitempty"`
+}
+
+// MemoryPolicy is the memory half of a tenant policy.
+type MemoryPolicy struct {
+	Eviction Algorithm `json:"eviction"`
+	Prefetch Algorithm `json:"prefetch"`
+	// QuotaBytes is the device-memory quota of the whole tenant; 0 = unlimited.
+	QuotaBytes uint64 `json:"-"`
+	// Quota is QuotaBytes as written in a catalog file ("8GiB", "512MiB", "0").
+	Quota string `json:"quota,omitempty"`
+}
+
+// Algorithm names an eviction or prefetch policy with its parameters.
+type Algorithm struct {
+	Name   string           `json:"name"`
+	Params map[string]int64 `json:"params,omitempty"`
+}
+
+// PriorityPolicy is the scheduling half of a tenant policy.
+type PriorityPolicy struct {
+	Class       PriorityClass `json:"class"`
+	TimesliceUS uint32        `json:"timesliceUs,omitempty"`
+	Interleave  uint32        `json:"interleave,omitempty"`
+}
+
+// Request is what selection reads: the container's identity and its keyed
+// metadata. Container keys override pod keys.
+type Request struct {
+	ContainerName  string
+	PodName        string
+	PodNamespace   string
+	Labels         map[string]string // container labels (Docker labels land here)
+	Annotations    map[string]string // container annotations
+	PodLabels      map[string]string
+	PodAnnotations map[string]string
+}
+
+// KeyError is a bad request: it names the key and the value that were wrong.
+type KeyError struct {
+	Key   string
+	Value string
+	Err   error
+}
+
+func (e *KeyError) Error() string {
+	return fmt.Sprintf("%s=%q: %v", e.Key, e.Value, e.Err)
+}
+
+func (e *KeyError) Unwrap() error { return e.Err }
