@@ -19,6 +19,12 @@ type Policy struct {
 	Memory      MemoryPolicy   `json:"memory"`
 	Priority    PriorityPolicy `json:"priority"`
 	Probes      []string       `json:"probes,omitempty"`
+	// Requires lists override keys that a request selecting this policy
+	// must give (the policy's parameters), e.g. ["quota.gpuext.io"].
+	Requires []string `json:"requires,omitempty"`
+	// Source says where the policy was loaded from ("builtin:catalog/batch.json"
+	// or a file path); set by the catalog loader.
+	Source string `json:"-"`
 }
 
 // MemoryPolicy is the memory half of a tenant policy.

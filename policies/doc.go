@@ -1,0 +1,12 @@
+// Package policies owns the gpuext policy model: what a tenant policy is
+// (memory eviction/prefetch algorithms, quota, priority class, timeslice,
+// interleave, device probes), the built-in catalog of named policies (JSON
+// files under catalog/, embedded and readable by users), strict loading of
+// user catalogs that add to or override it, the label/annotation grammar that
+// selects and overrides a policy for one container (see README.md), and the
+// admin constraints that say which namespaces may ask for what.
+//
+// The package is pure: no root, no kernel, no I/O beyond reading catalog and
+// constraint files. Every bad request is a *KeyError that names the key as
+// the user wrote it and wraps one of the exported sentinel errors.
+package policies

@@ -1,0 +1,336 @@
+package policies
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Limits of the policy model (they match kmod/include/gpuext_abi.h where the
+// ABI has one).
+const (
+	MaxProbes     = 8                // GPUEXT_MAX_PROBES
+	MaxTimeslice  = 10 * time.Second // largest timeslice a tenant may ask for
+	MinInterleave = 1
+	MaxInterleave = 64
+)
+
+var (
+	policyNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`) // fits GPUEXT_NAME_LEN
+	probeNameRE  = regexp.MustCompile(`^[a-z][a-z0-9-]{0,30}$`)
+)
+
+// Classes lists the priority classes, most urgent first.
+var Classes = []PriorityClass{LatencyCritical, Standard, BestEffort}
+
+// Valid reports whether c is a known priority class.
+func (c PriorityClass) Valid() bool { return slices.Contains(Classes, c) }
+
+// ParamSpec describes one parameter of an algorithm. Each algorithm has at
+// most one, because the tenant config carries one parameter per algorithm.
+type ParamSpec struct {
+	Name     string
+	Min, Max int64
+	// Default is filled in when the parameter is omitted; 0 = left to the
+	// policy program (it says what it does then).
+	Default int64
+	Doc     string
+}
+
+// AlgorithmSpec describes one eviction or prefetch algorithm.
+type AlgorithmSpec struct {
+	Name   string
+	Doc    string
+	Params []ParamSpec
+}
+
+// EvictionAlgorithms are the eviction policies, in ABI order (enum gpuext_eviction_policy).
+var EvictionAlgorithms = []AlgorithmSpec{
+	{Name: "default", Doc: "the driver's stock eviction (LRU)"},
+	{Name: "lru", Doc: "least recently used chunk first"},
+	{Name: "fifo", Doc: "oldest allocated chunk first"},
+	{Name: "lfu", Doc: "least frequently used chunk first", Params: []ParamSpec{
+		{Name: "decay", Min: 1, Max: 100, Default: 50, Doc: "percent by which access counts decay at each aging pass"}}},
+	{Name: "mru", Doc: "most recently used chunk first (scans larger than memory)"},
+	{Name: "tenant-quota", Doc: "a tenant over its quota evicts its own chunks first (needs a quota)"},
+	{Name: "priority-weighted", Doc: "prefer evicting chunks of lower-priority tenants", Params: []ParamSpec{
+		{Name: "weight", Min: 1, Max: 100, Default: 4, Doc: "how many times longer a class keeps its chunks than the class below it"}}},
+}
+
+// PrefetchAlgorithms are the prefetch policies, in ABI order (enum gpuext_prefetch_policy).
+var PrefetchAlgorithms = []AlgorithmSpec{
+	{Name: "default", Doc: "the driver's stock prefetch"},
+	{Name: "none", Doc: "no prefetch: migrate only the faulting pages"},
+	{Name: "always-max", Doc: "prefetch the whole VA block on a fault"},
+	{Name: "tree-threshold", Doc: "prefetch a region once enough of it is resident", Params: []ParamSpec{
+		{Name: "threshold", Min: 1, Max: 100, Default: 51, Doc: "percent of a region's pages resident or faulted before the rest is prefetched"}}},
+	{Name: "sequential", Doc: "prefetch pages after the faulting one", Params: []ParamSpec{
+		{Name: "pages", Min: 1, Max: 512, Default: 32, Doc: "4 KiB pages prefetched ahead of the fault"}}},
+	{Name: "stride", Doc: "prefetch along a fixed or detected stride", Params: []ParamSpec{
+		{Name: "stride", Min: 1, Max: 65536, Doc: "stride in 4 KiB pages; omitted = detected from the fault pattern"}}},
+}
+
+func findAlgorithm(specs []AlgorithmSpec, name string) (AlgorithmSpec, bool) {
+	for _, s := range specs {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return AlgorithmSpec{}, false
+}
+
+func algorithmNames(specs []AlgorithmSpec) string {
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// validateAlgorithm checks a against specs; kind is "eviction" or "prefetch".
+// Errors name the field path under path.
+func validateAlgorithm(a Algorithm, specs []AlgorithmSpec, kind, path string) error {
+	spec, ok := findAlgorithm(specs, a.Name)
+	if !ok {
+		return fieldError(path+".name", fmt.Sprintf("unknown %s policy %q (want one of: %s)", kind, a.Name, algorithmNames(specs)))
+	}
+	for _, name := range sortedKeys(a.Params) {
+		v := a.Params[name]
+		i := slices.IndexFunc(spec.Params, func(p ParamSpec) bool { return p.Name == name })
+		if i < 0 {
+			return fieldError(path+".params."+name, fmt.Sprintf("%s policy %q has no parameter %q%s", kind, a.Name, name, paramHint(spec)))
+		}
+		p := spec.Params[i]
+		if v < p.Min || v > p.Max {
+			return fieldError(path+".params."+name, fmt.Sprintf("%d is out of range %d..%d", v, p.Min, p.Max))
+		}
+	}
+	return nil
+}
+
+func paramHint(spec AlgorithmSpec) string {
+	if len(spec.Params) == 0 {
+		return " (it takes none)"
+	}
+	names := make([]string, len(spec.Params))
+	for i, p := range spec.Params {
+		names[i] = p.Name
+	}
+	return " (want " + strings.Join(names, ", ") + ")"
+}
+
+func fieldError(path, msg string) error { return badValue(path + ": " + msg) }
+
+// withDefaults returns a with omitted parameters set to their defaults.
+func (a Algorithm) withDefaults(specs []AlgorithmSpec) Algorithm {
+	spec, _ := findAlgorithm(specs, a.Name)
+	for _, p := range spec.Params {
+		if _, ok := a.Params[p.Name]; !ok && p.Default != 0 {
+			if a.Params == nil {
+				a.Params = map[string]int64{}
+			}
+			a.Params[p.Name] = p.Default
+		}
+	}
+	return a
+}
+
+// ParseAlgorithm parses the override grammar NAME or NAME:PARAM=INT[,PARAM=INT...],
+// e.g. "lfu", "lfu:decay=20", "tree-threshold:threshold=60". It checks syntax
+// only; Validate checks names and ranges.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	name, params, hasParams := strings.Cut(s, ":")
+	a := Algorithm{Name: name}
+	if name == "" {
+		return a, badValue("empty algorithm name (want NAME or NAME:PARAM=VALUE)")
+	}
+	if !hasParams {
+		return a, nil
+	}
+	a.Params = map[string]int64{}
+	for _, kv := range strings.Split(params, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return a, badValue(fmt.Sprintf("parameter %q: want PARAM=VALUE", kv))
+		}
+		if _, dup := a.Params[k]; dup {
+			return a, badValue(fmt.Sprintf("parameter %q given twice", k))
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return a, badValue(fmt.Sprintf("parameter %s=%q: want an integer", k, v))
+		}
+		a.Params[k] = n
+	}
+	return a, nil
+}
+
+// String writes a in the override grammar: "lru", "tree-threshold:threshold=51".
+func (a Algorithm) String() string {
+	if len(a.Params) == 0 {
+		return a.Name
+	}
+	parts := make([]string, 0, len(a.Params))
+	for _, k := range sortedKeys(a.Params) {
+		parts = append(parts, k+"="+strconv.FormatInt(a.Params[k], 10))
+	}
+	return a.Name + ":" + strings.Join(parts, ",")
+}
+
+// Validate checks every field of p; errors name the field path
+// (`memory.eviction.name: unknown eviction policy "lruu" ...`) and wrap ErrBadValue.
+func (p Policy) Validate() error {
+	if !policyNameRE.MatchString(p.Name) {
+		return fieldError("name", fmt.Sprintf("%q must match %s", p.Name, policyNameRE))
+	}
+	if err := validateAlgorithm(p.Memory.Eviction, EvictionAlgorithms, "eviction", "memory.eviction"); err != nil {
+		return err
+	}
+	if err := validateAlgorithm(p.Memory.Prefetch, PrefetchAlgorithms, "prefetch", "memory.prefetch"); err != nil {
+		return err
+	}
+	if p.Memory.Quota != "" {
+		n, err := ParseSize(p.Memory.Quota)
+		if err != nil {
+			return fmt.Errorf("memory.quota: %w", err)
+		}
+		if n != p.Memory.QuotaBytes {
+			return fieldError("memory.quota", fmt.Sprintf("%q does not match quotaBytes %d", p.Memory.Quota, p.Memory.QuotaBytes))
+		}
+	}
+	if p.Memory.Eviction.Name == "tenant-quota" && p.Memory.QuotaBytes == 0 && !slices.Contains(p.Requires, KeyQuota) {
+		return fieldError("memory.eviction.name", `"tenant-quota" needs a quota: set memory.quota or require `+KeyQuota)
+	}
+	if !p.Priority.Class.Valid() {
+		return fieldError("priority.class", fmt.Sprintf("unknown priority class %q (want one of: %s)", p.Priority.Class, classList()))
+	}
+	if us := p.Priority.TimesliceUS; time.Duration(us)*time.Microsecond > MaxTimeslice {
+		return fieldError("priority.timesliceUs", fmt.Sprintf("%d is above %d (10s); 0 = driver default", us, MaxTimeslice.Microseconds()))
+	}
+	if il := p.Priority.Interleave; il != 0 && (il < MinInterleave || il > MaxInterleave) {
+		return fieldError("priority.interleave", fmt.Sprintf("%d is out of range %d..%d; 0 = driver default", il, MinInterleave, MaxInterleave))
+	}
+	if err := validateProbes(p.Probes, "probes"); err != nil {
+		return err
+	}
+	for i, k := range p.Requires {
+		if !slices.Contains(overrideKeys, k) {
+			return fieldError(fmt.Sprintf("requires[%d]", i), fmt.Sprintf("%q is not an override key (want one of: %s)", k, strings.Join(overrideKeys, ", ")))
+		}
+	}
+	return nil
+}
+
+func validateProbes(probes []string, path string) error {
+	if len(probes) > MaxProbes {
+		return fieldError(path, fmt.Sprintf("%d probes, at most %d", len(probes), MaxProbes))
+	}
+	for i, name := range probes {
+		if !probeNameRE.MatchString(name) {
+			return fieldError(fmt.Sprintf("%s[%d]", path, i), fmt.Sprintf("probe name %q must match %s", name, probeNameRE))
+		}
+		if slices.Contains(probes[:i], name) {
+			return fieldError(fmt.Sprintf("%s[%d]", path, i), fmt.Sprintf("probe %q listed twice", name))
+		}
+	}
+	return nil
+}
+
+func classList() string {
+	s := make([]string, len(Classes))
+	for i, c := range Classes {
+		s[i] = string(c)
+	}
+	return strings.Join(s, ", ")
+}
+
+// normalize parses the quota and fills in default algorithm parameters.
+func (p Policy) normalize() (Policy, error) {
+	p = p.Clone()
+	if p.Memory.Quota != "" {
+		n, err := ParseSize(p.Memory.Quota)
+		if err != nil {
+			return p, fmt.Errorf("memory.quota: %w", err)
+		}
+		p.Memory.QuotaBytes = n
+	}
+	p.Memory.Eviction = p.Memory.Eviction.withDefaults(EvictionAlgorithms)
+	p.Memory.Prefetch = p.Memory.Prefetch.withDefaults(PrefetchAlgorithms)
+	return p, nil
+}
+
+// Clone returns a deep copy of p.
+func (p Policy) Clone() Policy {
+	p.Memory.Eviction.Params = cloneParams(p.Memory.Eviction.Params)
+	p.Memory.Prefetch.Params = cloneParams(p.Memory.Prefetch.Params)
+	p.Probes = slices.Clone(p.Probes)
+	p.Requires = slices.Clone(p.Requires)
+	return p
+}
+
+func cloneParams(m map[string]int64) map[string]int64 {
+	if m == nil {
+		return nil
+	}
+	c := make(map[string]int64, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+// Summary is a one-line description for the CLI and logs, e.g.
+// "class=latency-critical quota=8GiB evict=lru prefetch=tree-threshold(threshold=51) timeslice=1ms".
+func (p Policy) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "class=%s", p.Priority.Class)
+	switch {
+	case p.Memory.QuotaBytes > 0:
+		fmt.Fprintf(&b, " quota=%s", FormatSize(p.Memory.QuotaBytes))
+	case slices.Contains(p.Requires, KeyQuota):
+		fmt.Fprintf(&b, " quota=<%s>", KeyQuota)
+	default:
+		b.WriteString(" quota=unlimited")
+	}
+	fmt.Fprintf(&b, " evict=%s prefetch=%s", algoSummary(p.Memory.Eviction), algoSummary(p.Memory.Prefetch))
+	if us := p.Priority.TimesliceUS; us > 0 {
+		fmt.Fprintf(&b, " timeslice=%s", formatMicros(us))
+	}
+	if p.Priority.Interleave > 0 {
+		fmt.Fprintf(&b, " interleave=%d", p.Priority.Interleave)
+	}
+	if len(p.Probes) > 0 {
+		fmt.Fprintf(&b, " probes=%s", strings.Join(p.Probes, ","))
+	}
+	return b.String()
+}
+
+func algoSummary(a Algorithm) string {
+	s := a.String()
+	if name, params, ok := strings.Cut(s, ":"); ok {
+		return name + "(" + params + ")"
+	}
+	return s
+}
+
+func formatMicros(us uint32) string {
+	switch {
+	case us%1_000_000 == 0:
+		return strconv.FormatUint(uint64(us/1_000_000), 10) + "s"
+	case us%1000 == 0:
+		return strconv.FormatUint(uint64(us/1000), 10) + "ms"
+	}
+	return strconv.FormatUint(uint64(us), 10) + "us"
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,276 @@
+package policies
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Domain is the key domain of gpuext labels and annotations.
+const Domain = "gpuext.io"
+
+// The keys of the selection grammar (README.md). Each may also be written
+// KEY/pod and KEY/container.NAME.
+const (
+	KeyPolicy     = "policy." + Domain
+	KeyQuota      = "quota." + Domain
+	KeyPriority   = "priority." + Domain
+	KeyEviction   = "eviction." + Domain
+	KeyPrefetch   = "prefetch." + Domain
+	KeyTimeslice  = "timeslice." + Domain
+	KeyInterleave = "interleave." + Domain
+	KeyProbes     = "probes." + Domain
+	KeyTenant     = "tenant." + Domain
+)
+
+// overrideKeys are the keys that change one setting of the selected policy.
+var overrideKeys = []string{KeyQuota, KeyPriority, KeyEviction, KeyPrefetch, KeyTimeslice, KeyInterleave, KeyProbes, KeyTenant}
+
+// Keys lists every key of the grammar.
+var Keys = append([]string{KeyPolicy}, overrideKeys...)
+
+// Tenant groupings (tenant.gpuext.io).
+const (
+	TenantContainer = "container" // the container's cgroup is its own tenant
+	TenantPod       = "pod"       // all containers of the pod share one tenant
+)
+
+// Selection is the outcome of Catalog.Select.
+type Selection struct {
+	// Policy is the effective policy: the catalog policy with the request's
+	// overrides applied and validated. Its Name is the catalog name.
+	Policy Policy
+	// Tenant is TenantContainer or TenantPod.
+	Tenant string
+	// Sources maps each base key that the request set (e.g. "quota.gpuext.io")
+	// to the key as written that won (e.g. "quota.gpuext.io/container.web").
+	Sources map[string]string
+}
+
+// source is one of the maps of a Request, in lookup order.
+type source struct {
+	name string
+	kv   map[string]string
+}
+
+func (r Request) sources() []source {
+	return []source{
+		{"container annotation", r.Annotations},
+		{"container label", r.Labels},
+		{"pod annotation", r.PodAnnotations},
+		{"pod label", r.PodLabels},
+	}
+}
+
+// setting is the winning key of one base key.
+type setting struct {
+	key, value string
+	rank       int // scope*4 + source index; lower wins
+}
+
+// parseKey splits a key of the gpuext.io domain into its base key and scope.
+// ours is false for keys of other domains. scope is "", "pod" or
+// "container.NAME".
+func parseKey(key string) (base, scope string, ours bool, err error) {
+	prefix, scope, slash := strings.Cut(key, "/")
+	lp := strings.ToLower(prefix)
+	if lp != Domain && !strings.HasSuffix(lp, "."+Domain) {
+		return "", "", false, nil
+	}
+	unknown := func(why string) error { return &kindError{msg: why, kind: ErrUnknownKey} }
+	if !slices.Contains(Keys, prefix) {
+		return "", "", true, unknown(fmt.Sprintf("unknown key %q%s (known: %s)", prefix, keyHint(prefix), strings.Join(Keys, ", ")))
+	}
+	switch {
+	case !slash:
+	case scope == "pod":
+	case strings.HasPrefix(scope, "container.") && len(scope) > len("container."):
+	default:
+		return "", "", true, unknown(fmt.Sprintf("unknown key suffix %q (want %s, %s/pod or %s/container.NAME)", "/"+scope, prefix, prefix, prefix))
+	}
+	return prefix, scope, true, nil
+}
+
+func keyHint(k string) string {
+	for _, known := range Keys {
+		if editDistance(strings.ToLower(k), known) <= 2 {
+			return fmt.Sprintf(", did you mean %q?", known)
+		}
+	}
+	return ""
+}
+
+// settings resolves, for every base key, the key that applies to the
+// request's container: KEY/container.NAME > KEY/pod > KEY, and for one form
+// container annotations > container labels > pod annotations > pod labels.
+// A malformed gpuext.io key anywhere is an error.
+func (r Request) settings() (map[string]setting, error) {
+	out := map[string]setting{}
+	for si, src := range r.sources() {
+		for _, key := range sortedKeys(src.kv) {
+			base, scope, ours, err := parseKey(key)
+			if !ours {
+				continue
+			}
+			if err != nil {
+				return nil, &KeyError{Key: key, Value: src.kv[key], Err: err}
+			}
+			var rank int
+			switch scope {
+			case "container." + r.ContainerName:
+				rank = 0
+			case "pod":
+				rank = 1
+			case "":
+				rank = 2
+			default: // another container's key
+				continue
+			}
+			rank = rank*4 + si
+			if cur, ok := out[base]; !ok || rank < cur.rank {
+				out[base] = setting{key: key, value: src.kv[key], rank: rank}
+			}
+		}
+	}
+	return out, nil
+}
+
+// Select returns the effective policy for the request (README.md). Errors are
+// *KeyError naming the key as written.
+func (c *Catalog) Select(req Request) (Selection, error) {
+	set, err := req.settings()
+	if err != nil {
+		return Selection{}, err
+	}
+	sel := Selection{Tenant: TenantContainer, Sources: map[string]string{}}
+	name := DefaultPolicy
+	if s, ok := set[KeyPolicy]; ok {
+		name = s.value
+		sel.Sources[KeyPolicy] = s.key
+	}
+	p, ok := c.Get(name)
+	if !ok {
+		if name == DefaultPolicy {
+			p = c.Default()
+		} else {
+			return Selection{}, &KeyError{Key: set[KeyPolicy].key, Value: name,
+				Err: &kindError{msg: fmt.Sprintf("unknown policy %q (known: %s)", name, c.namesList()), kind: ErrUnknownPolicy}}
+		}
+	}
+	policyKey := set[KeyPolicy].key
+	if policyKey == "" {
+		policyKey = KeyPolicy
+	}
+	for _, k := range p.Requires {
+		if _, ok := set[k]; !ok {
+			return Selection{}, &KeyError{Key: k, Err: &kindError{kind: ErrMissingParam,
+				msg: fmt.Sprintf("policy %q (selected by %s) needs %s", name, policyKey, k)}}
+		}
+	}
+	for _, k := range overrideKeys {
+		s, ok := set[k]
+		if !ok {
+			continue
+		}
+		if err := applyOverride(&p, &sel, k, s.value); err != nil {
+			return Selection{}, &KeyError{Key: s.key, Value: s.value, Err: err}
+		}
+		sel.Sources[k] = s.key
+	}
+	if p.Memory.Eviction.Name == "tenant-quota" && p.Memory.QuotaBytes == 0 {
+		k := firstOf(sel.Sources, KeyQuota, KeyEviction)
+		if k == "" {
+			k = policyKey
+		}
+		return Selection{}, &KeyError{Key: k, Value: rawValue(set, k),
+			Err: badValue(`"tenant-quota" eviction needs a non-zero quota (` + KeyQuota + `)`)}
+	}
+	if err := p.Validate(); err != nil { // overrides are checked above; this is a backstop
+		return Selection{}, &KeyError{Key: policyKey, Value: name, Err: err}
+	}
+	sel.Policy = p
+	return sel, nil
+}
+
+func firstOf(m map[string]string, keys ...string) string {
+	for _, k := range keys {
+		if v := m[k]; v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func rawValue(set map[string]setting, key string) string {
+	for _, s := range set {
+		if s.key == key {
+			return s.value
+		}
+	}
+	return ""
+}
+
+// applyOverride applies one override key to p (or sel). Errors wrap a sentinel.
+func applyOverride(p *Policy, sel *Selection, key, value string) error {
+	switch key {
+	case KeyQuota:
+		n, err := ParseSize(value)
+		if err != nil {
+			return err
+		}
+		p.Memory.Quota, p.Memory.QuotaBytes = value, n
+	case KeyPriority:
+		if !PriorityClass(value).Valid() {
+			return badValue(fmt.Sprintf("unknown priority class %q (want one of: %s)", value, classList()))
+		}
+		p.Priority.Class = PriorityClass(value)
+	case KeyEviction, KeyPrefetch:
+		a, err := ParseAlgorithm(value)
+		if err != nil {
+			return err
+		}
+		specs, kind, field := EvictionAlgorithms, "eviction", &p.Memory.Eviction
+		if key == KeyPrefetch {
+			specs, kind, field = PrefetchAlgorithms, "prefetch", &p.Memory.Prefetch
+		}
+		if err := validateAlgorithm(a, specs, kind, kind); err != nil {
+			return err
+		}
+		*field = a.withDefaults(specs)
+	case KeyTimeslice:
+		d, err := time.ParseDuration(value)
+		if err != nil {
+			return badValue(fmt.Sprintf("want a duration such as 2ms or 500us: %v", err))
+		}
+		if d <= 0 || d > MaxTimeslice || d%time.Microsecond != 0 {
+			return badValue(fmt.Sprintf("timeslice %s must be whole microseconds, above 0 and at most %s", d, MaxTimeslice))
+		}
+		p.Priority.TimesliceUS = uint32(d.Microseconds())
+	case KeyInterleave:
+		n, err := strconv.ParseUint(value, 10, 32)
+		if err != nil || n < MinInterleave || n > MaxInterleave {
+			return badValue(fmt.Sprintf("want an integer %d..%d", MinInterleave, MaxInterleave))
+		}
+		p.Priority.Interleave = uint32(n)
+	case KeyProbes:
+		var probes []string
+		if value != "" {
+			probes = strings.Split(value, ",")
+			for i := range probes {
+				probes[i] = strings.TrimSpace(probes[i])
+			}
+		}
+		if err := validateProbes(probes, "probes"); err != nil {
+			return err
+		}
+		p.Probes = probes
+	case KeyTenant:
+		if value != TenantContainer && value != TenantPod {
+			return badValue(fmt.Sprintf("want %q or %q", TenantContainer, TenantPod))
+		}
+		sel.Tenant = value
+	}
+	return nil
+}
