@@ -1,0 +1,127 @@
+package hook
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/config"
+	"github.com/gpuext/gpuext/internal/logging"
+)
+
+// EnvConfig names the config file when no --config flag is given.
+const EnvConfig = "GPUEXT_CONFIG"
+
+// Exit codes of gpuext-oci-hook.
+const (
+	ExitOK      = 0
+	ExitFailed  = 1 // admission refused or failed in strict mode, bad config
+	ExitBadArgs = 2 // bad command line or malformed state on stdin
+)
+
+const hookUsage = `Usage: gpuext-oci-hook [--config FILE] <stage>
+
+An OCI hook (runtime-spec config.json hooks, oci-hooks(5) hooks.d) that
+registers the container's cgroup as a gpuext GPU tenant. It reads the OCI
+state from stdin and the bundle's config.json.
+
+Stages:
+  prestart, createRuntime   register the cgroup (host pid known, process not started)
+  createContainer           register by linux.cgroupsPath (pid is not a host pid here)
+  poststop                  detach the cgroup, release an empty tenant
+
+The config file is the gpuext config (docs/configuration.md); env GPUEXT_CONFIG
+is used when --config is absent. Logs go to the config's logFile.
+`
+
+// HookMain runs gpuext-oci-hook with args (without argv[0]) and returns the
+// exit code. Errors the caller must see go to stderr as one line; every
+// outcome is logged to the config's log file.
+func HookMain(args []string, stdin io.Reader, stderr io.Writer, timeout time.Duration) int {
+	fs := flag.NewFlagSet("gpuext-oci-hook", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, hookUsage) }
+	cfgPath := fs.String("config", os.Getenv(EnvConfig), "gpuext config file (JSON)")
+	if err := fs.Parse(args); err != nil {
+		return ExitBadArgs
+	}
+	fail := func(code int, err error) int {
+		fmt.Fprintln(stderr, "gpuext-oci-hook:", err)
+		return code
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		return fail(ExitFailed, err)
+	}
+	log, closer, err := logging.Setup(cfg.LogFile, cfg.LogLevel, "oci-hook")
+	if err != nil {
+		return fail(ExitFailed, err)
+	}
+	defer closer.Close()
+	if fs.NArg() != 1 {
+		err := fmt.Errorf("want exactly one stage argument, got %d", fs.NArg())
+		log.WithField("args", args).WithError(err).Error("bad command line")
+		return fail(ExitBadArgs, err)
+	}
+	stage, err := ParseStage(fs.Arg(0))
+	if err != nil {
+		log.WithError(err).Error("bad command line")
+		return fail(ExitBadArgs, err)
+	}
+	log = log.WithField("stage", stage)
+	st, err := ReadState(stdin, timeout, MaxStateSize)
+	if err == nil {
+		err = ValidateState(st, stage)
+	}
+	if err != nil {
+		log.WithError(err).Error("malformed OCI state")
+		return fail(ExitBadArgs, err)
+	}
+	log = log.WithField("container", st.ID)
+	b, err := LoadBundle(st.Bundle)
+	if err != nil {
+		if stage != StagePoststop {
+			log.WithError(err).Error("cannot read the bundle's config.json")
+			return fail(ExitBadArgs, err)
+		}
+		// Teardown needs only the id; the bundle may be gone already.
+		log.WithError(err).Warn("cannot read the bundle's config.json; removing by id")
+		b = nil
+	}
+	info := HookContainerInfo(st, b, stage)
+	mode, _ := admission.ParseFailMode(cfg.FailMode) // validated by config.Load
+	if err := runHook(cfg, log, stage, info); err != nil {
+		if stage == StagePoststop || mode == admission.FailOpen {
+			log.WithError(err).WithField("failMode", mode).Error("gpuext hook failed; container continues without gpuext")
+			return ExitOK
+		}
+		log.WithError(err).WithField("failMode", mode).Error("gpuext hook failed; failing the container (strict)")
+		return fail(ExitFailed, err)
+	}
+	return ExitOK
+}
+
+func runHook(cfg config.Config, log *logrus.Entry, stage Stage, info admission.ContainerInfo) error {
+	core, reg, err := cfg.OpenCore(log)
+	if err != nil {
+		return fmt.Errorf("open admission core: %w", err)
+	}
+	defer reg.Close()
+	switch stage {
+	case StagePoststop:
+		return core.Remove(info)
+	default:
+		d, cg, err := core.Register(info)
+		if err != nil {
+			return err
+		}
+		log.WithFields(logrus.Fields{"tenant": d.Tenant, "policy": d.Policy.Name, "cgroupID": cg.ID,
+			"cgroup": cg.Path, "pid": info.Pid}).Debug("hook registered container")
+		return nil
+	}
+}

@@ -1,0 +1,85 @@
+package hook
+
+import (
+	"maps"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/internal/admission"
+)
+
+// AnnotationContainerName is the annotation in which the runc wrapper
+// records a Docker container's name, so the hook (which sees only the OCI
+// state and config.json) uses the same name for policy selection.
+const AnnotationContainerName = "io.gpuext.oci.container-name"
+
+// nameAnnotations are the annotations that carry a container's name, in
+// order of preference. Without any of them the name is the container id.
+var nameAnnotations = []string{
+	AnnotationContainerName,
+	"io.kubernetes.cri.container-name", // containerd CRI
+	"io.kubernetes.container.name",     // CRI-O, dockershim
+	"nerdctl/name",
+}
+
+// ContainerName picks the container's name from its annotations, else the id.
+func ContainerName(id string, annotations map[string]string) string {
+	for _, k := range nameAnnotations {
+		if v := annotations[k]; v != "" {
+			return v
+		}
+	}
+	return id
+}
+
+// IsGpuextKey reports whether a label or annotation key belongs to gpuext:
+// its domain part (before the first '/') is gpuext.io or a subdomain of it,
+// e.g. "policy.gpuext.io" or "policy.gpuext.io/container.web".
+func IsGpuextKey(key string) bool {
+	host, _, _ := strings.Cut(key, "/")
+	host = strings.ToLower(host)
+	return host == "gpuext.io" || strings.HasSuffix(host, ".gpuext.io")
+}
+
+// GpuextKeys returns the gpuext keys of m (nil when there are none).
+func GpuextKeys(m map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range m {
+		if IsGpuextKey(k) {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// HookContainerInfo is the admission core's view of a container as the OCI
+// hook sees it: the state (id, host pid, annotations) and config.json
+// (annotations, env, cgroupsPath). b may be nil when config.json could not
+// be read (poststop only needs the id).
+func HookContainerInfo(st *specs.State, b *Bundle, stage Stage) admission.ContainerInfo {
+	ann := map[string]string{}
+	info := admission.ContainerInfo{ID: st.ID, Runtime: bpf.RuntimeOCIHook}
+	if b != nil {
+		maps.Copy(ann, b.Spec.Annotations)
+		if b.Spec.Process != nil {
+			info.Env = b.Spec.Process.Env
+		}
+		if b.Spec.Linux != nil {
+			info.CgroupsPath = b.Spec.Linux.CgroupsPath
+		}
+	}
+	maps.Copy(ann, st.Annotations)
+	info.Annotations = ann
+	info.Name = ContainerName(st.ID, ann)
+	// Only prestart/createRuntime see the pid in the host's pid namespace;
+	// createContainer sees the container's own pid 1.
+	if stage.registers() {
+		info.Pid = st.Pid
+	}
+	return info
+}
