@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# cri.sh: run one-container pods on the lab containerd through CRI (so NRI sees them).
+#
+#   test/lab/cri.sh run [-p KEY=VAL]... [-a KEY=VAL]... [-l KEY=VAL]... [-r HANDLER] NAME SCRIPT
+#       Create pod NAME (host network, cgroup parent /kubepods/besteffort/pod<uid>)
+#       and container NAME running `sh -c SCRIPT`, start it, print "POD_ID CTR_ID".
+#       -p: pod annotation, -a: container annotation, -l: container label,
+#       -r: CRI runtime handler (e.g. gpuext, see GPUEXT_RUNC_WRAPPER in containerd.sh).
+#   test/lab/cri.sh logs CTR_ID        container output so far
+#   test/lab/cri.sh wait CTR_ID [SECS] wait until the container exited, print its exit code
+#   test/lab/cri.sh pid CTR_ID         host pid of the container's init process
+#   test/lab/cri.sh rm POD_ID          stop and remove the pod and its containers
+#   test/lab/cri.sh render NAME UID SCRIPT    print the pod.json and ctr.json it would use
+#
+# The pod spec is test/lab/testdata/pod.json, the container spec ctr.json.
+# Container logs: $LAB_DIR/containerd/pods/NAME/NAME.log.
+set -euo pipefail
+# shellcheck source=test/lab/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+eval "$("$LAB_SCRIPTS/containerd.sh" env)"
+
+crictl() { "$GPUEXT_LAB_CRICTL" --config "$CRI_CONFIG_FILE" "$@"; }
+
+# json_string S: S as the inside of a JSON string.
+json_string() {
+	local s="$1"
+	s="${s//\\/\\\\}"
+	s="${s//\"/\\\"}"
+	s="${s//$'\n'/\\n}"
+	s="${s//$'\t'/\\t}"
+	printf '%s' "$s"
+}
+
+# add_map_entries TEXT KEY KV...: insert "k": "v" pairs after the line opening "KEY": {.
+add_map_entries() {
+	local text="$1" key="$2"; shift 2
+	local kv entries=""
+	for kv in "$@"; do
+		entries+="    \"$(json_string "${kv%%=*}")\": \"$(json_string "${kv#*=}")\","$'\n'
+	done
+	[[ -n "$entries" ]] || { printf '%s' "$text"; return; }
+	local out="" line done_=0
+	while IFS= read -r line; do
+		out+="$line"$'\n'
+		if (( ! done_ )) && [[ "$line" == *"\"$key\": {"* ]]; then
+			out+="$entries"
+			done_=1
+		fi
+	done <<< "$text"
+	printf '%s' "$out"
+}
+
+POD_ANN=() CTR_ANN=() CTR_LABELS=() HANDLER=""
+
+render_pod() {
+	local name="$1" uid="$2" t
+	t="$(cat "$LAB_SCRIPTS/testdata/pod.json")"
+	t="${t//@NAME@/"$(json_string "$name")"}"
+	t="${t//@UID@/"$uid"}"
+	t="${t//@LOG_DIR@/"$(json_string "$GPUEXT_LAB_POD_LOG_DIR/$name")"}"
+	add_map_entries "$t" annotations ${POD_ANN[@]+"${POD_ANN[@]}"}
+}
+
+render_ctr() {
+	local name="$1" script="$2" t
+	t="$(cat "$LAB_SCRIPTS/testdata/ctr.json")"
+	t="${t//@CTR_NAME@/"$(json_string "$name")"}"
+	t="${t//@IMAGE@/"$GPUEXT_LAB_IMAGE"}"
+	t="${t//@SCRIPT@/"$(json_string "$script")"}"
+	t="$(add_map_entries "$t" annotations ${CTR_ANN[@]+"${CTR_ANN[@]}"})"
+	add_map_entries "$t" labels ${CTR_LABELS[@]+"${CTR_LABELS[@]}"}
+}
+
+parse_flags() {
+	local opt
+	OPTIND=1
+	while getopts "p:a:l:r:" opt; do
+		case "$opt" in
+			p) POD_ANN+=("$OPTARG") ;;
+			a) CTR_ANN+=("$OPTARG") ;;
+			l) CTR_LABELS+=("$OPTARG") ;;
+			r) HANDLER="$OPTARG" ;;
+			*) exit 2 ;;
+		esac
+	done
+}
+
+cmd_run() {
+	parse_flags "$@"
+	shift $((OPTIND - 1))
+	(( $# == 2 )) || lab_die "usage: cri.sh run [-p K=V] [-a K=V] [-l K=V] [-r HANDLER] NAME SCRIPT"
+	local name="$1" script="$2" uid tmp pod ctr
+	uid="$(cat /proc/sys/kernel/random/uuid)"
+	tmp="$(mktemp -d)"
+	# shellcheck disable=SC2064
+	trap "rm -rf '$tmp'" RETURN
+	mkdir -p "$GPUEXT_LAB_POD_LOG_DIR/$name"
+	render_pod "$name" "$uid" > "$tmp/pod.json"
+	render_ctr "$name" "$script" > "$tmp/ctr.json"
+	pod="$(crictl runp ${HANDLER:+--runtime "$HANDLER"} "$tmp/pod.json")"
+	ctr="$(crictl create "$pod" "$tmp/ctr.json" "$tmp/pod.json")"
+	crictl start "$ctr" >/dev/null
+	printf '%s %s\n' "$pod" "$ctr"
+}
+
+cmd_wait() {
+	local id="$1" secs="${2:-30}" state
+	local deadline=$(( SECONDS + secs ))
+	while :; do
+		state="$(crictl inspect -o go-template --template '{{.status.state}} {{.status.exitCode}}' "$id")"
+		if [[ "$state" == CONTAINER_EXITED* ]]; then
+			echo "${state#* }"
+			return 0
+		fi
+		(( SECONDS < deadline )) || lab_die "container $id still ${state%% *} after ${secs}s"
+		sleep 0.2
+	done
+}
+
+case "${1:-}" in
+	run) shift; cmd_run "$@" ;;
+	logs) crictl logs "$2" ;;
+	wait) cmd_wait "$2" "${3:-30}" ;;
+	pid) crictl inspect -o go-template --template '{{.info.pid}}' "$2"; echo ;;
+	rm)
+		crictl stopp "$2" >/dev/null
+		crictl rmp -f "$2" >/dev/null
+		;;
+	render)
+		shift
+		render_pod "$1" "$2"
+		render_ctr "$1" "$3"
+		;;
+	*) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
+esac
