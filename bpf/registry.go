@@ -76,10 +76,6 @@ type Registry struct {
 // idSpace bounds tenant ids: they are allocated in [1, idSpace).
 const idSpace = uint32(MaxTenants) * 4
 
-// staleKeylessAge is how old a tenant record without a key must be before
-// a Detach treats it as garbage rather than as an allocation in progress.
-const staleKeylessAge = 10 * time.Second
-
 // maxAttempts bounds the retry loops that resolve races between writers.
 const maxAttempts = 64
 
@@ -521,9 +517,8 @@ func (r *Registry) Attach(id TenantID, e CgroupEntry) error {
 	}
 
 	var old GpuextCgroupMeta
-	oldTenant := uint32(0)
-	if err := r.maps.CgroupMeta.Lookup(&cg, &old); err == nil {
-		oldTenant = old.TenantId
+	if err := r.maps.CgroupMeta.Lookup(&cg, &old); err != nil {
+		old = GpuextCgroupMeta{}
 	}
 
 	meta.TenantId = tid
@@ -553,6 +548,11 @@ func (r *Registry) Attach(id TenantID, e CgroupEntry) error {
 	}
 	if !ok {
 		r.undoAttach(cg, tid)
+		// The release that beat us may have seen our cgroup and kept the
+		// tenant; it must not stay behind empty.
+		if err := r.releaseIfEmpty(tid, meta.RegisteredNs); err != nil {
+			return fmt.Errorf("attach cgroup %d: %w", cg, err)
+		}
 		return fmt.Errorf("attach cgroup %d to tenant %d: %w (released meanwhile)", cg, id, ErrNoTenant)
 	}
 	if now.Config != rec.Config {
@@ -561,9 +561,9 @@ func (r *Registry) Attach(id TenantID, e CgroupEntry) error {
 			return fmt.Errorf("attach cgroup %d: %w", cg, err)
 		}
 	}
-	if oldTenant != 0 && oldTenant != tid {
-		if err := r.releaseIfEmpty(oldTenant); err != nil {
-			return fmt.Errorf("attach cgroup %d: release previous tenant %d: %w", cg, oldTenant, err)
+	if old.TenantId != 0 && old.TenantId != tid {
+		if err := r.releaseIfEmpty(old.TenantId, old.RegisteredNs); err != nil {
+			return fmt.Errorf("attach cgroup %d: release previous tenant %d: %w", cg, old.TenantId, err)
 		}
 	}
 	return nil
@@ -626,22 +626,26 @@ func (r *Registry) Detach(cg cgroup.ID) (TenantID, error) {
 	if errCfg != nil && !errors.Is(errCfg, ebpf.ErrKeyNotExist) {
 		return 0, fmt.Errorf("detach cgroup %d: delete config: %w", cg, errCfg)
 	}
+	attachedNs := uint64(0) // unknown: never release on a config-only leftover
 	switch {
 	case errMeta == nil:
-		tid = meta.TenantId
+		tid, attachedNs = meta.TenantId, meta.RegisteredNs
 	case errCfg == nil:
 		tid = cfg.TenantId
 	default:
 		return 0, fmt.Errorf("detach cgroup %d: %w", cg, ErrNotFound)
 	}
-	if err := r.releaseIfEmpty(tid); err != nil {
+	if err := r.releaseIfEmpty(tid, attachedNs); err != nil {
 		return TenantID(tid), fmt.Errorf("detach cgroup %d: %w", cg, err)
 	}
 	return TenantID(tid), nil
 }
 
-// releaseIfEmpty releases tenant tid if no cgroup belongs to it.
-func (r *Registry) releaseIfEmpty(tid uint32) error {
+// releaseIfEmpty releases tenant tid if no cgroup belongs to it any more.
+// attachedNs is when the caller's cgroup was attached to tid: a record
+// created later is a new tenant that reused the id (it may be reserved and
+// not attached yet), which is left alone.
+func (r *Registry) releaseIfEmpty(tid uint32, attachedNs uint64) error {
 	var rec GpuextTenantRecord
 	if err := r.maps.Tenants.Lookup(&tid, &rec); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -649,7 +653,10 @@ func (r *Registry) releaseIfEmpty(tid uint32) error {
 		}
 		return fmt.Errorf("look up tenant %d: %w", tid, err)
 	}
-	if n, err := r.cgroupsOf(tid); err != nil || len(n) > 0 {
+	if rec.CreatedNs > attachedNs {
+		return nil
+	}
+	if cgs, err := r.cgroupsOf(tid); err != nil || len(cgs) > 0 {
 		return err
 	}
 
@@ -665,17 +672,21 @@ func (r *Registry) releaseIfEmpty(tid uint32) error {
 		}
 	}
 	if err != nil || got != tid {
-		// The record has no key: another release is under way, the
-		// record is being allocated (young), or its writer died (old).
-		if time.Since(time.Unix(0, int64(rec.CreatedNs))) < staleKeylessAge {
-			return nil
+		// Keyless: another release is under way, or its writer died. No
+		// Attach can succeed without the key; one that succeeded wrote
+		// before the key went, so a count from now on sees it.
+		if cgs, err := r.cgroupsOf(tid); err != nil || len(cgs) > 0 {
+			return err
 		}
 		return r.deleteTenant(tid, rec.CreatedNs)
 	}
 
-	// The key is gone: no Attach can succeed from now on. One that
-	// succeeded before wrote its cgroup already; look again.
-	if n, err := r.cgroupsOf(tid); err != nil || len(n) > 0 {
+	// We removed the key: no Attach can succeed from now on. One that
+	// passed its check before wrote its cgroup already: count again.
+	cgs, err := r.cgroupsOf(tid)
+	if err != nil || len(cgs) > 0 {
+		// Keep the tenant. If a Reserve mapped the key to a new tenant
+		// meanwhile, this one stays keyless until its cgroups detach.
 		if err2 := r.maps.TenantKeys.Update(&k, &tid, ebpf.UpdateNoExist); err2 != nil && !errors.Is(err2, ebpf.ErrKeyExist) {
 			return errors.Join(err, fmt.Errorf("restore key of tenant %d: %w", tid, err2))
 		}
