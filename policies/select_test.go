@@ -1,0 +1,136 @@
+package policies
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestSelect(t *testing.T) {
+	cat := BuiltinCatalog()
+	for _, tc := range []struct {
+		name    string
+		req     Request
+		policy  string
+		summary string // "" = not checked
+		tenant  string
+		sources map[string]string
+	}{
+		{name: "no keys: default", req: Request{ContainerName: "web", Labels: map[string]string{"app": "web", "nvidia.com/gpu": "1"}},
+			policy: "default", summary: "class=standard quota=unlimited evict=lru prefetch=tree-threshold(threshold=51)", tenant: "container"},
+		{name: "docker label", req: Request{Labels: map[string]string{"policy.gpuext.io": "batch"}},
+			policy: "batch", sources: map[string]string{KeyPolicy: "policy.gpuext.io"}},
+		{name: "quota policy with its parameter", req: Request{ContainerName: "web", PodAnnotations: map[string]string{"policy.gpuext.io": "quota", "quota.gpuext.io/container.web": "8GiB"}},
+			policy: "quota", summary: "class=standard quota=8GiB evict=tenant-quota prefetch=default",
+			sources: map[string]string{KeyPolicy: "policy.gpuext.io", KeyQuota: "quota.gpuext.io/container.web"}},
+		{name: "precedence container > pod > plain", req: Request{ContainerName: "web", PodAnnotations: map[string]string{
+			"policy.gpuext.io": "batch", "policy.gpuext.io/pod": "vector-search", "policy.gpuext.io/container.web": "latency-critical",
+			"policy.gpuext.io/container.sidecar": "nonexistent"}},
+			policy: "latency-critical", sources: map[string]string{KeyPolicy: "policy.gpuext.io/container.web"}},
+		{name: "pod > plain", req: Request{ContainerName: "sidecar", PodAnnotations: map[string]string{
+			"policy.gpuext.io": "batch", "policy.gpuext.io/pod": "vector-search", "policy.gpuext.io/container.web": "latency-critical"}},
+			policy: "vector-search"},
+		{name: "pod label scoped beats container annotation plain", req: Request{ContainerName: "web",
+			Annotations: map[string]string{"policy.gpuext.io": "batch"}, PodLabels: map[string]string{"policy.gpuext.io/pod": "vector-search"}},
+			policy: "vector-search", sources: map[string]string{KeyPolicy: "policy.gpuext.io/pod"}},
+		{name: "same key: annotation beats label", req: Request{ContainerName: "web",
+			Annotations: map[string]string{"policy.gpuext.io": "batch"}, Labels: map[string]string{"policy.gpuext.io": "vector-search"}},
+			policy: "batch"},
+		{name: "same key: container label beats pod annotation", req: Request{
+			Labels: map[string]string{"priority.gpuext.io": "best-effort"}, PodAnnotations: map[string]string{"priority.gpuext.io": "latency-critical"}},
+			policy: "default", summary: "class=best-effort quota=unlimited evict=lru prefetch=tree-threshold(threshold=51)"},
+		{name: "pod annotation beats pod label", req: Request{
+			PodLabels: map[string]string{"policy.gpuext.io": "batch"}, PodAnnotations: map[string]string{"policy.gpuext.io": "vector-search"}},
+			policy: "vector-search"},
+		{name: "all overrides", req: Request{ContainerName: "w", Annotations: map[string]string{
+			"policy.gpuext.io": "batch", "quota.gpuext.io": "512MiB", "priority.gpuext.io": "standard",
+			"eviction.gpuext.io": "lfu", "prefetch.gpuext.io": "tree-threshold:threshold=60", "timeslice.gpuext.io": "2ms",
+			"interleave.gpuext.io": "4", "probes.gpuext.io": "launch-count, fault-latency", "tenant.gpuext.io": "pod"}},
+			policy: "batch", tenant: "pod",
+			summary: "class=standard quota=512MiB evict=lfu(decay=50) prefetch=tree-threshold(threshold=60) timeslice=2ms interleave=4 probes=launch-count,fault-latency"},
+		{name: "timeslice in us", req: Request{Labels: map[string]string{"timeslice.gpuext.io": "500us"}},
+			policy: "default", summary: "class=standard quota=unlimited evict=lru prefetch=tree-threshold(threshold=51) timeslice=500us"},
+		{name: "empty probes clears", req: Request{Labels: map[string]string{"probes.gpuext.io": ""}}, policy: "default"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sel, err := cat.Select(tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sel.Policy.Name != tc.policy {
+				t.Errorf("policy = %q, want %q", sel.Policy.Name, tc.policy)
+			}
+			if tc.summary != "" && sel.Policy.Summary() != tc.summary {
+				t.Errorf("summary = %q\n want   %q", sel.Policy.Summary(), tc.summary)
+			}
+			if tc.tenant != "" && sel.Tenant != tc.tenant {
+				t.Errorf("tenant = %q, want %q", sel.Tenant, tc.tenant)
+			}
+			for k, v := range tc.sources {
+				if sel.Sources[k] != v {
+					t.Errorf("Sources[%s] = %q, want %q", k, sel.Sources[k], v)
+				}
+			}
+			if err := sel.Policy.Validate(); err != nil {
+				t.Errorf("selected policy does not validate: %v", err)
+			}
+		})
+	}
+}
+
+func TestSelectErrors(t *testing.T) {
+	cat := BuiltinCatalog()
+	for _, tc := range []struct {
+		name     string
+		req      Request
+		key      string
+		sentinel error
+		msg      string
+	}{
+		{"unknown policy", Request{Labels: map[string]string{"policy.gpuext.io": "gold"}}, "policy.gpuext.io", ErrUnknownPolicy, `unknown policy "gold"`},
+		{"bad quota unit", Request{ContainerName: "web", PodAnnotations: map[string]string{"quota.gpuext.io/container.web": "12XB"}},
+			"quota.gpuext.io/container.web", ErrBadSize, `unknown unit "XB"`},
+		{"negative quota", Request{Labels: map[string]string{"quota.gpuext.io": "-1GiB"}}, "quota.gpuext.io", ErrBadSize, "negative"},
+		{"overflowing quota", Request{PodLabels: map[string]string{"quota.gpuext.io/pod": "99999999999TiB"}}, "quota.gpuext.io/pod", ErrBadSize, "overflows"},
+		{"typo key", Request{Labels: map[string]string{"polcy.gpuext.io": "batch"}}, "polcy.gpuext.io", ErrUnknownKey, `did you mean "policy.gpuext.io"`},
+		{"typo suffix", Request{PodAnnotations: map[string]string{"policy.gpuext.io/contaner.x": "batch"}}, "policy.gpuext.io/contaner.x", ErrUnknownKey, "unknown key suffix"},
+		{"empty container name", Request{PodAnnotations: map[string]string{"policy.gpuext.io/container.": "batch"}}, "policy.gpuext.io/container.", ErrUnknownKey, "/container.NAME"},
+		{"bare domain", Request{PodAnnotations: map[string]string{"gpuext.io/policy": "batch"}}, "gpuext.io/policy", ErrUnknownKey, "unknown key"},
+		{"upper-case domain", Request{Labels: map[string]string{"Policy.GPUEXT.io": "batch"}}, "Policy.GPUEXT.io", ErrUnknownKey, "unknown key"},
+		{"typo in another container's key", Request{ContainerName: "web", PodAnnotations: map[string]string{"qouta.gpuext.io/container.db": "1GiB"}},
+			"qouta.gpuext.io/container.db", ErrUnknownKey, "unknown key"},
+		{"quota policy without quota", Request{Labels: map[string]string{"policy.gpuext.io": "quota"}}, "quota.gpuext.io", ErrMissingParam, "policy.gpuext.io"},
+		{"quota policy with zero quota", Request{Labels: map[string]string{"policy.gpuext.io": "quota", "quota.gpuext.io": "0"}}, "quota.gpuext.io", ErrBadValue, "non-zero quota"},
+		{"tenant-quota override without quota", Request{Labels: map[string]string{"eviction.gpuext.io": "tenant-quota"}}, "eviction.gpuext.io", ErrBadValue, "non-zero quota"},
+		{"bad class", Request{Annotations: map[string]string{"priority.gpuext.io": "urgent"}}, "priority.gpuext.io", ErrBadValue, `unknown priority class "urgent"`},
+		{"unknown eviction", Request{Annotations: map[string]string{"eviction.gpuext.io": "lruu"}}, "eviction.gpuext.io", ErrBadValue, `unknown eviction policy "lruu"`},
+		{"param of another algorithm", Request{Annotations: map[string]string{"eviction.gpuext.io": "lru:decay=3"}}, "eviction.gpuext.io", ErrBadValue, `no parameter "decay"`},
+		{"param out of range", Request{Annotations: map[string]string{"prefetch.gpuext.io": "tree-threshold:threshold=0"}}, "prefetch.gpuext.io", ErrBadValue, "out of range 1..100"},
+		{"param syntax", Request{Annotations: map[string]string{"prefetch.gpuext.io": "stride:stride"}}, "prefetch.gpuext.io", ErrBadValue, "PARAM=VALUE"},
+		{"timeslice no unit", Request{Labels: map[string]string{"timeslice.gpuext.io": "2"}}, "timeslice.gpuext.io", ErrBadValue, "duration"},
+		{"timeslice too long", Request{Labels: map[string]string{"timeslice.gpuext.io": "11s"}}, "timeslice.gpuext.io", ErrBadValue, "at most 10s"},
+		{"timeslice zero", Request{Labels: map[string]string{"timeslice.gpuext.io": "0s"}}, "timeslice.gpuext.io", ErrBadValue, "above 0"},
+		{"timeslice ns", Request{Labels: map[string]string{"timeslice.gpuext.io": "1500ns"}}, "timeslice.gpuext.io", ErrBadValue, "whole microseconds"},
+		{"interleave range", Request{Labels: map[string]string{"interleave.gpuext.io": "65"}}, "interleave.gpuext.io", ErrBadValue, "1..64"},
+		{"probe name", Request{Labels: map[string]string{"probes.gpuext.io": "ok,Not_OK"}}, "probes.gpuext.io", ErrBadValue, `"Not_OK"`},
+		{"too many probes", Request{Labels: map[string]string{"probes.gpuext.io": "a,b,c,d,e,f,g,h,i"}}, "probes.gpuext.io", ErrBadValue, "at most 8"},
+		{"tenant", Request{Labels: map[string]string{"tenant.gpuext.io": "namespace"}}, "tenant.gpuext.io", ErrBadValue, `"container" or "pod"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := cat.Select(tc.req)
+			var ke *KeyError
+			if !errors.As(err, &ke) {
+				t.Fatalf("error %v is not a *KeyError", err)
+			}
+			if ke.Key != tc.key {
+				t.Errorf("Key = %q, want %q", ke.Key, tc.key)
+			}
+			if !errors.Is(err, tc.sentinel) {
+				t.Errorf("error %v does not wrap %v", err, tc.sentinel)
+			}
+			if !strings.Contains(err.Error(), tc.key) || !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("error %q does not name the key %q and say %q", err, tc.key, tc.msg)
+			}
+		})
+	}
+}
