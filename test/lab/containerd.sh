@@ -174,7 +174,11 @@ import_images() {
 		|| "$LAB_SCRIPTS/image.sh"
 	local tar
 	for tar in pause-oci.tar busybox-oci.tar; do
-		ctr images import "$LAB_DIR/images/$tar" >/dev/null
+		# ctr repeats containerd's cgroup v1 deprecation warning on stderr: keep it for failures only.
+		if ! ctr images import "$LAB_DIR/images/$tar" >"$CTD_DIR/import.log" 2>&1; then
+			cat "$CTD_DIR/import.log" >&2
+			lab_die "ctr images import $tar failed"
+		fi
 	done
 	crictl inspecti "$LAB_IMAGE" >/dev/null || lab_die "CRI does not see $LAB_IMAGE after import"
 	crictl inspecti "$LAB_PAUSE_IMAGE" >/dev/null || lab_die "CRI does not see $LAB_PAUSE_IMAGE after import"

@@ -31,21 +31,43 @@ json_string() {
 	printf '%s' "$s"
 }
 
-# add_map_entries TEXT KEY KV...: insert "k": "v" pairs after the line opening "KEY": {.
+# add_map_entries TEXT KEY KV...: put "k": "v" pairs first into the map opened
+# by the first line holding "KEY": {, dropping template entries with the same k.
 add_map_entries() {
 	local text="$1" key="$2"; shift 2
-	local kv entries=""
+	(( $# > 0 )) || { printf '%s' "$text"; return; }
+	local kv entries="" keys=()
 	for kv in "$@"; do
+		keys+=("\"$(json_string "${kv%%=*}")\":")
 		entries+="    \"$(json_string "${kv%%=*}")\": \"$(json_string "${kv#*=}")\","$'\n'
 	done
-	[[ -n "$entries" ]] || { printf '%s' "$text"; return; }
-	local out="" line done_=0
+	local out="" line state=before k trimmed drop
 	while IFS= read -r line; do
-		out+="$line"$'\n'
-		if (( ! done_ )) && [[ "$line" == *"\"$key\": {"* ]]; then
-			out+="$entries"
-			done_=1
-		fi
+		trimmed="${line#"${line%%[![:space:]]*}"}"
+		case "$state" in
+			before)
+				out+="$line"$'\n'
+				if [[ "$line" == *"\"$key\": {"* ]]; then
+					out+="$entries"
+					state=inside
+				fi
+				;;
+			inside)
+				if [[ "$trimmed" == "}"* ]]; then
+					# The map's last entry must not end with a comma.
+					out="${out%,$'\n'}"$'\n'
+					out+="$line"$'\n'
+					state=after
+					continue
+				fi
+				drop=0
+				for k in "${keys[@]}"; do
+					[[ "$trimmed" == "$k"* ]] && drop=1
+				done
+				(( drop )) || out+="$line"$'\n'
+				;;
+			after) out+="$line"$'\n' ;;
+		esac
 	done <<< "$text"
 	printf '%s' "$out"
 }
