@@ -19,12 +19,12 @@ func TestExampleConstraintsParse(t *testing.T) {
 func TestParseConstraintsErrors(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"rules":[{"namespaces":["prod"],"alowClasses":["latency-critical"]}]}`: `rules[0]: unknown field "alowClasses" (did you mean "allowClasses"?)`,
-		`{"defaultMaxQuota":"16XB"}`:                                             `defaultMaxQuota: bad size "16XB"`,
-		`{"restrictedClasses":["gold"]}`:                                         `restrictedClasses[0]: unknown priority class "gold"`,
-		`{"rules":[{},{"namespaces":["["]}]}`:                                    `rules[1].namespaces[0]: bad glob "["`,
-		`{"rules":[{"maxQuota":"-1GiB"}]}`:                                       `rules[0].maxQuota: bad size "-1GiB": negative`,
-		`{"rules":[{"labels":{"a":1}}]}`:                                         `rules.labels`,
-		`{} {}`:                                                                  `trailing data`,
+		`{"defaultMaxQuota":"16XB"}`:          `defaultMaxQuota: bad size "16XB"`,
+		`{"restrictedClasses":["gold"]}`:      `restrictedClasses[0]: unknown priority class "gold"`,
+		`{"rules":[{},{"namespaces":["["]}]}`: `rules[1].namespaces[0]: bad glob "["`,
+		`{"rules":[{"maxQuota":"-1GiB"}]}`:    `rules[0].maxQuota: bad size "-1GiB": negative`,
+		`{"rules":[{"labels":{"a":1}}]}`:      `rules.labels`,
+		`{} {}`:                               `trailing data`,
 	} {
 		_, err := ParseConstraints([]byte(body))
 		if err == nil || !strings.Contains(err.Error(), want) {
