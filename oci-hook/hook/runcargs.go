@@ -76,7 +76,8 @@ func splitFlag(arg string) (name, value string, hasValue, ok bool) {
 // ParseRuncArgs parses a runc command line (without argv[0]) the way runc's
 // CLI (urfave/cli) does: global flags, the subcommand, then for create/run
 // the subcommand's flags up to the first positional argument, the container
-// id. cwd resolves a missing or relative --bundle.
+// id. cwd resolves a missing or relative --bundle. On an error in the global
+// flags, Args() still returns the line without the wrapper's flag.
 func ParseRuncArgs(args []string, cwd string) (RuncCommand, error) {
 	var c RuncCommand
 	i := 0
@@ -89,6 +90,7 @@ func ParseRuncArgs(args []string, cwd string) (RuncCommand, error) {
 		if wrapperConfigFlags[name] {
 			if !hasValue {
 				if i+1 >= len(args) {
+					c.Rest = args[i+1:]
 					return c, fmt.Errorf("flag --%s needs a value", name)
 				}
 				value = args[i+1]
@@ -102,6 +104,7 @@ func ParseRuncArgs(args []string, cwd string) (RuncCommand, error) {
 		i++
 		if runcGlobalValueFlags[name] && !hasValue {
 			if i >= len(args) {
+				// Args() gives runc the line as it was (it reports the error).
 				return c, fmt.Errorf("flag --%s needs a value", name)
 			}
 			value = args[i]

@@ -45,11 +45,8 @@ type WrapperEnv struct {
 // execute with which arguments. A non-zero code means: print nothing more,
 // exit with it (the error is on stderr and in the runc log already).
 func WrapperMain(env WrapperEnv) (Exec, int) {
+	// On a parse error, runc gets the line (minus our flag) and reports it.
 	cmd, perr := ParseRuncArgs(env.Args, env.Cwd)
-	if perr != nil && cmd.Command == "" {
-		// Unparseable global flags: let runc say what is wrong.
-		cmd = RuncCommand{Rest: env.Args}
-	}
 	cfgPath := cmd.ConfigPath
 	if cfgPath == "" {
 		cfgPath = env.Getenv(EnvConfig)
