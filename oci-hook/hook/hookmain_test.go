@@ -128,7 +128,7 @@ func TestHookMainFailMode(t *testing.T) {
 			dir := t.TempDir()
 			cfgPath, logPath := writeTestConfig(t, dir, map[string]any{"failMode": tt.mode})
 			bundle := filepath.Join(dir, "bundle")
-			os.MkdirAll(bundle, 0o755) //nolint:errcheck
+			os.MkdirAll(bundle, 0o755)                                                                  //nolint:errcheck
 			os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{"ociVersion":"1.0.2"}`), 0o644) //nolint:errcheck
 			var stderr bytes.Buffer
 			state := `{"id":"c1","pid":1,"bundle":"` + bundle + `"}`
