@@ -1,6 +1,9 @@
 package policies
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // PriorityClass orders tenants on a GPU; latency-critical goes first.
 type PriorityClass string
@@ -70,6 +73,9 @@ type KeyError struct {
 }
 
 func (e *KeyError) Error() string {
+	if e.Value == "" && errors.Is(e.Err, ErrMissingParam) {
+		return fmt.Sprintf("%s: %v", e.Key, e.Err) // the key is absent: no value to show
+	}
 	return fmt.Sprintf("%s=%q: %v", e.Key, e.Value, e.Err)
 }
 

@@ -86,7 +86,7 @@ func parseKey(key string) (base, scope string, ours bool, err error) {
 	switch {
 	case !slash:
 	case scope == "pod":
-	case strings.HasPrefix(scope, "container.") && len(scope) > len("container."):
+	case strings.HasPrefix(scope, "container.") && len(scope) > len("container.") && !strings.Contains(scope, "/"):
 	default:
 		return "", "", true, unknown(fmt.Sprintf("unknown key suffix %q (want %s, %s/pod or %s/container.NAME)", "/"+scope, prefix, prefix, prefix))
 	}
@@ -166,7 +166,7 @@ func (c *Catalog) Select(req Request) (Selection, error) {
 	for _, k := range p.Requires {
 		if _, ok := set[k]; !ok {
 			return Selection{}, &KeyError{Key: k, Err: &kindError{kind: ErrMissingParam,
-				msg: fmt.Sprintf("policy %q (selected by %s) needs %s", name, policyKey, k)}}
+				msg: fmt.Sprintf("missing parameter: policy %q (selected by %s) needs %s", name, policyKey, k)}}
 		}
 	}
 	for _, k := range overrideKeys {

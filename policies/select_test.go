@@ -95,6 +95,7 @@ func TestSelectErrors(t *testing.T) {
 		{"typo key", Request{Labels: map[string]string{"polcy.gpuext.io": "batch"}}, "polcy.gpuext.io", ErrUnknownKey, `did you mean "policy.gpuext.io"`},
 		{"typo suffix", Request{PodAnnotations: map[string]string{"policy.gpuext.io/contaner.x": "batch"}}, "policy.gpuext.io/contaner.x", ErrUnknownKey, "unknown key suffix"},
 		{"empty container name", Request{PodAnnotations: map[string]string{"policy.gpuext.io/container.": "batch"}}, "policy.gpuext.io/container.", ErrUnknownKey, "/container.NAME"},
+		{"slash in container name", Request{Labels: map[string]string{"policy.gpuext.io/container.a/b": "batch"}}, "policy.gpuext.io/container.a/b", ErrUnknownKey, "unknown key suffix"},
 		{"bare domain", Request{PodAnnotations: map[string]string{"gpuext.io/policy": "batch"}}, "gpuext.io/policy", ErrUnknownKey, "unknown key"},
 		{"upper-case domain", Request{Labels: map[string]string{"Policy.GPUEXT.io": "batch"}}, "Policy.GPUEXT.io", ErrUnknownKey, "unknown key"},
 		{"typo in another container's key", Request{ContainerName: "web", PodAnnotations: map[string]string{"qouta.gpuext.io/container.db": "1GiB"}},
