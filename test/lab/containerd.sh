@@ -259,7 +259,9 @@ cmd_down() {
 	lab_stop_pid "$CTD_PID" 20
 	# Containers whose shim outlived containerd: kill them through runc, then the shims.
 	if [[ -d "$CTD_RUNC_ROOT" ]]; then
-		for ns in $(ls "$CTD_RUNC_ROOT"); do
+		for ns in "$CTD_RUNC_ROOT"/*; do
+			[[ -d "$ns" ]] || continue
+			ns="${ns##*/}"
 			for id in $(runc_ids "$ns"); do
 				lab_log "killing leftover container $ns/$id"
 				"${GPUEXT_LAB_RUNC:-runc}" --root "$CTD_RUNC_ROOT/$ns" kill "$id" KILL >/dev/null 2>&1 || true
@@ -281,7 +283,7 @@ cmd_down() {
 	left="$(shim_pids)"
 	[[ -z "$left" ]] || lab_log "shims still running: $left"
 	left="$(lab_leftover_cgroups "${CTD_CGROUP_PREFIXES[@]}")"
-	[[ -z "$left" ]] || lab_log "cgroups left (busy or not ours): $(echo $left)"
+	[[ -z "$left" ]] || lab_log "cgroups left (busy or not ours): $(tr '\n' ' ' <<<"$left")"
 	lab_log "containerd down"
 }
 
@@ -302,8 +304,8 @@ cmd_clean() {
 	cmd_down
 	lab_log "removing $CTD_DIR"
 	rm -rf "$CTD_DIR"
-	[[ "$CTD_SOCK_DIR" == "$CTD_DIR"/* ]] || rm -rf "$CTD_SOCK_DIR"
-	[[ "$CTD_SHIM_DIR" == "$CTD_DIR"/* ]] || rm -rf "$CTD_SHIM_DIR"
+	lab_rm_sock_dir "$CTD_SHIM_DIR"
+	lab_rm_sock_dir "$CTD_SOCK_DIR"
 }
 
 case "${1:-}" in

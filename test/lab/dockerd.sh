@@ -160,7 +160,7 @@ cmd_clean() {
 	cmd_down
 	lab_log "removing $DK_DIR"
 	rm -rf "$DK_DIR"
-	[[ "$DK_SOCK_DIR" == "$DK_DIR"/* ]] || rm -rf "$DK_SOCK_DIR"
+	lab_rm_sock_dir "$DK_SOCK_DIR"
 }
 
 case "${1:-}" in

@@ -80,7 +80,8 @@ json_array() {
 # build_oci NAME OUTPUT.tar CMD...: an OCI archive with the rootfs layer.
 build_oci() {
 	local name="$1" output="$2"; shift 2
-	local layout="$WORK/oci-$(basename "$output" .tar)"
+	local layout
+	layout="$WORK/oci-$(basename "$output" .tar)"
 	rm -rf "$layout"
 	mkdir -p "$layout"
 	local layer_digest layer_size config_digest config_size manifest_digest manifest_size

@@ -71,7 +71,7 @@ install_go_tools() {
 		lab_log "containerd $LAB_CONTAINERD_VERSION present in $LAB_BIN"
 	else
 		lab_log "building containerd $LAB_CONTAINERD_VERSION (cached after first run, ~4 min)"
-		(cd "$LAB_BIN" && GOFLAGS= GOBIN="$LAB_BIN" go install \
+		(cd "$LAB_BIN" && GOFLAGS='' GOBIN="$LAB_BIN" go install \
 			"github.com/containerd/containerd/v2/cmd/containerd@$LAB_CONTAINERD_VERSION" \
 			"github.com/containerd/containerd/v2/cmd/ctr@$LAB_CONTAINERD_VERSION" \
 			"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$LAB_CONTAINERD_VERSION")
@@ -82,7 +82,7 @@ install_go_tools() {
 		lab_log "crictl $LAB_CRICTL_VERSION present in $LAB_BIN"
 	else
 		lab_log "building crictl $LAB_CRICTL_VERSION (cached after first run, ~1 min)"
-		(cd "$LAB_BIN" && GOFLAGS= GOBIN="$LAB_BIN" go install "sigs.k8s.io/cri-tools/cmd/crictl@$LAB_CRICTL_VERSION")
+		(cd "$LAB_BIN" && GOFLAGS='' GOBIN="$LAB_BIN" go install "sigs.k8s.io/cri-tools/cmd/crictl@$LAB_CRICTL_VERSION")
 		record_stamp "$crictl_line"
 	fi
 }

@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034
 # lib.sh: shared settings for the test/lab scripts. Sourced, never executed.
 #
 # Every lab script keeps its state under one work dir, LAB_DIR, so that
@@ -133,4 +133,13 @@ lab_leftover_cgroups() {
 		done
 	done < <(lab_cgroup_roots)
 	return 0
+}
+
+# lab_rm_sock_dir DIR: remove a socket dir made by lab_sock_dir outside LAB_DIR
+# (and its /tmp/gpuext-lab-<hash> parent once empty).
+lab_rm_sock_dir() {
+	local dir="$1"
+	[[ "$dir" == "$LAB_DIR"/* ]] && return 0
+	rm -rf "$dir"
+	rmdir "$(dirname "$dir")" 2>/dev/null || true
 }

@@ -122,7 +122,7 @@ case "${1:-}" in
 		cmd_down
 		lab_log "removing $PM_DIR"
 		rm -rf "$PM_DIR"
-		[[ "$PM_RUN_DIR" == "$PM_DIR"/* ]] || rm -rf "$PM_RUN_DIR"
+		lab_rm_sock_dir "$PM_RUN_DIR"
 		;;
 	"" | -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
 	*)

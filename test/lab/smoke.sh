@@ -39,7 +39,7 @@ cgroup2_root() { awk '$3 == "cgroup2" { print $2; exit }' /proc/self/mounts; }
 
 smoke_containerd() {
 	lab_log "building nriprobe (test/lab/nriprobe, its own Go module)"
-	(cd "$L/nriprobe" && GOFLAGS= go build -o "$LAB_BIN/nriprobe" .)
+	(cd "$L/nriprobe" && GOFLAGS='' go build -o "$LAB_BIN/nriprobe" .)
 	"$L/containerd.sh" up
 	eval "$("$L/containerd.sh" env)"
 
@@ -101,6 +101,7 @@ smoke_docker() {
 
 smoke_podman() {
 	local out
+	# shellcheck disable=SC2016 # expanded inside the container
 	out="$("$L/podman.sh" run --rm --network none "$LAB_IMAGE" sh -c 'env; echo nofile=$(ulimit -Hn)')"
 	grep -q '^PATH=' <<<"$out" || fail "podman run printed no env: $out"
 	grep -qx 'nofile=20000' <<<"$out" || fail "podman ulimit not applied: $out"
