@@ -1,0 +1,56 @@
+# gpuext - per-container GPU policies for containerd and Docker.
+# `make help` lists the targets.
+
+SHELL := /bin/bash
+GO ?= go
+BIN := $(CURDIR)/bin
+CACHE := $(CURDIR)/.cache
+export PATH := $(CACHE)/bin:$(PATH)
+# Test binaries run as root and use real cgroups, bpffs and runtimes; CI sets CI=true
+# so that a privileged test that cannot run fails instead of skipping.
+GOTEST_FLAGS ?= -count=1 -timeout 45m
+
+STATIC_BINS := gpuext-nri-plugin gpuext-oci-hook gpuext-runc
+.PHONY: help deps generate build test test-unit test-e2e demo bench lint clean
+
+help: ## list targets
+	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+deps: ## install what the tests and demo need (apt packages, containerd, crictl; cached in .cache/)
+	@test/lab/install-deps.sh
+
+generate: ## regenerate the bpf2go bindings (needs clang); CI fails if they differ from the committed ones
+	$(GO) generate ./bpf/...
+
+build: ## build the static binaries and the device-runtime placeholder into bin/
+	@mkdir -p $(BIN)/devrt
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/gpuext-nri-plugin ./nri-plugin
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/gpuext-oci-hook ./oci-hook/cmd/gpuext-oci-hook
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/gpuext-runc ./oci-hook/cmd/gpuext-runc
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/gpuextctl ./cmd/gpuextctl
+	gcc -shared -fPIC -O2 -Wall -Wextra -o $(BIN)/devrt/libgpuext-devrt.so devrt/placeholder/gpuext_devrt_placeholder.c
+
+test: deps build lint ## every test CI runs: unit, privileged (real BPF/cgroups), NRI in-process, real containerd/runc/dockerd/podman
+	@echo "[test] go test (needs root for the privileged and real-runtime tests)"
+	set -o pipefail; $(GO) test $(GOTEST_FLAGS) -p 1 ./... 2>&1 | tee $(CACHE)/test.log
+	@echo "[test] summary:"; grep -E '^(ok|FAIL|---)' $(CACHE)/test.log | grep -vE '^--- PASS' || true
+
+test-unit: ## unit tests only (no root)
+	$(GO) test -count=1 ./policies/... ./cgroup/... ./internal/... ./oci-hook/... ./nri-plugin/... ./cmd/...
+
+test-e2e: deps build ## only the real-runtime end-to-end tests
+	$(GO) test $(GOTEST_FLAGS) -v ./test/e2e/...
+
+demo: deps build ## real containerd + NRI + runc: labelled containers and the tenant table
+	@test/demo.sh
+
+bench: deps build ## admission latency (in-process) and crictl create+start with/without the plugin; writes bench/results.txt
+	@test/bench.sh
+
+lint: ## gofmt, go vet, generated files up to date
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
+	$(GO) vet ./...
+	@if command -v clang >/dev/null; then $(GO) generate ./bpf/... && git diff --exit-code --stat -- bpf/ || { echo "generated bpf files differ from the committed ones: run make generate and commit"; exit 1; }; fi
+
+clean: ## remove build outputs (keeps the .cache of containerd/crictl)
+	rm -rf $(BIN)

@@ -1,0 +1,215 @@
+// Command gpuextctl is the gpuext admin CLI: the tenant table (from the
+// pinned registry) and the policy catalog.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/config"
+	"github.com/gpuext/gpuext/policies"
+)
+
+const usage = `Usage: gpuextctl [--config FILE] <command> [flags]
+
+Commands:
+  tenants [--json] [--pin-dir DIR]   the tenant table: tenant, container, cgroup, policy, quota, priority
+  policies [--json]                  the policy catalog (built-in + the config's catalogDir)
+  policies show NAME                 one policy as JSON (copy it into catalogDir to make your own)
+
+The config file is the one the NRI plugin and OCI hook use (docs/configuration.md);
+--pin-dir overrides its pinDir.
+`
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "gpuextctl:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, out io.Writer) error {
+	global := flag.NewFlagSet("gpuextctl", flag.ContinueOnError)
+	global.Usage = func() { fmt.Fprint(os.Stderr, usage) }
+	cfgPath := global.String("config", os.Getenv("GPUEXT_CONFIG"), "config file")
+	if err := global.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		return err
+	}
+	rest := global.Args()
+	if len(rest) == 0 {
+		global.Usage()
+		return fmt.Errorf("no command given")
+	}
+	switch rest[0] {
+	case "tenants":
+		return tenants(cfg, rest[1:], out)
+	case "policies":
+		return listPolicies(cfg, rest[1:], out)
+	case "help", "-h", "--help":
+		fmt.Fprint(out, usage)
+		return nil
+	}
+	global.Usage()
+	return fmt.Errorf("unknown command %q", rest[0])
+}
+
+// TenantRow is one line of the tenant table (also the --json element).
+type TenantRow struct {
+	Tenant        uint32 `json:"tenant"`
+	Key           string `json:"key"`
+	Container     string `json:"container"`
+	ContainerName string `json:"containerName"`
+	Pod           string `json:"pod,omitempty"`
+	Runtime       string `json:"runtime"`
+	Cgroup        string `json:"cgroup"`
+	CgroupID      uint64 `json:"cgroupId"`
+	Policy        string `json:"policy"`
+	QuotaBytes    uint64 `json:"quotaBytes"`
+	Priority      string `json:"priority"`
+	TimesliceUS   uint32 `json:"timesliceUs"`
+	FailedOpen    bool   `json:"failedOpen"`
+}
+
+func tenants(cfg config.Config, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("tenants", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pinDir := fs.String("pin-dir", cfg.PinDir, "registry pin directory")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if _, err := os.Stat(*pinDir); err != nil {
+		return fmt.Errorf("no tenant registry at %s (is the NRI plugin or OCI hook configured with this pinDir?): %w", *pinDir, err)
+	}
+	reg, err := bpf.OpenRegistry(*pinDir)
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	list, err := reg.List()
+	if err != nil {
+		return err
+	}
+	rows := []TenantRow{}
+	for _, t := range list {
+		base := TenantRow{
+			Tenant: uint32(t.ID), Key: t.Key, Policy: t.Policy, QuotaBytes: t.Config.QuotaBytes,
+			Priority: admission.PriorityClassName(t.Config.PriorityClass), TimesliceUS: t.Config.TimesliceUs,
+			FailedOpen: t.Config.Flags&uint32(bpf.TenantFlagFailOpen) != 0,
+		}
+		if len(t.Cgroups) == 0 {
+			base.Runtime = "-"
+			rows = append(rows, base)
+			continue
+		}
+		for _, cg := range t.Cgroups {
+			r := base
+			r.Container, r.ContainerName, r.Cgroup, r.CgroupID = cg.ContainerID, cg.ContainerName, cg.CgroupPath, uint64(cg.CgroupID)
+			if cg.PodName != "" {
+				r.Pod = cg.PodNamespace + "/" + cg.PodName
+			}
+			r.Runtime = runtimeName(cg.Runtime)
+			rows = append(rows, r)
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tCONTAINER\tNAME\tPOD\tRUNTIME\tCGROUP\tCGROUP-ID\tPOLICY\tQUOTA\tPRIORITY")
+	for _, r := range rows {
+		policy := r.Policy
+		if r.FailedOpen {
+			policy += " (fail-open)"
+		}
+		quota := "-"
+		if r.QuotaBytes > 0 {
+			quota = policies.FormatSize(r.QuotaBytes)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Tenant, short(r.Container), dash(r.ContainerName),
+			dash(r.Pod), r.Runtime, dash(r.Cgroup), idStr(r.CgroupID), policy, quota, r.Priority)
+	}
+	return tw.Flush()
+}
+
+func listPolicies(cfg config.Config, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("policies", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cat, err := cfg.Catalog()
+	if err != nil {
+		return err
+	}
+	if rest := fs.Args(); len(rest) > 0 {
+		if rest[0] != "show" || len(rest) != 2 {
+			return fmt.Errorf("usage: gpuextctl policies show NAME")
+		}
+		p, ok := cat.Get(rest[1])
+		if !ok {
+			return fmt.Errorf("unknown policy %q (known: %s)", rest[1], strings.Join(cat.Names(), ", "))
+		}
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(p)
+	}
+	list := cat.List()
+	if *asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(list)
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POLICY\tSUMMARY\tDESCRIPTION")
+	for _, p := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.Summary(), p.Description)
+	}
+	return tw.Flush()
+}
+
+func runtimeName(r bpf.Runtime) string {
+	switch r {
+	case bpf.RuntimeNRI:
+		return "containerd"
+	case bpf.RuntimeOCIHook:
+		return "oci-hook"
+	case bpf.RuntimeRuncWrapper:
+		return "runc-wrapper"
+	}
+	return strconv.Itoa(int(r))
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return dash(id)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func idStr(id uint64) string {
+	if id == 0 {
+		return "-"
+	}
+	return strconv.FormatUint(id, 10)
+}

@@ -1,0 +1,379 @@
+package admission
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/cgroup"
+	"github.com/gpuext/gpuext/policies"
+)
+
+// Config is the admission core's configuration (the shared part of the NRI
+// plugin's and the OCI hook's config files).
+type Config struct {
+	FailMode FailMode
+	// StateDir holds one directory per tenant (tenants/<id>/config.json), mounted
+	// read-only into the tenant's containers.
+	StateDir string
+	// DevrtDir is the host directory holding the device runtime library; mounted
+	// read-only at ContainerDevrtDir.
+	DevrtDir string
+}
+
+// Core is the admission core. It is safe for concurrent use, and several
+// processes may run one at a time against the same registry.
+type Core struct {
+	cfg         Config
+	reg         *bpf.Registry
+	catalog     *policies.Catalog
+	constraints *policies.Constraints
+	resolver    *cgroup.Resolver
+	log         *logrus.Entry
+}
+
+// New returns a Core. constraints may be nil (everything allowed).
+func New(cfg Config, reg *bpf.Registry, catalog *policies.Catalog, constraints *policies.Constraints,
+	resolver *cgroup.Resolver, log *logrus.Entry) (*Core, error) {
+	if cfg.FailMode == "" {
+		cfg.FailMode = FailOpen
+	}
+	if cfg.StateDir == "" || cfg.DevrtDir == "" {
+		return nil, fmt.Errorf("admission config: stateDir and devrtDir are required")
+	}
+	if reg == nil || catalog == nil || resolver == nil {
+		return nil, fmt.Errorf("admission: registry, catalog and cgroup resolver are required")
+	}
+	if log == nil {
+		log = logrus.NewEntry(logrus.StandardLogger())
+	}
+	return &Core{cfg: cfg, reg: reg, catalog: catalog, constraints: constraints, resolver: resolver, log: log}, nil
+}
+
+// Registry returns the tenant registry the core writes.
+func (c *Core) Registry() *bpf.Registry { return c.reg }
+
+// Select validates the container's request against the catalog and the admin
+// constraints. In fail-open mode a bad request yields the default policy and
+// the keyed error in Decision.RequestErr; in strict mode it is an error that
+// wraps ErrRefused.
+func (c *Core) Select(info ContainerInfo) (policies.Selection, error, error) {
+	req := info.request()
+	sel, err := c.catalog.Select(req)
+	if err == nil && c.constraints != nil {
+		err = c.constraints.Check(req, sel)
+	}
+	if err == nil {
+		return sel, nil, nil
+	}
+	if c.cfg.FailMode == FailClosed {
+		return policies.Selection{}, nil, fmt.Errorf("%w: container %q: %w", ErrRefused, info.Name, err)
+	}
+	def := policies.Selection{Policy: c.catalog.Default(), Tenant: "container"}
+	return def, err, nil
+}
+
+func tenantKey(info ContainerInfo, sel policies.Selection) string {
+	prefix := runtimePrefix(info.Runtime)
+	if sel.Tenant == "pod" && (info.PodUID != "" || info.PodName != "") {
+		id := info.PodUID
+		if id == "" {
+			id = info.PodNamespace + "/" + info.PodName
+		}
+		return prefix + "/pod/" + id
+	}
+	return prefix + "/ctr/" + info.ID
+}
+
+func runtimePrefix(r bpf.Runtime) string {
+	switch r {
+	case bpf.RuntimeNRI:
+		return "nri"
+	case bpf.RuntimeOCIHook, bpf.RuntimeRuncWrapper:
+		return "oci"
+	}
+	return "rt" + strconv.Itoa(int(r))
+}
+
+// Admit selects the container's policy, reserves its tenant, writes the
+// tenant directory and returns the injection. It is idempotent: admitting the
+// same container twice returns the same tenant.
+func (c *Core) Admit(info ContainerInfo) (Decision, error) {
+	return c.admit(info, true)
+}
+
+// admit is Admit; full=false (the register path) skips rewriting the tenant
+// directory and the admission log line, which Admit already did.
+func (c *Core) admit(info ContainerInfo, full bool) (Decision, error) {
+	if info.ID == "" {
+		return Decision{}, errors.New("admit: container id is empty")
+	}
+	sel, reqErr, err := c.Select(info)
+	if err != nil {
+		c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name, "pod": info.PodName,
+			"namespace": info.PodNamespace}).WithError(err).Error("refused container: bad gpu policy request")
+		return Decision{}, err
+	}
+	log := c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name, "pod": info.PodName,
+		"namespace": info.PodNamespace, "policy": sel.Policy.Name})
+	if reqErr != nil && full {
+		log.WithError(reqErr).WithField("failMode", c.cfg.FailMode).
+			Warn("bad gpu policy request: container starts with the default policy")
+	}
+	key := tenantKey(info, sel)
+	cfg := tenantConfig(sel.Policy, reqErr != nil)
+	id, err := c.reg.Reserve(key, sel.Policy.Name, cfg)
+	if err != nil {
+		return Decision{}, fmt.Errorf("reserve tenant %q: %w", key, err)
+	}
+	d := Decision{Tenant: id, TenantKey: key, Policy: sel.Policy, RequestErr: reqErr}
+	if !full {
+		return d, nil
+	}
+	dir, err := c.writeTenantDir(id, key, sel.Policy)
+	if err != nil {
+		return Decision{}, err
+	}
+	d.Injection = c.injection(info, id, dir, sel.Policy)
+	log.WithFields(logrus.Fields{"tenant": id, "tenantKey": key}).Info("admitted container")
+	return d, nil
+}
+
+// injection builds the mounts and env of the device-runtime contract
+// (docs/injection.md).
+func (c *Core) injection(info ContainerInfo, id bpf.TenantID, tenantDir string, p policies.Policy) Injection {
+	lib := ContainerDevrtDir + "/" + DevrtLibrary
+	return Injection{
+		Mounts: []Mount{
+			{Source: c.cfg.DevrtDir, Destination: ContainerDevrtDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
+			{Source: tenantDir, Destination: ContainerTenantDir, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
+		},
+		Env: []EnvVar{
+			{Key: EnvLDPreload, Value: AppendPreload(lookupEnv(info.Env, EnvLDPreload), lib)},
+			{Key: EnvTenantID, Value: strconv.FormatUint(uint64(id), 10)},
+			{Key: EnvTenantDir, Value: ContainerTenantDir},
+			{Key: EnvTenantConfig, Value: ContainerTenantDir + "/" + TenantConfigFile},
+			{Key: EnvDevrtDir, Value: ContainerDevrtDir},
+			{Key: EnvPolicy, Value: p.Name},
+		},
+	}
+}
+
+// AppendPreload appends lib to an LD_PRELOAD value unless it is already there.
+// ld.so accepts both ':' and ' ' as separators; ':' is used.
+func AppendPreload(existing, lib string) string {
+	for _, f := range strings.FieldsFunc(existing, func(r rune) bool { return r == ':' || r == ' ' }) {
+		if f == lib {
+			return existing
+		}
+	}
+	if strings.TrimSpace(existing) == "" {
+		return lib
+	}
+	return existing + ":" + lib
+}
+
+func lookupEnv(env []string, key string) string {
+	v := ""
+	for _, kv := range env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
+			v = val // the last one wins, as execve users see it
+		}
+	}
+	return v
+}
+
+// Register resolves the container's cgroup and attaches it to its tenant.
+// The cgroup must exist (NRI PostCreate/StartContainer, OCI prestart).
+func (c *Core) Register(info ContainerInfo) (Decision, cgroup.Cgroup, error) {
+	d, err := c.admit(info, false)
+	if err != nil {
+		return Decision{}, cgroup.Cgroup{}, err
+	}
+	cg, err := c.resolve(info)
+	if err != nil {
+		return d, cg, err
+	}
+	entry := bpf.CgroupEntry{
+		CgroupID:      cg.ID,
+		CgroupPath:    cg.Path,
+		ContainerID:   info.ID,
+		ContainerName: info.Name,
+		PodName:       info.PodName,
+		PodNamespace:  info.PodNamespace,
+		Runtime:       info.Runtime,
+	}
+	if err := c.reg.Attach(d.Tenant, entry); err != nil {
+		return d, cg, fmt.Errorf("attach cgroup %s (id %d) to tenant %d: %w", cg.Path, cg.ID, d.Tenant, err)
+	}
+	c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name, "tenant": d.Tenant,
+		"cgroup": cg.Path, "cgroupID": cg.ID, "policy": d.Policy.Name}).Info("registered tenant cgroup")
+	return d, cg, nil
+}
+
+func (c *Core) resolve(info ContainerInfo) (cgroup.Cgroup, error) {
+	var errs []error
+	if info.Pid > 0 {
+		cg, err := c.resolver.FromPid(info.Pid)
+		if err == nil && cg.ID != 0 {
+			return cg, nil
+		}
+		errs = append(errs, fmt.Errorf("pid %d: %w", info.Pid, err))
+	}
+	if info.CgroupsPath != "" {
+		cg, err := c.resolver.FromCgroupsPath(info.CgroupsPath)
+		if err == nil && cg.ID != 0 {
+			return cg, nil
+		}
+		errs = append(errs, fmt.Errorf("cgroupsPath %q: %w", info.CgroupsPath, err))
+	}
+	if len(errs) == 0 {
+		errs = append(errs, errors.New("neither a pid nor a cgroupsPath is known"))
+	}
+	return cgroup.Cgroup{}, fmt.Errorf("%w: container %q: %w", ErrNoCgroup, info.ID, errors.Join(errs...))
+}
+
+// Remove detaches every cgroup registered for the container and releases
+// tenants that are left without cgroups. Removing an unknown container is
+// not an error.
+func (c *Core) Remove(info ContainerInfo) error {
+	tenants, err := c.reg.List()
+	if err != nil {
+		return fmt.Errorf("remove container %q: %w", info.ID, err)
+	}
+	var errs []error
+	for _, t := range tenants {
+		for _, cg := range t.Cgroups {
+			if cg.ContainerID != info.ID {
+				continue
+			}
+			if _, err := c.reg.Detach(cg.CgroupID); err != nil && !errors.Is(err, bpf.ErrNotFound) {
+				errs = append(errs, err)
+			}
+			c.log.WithFields(logrus.Fields{"container": info.ID, "tenant": t.ID, "cgroupID": cg.CgroupID}).
+				Info("removed tenant cgroup")
+		}
+	}
+	// A container that was admitted but never registered (creation failed)
+	// still holds a reserved tenant under its own key.
+	key := runtimePrefix(info.Runtime) + "/ctr/" + info.ID
+	if err := c.releaseIfEmpty(key); err != nil {
+		errs = append(errs, err)
+	}
+	c.gcTenantDirs()
+	return errors.Join(errs...)
+}
+
+func (c *Core) releaseIfEmpty(key string) error {
+	id, ok, err := c.reg.LookupKey(key)
+	if err != nil || !ok {
+		return err
+	}
+	tenants, err := c.reg.List()
+	if err != nil {
+		return err
+	}
+	for _, t := range tenants {
+		if t.ID == id && len(t.Cgroups) == 0 {
+			if err := c.reg.ReleaseTenant(id); err != nil && !errors.Is(err, bpf.ErrNotFound) {
+				return fmt.Errorf("release tenant %d: %w", id, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Core) tenantDir(id bpf.TenantID) string {
+	return filepath.Join(c.cfg.StateDir, "tenants", strconv.FormatUint(uint64(id), 10))
+}
+
+// TenantFile is the config.json the device runtime reads (docs/injection.md).
+type TenantFile struct {
+	ABIVersion  uint32   `json:"abiVersion"`
+	TenantID    uint32   `json:"tenantId"`
+	TenantKey   string   `json:"tenantKey"`
+	Policy      string   `json:"policy"`
+	Class       string   `json:"priorityClass"`
+	QuotaBytes  uint64   `json:"quotaBytes"`
+	TimesliceUS uint32   `json:"timesliceUs"`
+	Interleave  uint32   `json:"interleave"`
+	Eviction    string   `json:"eviction"`
+	Prefetch    string   `json:"prefetch"`
+	Probes      []string `json:"probes"`
+}
+
+func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy) (string, error) {
+	dir := c.tenantDir(id)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("tenant dir: %w", err)
+	}
+	probes := p.Probes
+	if probes == nil {
+		probes = []string{}
+	}
+	tf := TenantFile{
+		ABIVersion: abiVersion, TenantID: uint32(id), TenantKey: key, Policy: p.Name,
+		Class: string(p.Priority.Class), QuotaBytes: p.Memory.QuotaBytes, TimesliceUS: p.Priority.TimesliceUS,
+		Interleave: p.Priority.Interleave, Eviction: p.Memory.Eviction.Name, Prefetch: p.Memory.Prefetch.Name,
+		Probes: probes,
+	}
+	b, err := json.MarshalIndent(tf, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	if err := writeFileAtomic(filepath.Join(dir, TenantConfigFile), append(b, '\n'), 0o644); err != nil {
+		return "", fmt.Errorf("tenant config: %w", err)
+	}
+	return dir, nil
+}
+
+// gcTenantDirs removes tenant directories whose tenant is gone.
+func (c *Core) gcTenantDirs() {
+	root := filepath.Join(c.cfg.StateDir, "tenants")
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return
+	}
+	tenants, err := c.reg.List()
+	if err != nil {
+		return
+	}
+	live := map[string]bool{}
+	for _, t := range tenants {
+		live[strconv.FormatUint(uint64(t.ID), 10)] = true
+	}
+	for _, e := range ents {
+		if !live[e.Name()] {
+			_ = os.RemoveAll(filepath.Join(root, e.Name()))
+		}
+	}
+}
+
+// writeFileAtomic writes a temp file next to path and renames it over path,
+// so a reader never sees a partial file.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

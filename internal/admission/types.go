@@ -1,0 +1,123 @@
+package admission
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/policies"
+)
+
+// FailMode says what happens to a container whose GPU policy request is bad
+// (unknown policy, malformed value, forbidden by the admin constraints).
+type FailMode string
+
+const (
+	// FailOpen starts the container with the default policy and logs the keyed error.
+	FailOpen FailMode = "fail-open"
+	// FailClosed refuses to create the container; the error names the key.
+	FailClosed FailMode = "strict"
+)
+
+// ParseFailMode accepts "fail-open" (the default when empty) or "strict".
+func ParseFailMode(s string) (FailMode, error) {
+	switch s {
+	case "", string(FailOpen):
+		return FailOpen, nil
+	case string(FailClosed), "fail-closed":
+		return FailClosed, nil
+	}
+	return "", fmt.Errorf("failMode %q: want %q or %q", s, FailOpen, FailClosed)
+}
+
+// Paths of the injection contract inside the container (docs/injection.md).
+const (
+	ContainerDevrtDir  = "/run/gpuext/devrt"
+	ContainerTenantDir = "/run/gpuext/tenant"
+	DevrtLibrary       = "libgpuext-devrt.so"
+	TenantConfigFile   = "config.json"
+
+	EnvTenantID     = "GPUEXT_TENANT_ID"
+	EnvTenantDir    = "GPUEXT_TENANT_DIR"
+	EnvTenantConfig = "GPUEXT_TENANT_CONFIG"
+	EnvDevrtDir     = "GPUEXT_DEVRT_DIR"
+	EnvPolicy       = "GPUEXT_POLICY"
+	EnvLDPreload    = "LD_PRELOAD"
+)
+
+// Sentinel errors callers test with errors.Is.
+var (
+	// ErrRefused wraps a bad request refused in strict mode.
+	ErrRefused = errors.New("gpu policy request refused")
+	// ErrNoCgroup means the container's cgroup could not be resolved.
+	ErrNoCgroup = errors.New("container cgroup not resolvable")
+)
+
+// ContainerInfo is what a runtime path knows about a container. It is the
+// only input of the admission core.
+type ContainerInfo struct {
+	ID   string
+	Name string
+
+	// Pod identity; empty for Docker and plain runc/podman containers.
+	PodName      string
+	PodNamespace string
+	PodUID       string
+
+	Labels         map[string]string
+	Annotations    map[string]string
+	PodLabels      map[string]string
+	PodAnnotations map[string]string
+
+	// CgroupsPath is the OCI linux.cgroupsPath (cgroupfs or systemd form).
+	CgroupsPath string
+	// Pid is the container's init pid on the host, 0 when not known yet.
+	Pid int
+	// Env is the process env the container already has (for LD_PRELOAD appending).
+	Env []string
+
+	Runtime bpf.Runtime
+}
+
+func (c ContainerInfo) request() policies.Request {
+	return policies.Request{
+		ContainerName:  c.Name,
+		PodName:        c.PodName,
+		PodNamespace:   c.PodNamespace,
+		Labels:         c.Labels,
+		Annotations:    c.Annotations,
+		PodLabels:      c.PodLabels,
+		PodAnnotations: c.PodAnnotations,
+	}
+}
+
+// Mount is a bind mount to add to the container.
+type Mount struct {
+	Source      string
+	Destination string
+	Options     []string
+}
+
+// EnvVar is one environment variable to set in the container (final value).
+type EnvVar struct {
+	Key   string
+	Value string
+}
+
+// Injection is what a runtime path adds to the container so the device
+// runtime is loaded and finds its tenant.
+type Injection struct {
+	Mounts []Mount
+	Env    []EnvVar
+}
+
+// Decision is the outcome of Admit.
+type Decision struct {
+	Tenant    bpf.TenantID
+	TenantKey string
+	Policy    policies.Policy
+	// RequestErr is the keyed error of a bad request that fail-open mode
+	// replaced with the default policy; nil for a good request.
+	RequestErr error
+	Injection  Injection
+}

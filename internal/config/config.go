@@ -1,0 +1,166 @@
+// Package config is the configuration file shared by the gpuext NRI plugin,
+// the OCI hook and the runc wrapper, and the wiring that turns it into an
+// admission core. Decoding is strict: an unknown field is an error naming it.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/cgroup"
+	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/policies"
+)
+
+// Config is the file format (JSON). Every field has a default.
+type Config struct {
+	// FailMode is "fail-open" (default: a bad request starts the container with
+	// the default policy and logs the keyed error) or "strict" (refuse it).
+	FailMode string `json:"failMode,omitempty"`
+	// PinDir is the bpffs directory of the tenant registry.
+	PinDir string `json:"pinDir,omitempty"`
+	// StateDir holds tenant directories (mounted read-only into containers).
+	StateDir string `json:"stateDir,omitempty"`
+	// DevrtDir is the host directory of the device runtime library.
+	DevrtDir string `json:"devrtDir,omitempty"`
+	// CatalogDir holds extra policy files (*.json) that add to or override the built-in catalog.
+	CatalogDir string `json:"catalogDir,omitempty"`
+	// ConstraintsFile is the admin constraints file (who may ask for what).
+	ConstraintsFile string `json:"constraintsFile,omitempty"`
+	// HostRoot prefixes /proc and /sys/fs/cgroup (for running inside a container).
+	HostRoot string `json:"hostRoot,omitempty"`
+	// LogFile is where logs go (JSON lines). Empty: stderr.
+	LogFile string `json:"logFile,omitempty"`
+	// LogLevel is a logrus level: debug, info, warn, error.
+	LogLevel string `json:"logLevel,omitempty"`
+	// DockerDataRoot is dockerd's data-root, where the runc wrapper reads container labels.
+	DockerDataRoot string `json:"dockerDataRoot,omitempty"`
+	// Runc is the real runc the wrapper executes.
+	Runc string `json:"runc,omitempty"`
+	// HookPath is the OCI hook binary the runc wrapper adds to config.json.
+	HookPath string `json:"hookPath,omitempty"`
+}
+
+// Defaults used for empty fields.
+const (
+	DefaultStateDir       = "/run/gpuext"
+	DefaultDevrtDir       = "/opt/gpuext/devrt"
+	DefaultDockerDataRoot = "/var/lib/docker"
+	DefaultRunc           = "runc"
+)
+
+// Default returns the defaults.
+func Default() Config {
+	return Config{
+		FailMode: string(admission.FailOpen), PinDir: bpf.DefaultPinDir, StateDir: DefaultStateDir,
+		DevrtDir: DefaultDevrtDir, HostRoot: "/", LogLevel: "info", DockerDataRoot: DefaultDockerDataRoot,
+		Runc: DefaultRunc,
+	}
+}
+
+// Parse decodes a config over the defaults. Unknown fields are errors.
+func Parse(data []byte, name string) (Config, error) {
+	cfg := Default()
+	if len(bytes.TrimSpace(data)) == 0 {
+		return cfg, nil
+	}
+	return cfg, decodeInto(&cfg, data, name)
+}
+
+// Overlay decodes data over an existing config (fields absent in data keep their value).
+func Overlay(base Config, data []byte, name string) (Config, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return base, nil
+	}
+	return base, decodeInto(&base, data, name)
+}
+
+func decodeInto(cfg *Config, data []byte, name string) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(cfg); err != nil {
+		return fmt.Errorf("config %s: %w", name, err)
+	}
+	if err := dec.Decode(new(json.RawMessage)); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: trailing data after the JSON object", name)
+	}
+	if _, err := admission.ParseFailMode(cfg.FailMode); err != nil {
+		return fmt.Errorf("config %s: %w", name, err)
+	}
+	if _, err := logrus.ParseLevel(cfg.LogLevel); err != nil {
+		return fmt.Errorf("config %s: logLevel %q: %w", name, cfg.LogLevel, err)
+	}
+	return nil
+}
+
+// Load reads a config file; an empty path gives the defaults.
+func Load(path string) (Config, error) {
+	if path == "" {
+		return Default(), nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return Parse(data, path)
+}
+
+// Catalog returns the built-in catalog merged with CatalogDir.
+func (c Config) Catalog() (*policies.Catalog, error) {
+	cat := policies.BuiltinCatalog()
+	if c.CatalogDir == "" {
+		return cat, nil
+	}
+	user, err := policies.LoadCatalogDir(c.CatalogDir)
+	if err != nil {
+		return nil, err
+	}
+	return cat.Merge(user)
+}
+
+// Constraints loads ConstraintsFile; nil when none is configured.
+func (c Config) Constraints() (*policies.Constraints, error) {
+	if c.ConstraintsFile == "" {
+		return nil, nil
+	}
+	return policies.LoadConstraints(c.ConstraintsFile)
+}
+
+// OpenCore opens the registry and builds the admission core. The caller
+// closes the returned registry.
+func (c Config) OpenCore(log *logrus.Entry) (*admission.Core, *bpf.Registry, error) {
+	mode, err := admission.ParseFailMode(c.FailMode)
+	if err != nil {
+		return nil, nil, err
+	}
+	cat, err := c.Catalog()
+	if err != nil {
+		return nil, nil, err
+	}
+	cons, err := c.Constraints()
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := cgroup.NewResolver(c.HostRoot)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cgroup resolver: %w", err)
+	}
+	reg, err := bpf.OpenRegistry(c.PinDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	core, err := admission.New(admission.Config{FailMode: mode, StateDir: c.StateDir, DevrtDir: c.DevrtDir},
+		reg, cat, cons, res, log)
+	if err != nil {
+		reg.Close()
+		return nil, nil, err
+	}
+	return core, reg, nil
+}
