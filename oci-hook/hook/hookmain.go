@@ -17,6 +17,25 @@ import (
 // EnvConfig names the config file when no --config flag is given.
 const EnvConfig = "GPUEXT_CONFIG"
 
+// DefaultConfigPath is used when neither --config nor GPUEXT_CONFIG names a
+// config and the file exists; otherwise the built-in defaults apply.
+const DefaultConfigPath = "/etc/gpuext/config.json"
+
+// ConfigPath picks the config file: the flag, else $GPUEXT_CONFIG, else
+// DefaultConfigPath when it exists, else "" (built-in defaults).
+func ConfigPath(flagValue string, getenv func(string) string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if v := getenv(EnvConfig); v != "" {
+		return v
+	}
+	if _, err := os.Stat(DefaultConfigPath); err == nil {
+		return DefaultConfigPath
+	}
+	return ""
+}
+
 // Exit codes of gpuext-oci-hook.
 const (
 	ExitOK      = 0
@@ -35,8 +54,9 @@ Stages:
   createContainer           register by linux.cgroupsPath (pid is not a host pid here)
   poststop                  detach the cgroup, release an empty tenant
 
-The config file is the gpuext config (docs/configuration.md); env GPUEXT_CONFIG
-is used when --config is absent. Logs go to the config's logFile.
+The config file is the gpuext config (docs/configuration.md); without
+--config, $GPUEXT_CONFIG, else /etc/gpuext/config.json if it exists, else the
+built-in defaults. Logs go to the config's logFile.
 `
 
 // HookMain runs gpuext-oci-hook with args (without argv[0]) and returns the
@@ -46,15 +66,16 @@ func HookMain(args []string, stdin io.Reader, stderr io.Writer, timeout time.Dur
 	fs := flag.NewFlagSet("gpuext-oci-hook", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, hookUsage) }
-	cfgPath := fs.String("config", os.Getenv(EnvConfig), "gpuext config file (JSON)")
+	cfgFlag := fs.String("config", "", "gpuext config file (JSON); default $GPUEXT_CONFIG, else "+DefaultConfigPath+" if it exists")
 	if err := fs.Parse(args); err != nil {
 		return ExitBadArgs
 	}
+	cfgPath := ConfigPath(*cfgFlag, os.Getenv)
 	fail := func(code int, err error) int {
 		fmt.Fprintln(stderr, "gpuext-oci-hook:", err)
 		return code
 	}
-	cfg, err := config.Load(*cfgPath)
+	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		return fail(ExitFailed, err)
 	}

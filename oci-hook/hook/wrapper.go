@@ -47,10 +47,7 @@ type WrapperEnv struct {
 func WrapperMain(env WrapperEnv) (Exec, int) {
 	// On a parse error, runc gets the line (minus our flag) and reports it.
 	cmd, perr := ParseRuncArgs(env.Args, env.Cwd)
-	cfgPath := cmd.ConfigPath
-	if cfgPath == "" {
-		cfgPath = env.Getenv(EnvConfig)
-	}
+	cfgPath := ConfigPath(cmd.ConfigPath, env.Getenv)
 	cfg, cfgErr := config.Load(cfgPath)
 	runcCfg := cfg.Runc
 	if cfgErr != nil {
@@ -215,6 +212,9 @@ func admitBundle(cfg config.Config, log *logrus.Entry, cmd RuncCommand, hookPath
 	return nil
 }
 
+// FallbackPath is searched for runc after PATH.
+const FallbackPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 // FindRunc resolves the real runc: a path as configured, or a name looked up
 // in PATH, skipping the wrapper itself (it may be installed as "runc").
 func FindRunc(runc, self, pathEnv string) (string, error) {
@@ -232,7 +232,8 @@ func FindRunc(runc, self, pathEnv string) (string, error) {
 		}
 		return runc, nil
 	}
-	for _, dir := range filepath.SplitList(pathEnv) {
+	// conmon (podman) runs the runtime with an empty PATH for some commands.
+	for _, dir := range append(filepath.SplitList(pathEnv), filepath.SplitList(FallbackPath)...) {
 		if dir == "" {
 			dir = "."
 		}

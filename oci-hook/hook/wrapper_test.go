@@ -35,8 +35,11 @@ func TestFindRunc(t *testing.T) {
 	if got, err := FindRunc("runc", self, path); err != nil || got != realRunc {
 		t.Fatalf("FindRunc = %q, %v; want %q (itself and a link to itself skipped)", got, err, realRunc)
 	}
-	if _, err := FindRunc("runc", self, selfDir); err == nil {
-		t.Fatal("only itself in PATH: no error")
+	if _, err := FindRunc("gx-no-such-runc", self, selfDir); err == nil {
+		t.Fatal("not in PATH nor in the fallback dirs: no error")
+	}
+	if got, err := FindRunc("runc", self, selfDir); err == nil && got == self {
+		t.Fatal("found itself")
 	}
 	if got, err := FindRunc("/usr/bin/my-runc", self, ""); err != nil || got != "/usr/bin/my-runc" {
 		t.Fatalf("absolute: %q, %v", got, err)
