@@ -216,7 +216,7 @@ func openPinnedMap(pinDir string, spec *ebpf.MapSpec) (*ebpf.Map, error) {
 
 func checkPinnedMap(pinDir string, m *ebpf.Map, spec *ebpf.MapSpec) error {
 	mismatch := func(what string, got, want any) error {
-		return fmt.Errorf("pinned map %s has %s %v, want %v: %w: remove %s to reset",
+		return fmt.Errorf("pinned map %s has %s %v, want %v: %w, remove %s to reset",
 			spec.Name, what, got, want, ErrABIMismatch, pinDir)
 	}
 	switch {
@@ -241,7 +241,7 @@ func (r *Registry) checkRecordABI() error {
 	)
 	it := r.maps.Tenants.Iterate()
 	if it.Next(&id, &rec) && rec.Config.AbiVersion != ABIVersion {
-		return fmt.Errorf("pinned map %s holds records of ABI version %d, want %d: %w: remove %s to reset",
+		return fmt.Errorf("pinned map %s holds records of ABI version %d, want %d: %w, remove %s to reset",
 			registryMapGpuextTenants, rec.Config.AbiVersion, ABIVersion, ErrABIMismatch, r.pinDir)
 	}
 	if err := it.Err(); err != nil && !errors.Is(err, ebpf.ErrIterationAborted) {

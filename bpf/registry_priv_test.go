@@ -358,21 +358,42 @@ func TestRegistryPinPermissions(t *testing.T) {
 
 	// The test binary lives in a 0700 build dir: give nobody a copy it can run.
 	bin := copyTestBinary(t)
-	cmd := helperCmd(t, "open-pin", "GPUEXT_PIN="+filepath.Join(dir, "gpuext_cgroups"))
-	cmd.Path = bin
-	cmd.Args[0] = bin
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("helper as nobody: %v\n%s", err, out)
+	asNobody := func() string {
+		t.Helper()
+		cmd := helperCmd(t, "open-pin", "GPUEXT_PIN="+filepath.Join(dir, "gpuext_cgroups"))
+		cmd.Path = bin
+		cmd.Args[0] = bin
+		cmd.Dir = "/"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("helper as nobody: %v\n%s", err, out)
+		}
+		t.Logf("as uid 65534: %s", strings.Join(strings.Fields(string(out)), " "))
+		return string(out)
 	}
+
 	// The 0700 dir stops nobody at path lookup, whatever the bpf sysctls say.
-	if !strings.Contains(string(out), "stat=EACCES") {
-		t.Errorf("nobody stat of pin: %q, want EACCES", out)
+	out := asNobody()
+	if !strings.Contains(out, "stat=EACCES") || !strings.Contains(out, "open=EACCES") {
+		t.Errorf("nobody reached a pin in a 0700 dir: %q", out)
 	}
-	if !strings.Contains(string(out), "open=EACCES") && !strings.Contains(string(out), "open=EPERM") {
-		t.Errorf("nobody LoadPinnedMap: %q, want a permission error", out)
+
+	// With the dir opened up, the 0600 pin alone still refuses nobody.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out = asNobody()
+	if !strings.Contains(out, "stat=ok") {
+		t.Errorf("nobody cannot stat the pin in a 0755 dir: %q", out)
+	}
+	if !strings.Contains(out, "open=EACCES") && !strings.Contains(out, "open=EPERM") {
+		t.Errorf("nobody opened a 0600 pin: %q", out)
+	}
+	// Reopening restores the dir mode.
+	openTestRegistry(t, dir)
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("OpenRegistry did not restore the pin dir to 0700 (%v)", err)
 	}
 }
 
