@@ -1,0 +1,295 @@
+package e2e
+
+// Helpers of the Docker/runc/podman end-to-end tests (oci_*_test.go). Every
+// name here starts with "oci" so the containerd tests of this package can
+// have their own.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/cgroup"
+)
+
+// ociRequirePrivileged skips without root locally and fails in CI (CI=true).
+func ociRequirePrivileged(t *testing.T, tools ...string) {
+	t.Helper()
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root")
+	}
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			missing = append(missing, tool)
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("privileged e2e test needs %s (CI=true: not skipping)", strings.Join(missing, ", "))
+	}
+	t.Skipf("needs %s", strings.Join(missing, ", "))
+}
+
+// ociRepoRoot is the module root (test/e2e/../..).
+func ociRepoRoot(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+func ociRandom(n int) string {
+	b := make([]byte, n)
+	rand.Read(b) //nolint:errcheck // never fails on Linux
+	return hex.EncodeToString(b)
+}
+
+// ociLab is one test's private gpuext setup: static binaries, a device
+// runtime dir, a state dir, a registry pinned under /sys/fs/bpf, a config
+// file and its log.
+type ociLab struct {
+	Dir      string // short, under /tmp (socket paths)
+	Bin      string // gpuext-oci-hook and gpuext-runc
+	Hook     string
+	Wrapper  string
+	DevrtDir string
+	StateDir string
+	PinDir   string
+	Config   string
+	Log      string
+	extra    map[string]any
+}
+
+func ociNewLab(t *testing.T) *ociLab {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "gx-oci-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, _ = filepath.EvalSymlinks(dir) // runc wants symlink-free absolute paths
+	l := &ociLab{
+		Dir: dir, Bin: filepath.Join(dir, "bin"), DevrtDir: filepath.Join(dir, "devrt"),
+		StateDir: filepath.Join(dir, "state"), PinDir: "/sys/fs/bpf/gpuext-e2e-oci-" + ociRandom(4),
+		Config: filepath.Join(dir, "gpuext.json"), Log: filepath.Join(dir, "gpuext.log"),
+	}
+	l.Hook = filepath.Join(l.Bin, "gpuext-oci-hook")
+	l.Wrapper = filepath.Join(l.Bin, "gpuext-runc")
+	t.Cleanup(func() {
+		if t.Failed() {
+			if data, err := os.ReadFile(l.Log); err == nil {
+				t.Logf("gpuext log:\n%s", data)
+			}
+		}
+		if err := os.RemoveAll(l.PinDir); err != nil {
+			t.Errorf("remove pin dir: %v", err)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove work dir: %v", err)
+		}
+	})
+	l.build(t)
+	l.devrt(t)
+	l.WriteConfig(t, "fail-open", nil)
+	return l
+}
+
+// build compiles the two binaries statically, as they ship.
+func (l *ociLab) build(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command("go", "build", "-o", l.Bin+"/", "./oci-hook/cmd/gpuext-oci-hook", "./oci-hook/cmd/gpuext-runc")
+	cmd.Dir = ociRepoRoot(t)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+}
+
+// devrt builds the placeholder device runtime when its source and gcc are
+// there, else writes a stand-in file (busybox is static and never loads it).
+func (l *ociLab) devrt(t *testing.T) {
+	t.Helper()
+	if err := os.MkdirAll(l.DevrtDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(l.DevrtDir, "libgpuext-devrt.so")
+	srcs, _ := filepath.Glob(filepath.Join(ociRepoRoot(t), "devrt", "placeholder", "*.c"))
+	if _, err := exec.LookPath("gcc"); err == nil && len(srcs) > 0 {
+		args := append([]string{"-shared", "-fPIC", "-O2", "-o", lib}, srcs...)
+		if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+			t.Fatalf("gcc: %v\n%s", err, out)
+		}
+		return
+	}
+	if err := os.WriteFile(lib, []byte("placeholder\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// WriteConfig (re)writes the gpuext config. The binaries read it at every
+// call, so a test may switch the fail mode between containers.
+func (l *ociLab) WriteConfig(t *testing.T, failMode string, extra map[string]any) {
+	t.Helper()
+	if extra != nil {
+		l.extra = extra
+	}
+	cfg := map[string]any{
+		"failMode": failMode, "pinDir": l.PinDir, "stateDir": l.StateDir, "devrtDir": l.DevrtDir,
+		"logFile": l.Log, "logLevel": "debug", "hookPath": l.Hook,
+	}
+	for k, v := range l.extra {
+		cfg[k] = v
+	}
+	data, _ := json.MarshalIndent(cfg, "", "  ")
+	if err := os.WriteFile(l.Config, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// LogContains reports whether the gpuext log has a line holding every part.
+func (l *ociLab) LogContains(parts ...string) bool {
+	data, _ := os.ReadFile(l.Log)
+	for _, line := range strings.Split(string(data), "\n") {
+		ok := true
+		for _, p := range parts {
+			if !strings.Contains(line, p) {
+				ok = false
+				break
+			}
+		}
+		if ok && line != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// Registry opens the test's pinned registry (as gpuextctl would).
+func (l *ociLab) Registry(t *testing.T) *bpf.Registry {
+	t.Helper()
+	reg, err := bpf.OpenRegistry(l.PinDir)
+	if err != nil {
+		t.Fatalf("open registry %s: %v", l.PinDir, err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	return reg
+}
+
+// ociEntry is a registered cgroup with its tenant.
+type ociEntry struct {
+	Tenant bpf.Tenant
+	Cgroup bpf.CgroupEntry
+}
+
+// ociFind returns the registry entries of a container.
+func ociFind(t *testing.T, reg *bpf.Registry, containerID string) []ociEntry {
+	t.Helper()
+	tenants, err := reg.List()
+	if err != nil {
+		t.Fatalf("registry list: %v", err)
+	}
+	var out []ociEntry
+	for _, tn := range tenants {
+		for _, cg := range tn.Cgroups {
+			if cg.ContainerID == containerID {
+				out = append(out, ociEntry{Tenant: tn, Cgroup: cg})
+			}
+		}
+	}
+	return out
+}
+
+// ociTenantKeyLive reports whether a tenant with the key still exists.
+func ociTenantKeyLive(t *testing.T, reg *bpf.Registry, key string) bool {
+	t.Helper()
+	_, ok, err := reg.LookupKey(key)
+	if err != nil {
+		t.Fatalf("registry lookup %q: %v", key, err)
+	}
+	return ok
+}
+
+// ociCgroupV2ID is the cgroup id the kernel gives the cgroup at path: the
+// inode of its directory in the v2 hierarchy.
+func ociCgroupV2ID(t *testing.T, path string) cgroup.ID {
+	t.Helper()
+	root := "/sys/fs/cgroup/unified"
+	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err != nil {
+		root = "/sys/fs/cgroup" // v2 only
+	}
+	fi, err := os.Stat(filepath.Join(root, path))
+	if err != nil {
+		t.Fatalf("cgroup v2 dir of %s: %v", path, err)
+	}
+	return cgroup.ID(fi.Sys().(*syscall.Stat_t).Ino)
+}
+
+// ociAssertRegistered checks that the container's one registry entry holds
+// its real cgroup id and the policy, and returns it.
+func ociAssertRegistered(t *testing.T, reg *bpf.Registry, id, cgroupsPath, policy string) ociEntry {
+	t.Helper()
+	entries := ociFind(t, reg, id)
+	if len(entries) != 1 {
+		t.Fatalf("registry entries of %s: %+v, want exactly one", id, entries)
+	}
+	e := entries[0]
+	want := ociCgroupV2ID(t, cgroupsPath)
+	if e.Cgroup.CgroupID != want {
+		t.Fatalf("registered cgroup id %d, want %d (inode of the v2 dir of %s)", e.Cgroup.CgroupID, want, cgroupsPath)
+	}
+	if e.Tenant.Policy != policy {
+		t.Fatalf("tenant policy %q, want %q", e.Tenant.Policy, policy)
+	}
+	return e
+}
+
+// ociWait polls cond every 100ms until it holds or timeout passes.
+func ociWait(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// ociRun runs a command with a timeout and returns stdout, stderr, error.
+func ociRun(timeout time.Duration, env []string, name string, args ...string) (string, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		err = errors.Join(err, fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), ctx.Err()))
+	}
+	return out.String(), errb.String(), err
+}
+
+// ociEnvValue returns the value of KEY in `env` output.
+func ociEnvValue(envOut, key string) (string, bool) {
+	for _, line := range strings.Split(envOut, "\n") {
+		if v, ok := strings.CutPrefix(line, key+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
