@@ -94,6 +94,9 @@ func NewResolver(hostRoot string) (*Resolver, error) {
 func DetectLayout(hostRoot string) (Layout, string, error) {
 	base := hostPath(hostRoot, CgroupMount)
 	fi, err := os.Stat(base)
+	if errors.Is(err, fs.ErrNotExist) {
+		return LayoutUnknown, "", fmt.Errorf("detect cgroup layout: %w: %w", ErrNoHierarchy, err)
+	}
 	if err != nil {
 		return LayoutUnknown, "", fmt.Errorf("detect cgroup layout: %w", err)
 	}
