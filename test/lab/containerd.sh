@@ -201,7 +201,7 @@ cmd_up() {
 	# Our bin dir first: Debian's docker.io ships an old containerd-shim-runc-v2 in /usr/bin.
 	# setsid: keep containerd out of the caller's process group and terminal.
 	PATH="$LAB_BIN:$PATH" setsid "$CONTAINERD" --config "$CTD_CONFIG" \
-		--log-level "${GPUEXT_LAB_LOG_LEVEL:-info}" </dev/null >>"$CTD_LOG" 2>&1 &
+		--log-level "${GPUEXT_LAB_LOG_LEVEL:-info}" </dev/null >>"$CTD_LOG" 2>&1 9>&- &
 	echo $! > "$CTD_PID"
 	if ! lab_wait 30 "crictl info" crictl info; then
 		tail -n 30 "$CTD_LOG" >&2 || true
@@ -308,6 +308,9 @@ cmd_clean() {
 	lab_rm_sock_dir "$CTD_SOCK_DIR"
 }
 
+case "${1:-}" in
+	up | down | clean) lab_lock containerd ;;
+esac
 case "${1:-}" in
 	up) cmd_up ;;
 	down) cmd_down ;;

@@ -99,7 +99,7 @@ cmd_up() {
 	rm -f "$DK_SOCK" "$DK_PID"
 	lab_log "starting dockerd $(dockerd --version | awk '{print $3}' | tr -d ,) (log $DK_LOG)"
 	# dockerd writes the pidfile itself; record $! too in case it dies first.
-	setsid dockerd --config-file "$DK_CONFIG" </dev/null >>"$DK_LOG" 2>&1 &
+	setsid dockerd --config-file "$DK_CONFIG" </dev/null >>"$DK_LOG" 2>&1 9>&- &
 	local pid=$!
 	if ! lab_wait 60 "docker info" docker info; then
 		tail -n 30 "$DK_LOG" >&2 || true
@@ -163,6 +163,9 @@ cmd_clean() {
 	lab_rm_sock_dir "$DK_SOCK_DIR"
 }
 
+case "${1:-}" in
+	up | down | clean) lab_lock docker ;;
+esac
 case "${1:-}" in
 	up) cmd_up ;;
 	down) cmd_down ;;

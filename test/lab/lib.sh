@@ -143,3 +143,11 @@ lab_rm_sock_dir() {
 	rm -rf "$dir"
 	rmdir "$(dirname "$dir")" 2>/dev/null || true
 }
+
+# lab_lock NAME: hold an exclusive lock on $LAB_DIR/NAME.lock until the
+# script exits, so that two callers sharing LAB_DIR never start or stop a
+# daemon at the same time. Daemons started under the lock must get `9>&-`.
+lab_lock() {
+	exec 9>"$LAB_DIR/$1.lock"
+	flock -w 300 9 || lab_die "timed out waiting for $LAB_DIR/$1.lock"
+}

@@ -115,6 +115,9 @@ cmd_down() {
 }
 
 case "${1:-}" in
+	down | clean) lab_lock podman ;;
+esac
+case "${1:-}" in
 	env) print_env ;;
 	import) lab_require_root; write_config; import_image ;;
 	down) cmd_down ;;
