@@ -58,7 +58,8 @@ func (l Layout) String() string {
 
 // Resolver resolves containers to cgroups on one host. It may be built by
 // [NewResolver] (layout detected) or as a literal; a literal whose Layout is
-// LayoutUnknown detects the layout on every call.
+// LayoutUnknown detects the layout on every call. A Resolver is not changed
+// by its methods and is safe for concurrent use.
 type Resolver struct {
 	// HostRoot is the prefix under which the host's /sys and /proc are
 	// found; "" or "/" is the real host.
