@@ -16,9 +16,8 @@ func BenchmarkAdmission(b *testing.B) {
 	f := newFixture(b)
 	ctx := context.Background()
 	rp := newRuntimePeer(b, f.sock)
-	s := startPlugin(b, f.cfg, f.sock)
+	s := startPlugin(b, rp, f.cfg, f.sock)
 	defer s.Stop()
-	rp.nri.BlockPluginSync().Unblock()
 
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()

@@ -103,9 +103,14 @@ func (rp *runtimePeer) remove(ctx context.Context, pod *api.PodSandbox, ctr *api
 }
 
 // startPlugin runs the gpuext plugin as an external plugin on sock.
-func startPlugin(t testing.TB, cfg config.Config, sock string) stub.Stub {
+func startPlugin(t testing.TB, rp *runtimePeer, cfg config.Config, sock string) stub.Stub {
 	lg := logrus.New()
-	lg.SetOutput(devNull(t))
+	lg.SetLevel(logrus.DebugLevel)
+	if os.Getenv("GPUEXT_TEST_LOG") == "" {
+		lg.SetOutput(devNull(t))
+	}
+	synced := &syncHook{done: make(chan struct{})}
+	lg.AddHook(synced)
 	p := plugin.New(cfg, logrus.NewEntry(lg))
 	s, err := stub.New(p, stub.WithPluginName("gpuext"), stub.WithPluginIdx("50"), stub.WithSocketPath(sock))
 	if err != nil {
@@ -114,7 +119,30 @@ func startPlugin(t testing.TB, cfg config.Config, sock string) stub.Stub {
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatalf("start plugin: %v", err)
 	}
+	select { // registration and Synchronize are asynchronous
+	case <-synced.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("plugin did not synchronize within 60s")
+	}
+	// The runtime registers the plugin when its sync finishes; taking the
+	// sync lock waits for that, so no event is sent before it counts.
+	rp.nri.BlockPluginSync().Unblock()
 	return s
+}
+
+// syncHook closes done when the plugin logs that it synchronized.
+type syncHook struct {
+	once sync.Once
+	done chan struct{}
+}
+
+func (h *syncHook) Levels() []logrus.Level { return logrus.AllLevels }
+
+func (h *syncHook) Fire(e *logrus.Entry) error {
+	if e.Message == "synchronized" {
+		h.once.Do(func() { close(h.done) })
+	}
+	return nil
 }
 
 func devNull(t testing.TB) *os.File {
@@ -160,7 +188,9 @@ func newFixture(t testing.TB) fixture {
 		cgParent: "/" + strings.TrimPrefix(strings.TrimPrefix(v2dir, root), "/")}
 }
 
-// mkContainer makes pod i's container j with a real cgroup directory.
+// mkContainer makes container i (two per pod) with a real cgroup directory.
+// Pod-level keys depend on the pod (i/2), container keys on i, so both
+// containers of a pod see the same pod.
 func (f fixture) mkContainer(t testing.TB, i int) (*api.PodSandbox, *api.Container, uint64) {
 	podID := fmt.Sprintf("pod%04d", i/2)
 	pod := &api.PodSandbox{Id: podID, Name: podID, Uid: "uid-" + podID, Namespace: []string{"default", "prod", "batch"}[i%3],
@@ -169,20 +199,21 @@ func (f fixture) mkContainer(t testing.TB, i int) (*api.PodSandbox, *api.Contain
 	ctr := &api.Container{Id: fmt.Sprintf("ctr%05d", i), PodSandboxId: podID, Name: name,
 		Annotations: map[string]string{}, Labels: map[string]string{}, Env: []string{"PATH=/bin"},
 		Linux: &api.LinuxContainer{CgroupsPath: fmt.Sprintf("%s/ctr%05d", f.cgParent, i)}}
-	switch i % 6 {
-	case 0: // nothing asked: default
-	case 1: // pod default, per-container override
+	switch (i / 2) % 3 {
+	case 1: // pod default, per-container override for c1
 		pod.Annotations["policy.gpuext.io/pod"] = "batch"
-		pod.Annotations["policy.gpuext.io/container."+name] = "latency-critical"
+		pod.Annotations["policy.gpuext.io/container.c1"] = "latency-critical"
 	case 2: // pod-level default only
 		pod.Annotations["policy.gpuext.io/pod"] = "vector-search"
-	case 3: // parameterised quota on the container
+	}
+	switch i % 4 {
+	case 1: // parameterised quota on the container
 		ctr.Annotations["policy.gpuext.io"] = "quota"
-		ctr.Annotations["quota.gpuext.io"] = fmt.Sprintf("%dGiB", 1+i%4)
+		ctr.Annotations["quota.gpuext.io"] = fmt.Sprintf("%dGiB", 1+i%3)
 		ctr.Env = append(ctr.Env, "LD_PRELOAD=/usr/lib/libfoo.so")
-	case 4: // a bad request: fail-open gives the default
+	case 2: // a bad request: fail-open gives the default, unless a pod key wins
 		ctr.Annotations["policy.gpuext.io"] = "no-such-policy"
-	case 5: // docker-style label
+	case 3: // docker-style label
 		ctr.Labels["policy.gpuext.io"] = "batch"
 	}
 	dir := filepath.Join(f.v2Parent, ctr.Id)
@@ -196,20 +227,26 @@ func (f fixture) mkContainer(t testing.TB, i int) (*api.PodSandbox, *api.Contain
 	return pod, ctr, st.Ino
 }
 
+// wantPolicy is what container i must get: KEY/container.NAME > KEY/pod > KEY.
 func wantPolicy(i int) (policy string, quota uint64, failedOpen bool) {
-	switch i % 6 {
+	if i%4 == 1 {
+		quota = uint64(1+i%3) << 30
+	}
+	switch (i / 2) % 3 {
 	case 1:
-		if i%2 == 1 { // container c1 of the pod
-			return "latency-critical", 0, false
+		if i%2 == 1 {
+			return "latency-critical", quota, false
 		}
-		return "batch", 0, false // the annotation names c1; c0 gets the pod default
+		return "batch", quota, false
 	case 2:
-		return "vector-search", 0, false
-	case 3:
-		return "quota", uint64(1+i%4) << 30, false
-	case 4:
+		return "vector-search", quota, false
+	}
+	switch i % 4 {
+	case 1:
+		return "quota", quota, false
+	case 2:
 		return "default", 0, true
-	case 5:
+	case 3:
 		return "batch", 0, false
 	}
 	return "default", 0, false
@@ -232,8 +269,7 @@ func TestNRIThousandContainersAndRestart(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	rp := newRuntimePeer(t, f.sock)
-	s := startPlugin(t, f.cfg, f.sock)
-	rp.nri.BlockPluginSync().Unblock()
+	s := startPlugin(t, rp, f.cfg, f.sock)
 
 	const n = 1000
 	alive := map[string]live{}
@@ -261,8 +297,7 @@ func TestNRIThousandContainersAndRestart(t *testing.T) {
 				}
 				alive[ctr.Id] = live{pod, ctr, id, j}
 			}
-			s = startPlugin(t, f.cfg, f.sock) // Synchronize happens on connect
-			waitSynced(t, f.cfg, len(alive))
+			s = startPlugin(t, rp, f.cfg, f.sock) // returns once Synchronize ran
 			assertRegistry(t, f.cfg, alive)
 		}
 		pod, ctr, cgID := f.mkContainer(t, i)
@@ -276,7 +311,7 @@ func TestNRIThousandContainersAndRestart(t *testing.T) {
 			t.Fatalf("container %d: GPUEXT_POLICY=%q, want %q", i, env[admission.EnvPolicy], policy)
 		}
 		wantPreload := "/run/gpuext/devrt/libgpuext-devrt.so"
-		if i%6 == 3 {
+		if i%4 == 1 {
 			wantPreload = "/usr/lib/libfoo.so:" + wantPreload
 		}
 		if env["LD_PRELOAD"] != wantPreload {
@@ -296,9 +331,8 @@ func TestNRIThousandContainersAndRestart(t *testing.T) {
 	assertRegistry(t, f.cfg, alive)
 
 	// Removing every container empties the registry.
-	s = startPlugin(t, f.cfg, f.sock)
+	s = startPlugin(t, rp, f.cfg, f.sock)
 	defer s.Stop()
-	waitSynced(t, f.cfg, len(alive))
 	for _, l := range alive {
 		if err := rp.remove(ctx, l.pod, l.ctr, true); err != nil {
 			t.Fatal(err)
@@ -310,7 +344,13 @@ func TestNRIThousandContainersAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(tenants) != 0 {
-		t.Fatalf("registry holds %d tenants after removing every container, want 0", len(tenants))
+		var ids []string
+		for _, tn := range tenants {
+			for _, cg := range tn.Cgroups {
+				ids = append(ids, cg.ContainerID+"/"+tn.Policy)
+			}
+		}
+		t.Fatalf("registry holds %d tenants after removing every container, want 0: %v", len(tenants), ids)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(f.cfg.StateDir, "tenants")); len(ents) != 0 {
 		t.Fatalf("%d tenant dirs left after removing every container", len(ents))
@@ -324,24 +364,6 @@ func openReg(t testing.TB, cfg config.Config) *bpf.Registry {
 	}
 	t.Cleanup(func() { reg.Close() })
 	return reg
-}
-
-func waitSynced(t testing.TB, cfg config.Config, want int) {
-	reg := openReg(t, cfg)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got := 0
-		tenants, err := reg.List()
-		if err == nil {
-			for _, tn := range tenants {
-				got += len(tn.Cgroups)
-			}
-		}
-		if got == want || time.Now().After(deadline) {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // assertRegistry checks that the registry holds exactly the live containers,

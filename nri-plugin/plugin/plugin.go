@@ -11,6 +11,7 @@ import (
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
+	"github.com/gpuext/gpuext/internal/logging"
 )
 
 // Plugin holds the NRI handlers. The admission core is built at Configure,
@@ -37,6 +38,15 @@ func (p *Plugin) Configure(_ context.Context, cfgData, runtime, version string) 
 	if err != nil {
 		p.log.WithError(err).Error("bad plugin config from runtime")
 		return 0, err
+	}
+	if cfg.LogFile != p.base.LogFile || cfg.LogLevel != p.base.LogLevel {
+		// A pre-installed plugin learns its log file only here.
+		log, _, err := logging.Setup(cfg.LogFile, cfg.LogLevel, "nri-plugin")
+		if err != nil {
+			p.log.WithError(err).Error("bad log settings in plugin config from runtime")
+			return 0, err
+		}
+		p.log = log
 	}
 	core, reg, err := cfg.OpenCore(p.log)
 	if err != nil {

@@ -1,0 +1,398 @@
+package e2e
+
+// Real containerd 2.x + NRI + runc through CRI (crictl), with the gpuext NRI
+// plugin pre-installed in containerd's plugin dir, as an operator installs it.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/test/lab"
+)
+
+// ctdLab is a private containerd with the gpuext plugin pre-installed.
+type ctdLab struct {
+	*lab.Containerd
+	pinDir   string
+	stateDir string
+	logFile  string
+	image    string
+}
+
+// startCtdLab builds the plugin, installs it as 50-gpuext with its config in
+// 50-gpuext.conf, and starts containerd.
+func startCtdLab(t *testing.T, failMode string) *ctdLab {
+	t.Helper()
+	root := lab.RepoRoot()
+	work, err := os.MkdirTemp("", "gpuext-ctd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(work) })
+	bin := filepath.Join(work, "gpuext-nri-plugin")
+	build := exec.Command("go", "build", "-o", bin, "./nri-plugin")
+	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build plugin: %v\n%s", err, out)
+	}
+	devrt := filepath.Join(work, "devrt")
+	if err := os.MkdirAll(devrt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", filepath.Join(devrt, admission.DevrtLibrary),
+		filepath.Join(root, "devrt/placeholder/gpuext_devrt_placeholder.c")).CombinedOutput(); err != nil {
+		t.Fatalf("build devrt placeholder: %v\n%s", err, out)
+	}
+	l := &ctdLab{
+		pinDir:   fmt.Sprintf("/sys/fs/bpf/gpuext-e2e-%d", time.Now().UnixNano()),
+		stateDir: filepath.Join(work, "state"),
+		logFile:  filepath.Join(work, "plugin.log"),
+	}
+	t.Cleanup(func() { os.RemoveAll(l.pinDir) })
+	cfg := map[string]string{"failMode": failMode, "pinDir": l.pinDir, "stateDir": l.stateDir, "devrtDir": devrt,
+		"logFile": l.logFile, "logLevel": "debug"}
+	l.Containerd = lab.StartContainerd(t, lab.ContainerdOptions{BeforeStart: func(c *lab.Containerd) {
+		data, _ := json.Marshal(cfg)
+		if err := os.WriteFile(filepath.Join(c.PluginConfigDir, "50-gpuext.conf"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(c.PluginDir, "50-gpuext"), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}})
+	l.image = l.Env["GPUEXT_LAB_IMAGE"]
+	// The plugin is started by containerd; wait until it has configured.
+	waitFor(t, 20*time.Second, "plugin configured", func() bool { return strings.Contains(readFile(l.logFile), `"configured"`) })
+	return l
+}
+
+func readFile(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// ctdPod is a CRI pod with any number of containers.
+type ctdPod struct {
+	l       *ctdLab
+	name    string
+	uid     string
+	id      string
+	podFile string
+}
+
+func (l *ctdLab) runPod(t *testing.T, name string, annotations map[string]string) *ctdPod {
+	t.Helper()
+	uid := fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
+	pod := map[string]any{
+		"metadata":      map[string]any{"name": name, "namespace": "gpuext-e2e", "uid": uid},
+		"log_directory": filepath.Join(l.PodLogDir, uid),
+		"annotations":   annotations,
+		"linux": map[string]any{
+			"cgroup_parent":    "/kubepods/besteffort/pod" + uid,
+			"security_context": map[string]any{"namespace_options": map[string]any{"network": 2}},
+		},
+	}
+	p := &ctdPod{l: l, name: name, uid: uid, podFile: writeJSON(t, pod)}
+	p.id = strings.TrimSpace(l.Crictl(t, "runp", p.podFile))
+	t.Cleanup(func() { p.remove(t) })
+	return p
+}
+
+func (p *ctdPod) remove(t *testing.T) {
+	if p.id == "" {
+		return
+	}
+	// Not t.Fatal: also used from cleanups.
+	cmd := exec.Command(p.l.Env["GPUEXT_LAB_CRICTL"], "--config", p.l.Env["CRI_CONFIG_FILE"], "stopp", p.id)
+	_ = cmd.Run()
+	cmd = exec.Command(p.l.Env["GPUEXT_LAB_CRICTL"], "--config", p.l.Env["CRI_CONFIG_FILE"], "rmp", "-f", p.id)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("remove pod %s: %v\n%s", p.name, err, out)
+	}
+	p.id = ""
+}
+
+func writeJSON(t *testing.T, v any) string {
+	t.Helper()
+	f, err := os.CreateTemp("", "gpuext-cri-*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(f.Name()) })
+	if err := json.NewEncoder(f).Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return f.Name()
+}
+
+// containerSpec is a busybox container that prints what it sees, then sleeps.
+func (p *ctdPod) containerSpec(name string, annotations, labels map[string]string, env map[string]string) string {
+	var envs []map[string]string
+	for k, v := range env {
+		envs = append(envs, map[string]string{"key": k, "value": v})
+	}
+	script := `echo "== env"; env; echo "== devrt"; ls /run/gpuext/devrt; echo "== tenant"; cat /run/gpuext/tenant/config.json; ` +
+		`echo "== mounts"; grep /run/gpuext /proc/self/mounts; echo "== end"; exec sleep 300`
+	return fmt.Sprintf("%s", mustJSON(map[string]any{
+		"metadata":    map[string]any{"name": name},
+		"image":       map[string]any{"image": p.l.image},
+		"command":     []string{"/bin/sh", "-c", script},
+		"envs":        envs,
+		"labels":      labels,
+		"annotations": annotations,
+		"log_path":    name + ".log",
+	}))
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// create runs crictl create; it returns the id, or the error output.
+func (p *ctdPod) create(t *testing.T, name string, annotations, labels, env map[string]string) (string, error) {
+	t.Helper()
+	spec := filepath.Join(t.TempDir(), name+".json")
+	if err := os.WriteFile(spec, []byte(p.containerSpec(name, annotations, labels, env)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(p.l.Env["GPUEXT_LAB_CRICTL"], "--config", p.l.Env["CRI_CONFIG_FILE"], "create", p.id, spec, p.podFile)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%v: %s", err, out)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// ctdContainer is a started container and what it printed.
+type ctdContainer struct {
+	id     string
+	pid    int
+	env    map[string]string
+	output string
+}
+
+func (p *ctdPod) start(t *testing.T, name string, annotations, labels, env map[string]string) ctdContainer {
+	t.Helper()
+	id, err := p.create(t, name, annotations, labels, env)
+	if err != nil {
+		t.Fatalf("crictl create %s: %v\nplugin log:\n%s", name, err, readFile(p.l.logFile))
+	}
+	p.l.Crictl(t, "start", id)
+	c := ctdContainer{id: id}
+	waitFor(t, 30*time.Second, name+" output", func() bool {
+		c.output = p.l.Crictl(t, "logs", id)
+		return strings.Contains(c.output, "== end")
+	})
+	var insp struct {
+		Info struct {
+			Pid int `json:"pid"`
+		} `json:"info"`
+	}
+	if err := json.Unmarshal([]byte(p.l.Crictl(t, "inspect", "-o", "json", id)), &insp); err != nil {
+		t.Fatalf("inspect %s: %v", name, err)
+	}
+	c.pid = insp.Info.Pid
+	c.env = map[string]string{}
+	section := ""
+	for _, line := range strings.Split(c.output, "\n") {
+		if strings.HasPrefix(line, "== ") {
+			section = line
+			continue
+		}
+		if section == "== env" {
+			if k, v, ok := strings.Cut(line, "="); ok {
+				c.env[k] = v
+			}
+		}
+	}
+	return c
+}
+
+// cgroupInode is the inode of the container's cgroup v2 directory, read
+// from /proc/<pid>/cgroup: what bpf_get_current_cgroup_id() returns inside it.
+func cgroupInode(t *testing.T, pid int) (string, uint64) {
+	t.Helper()
+	rel, err := lab.CgroupV2Path(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt, err := lab.CgroupV2Mount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(mnt, rel), &st); err != nil {
+		t.Fatalf("stat cgroup of pid %d: %v", pid, err)
+	}
+	return rel, st.Ino
+}
+
+func (l *ctdLab) registry(t *testing.T) *bpf.Registry {
+	t.Helper()
+	reg, err := bpf.OpenRegistry(l.pinDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	return reg
+}
+
+// tenantOf finds the registry entry of a container.
+func tenantOf(t *testing.T, reg *bpf.Registry, ctrID string) (bpf.Tenant, bpf.CgroupEntry, bool) {
+	t.Helper()
+	list, err := reg.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tn := range list {
+		for _, cg := range tn.Cgroups {
+			if cg.ContainerID == ctrID {
+				return tn, cg, true
+			}
+		}
+	}
+	return bpf.Tenant{}, bpf.CgroupEntry{}, false
+}
+
+// assertSees checks what the container really saw against its registry entry.
+func assertSees(t *testing.T, l *ctdLab, c ctdContainer, policy string, quota uint64, preload string) bpf.Tenant {
+	t.Helper()
+	reg := l.registry(t)
+	tn, cg, ok := tenantOf(t, reg, c.id)
+	if !ok {
+		t.Fatalf("container %s is not in the registry; plugin log:\n%s", c.id, readFile(l.logFile))
+	}
+	if tn.Policy != policy || tn.Config.QuotaBytes != quota {
+		t.Errorf("container %s: registry policy %q quota %d, want %q %d", c.id, tn.Policy, tn.Config.QuotaBytes, policy, quota)
+	}
+	rel, ino := cgroupInode(t, c.pid)
+	if uint64(cg.CgroupID) != ino {
+		t.Errorf("container %s: registry cgroup id %d, want inode %d of %s", c.id, cg.CgroupID, ino, rel)
+	}
+	if got := c.env[admission.EnvTenantID]; got != strconv.Itoa(int(tn.ID)) {
+		t.Errorf("container %s saw GPUEXT_TENANT_ID=%q, registry says tenant %d", c.id, got, tn.ID)
+	}
+	if got := c.env[admission.EnvPolicy]; got != policy {
+		t.Errorf("container %s saw GPUEXT_POLICY=%q, want %q", c.id, got, policy)
+	}
+	if got := c.env["LD_PRELOAD"]; got != preload {
+		t.Errorf("container %s saw LD_PRELOAD=%q, want %q", c.id, got, preload)
+	}
+	if !strings.Contains(c.output, admission.DevrtLibrary) {
+		t.Errorf("container %s: %s not visible under %s:\n%s", c.id, admission.DevrtLibrary, admission.ContainerDevrtDir, c.output)
+	}
+	if !strings.Contains(c.output, fmt.Sprintf(`"tenantId": %d`, tn.ID)) || !strings.Contains(c.output, fmt.Sprintf(`"policy": %q`, policy)) {
+		t.Errorf("container %s: tenant config.json not as registered:\n%s", c.id, c.output)
+	}
+	for _, dir := range []string{admission.ContainerDevrtDir, admission.ContainerTenantDir} {
+		if !mountedRO(c.output, dir) {
+			t.Errorf("container %s: %s is not a read-only mount:\n%s", c.id, dir, c.output)
+		}
+	}
+	return tn
+}
+
+func mountedRO(output, dir string) bool {
+	for _, line := range strings.Split(output, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 4 && f[1] == dir && strings.HasPrefix(f[3], "ro") {
+			return true
+		}
+	}
+	return false
+}
+
+const preloadLib = admission.ContainerDevrtDir + "/" + admission.DevrtLibrary
+
+// TestContainerdPodTwoContainers: one pod, a pod-level default policy and a
+// per-container override, a quota on the other; each container sees its env
+// and mounts, the registry holds its real cgroup id; a bad annotation
+// (fail-open) starts with the default policy and the error names the key;
+// removing the pod empties the registry.
+func TestContainerdPodTwoContainers(t *testing.T) {
+	l := startCtdLab(t, "fail-open")
+	pod := l.runPod(t, "twoctr", map[string]string{
+		"policy.gpuext.io/pod":           "batch",
+		"policy.gpuext.io/container.web": "latency-critical",
+	})
+	web := pod.start(t, "web", nil, nil, map[string]string{"LD_PRELOAD": "/lib/libexisting.so"})
+	worker := pod.start(t, "worker", map[string]string{"quota.gpuext.io": "2GiB"}, nil, nil)
+	bad := pod.start(t, "bad", map[string]string{"policy.gpuext.io": "no-such-policy"}, nil, nil)
+
+	tw := assertSees(t, l, web, "latency-critical", 0, "/lib/libexisting.so:"+preloadLib)
+	if admission.PriorityClassName(tw.Config.PriorityClass) != "latency-critical" {
+		t.Errorf("web: priority class %d in the kernel-facing config", tw.Config.PriorityClass)
+	}
+	assertSees(t, l, worker, "batch", 2<<30, preloadLib)
+	tb := assertSees(t, l, bad, "default", 0, preloadLib)
+	if tb.Config.Flags&uint32(bpf.TenantFlagFailOpen) == 0 {
+		t.Errorf("bad: fail-open flag not set in the registry")
+	}
+	log := readFile(l.logFile)
+	if !strings.Contains(log, "policy.gpuext.io") || !strings.Contains(log, "no-such-policy") {
+		t.Errorf("plugin log does not name the bad key and value:\n%s", log)
+	}
+	ids := map[uint64]bool{}
+	for _, c := range []ctdContainer{web, worker, bad} {
+		_, ino := cgroupInode(t, c.pid)
+		ids[ino] = true
+	}
+	if len(ids) != 3 {
+		t.Errorf("the three containers share cgroups: %v", ids)
+	}
+
+	pod.remove(t)
+	waitFor(t, 20*time.Second, "registry empty after pod removal", func() bool {
+		list, err := l.registry(t).List()
+		return err == nil && len(list) == 0
+	})
+}
+
+// TestContainerdStrictRefuses: in strict mode a bad annotation refuses the
+// container with a message naming the key; good containers still start.
+func TestContainerdStrictRefuses(t *testing.T) {
+	l := startCtdLab(t, "strict")
+	pod := l.runPod(t, "strict", nil)
+	_, err := pod.create(t, "bad", map[string]string{"quota.gpuext.io": "12XB"}, nil, nil)
+	if err == nil {
+		t.Fatal("strict mode: container with quota.gpuext.io=12XB was created")
+	}
+	if !strings.Contains(err.Error(), "quota.gpuext.io") || !strings.Contains(err.Error(), "12XB") {
+		t.Errorf("strict refusal does not name the key and value: %v", err)
+	}
+	if !strings.Contains(readFile(l.logFile), "quota.gpuext.io") {
+		t.Errorf("plugin log does not name the key:\n%s", readFile(l.logFile))
+	}
+	good := pod.start(t, "good", map[string]string{"policy.gpuext.io": "vector-search"}, nil, nil)
+	assertSees(t, l, good, "vector-search", 0, preloadLib)
+}
