@@ -16,8 +16,8 @@ import (
 // ociBundle is a runc bundle with a busybox rootfs.
 type ociBundle struct {
 	Dir, ID, CgroupsPath, Out string
-	runcRoot                 string
-	cgroupParent             string
+	runcRoot                  string
+	cgroupParent              string
 }
 
 // ociNewBundle writes a bundle: `runc spec` as a user would start, then a
