@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/logging"
@@ -145,6 +147,13 @@ func (p *Plugin) register(pod *api.PodSandbox, ctr *api.Container, event string)
 		return
 	}
 	if _, _, err := core.Register(ContainerInfo(pod, ctr)); err != nil {
+		if event == "PostCreateContainer" && errors.Is(err, cgroup.ErrNotExist) {
+			// containerd creates the task (and so the cgroup) only at
+			// StartContainer, which is still before the process runs.
+			p.log.WithFields(logrus.Fields{"container": ctr.GetId(), "name": ctr.GetName()}).
+				Debug("cgroup not created yet; registering at StartContainer")
+			return
+		}
 		p.log.WithFields(logrus.Fields{"container": ctr.GetId(), "name": ctr.GetName(), "event": event}).
 			WithError(err).Error("register tenant cgroup")
 		return

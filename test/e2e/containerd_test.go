@@ -344,10 +344,11 @@ func TestContainerdPodTwoContainers(t *testing.T) {
 	pod := l.runPod(t, "twoctr", map[string]string{
 		"policy.gpuext.io/pod":           "batch",
 		"policy.gpuext.io/container.web": "latency-critical",
+		"policy.gpuext.io/container.bad": "no-such-policy",
 	})
 	web := pod.start(t, "web", nil, nil, map[string]string{"LD_PRELOAD": "/lib/libexisting.so"})
 	worker := pod.start(t, "worker", map[string]string{"quota.gpuext.io": "2GiB"}, nil, nil)
-	bad := pod.start(t, "bad", map[string]string{"policy.gpuext.io": "no-such-policy"}, nil, nil)
+	bad := pod.start(t, "bad", nil, nil, nil)
 
 	tw := assertSees(t, l, web, "latency-critical", 0, "/lib/libexisting.so:"+preloadLib)
 	if admission.PriorityClassName(tw.Config.PriorityClass) != "latency-critical" {
@@ -359,7 +360,7 @@ func TestContainerdPodTwoContainers(t *testing.T) {
 		t.Errorf("bad: fail-open flag not set in the registry")
 	}
 	log := readFile(l.logFile)
-	if !strings.Contains(log, "policy.gpuext.io") || !strings.Contains(log, "no-such-policy") {
+	if !strings.Contains(log, "policy.gpuext.io/container.bad") || !strings.Contains(log, "no-such-policy") {
 		t.Errorf("plugin log does not name the bad key and value:\n%s", log)
 	}
 	ids := map[uint64]bool{}
