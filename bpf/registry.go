@@ -73,8 +73,10 @@ type Registry struct {
 	maps   Maps
 }
 
-// idSpace bounds tenant ids: they are allocated in [1, idSpace).
-const idSpace = uint32(MaxTenants) * 4
+// idSpace bounds tenant ids: they are allocated in [1, idSpace), so that
+// kernel-side per-tenant arrays of GPUEXT_MAX_TENANTS entries can be indexed
+// by tenant id directly.
+const idSpace = uint32(MaxTenants)
 
 // maxAttempts bounds the retry loops that resolve races between writers.
 const maxAttempts = 64

@@ -140,7 +140,7 @@ func tenants(cfg config.Config, args []string, out io.Writer) error {
 			quota = policies.FormatSize(r.QuotaBytes)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Tenant, short(r.Container), dash(r.ContainerName),
-			dash(r.Pod), r.Runtime, dash(r.Cgroup), idStr(r.CgroupID), policy, quota, r.Priority)
+			dash(r.Pod), r.Runtime, dash(shortPath(r.Cgroup)), idStr(r.CgroupID), policy, quota, r.Priority)
 	}
 	return tw.Flush()
 }
@@ -191,6 +191,17 @@ func runtimeName(r bpf.Runtime) string {
 		return "runc-wrapper"
 	}
 	return strconv.Itoa(int(r))
+}
+
+// shortPath shortens 64-hex container ids inside a cgroup path to 12 chars.
+func shortPath(p string) string {
+	parts := strings.Split(p, "/")
+	for i, s := range parts {
+		if len(s) == 64 && strings.Trim(s, "0123456789abcdef") == "" {
+			parts[i] = s[:12]
+		}
+	}
+	return strings.Join(parts, "/")
 }
 
 func short(id string) string {

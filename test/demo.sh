@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# demo.sh (make demo): real containerd 2.4 + NRI + runc on this machine, the
+# gpuext NRI plugin pre-installed in containerd's plugin dir, one pod with two
+# labelled containers that ask for different policies and one container with
+# a bad annotation; prints the tenant table and what each container really
+# saw; then cleans everything up (by pid; unmounts; removes its cgroups).
+# Needs root. `make demo` runs `make deps build` first.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+BIN="$REPO/bin"
+export GPUEXT_LAB_DIR="${GPUEXT_DEMO_DIR:-$REPO/.cache/demo}"
+PIN_DIR="/sys/fs/bpf/gpuext-demo"
+STATE_DIR="$GPUEXT_LAB_DIR/state"
+PLUGIN_LOG="$GPUEXT_LAB_DIR/gpuext-nri-plugin.log"
+LAB="$REPO/test/lab"
+t0=$(date +%s)
+step() { printf '\n\033[1m[demo %3ss] %s\033[0m\n' "$(( $(date +%s) - t0 ))" "$*"; }
+
+[[ $(id -u) -eq 0 ]] || { echo "demo: needs root (containerd, cgroups, bpffs)" >&2; exit 1; }
+for b in gpuext-nri-plugin gpuextctl devrt/libgpuext-devrt.so; do
+	[[ -e "$BIN/$b" ]] || { echo "demo: $BIN/$b missing: run 'make build' (make demo does)" >&2; exit 1; }
+done
+
+eval "$("$LAB/containerd.sh" env)"
+crictl() { "$GPUEXT_LAB_CRICTL" --config "$CRI_CONFIG_FILE" "$@"; }
+gpuextctl() { "$BIN/gpuextctl" --config "$GPUEXT_LAB_DIR/gpuext.json" "$@"; }
+
+POD_ID=""
+cleanup() {
+	step "cleaning up: pod, containerd (by pid), mounts, cgroups, pinned registry"
+	[[ -n "$POD_ID" ]] && { crictl stopp "$POD_ID" >/dev/null 2>&1 || true; crictl rmp -f "$POD_ID" >/dev/null 2>&1 || true; }
+	"$LAB/containerd.sh" down || true
+	rm -rf "$PIN_DIR" "$STATE_DIR"
+	echo "done in $(( $(date +%s) - t0 ))s"
+}
+trap cleanup EXIT
+
+step "installing the gpuext NRI plugin as a pre-installed plugin (50-gpuext) with its config"
+mkdir -p "$NRI_PLUGIN_DIR" "$NRI_PLUGIN_CONFIG_DIR" "$STATE_DIR"
+rm -rf "$PIN_DIR"
+cat >"$GPUEXT_LAB_DIR/gpuext.json" <<JSON
+{
+  "failMode": "fail-open",
+  "pinDir": "$PIN_DIR",
+  "stateDir": "$STATE_DIR",
+  "devrtDir": "$BIN/devrt",
+  "logFile": "$PLUGIN_LOG"
+}
+JSON
+cp "$GPUEXT_LAB_DIR/gpuext.json" "$NRI_PLUGIN_CONFIG_DIR/50-gpuext.conf"
+install -m 0755 "$BIN/gpuext-nri-plugin" "$NRI_PLUGIN_DIR/50-gpuext"
+: >"$PLUGIN_LOG"
+cat "$GPUEXT_LAB_DIR/gpuext.json"
+
+step "starting a private containerd 2.4 with CRI + NRI (runc, cgroupfs)"
+"$LAB/containerd.sh" up
+for _ in $(seq 50); do grep -q '"synchronized"' "$PLUGIN_LOG" 2>/dev/null && break; sleep 0.2; done
+grep -q '"synchronized"' "$PLUGIN_LOG" || { echo "demo: plugin did not start; log:"; cat "$PLUGIN_LOG"; exit 1; }
+echo "plugin connected and synchronized (log: $PLUGIN_LOG)"
+
+step "creating pod 'gpu-demo' through CRI"
+UID_="demo-$(date +%s)"
+cat >"$GPUEXT_LAB_DIR/pod.json" <<JSON
+{
+  "metadata": {"name": "gpu-demo", "namespace": "ml", "uid": "$UID_"},
+  "log_directory": "$GPUEXT_LAB_POD_LOG_DIR/$UID_",
+  "annotations": {"quota.gpuext.io/container.trainer": "8GiB"},
+  "linux": {"cgroup_parent": "/kubepods/besteffort/pod$UID_",
+            "security_context": {"namespace_options": {"network": 2}}}
+}
+JSON
+POD_ID=$(crictl runp "$GPUEXT_LAB_DIR/pod.json")
+echo "pod $POD_ID"
+
+SCRIPT='echo "== env"; env | grep -E "^(GPUEXT_|LD_PRELOAD)" | sort; echo "== mounts"; grep /run/gpuext /proc/self/mounts | cut -d" " -f2,4 | cut -d, -f1; echo "== tenant config"; cat /run/gpuext/tenant/config.json; echo "== end"; exec sleep 600'
+declare -A CTR
+start_ctr() { # name labels-json annotations-json
+	cat >"$GPUEXT_LAB_DIR/$1.json" <<JSON
+{
+  "metadata": {"name": "$1"},
+  "image": {"image": "$GPUEXT_LAB_IMAGE"},
+  "command": ["/bin/sh", "-c", $(printf '%s' "$SCRIPT" | sed 's/\\/\\\\/g; s/"/\\"/g; s/^/"/; s/$/"/')],
+  "labels": $2,
+  "annotations": $3,
+  "log_path": "$1.log"
+}
+JSON
+	local id
+	id=$(crictl create "$POD_ID" "$GPUEXT_LAB_DIR/$1.json" "$GPUEXT_LAB_DIR/pod.json")
+	crictl start "$id" >/dev/null
+	CTR[$1]=$id
+	printf '  %-10s %s  labels=%s annotations=%s\n' "$1" "${id:0:12}" "$2" "$3"
+}
+step "starting three containers"
+start_ctr inference '{"policy.gpuext.io": "latency-critical"}' '{}'
+start_ctr trainer '{"policy.gpuext.io": "quota"}' '{}'
+start_ctr broken '{}' '{"policy.gpuext.io": "turbo"}'
+
+for n in inference trainer broken; do
+	for _ in $(seq 50); do crictl logs "${CTR[$n]}" 2>/dev/null | grep -q '== end' && break; sleep 0.2; done
+done
+
+step "tenant table (gpuextctl tenants)"
+gpuextctl tenants --pin-dir "$PIN_DIR"
+
+for n in inference trainer broken; do
+	step "what container '$n' saw"
+	crictl logs "${CTR[$n]}" 2>&1 | sed '/== end/d; s/^/  /'
+done
+
+step "the bad annotation, as the plugin logged it (fail-open: default policy)"
+grep '"bad gpu policy request' "$PLUGIN_LOG" | sed 's/^/  /'
+
+step "policy catalog (gpuextctl policies)"
+gpuextctl policies
+
+step "removing the pod: its tenants leave the registry"
+crictl stopp "$POD_ID" >/dev/null && crictl rmp "$POD_ID" >/dev/null && POD_ID=""
+gpuextctl tenants --pin-dir "$PIN_DIR"
