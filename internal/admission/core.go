@@ -1,13 +1,16 @@
 package admission
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/sirupsen/logrus"
 
@@ -191,12 +194,28 @@ func lookupEnv(env []string, key string) string {
 }
 
 // Register resolves the container's cgroup and attaches it to its tenant.
-// The cgroup must exist (NRI PostCreate/StartContainer, OCI prestart).
+// The cgroup must exist (NRI StartContainer, OCI createRuntime/prestart).
 func (c *Core) Register(info ContainerInfo) (Decision, cgroup.Cgroup, error) {
 	d, err := c.admit(info, false)
 	if err != nil {
 		return Decision{}, cgroup.Cgroup{}, err
 	}
+	return c.attach(info, d)
+}
+
+// RegisterAdmitted is Register for a container whose Admit decision the
+// caller kept (the NRI plugin between CreateContainer and StartContainer): it
+// skips selection and reservation. If that tenant was released meanwhile, it
+// falls back to Register.
+func (c *Core) RegisterAdmitted(info ContainerInfo, d Decision) (Decision, cgroup.Cgroup, error) {
+	d2, cg, err := c.attach(info, d)
+	if errors.Is(err, bpf.ErrNoTenant) {
+		return c.Register(info)
+	}
+	return d2, cg, err
+}
+
+func (c *Core) attach(info ContainerInfo, d Decision) (Decision, cgroup.Cgroup, error) {
 	cg, err := c.resolve(info)
 	if err != nil {
 		return d, cg, err
@@ -311,8 +330,10 @@ type TenantFile struct {
 
 func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy) (string, error) {
 	dir := c.tenantDir(id)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("tenant dir: %w", err)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", fmt.Errorf("tenant dir: %w", err)
+		}
 	}
 	probes := p.Probes
 	if probes == nil {
@@ -328,7 +349,12 @@ func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy) (s
 	if err != nil {
 		return "", err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, TenantConfigFile), append(b, '\n'), 0o644); err != nil {
+	b = append(b, '\n')
+	path := filepath.Join(dir, TenantConfigFile)
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, b) {
+		return dir, nil // unchanged: a second container of the tenant, or a re-admission
+	}
+	if err := writeFileAtomic(path, b, 0o644); err != nil {
 		return "", fmt.Errorf("tenant config: %w", err)
 	}
 	return dir, nil
@@ -359,21 +385,20 @@ func (c *Core) gcTenantDirs() {
 // writeFileAtomic writes a temp file next to path and renames it over path,
 // so a reader never sees a partial file.
 func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	tmpName := fmt.Sprintf("%s.%d.%d.tmp", path, os.Getpid(), tmpSeq.Add(1))
+	tmp, err := os.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
+	defer os.Remove(tmpName) // no-op after the rename
 	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
 		tmp.Close()
 		return err
 	}
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	return os.Rename(tmpName, path)
 }
+
+var tmpSeq atomic.Uint64

@@ -2,8 +2,8 @@
 // events into calls of the one admission core (internal/admission).
 //
 //	CreateContainer      -> Admit: policy, tenant, injection (mounts + env) as a ContainerAdjustment
-//	PostCreateContainer  -> Register: the cgroup exists now; cgroup id -> tenant in the pinned registry
-//	StartContainer       -> Register again only if PostCreate could not (idempotent)
+//	StartContainer       -> Register: cgroup id -> tenant in the pinned registry. containerd 2.x
+//	                        creates the task, and so the cgroup, only here; the process has not run yet
 //	RemoveContainer      -> Remove
 //	Synchronize          -> rebuild the registry from the live containers, drop stale NRI entries
 package plugin

@@ -72,8 +72,8 @@ func (rp *runtimePeer) update(context.Context, []*api.ContainerUpdate) ([]*api.C
 	return nil, nil
 }
 
-// create runs the NRI create sequence of one container and returns the
-// adjustment the plugins made.
+// create runs the NRI create+start sequence of one container and returns
+// the adjustment the plugins made.
 func (rp *runtimePeer) create(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, error) {
 	rp.mu.Lock()
 	rp.pods[pod.Id] = pod
@@ -86,9 +86,12 @@ func (rp *runtimePeer) create(ctx context.Context, pod *api.PodSandbox, ctr *api
 	rp.mu.Lock()
 	rp.ctrs[ctr.Id] = ctr
 	rp.mu.Unlock()
-	if err := rp.nri.PostCreateContainer(ctx, &nri.PostCreateContainerRequest{Pod: pod, Container: ctr}); err != nil {
+	// As containerd 2.x: the task (and the cgroup) is created, then
+	// StartContainer goes to the plugins before the task starts.
+	if err := rp.nri.StartContainer(ctx, &nri.StartContainerRequest{Pod: pod, Container: ctr}); err != nil {
 		return nil, err
 	}
+	ctr.State = api.ContainerState_CONTAINER_RUNNING
 	return resp.GetAdjust(), nil
 }
 
@@ -102,8 +105,9 @@ func (rp *runtimePeer) remove(ctx context.Context, pod *api.PodSandbox, ctr *api
 	return rp.nri.RemoveContainer(ctx, &nri.RemoveContainerRequest{Pod: pod, Container: ctr})
 }
 
-// startPlugin runs the gpuext plugin as an external plugin on sock.
-func startPlugin(t testing.TB, rp *runtimePeer, cfg config.Config, sock string) stub.Stub {
+// startPlugin runs the gpuext plugin as an external plugin on sock; wrap, if
+// given, wraps it (the benchmark times the handlers that way).
+func startPlugin(t testing.TB, rp *runtimePeer, cfg config.Config, sock string, wrap ...func(*plugin.Plugin) any) stub.Stub {
 	lg := logrus.New()
 	lg.SetLevel(logrus.DebugLevel)
 	if os.Getenv("GPUEXT_TEST_LOG") == "" {
@@ -111,7 +115,10 @@ func startPlugin(t testing.TB, rp *runtimePeer, cfg config.Config, sock string) 
 	}
 	synced := &syncHook{done: make(chan struct{})}
 	lg.AddHook(synced)
-	p := plugin.New(cfg, logrus.NewEntry(lg))
+	var p any = plugin.New(cfg, logrus.NewEntry(lg))
+	if len(wrap) > 0 {
+		p = wrap[0](p.(*plugin.Plugin))
+	}
 	s, err := stub.New(p, stub.WithPluginName("gpuext"), stub.WithPluginIdx("50"), stub.WithSocketPath(sock))
 	if err != nil {
 		t.Fatalf("plugin stub: %v", err)
@@ -181,7 +188,15 @@ func newFixture(t testing.TB) fixture {
 	v2dir, _ := cgrouptest.New(t)
 	cfg := config.Default()
 	cfg.PinDir = pin
+	// The state dir lives on tmpfs, as the default /run/gpuext does on a host.
 	cfg.StateDir = filepath.Join(dir, "state")
+	if err := os.Mkdir(cfg.StateDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", cfg.StateDir, "tmpfs", 0, "mode=0755"); err != nil {
+		t.Fatalf("mount tmpfs state dir: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(cfg.StateDir, syscall.MNT_DETACH) })
 	cfg.DevrtDir = filepath.Join(dir, "devrt")
 	root := cgrouptest.V2Root(t)
 	return fixture{cfg: cfg, sock: filepath.Join(dir, "nri.sock"), v2Parent: v2dir,
