@@ -5,10 +5,7 @@ package config
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/sirupsen/logrus"
@@ -16,6 +13,7 @@ import (
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/strictjson"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -83,13 +81,8 @@ func Overlay(base Config, data []byte, name string) (Config, error) {
 }
 
 func decodeInto(cfg *Config, data []byte, name string) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(cfg); err != nil {
+	if err := strictjson.Decode(data, cfg); err != nil {
 		return fmt.Errorf("config %s: %w", name, err)
-	}
-	if err := dec.Decode(new(json.RawMessage)); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config %s: trailing data after the JSON object", name)
 	}
 	if _, err := admission.ParseFailMode(cfg.FailMode); err != nil {
 		return fmt.Errorf("config %s: %w", name, err)

@@ -1,0 +1,47 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, wantErr string
+		check             func(Config) bool
+	}{
+		{name: "empty gives defaults", in: "", check: func(c Config) bool { return c == Default() }},
+		{name: "override one field", in: `{"failMode":"strict"}`, check: func(c Config) bool {
+			return c.FailMode == "strict" && c.PinDir == Default().PinDir
+		}},
+		{name: "unknown field named", in: `{"failmode":"strict"}`, wantErr: `unknown field "failmode"`},
+		{name: "bad fail mode named", in: `{"failMode":"maybe"}`, wantErr: `failMode "maybe"`},
+		{name: "bad log level named", in: `{"logLevel":"loud"}`, wantErr: `logLevel "loud"`},
+		{name: "trailing data", in: `{} {}`, wantErr: "trailing data"},
+		{name: "wrong type", in: `{"pinDir": 3}`, wantErr: "pinDir"},
+	} {
+		cfg, err := Parse([]byte(tc.in), "test.json")
+		switch {
+		case tc.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "test.json") {
+				t.Errorf("%s: error %v, want one naming test.json and containing %q", tc.name, err, tc.wantErr)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case !tc.check(cfg):
+			t.Errorf("%s: got %+v", tc.name, cfg)
+		}
+	}
+}
+
+func TestOverlayKeepsBase(t *testing.T) {
+	base := Default()
+	base.LogFile = "/var/log/x.log"
+	got, err := Overlay(base, []byte(`{"failMode":"strict"}`), "runtime")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.LogFile != "/var/log/x.log" || got.FailMode != "strict" {
+		t.Errorf("Overlay = %+v", got)
+	}
+}
