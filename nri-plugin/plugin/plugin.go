@@ -20,9 +20,9 @@ type Plugin struct {
 	base config.Config
 	log  *logrus.Entry
 
-	mu         sync.Mutex
-	core       *admission.Core
-	reg        *bpf.Registry
+	mu       sync.Mutex
+	core     *admission.Core
+	reg      *bpf.Registry
 	admitted map[string]admission.Decision // decisions of CreateContainer not yet registered
 }
 
