@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuext/gpuext/internal/privtest"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuext/gpuext/cgroup"
@@ -35,16 +37,7 @@ func cgroup2Root(t *testing.T) string {
 
 // requireRoot skips a privileged test when not root, unless CI=true, where
 // a privileged test that cannot run is a failure.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("privileged test needs root (CI=true: not skipping)")
-	}
-	t.Skip("privileged test needs root")
-}
+func requireRoot(t *testing.T) { privtest.RequireRoot(t) }
 
 func randomSuffix(t *testing.T) string {
 	t.Helper()

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuext/gpuext/internal/privtest"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuext/gpuext/cgroup"
@@ -31,23 +33,10 @@ func inCI() bool {
 }
 
 // skipOrFail skips the test locally and fails it in CI.
-func skipOrFail(t testing.TB, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if inCI() {
-		t.Fatalf("%s (CI=true: privileged tests must run)", msg)
-	}
-	t.Skip(msg)
-}
 
 // RequireRoot skips the test when not run as root, or fails it when the
 // environment has CI=true.
-func RequireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		skipOrFail(t, "needs root (euid %d)", os.Geteuid())
-	}
-}
+func RequireRoot(t testing.TB) { privtest.RequireRoot(t) }
 
 // V2Root returns the host's cgroup v2 root directory (/sys/fs/cgroup or
 // /sys/fs/cgroup/unified). Without a v2 hierarchy it skips the test, or
@@ -56,11 +45,11 @@ func V2Root(t testing.TB) string {
 	t.Helper()
 	r, err := cgroup.NewResolver("")
 	if err != nil {
-		skipOrFail(t, "no cgroup hierarchy: %v", err)
+		privtest.SkipOrFail(t, "no cgroup hierarchy: %v", err)
 	}
 	root := r.V2Root()
 	if root == "" {
-		skipOrFail(t, "%v", cgroup.ErrNoV2)
+		privtest.SkipOrFail(t, "%v", cgroup.ErrNoV2)
 	}
 	return root
 }

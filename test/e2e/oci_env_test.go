@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuext/gpuext/internal/privtest"
+
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
 )
@@ -40,10 +42,7 @@ func ociRequirePrivileged(t *testing.T, tools ...string) {
 	if len(missing) == 0 {
 		return
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("privileged e2e test needs %s (CI=true: not skipping)", strings.Join(missing, ", "))
-	}
-	t.Skipf("needs %s", strings.Join(missing, ", "))
+	privtest.SkipOrFail(t, "privileged e2e test needs %s", strings.Join(missing, ", "))
 }
 
 // ociRepoRoot is the module root (test/e2e/../..).

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuext/gpuext/internal/privtest"
 )
 
 // Image is the busybox image every lab runtime has imported.
@@ -32,21 +34,9 @@ func ScriptsDir() string {
 func RepoRoot() string { return filepath.Clean(filepath.Join(ScriptsDir(), "..", "..")) }
 
 // skipOrFail skips the test, or fails it when CI=true.
-func skipOrFail(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true, cannot skip: "+format, args...)
-	}
-	t.Skipf(format, args...)
-}
 
 // RequireRoot skips the test when not root (fails it when CI=true).
-func RequireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		skipOrFail(t, "needs root")
-	}
-}
+func RequireRoot(t testing.TB) { privtest.RequireRoot(t) }
 
 // binDir is where install-deps.sh put containerd, ctr, the shim and crictl.
 func binDir() string {
@@ -90,7 +80,7 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	RequireRoot(t)
 	for _, b := range []string{"containerd", "ctr", "containerd-shim-runc-v2", "crictl"} {
 		if _, err := os.Stat(filepath.Join(binDir(), b)); err != nil {
-			skipOrFail(t, "%s missing: run test/lab/install-deps.sh (make deps)", b)
+			privtest.SkipOrFail(t, "%s missing: run test/lab/install-deps.sh (make deps)", b)
 		}
 	}
 	// Under /tmp: socket paths must stay short (t.TempDir can be too long).
