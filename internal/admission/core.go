@@ -10,12 +10,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
+	"github.com/gpuext/gpuext/internal/atomicfile"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -354,7 +354,7 @@ func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy) (s
 	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, b) {
 		return dir, nil // unchanged: a second container of the tenant, or a re-admission
 	}
-	if err := writeFileAtomic(path, b, 0o644); err != nil {
+	if err := atomicfile.Write(path, b, 0o644); err != nil {
 		return "", fmt.Errorf("tenant config: %w", err)
 	}
 	return dir, nil
@@ -381,24 +381,3 @@ func (c *Core) gcTenantDirs() {
 		}
 	}
 }
-
-// writeFileAtomic writes a temp file next to path and renames it over path,
-// so a reader never sees a partial file.
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmpName := fmt.Sprintf("%s.%d.%d.tmp", path, os.Getpid(), tmpSeq.Add(1))
-	tmp, err := os.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmpName) // no-op after the rename
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmpName, path)
-}
-
-var tmpSeq atomic.Uint64

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpuext/gpuext/internal/atomicfile"
+
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gpuext/gpuext/internal/admission"
@@ -85,41 +87,7 @@ func (b *Bundle) Write() error {
 	if err != nil {
 		return fmt.Errorf("encode config.json: %w", err)
 	}
-	return WriteFileAtomic(b.ConfigFile(), data)
-}
-
-// WriteFileAtomic writes data to a temp file next to path, syncs it and
-// renames it over path (the mode of an existing path is kept, else 0644).
-func WriteFileAtomic(path string, data []byte) error {
-	mode := os.FileMode(0o644)
-	if fi, err := os.Stat(path); err == nil {
-		mode = fi.Mode().Perm()
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".gpuext-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(data); err == nil {
-		err = tmp.Chmod(mode)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
+	return atomicfile.WriteSync(b.ConfigFile(), data, 0o644)
 }
 
 // rawObject decodes a member of an object as an object (empty when absent).
