@@ -57,7 +57,12 @@ func New(cfg Config, reg *bpf.Registry, catalog *policies.Catalog, constraints *
 	if log == nil {
 		log = logrus.NewEntry(logrus.StandardLogger())
 	}
-	return &Core{cfg: cfg, reg: reg, catalog: catalog, constraints: constraints, resolver: resolver, log: log}, nil
+	c := &Core{cfg: cfg}
+	if err := os.MkdirAll(c.boardDir(), 0o755); err != nil {
+		return nil, fmt.Errorf("board dir: %w", err)
+	}
+	c.reg, c.catalog, c.constraints, c.resolver, c.log = reg, catalog, constraints, resolver, log
+	return c, nil
 }
 
 // Registry returns the tenant registry the core writes.
@@ -144,19 +149,25 @@ func (c *Core) admit(info ContainerInfo, full bool) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	d.Injection = c.injection(info, id, dir, sel.Policy)
+	acct, err := c.makeAcctDir(id)
+	if err != nil {
+		return Decision{}, err
+	}
+	d.Injection = c.injection(info, id, dir, acct, sel.Policy)
 	log.WithFields(logrus.Fields{"tenant": id, "tenantKey": key}).Info("admitted container")
 	return d, nil
 }
 
 // injection builds the mounts and env of the device-runtime contract
 // (docs/injection.md).
-func (c *Core) injection(info ContainerInfo, id bpf.TenantID, tenantDir string, p policies.Policy) Injection {
+func (c *Core) injection(info ContainerInfo, id bpf.TenantID, tenantDir, acctDir string, p policies.Policy) Injection {
 	lib := ContainerDevrtDir + "/" + DevrtLibrary
 	return Injection{
 		Mounts: []Mount{
 			{Source: c.cfg.DevrtDir, Destination: ContainerDevrtDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
 			{Source: tenantDir, Destination: ContainerTenantDir, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
+			{Source: acctDir, Destination: ContainerAcctDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+			{Source: c.boardDir(), Destination: ContainerBoardDir, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
 		},
 		Env: []EnvVar{
 			{Key: EnvLDPreload, Value: AppendPreload(lookupEnv(info.Env, EnvLDPreload), lib)},
@@ -165,6 +176,8 @@ func (c *Core) injection(info ContainerInfo, id bpf.TenantID, tenantDir string, 
 			{Key: EnvTenantConfig, Value: ContainerTenantDir + "/" + TenantConfigFile},
 			{Key: EnvDevrtDir, Value: ContainerDevrtDir},
 			{Key: EnvPolicy, Value: p.Name},
+			{Key: EnvTenantAcct, Value: ContainerAcctDir},
+			{Key: EnvBoard, Value: ContainerBoardDir + "/" + BoardFile},
 		},
 	}
 }
@@ -309,6 +322,33 @@ func (c *Core) releaseIfEmpty(key string) error {
 	return nil
 }
 
+// acctDir is the tenant's writable accounting directory (the device
+// runtime's shared usage file). It is separate from the read-only tenant
+// directory, so a tenant can write its usage but not its limits.
+func (c *Core) acctDir(id bpf.TenantID) string {
+	return filepath.Join(c.cfg.StateDir, "acct", strconv.FormatUint(uint64(id), 10))
+}
+
+// boardDir holds the host-published, read-only priority board.
+func (c *Core) boardDir() string { return filepath.Join(c.cfg.StateDir, "board") }
+
+func (c *Core) makeAcctDir(id bpf.TenantID) (string, error) {
+	dir := c.acctDir(id)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", fmt.Errorf("tenant accounting dir: %w", err)
+		}
+	} else if err != nil {
+		return dir, nil // exists: mode already set
+	}
+	// Any user of the container may run CUDA processes: world-writable,
+	// sticky, and private to the tenant because only its containers mount it.
+	if err := os.Chmod(dir, 0o777|fs.ModeSticky); err != nil {
+		return "", fmt.Errorf("tenant accounting dir: %w", err)
+	}
+	return dir, nil
+}
+
 func (c *Core) tenantDir(id bpf.TenantID) string {
 	return filepath.Join(c.cfg.StateDir, "tenants", strconv.FormatUint(uint64(id), 10))
 }
@@ -362,11 +402,6 @@ func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy) (s
 
 // gcTenantDirs removes tenant directories whose tenant is gone.
 func (c *Core) gcTenantDirs() {
-	root := filepath.Join(c.cfg.StateDir, "tenants")
-	ents, err := os.ReadDir(root)
-	if err != nil {
-		return
-	}
 	tenants, err := c.reg.List()
 	if err != nil {
 		return
@@ -375,9 +410,13 @@ func (c *Core) gcTenantDirs() {
 	for _, t := range tenants {
 		live[strconv.FormatUint(uint64(t.ID), 10)] = true
 	}
-	for _, e := range ents {
-		if !live[e.Name()] {
-			_ = os.RemoveAll(filepath.Join(root, e.Name()))
+	for _, sub := range []string{"tenants", "acct"} {
+		root := filepath.Join(c.cfg.StateDir, sub)
+		ents, _ := os.ReadDir(root)
+		for _, e := range ents {
+			if !live[e.Name()] {
+				_ = os.RemoveAll(filepath.Join(root, e.Name()))
+			}
 		}
 	}
 }

@@ -34,6 +34,9 @@ func ParseFailMode(s string) (FailMode, error) {
 const (
 	ContainerDevrtDir  = "/run/gpuext/devrt"
 	ContainerTenantDir = "/run/gpuext/tenant"
+	ContainerAcctDir   = "/run/gpuext/acct"
+	ContainerBoardDir  = "/run/gpuext/board"
+	BoardFile          = "board"
 	DevrtLibrary       = "libgpuext-devrt.so"
 	TenantConfigFile   = "config.json"
 
@@ -42,6 +45,8 @@ const (
 	EnvTenantConfig = "GPUEXT_TENANT_CONFIG"
 	EnvDevrtDir     = "GPUEXT_DEVRT_DIR"
 	EnvPolicy       = "GPUEXT_POLICY"
+	EnvTenantAcct   = "GPUEXT_TENANT_ACCT"
+	EnvBoard        = "GPUEXT_BOARD"
 	EnvLDPreload    = "LD_PRELOAD"
 )
 

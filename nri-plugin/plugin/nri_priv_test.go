@@ -332,8 +332,9 @@ func TestNRIThousandContainersAndRestart(t *testing.T) {
 		if env["LD_PRELOAD"] != wantPreload {
 			t.Fatalf("container %d: LD_PRELOAD=%q, want %q", i, env["LD_PRELOAD"], wantPreload)
 		}
-		if len(adj.GetMounts()) != 2 || adj.GetMounts()[0].Destination != admission.ContainerDevrtDir ||
-			adj.GetMounts()[1].Destination != admission.ContainerTenantDir {
+		if len(adj.GetMounts()) != 4 || adj.GetMounts()[0].Destination != admission.ContainerDevrtDir ||
+			adj.GetMounts()[1].Destination != admission.ContainerTenantDir ||
+			adj.GetMounts()[2].Destination != admission.ContainerAcctDir || adj.GetMounts()[3].Destination != admission.ContainerBoardDir {
 			t.Fatalf("container %d: mounts %v", i, adj.GetMounts())
 		}
 		tenantDir := adj.GetMounts()[1].Source

@@ -314,18 +314,21 @@ func assertSees(t *testing.T, l *ctdLab, c ctdContainer, policy string, quota ui
 	if !strings.Contains(c.output, fmt.Sprintf(`"tenantId": %d`, tn.ID)) || !strings.Contains(c.output, fmt.Sprintf(`"policy": %q`, policy)) {
 		t.Errorf("container %s: tenant config.json not as registered:\n%s", c.id, c.output)
 	}
-	for _, dir := range []string{admission.ContainerDevrtDir, admission.ContainerTenantDir} {
-		if !mountedRO(c.output, dir) {
+	for _, dir := range []string{admission.ContainerDevrtDir, admission.ContainerTenantDir, admission.ContainerBoardDir} {
+		if !mountedWith(c.output, dir, "ro") {
 			t.Errorf("container %s: %s is not a read-only mount:\n%s", c.id, dir, c.output)
 		}
+	}
+	if !mountedWith(c.output, admission.ContainerAcctDir, "rw") {
+		t.Errorf("container %s: %s is not a writable mount:\n%s", c.id, admission.ContainerAcctDir, c.output)
 	}
 	return tn
 }
 
-func mountedRO(output, dir string) bool {
+func mountedWith(output, dir, mode string) bool {
 	for _, line := range strings.Split(output, "\n") {
 		f := strings.Fields(line)
-		if len(f) >= 4 && f[1] == dir && strings.HasPrefix(f[3], "ro") {
+		if len(f) >= 4 && f[1] == dir && strings.HasPrefix(f[3], mode+",") {
 			return true
 		}
 	}
