@@ -11,7 +11,7 @@ export PATH := $(CACHE)/bin:$(PATH)
 GOTEST_FLAGS ?= -count=1 -timeout 45m
 
 STATIC_BINS := gpuext-nri-plugin gpuext-oci-hook gpuext-runc
-.PHONY: help deps generate build test test-unit test-e2e demo bench lint clean
+.PHONY: help deps generate build test test-unit test-e2e demo bench gpu-test lint clean
 
 help: ## list targets
 	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -46,6 +46,9 @@ demo: deps build ## real containerd + NRI + runc: labelled containers and the te
 
 bench: deps build ## admission latency (in-process) and crictl create+start with/without the plugin; writes bench/results.txt
 	@test/bench.sh
+
+gpu-test: ## on the GPU machine (not CI): the device runtime with real CUDA apps; one PASS/FAIL line per check
+	@bash test/gpu/gpu-test.sh
 
 lint: ## gofmt, go vet, generated files up to date
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# gpu-test.sh (make gpu-test): the device runtime's checks on a real GPU.
+# Runs on the GPU machine (the H200): builds the interposer with gcc and the
+# CUDA apps with nvcc there, then prints one line per check:
+#   PASS <check>            or   FAIL <check>: <why>
+# and INFO lines with measurements (not pass/fail). Ends with "N passed, N failed".
+# Needs: gcc, nvcc, a GPU, python3 with torch (optional: the torch checks FAIL without it).
+set -uo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
+W="${GPUEXT_GPU_WORK:-$(mktemp -d /tmp/gpuext-gpu.XXXX)}"
+OUT="${OUT:-$W/out}"
+mkdir -p "$W/tenant" "$W/acct" "$OUT"
+pass=0 fail=0
+ok() { echo "PASS $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
+info() { echo "INFO $*"; }
+GiB=$((1 << 30))
+
+echo "[gpu] $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
+
+# 1. Build.
+if bash "$REPO/devrt/build.sh" "$W/devrt" >"$OUT/build-devrt.log" 2>&1 && [[ -f "$W/devrt/libgpuext-devrt.so" ]]; then
+	ok build-devrt
+else
+	bad build-devrt "see build-devrt.log"; tail -20 "$OUT/build-devrt.log"
+fi
+LIB="$W/devrt/libgpuext-devrt.so"
+NVCC=(nvcc -O2 -arch=sm_90)
+build() { # name args...
+	local name=$1; shift
+	if "${NVCC[@]}" -o "$W/$name" "$@" >>"$OUT/build-cuda.log" 2>&1; then ok "build-$name"; else bad "build-$name" "nvcc failed (build-cuda.log)"; fi
+}
+build apps_static "$REPO/test/gpu/apps.cu" -cudart static
+build apps_shared "$REPO/test/gpu/apps.cu" -cudart shared
+build apps_ptsz "$REPO/test/gpu/apps.cu" -cudart static --default-stream per-thread
+build gemm "$REPO/test/gpu/gemm.cu" -lcublas
+
+# The tenant the interposer sees.
+tenant() { # quota-bytes class
+	printf '{"abiVersion":1,"tenantId":7,"policy":"gpu-test","priorityClass":"%s","quotaBytes":%s}\n' "$2" "$1" >"$W/tenant/config.json"
+	rm -f "$W/acct/usage"
+}
+run_with() { # runs "$@" with the interposer injected as admission does
+	env LD_PRELOAD="$LIB" GPUEXT_TENANT_ID=7 GPUEXT_TENANT_CONFIG="$W/tenant/config.json" \
+		GPUEXT_TENANT_ACCT="$W/acct" GPUEXT_DEVRT_TRACE="$W/trace" "$@"
+}
+
+# 2. Outputs unchanged with the interposer (no quota).
+tenant 0 standard
+for app in apps_static apps_shared apps_ptsz; do
+	for mode in compute graph; do
+		[[ -x "$W/$app" ]] || { bad "unchanged-$app-$mode" "not built"; continue; }
+		want=$("$W/$app" "$mode" 2>&1); got=$(run_with "$W/$app" "$mode" 2>&1)
+		if [[ "$want" == checksum* && "$got" == "$want" ]]; then ok "unchanged-$app-$mode"; else bad "unchanged-$app-$mode" "without: '$want' with: '$got'"; fi
+	done
+done
+if [[ -x "$W/gemm" ]]; then
+	want=$("$W/gemm" 2>&1); got=$(run_with "$W/gemm" 2>&1)
+	if [[ "$want" == gemm_checksum* && "$got" == "$want" ]]; then ok unchanged-cublas-gemm; else bad unchanged-cublas-gemm "without: '$want' with: '$got'"; fi
+fi
+if [[ -s "$W/trace" ]] && grep -q 'tenant=7' "$W/trace"; then ok interposer-loaded; else bad interposer-loaded "no trace line from the library"; fi
+if python3 -c 'import torch' 2>/dev/null; then
+	want=$(python3 "$REPO/test/gpu/torch_check.py" 2>&1 | grep torch_checksum); got=$(run_with python3 "$REPO/test/gpu/torch_check.py" 2>&1 | grep torch_checksum)
+	if [[ -n "$want" && "$got" == "$want" ]]; then ok unchanged-torch; else bad unchanged-torch "without: '$want' with: '$got'"; fi
+else
+	bad unchanged-torch "python3 has no torch"
+fi
+
+# 3. The quota holds exactly.
+Q=$((4 * GiB))
+tenant $Q standard
+for app in apps_static apps_shared; do
+	[[ -x "$W/$app" ]] || continue
+	out=$(run_with "$W/$app" alloc $((3 * GiB)) $((2 * GiB)) $GiB 2>&1)
+	echo "$out" >"$OUT/quota-$app.txt"
+	a1=$(sed -n 1p <<<"$out"); a2=$(sed -n 2p <<<"$out"); a3=$(sed -n 3p <<<"$out")
+	if [[ "$a1" == "alloc $((3 * GiB)) ok" && "$a2" == "alloc $((2 * GiB)) oom" && "$a3" == "alloc $GiB ok" ]]; then
+		ok "quota-exact-$app"
+	else
+		bad "quota-exact-$app" "$(tr '\n' ';' <<<"$out")"
+	fi
+	tot=$(grep -o 'total=[0-9]*' <<<"$out" | cut -d= -f2); fr=$(grep -o 'free=[0-9]*' <<<"$out" | cut -d= -f2)
+	if [[ "$tot" == "$Q" && "$fr" == "0" ]]; then ok "meminfo-clamped-$app"; else bad "meminfo-clamped-$app" "free=$fr total=$tot, want free=0 total=$Q"; fi
+done
+# Across processes of one tenant, and a killed process gives its memory back.
+if [[ -x "$W/apps_static" ]]; then
+	tenant $Q standard
+	run_with "$W/apps_static" alloc $((3 * GiB)) hold >"$OUT/holder.txt" 2>&1 &
+	holder=$!
+	for _ in $(seq 100); do grep -q meminfo "$OUT/holder.txt" 2>/dev/null && break; sleep 0.1; done
+	second=$(run_with "$W/apps_static" alloc $((2 * GiB)) 2>&1 | head -1)
+	kill -9 "$holder"; wait "$holder" 2>/dev/null
+	third=$(run_with "$W/apps_static" alloc $((2 * GiB)) 2>&1 | head -1)
+	if [[ "$second" == "alloc $((2 * GiB)) oom" ]]; then ok quota-across-processes; else bad quota-across-processes "second process: '$second'"; fi
+	if [[ "$third" == "alloc $((2 * GiB)) ok" ]]; then ok quota-kill9-reclaimed; else bad quota-kill9-reclaimed "after kill -9: '$third'"; fi
+fi
+if python3 -c 'import torch' 2>/dev/null; then
+	tenant $Q standard
+	out=$(run_with python3 "$REPO/test/gpu/torch_check.py" $Q 2>&1)
+	echo "$out" >"$OUT/torch-quota.txt"
+	tot=$(grep -o 'total=[0-9]*' <<<"$out" | cut -d= -f2)
+	if [[ "$tot" == "$Q" ]]; then ok torch-mem-get-info-quota; else bad torch-mem-get-info-quota "total=$tot want $Q"; fi
+	if grep -q 'torch_over_quota oom' <<<"$out"; then ok torch-over-quota-oom; else bad torch-over-quota-oom "$(tr '\n' ';' <<<"$out")"; fi
+fi
+
+# 4. Launch overhead (a measurement, not a check).
+if [[ -x "$W/apps_static" ]]; then
+	tenant 0 standard
+	for round in 1 2 3; do
+		a=$("$W/apps_static" launches 100000 | cut -d' ' -f2); b=$(run_with "$W/apps_static" launches 100000 | cut -d' ' -f2)
+		info "launch_overhead round=$round without_us=$a with_us=$b ratio=$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", b/a}')"
+	done | tee "$OUT/launch-overhead.txt"
+fi
+
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]
