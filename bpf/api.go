@@ -1,6 +1,10 @@
 package bpf
 
-import "github.com/gpuext/gpuext/cgroup"
+import (
+	"time"
+
+	"github.com/gpuext/gpuext/cgroup"
+)
 
 // TenantID is a small integer the registry allocates; never 0.
 type TenantID uint32
@@ -35,4 +39,6 @@ type Tenant struct {
 	Policy  string
 	Config  GpuextTenantConfig // generated from kmod/include/gpuext_abi.h
 	Cgroups []CgroupEntry
+	// Created is when the tenant was reserved.
+	Created time.Time
 }

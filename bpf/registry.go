@@ -844,10 +844,11 @@ func (r *Registry) tenant(tid uint32) (Tenant, error) {
 
 func tenantOf(tid uint32, rec GpuextTenantRecord, metas map[uint64]GpuextCgroupMeta) Tenant {
 	t := Tenant{
-		ID:     TenantID(tid),
-		Key:    cstring(rec.Key[:]),
-		Policy: cstring(rec.Policy[:]),
-		Config: rec.Config,
+		ID:      TenantID(tid),
+		Key:     cstring(rec.Key[:]),
+		Policy:  cstring(rec.Policy[:]),
+		Config:  rec.Config,
+		Created: time.Unix(0, int64(rec.CreatedNs)),
 	}
 	for cg, m := range metas {
 		t.Cgroups = append(t.Cgroups, CgroupEntry{

@@ -11,10 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
+	"github.com/gpuext/gpuext/internal/logging"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -24,6 +26,8 @@ Commands:
   tenants [--json] [--pin-dir DIR]   the tenant table: tenant, container, cgroup, policy, quota, priority
   policies [--json]                  the policy catalog (built-in + the config's catalogDir)
   policies show NAME                 one policy as JSON (copy it into catalogDir to make your own)
+  gc [--grace 10m] [--all]           drop registry entries whose cgroup is gone (OCI hook path; --all: every
+                                     runtime) and tenants reserved longer than --grace that never got a cgroup
 
 The config file is the one the NRI plugin and OCI hook use (docs/configuration.md);
 --pin-dir overrides its pinDir.
@@ -57,6 +61,8 @@ func run(args []string, out io.Writer) error {
 		return tenants(cfg, rest[1:], out)
 	case "policies":
 		return listPolicies(cfg, rest[1:], out)
+	case "gc":
+		return gc(cfg, rest[1:], out)
 	case "help", "-h", "--help":
 		fmt.Fprint(out, usage)
 		return nil
@@ -179,6 +185,37 @@ func listPolicies(cfg config.Config, args []string, out io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.Summary(), p.Description)
 	}
 	return tw.Flush()
+}
+
+func gc(cfg config.Config, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("gc", flag.ContinueOnError)
+	grace := fs.Duration("grace", 10*time.Minute, "release reserved tenants without a cgroup only after this long")
+	all := fs.Bool("all", false, "also entries of the NRI plugin (normally its Synchronize keeps them)")
+	pinDir := fs.String("pin-dir", cfg.PinDir, "registry pin directory")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if _, err := os.Stat(*pinDir); err != nil {
+		return fmt.Errorf("no tenant registry at %s: %w", *pinDir, err)
+	}
+	cfg.PinDir = *pinDir
+	log, closer, err := logging.Setup(cfg.LogFile, cfg.LogLevel, "gpuextctl")
+	if err != nil {
+		return err
+	}
+	defer closer.Close()
+	core, reg, err := cfg.OpenCore(log)
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	runtimes := []bpf.Runtime{bpf.RuntimeOCIHook, bpf.RuntimeRuncWrapper}
+	if *all {
+		runtimes = append(runtimes, bpf.RuntimeNRI)
+	}
+	n, err := core.Reconcile(*grace, runtimes...)
+	fmt.Fprintf(out, "dropped %d stale entries\n", n)
+	return err
 }
 
 func runtimeName(r bpf.Runtime) string {

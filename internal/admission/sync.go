@@ -3,11 +3,67 @@ package admission
 import (
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/cgroup"
 )
+
+// Reconcile is the garbage collector for runtime paths that have no
+// Synchronize of their own (the OCI hooks: a runc killed between the
+// wrapper's Admit and the hook, or a lost poststop). It drops registry
+// entries of the given runtimes whose cgroup directory is gone or now has
+// another id, and tenants of those runtimes reserved more than grace ago that
+// never got a cgroup. It returns how many entries it dropped.
+func (c *Core) Reconcile(grace time.Duration, runtimes ...bpf.Runtime) (int, error) {
+	tenants, err := c.reg.List()
+	if err != nil {
+		return 0, err
+	}
+	want := map[bpf.Runtime]bool{}
+	prefixes := map[string]bool{}
+	for _, r := range runtimes {
+		want[r] = true
+		prefixes[runtimePrefix(r)+"/"] = true
+	}
+	dropped := 0
+	var errs []error
+	for _, t := range tenants {
+		for _, cg := range t.Cgroups {
+			if !want[cg.Runtime] {
+				continue
+			}
+			id, err := c.resolver.IDOf(cg.CgroupPath)
+			if err == nil && id == cg.CgroupID {
+				continue // still there
+			}
+			if err != nil && !errors.Is(err, cgroup.ErrNotExist) {
+				continue // cannot tell; keep it
+			}
+			if _, err := c.reg.Detach(cg.CgroupID); err != nil && !errors.Is(err, bpf.ErrNotFound) {
+				errs = append(errs, err)
+				continue
+			}
+			dropped++
+			c.log.WithFields(logrus.Fields{"container": cg.ContainerID, "tenant": t.ID, "cgroup": cg.CgroupPath}).
+				Info("reconcile: dropped entry of a cgroup that is gone")
+		}
+		key, _, _ := strings.Cut(t.Key, "/")
+		if len(t.Cgroups) == 0 && prefixes[key+"/"] && time.Since(t.Created) > grace {
+			if err := c.reg.ReleaseTenant(t.ID); err != nil && !errors.Is(err, bpf.ErrNotFound) {
+				errs = append(errs, err)
+				continue
+			}
+			dropped++
+			c.log.WithFields(logrus.Fields{"tenant": t.ID, "tenantKey": t.Key}).
+				Info("reconcile: released a tenant that never got a cgroup")
+		}
+	}
+	c.gcTenantDirs()
+	return dropped, errors.Join(errs...)
+}
 
 // SyncReport says what Synchronize changed.
 type SyncReport struct {

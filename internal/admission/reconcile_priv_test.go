@@ -1,0 +1,92 @@
+package admission_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/cgroup"
+	"github.com/gpuext/gpuext/cgroup/cgrouptest"
+	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/policies"
+)
+
+// TestReconcileDropsGoneCgroups: an OCI-registered container whose cgroup
+// disappeared without a poststop, and a tenant the wrapper reserved for a
+// container that never started, are dropped; a live one and an NRI one stay.
+func TestReconcileDropsGoneCgroups(t *testing.T) {
+	cgrouptest.RequireRoot(t)
+	pin := fmt.Sprintf("/sys/fs/bpf/gpuext-reconcile-%d", time.Now().UnixNano())
+	t.Cleanup(func() { os.RemoveAll(pin) })
+	reg, err := bpf.OpenRegistry(pin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	res, err := cgroup.NewResolver("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg := logrus.New()
+	lg.SetOutput(&strings.Builder{})
+	core, err := admission.New(admission.Config{StateDir: t.TempDir(), DevrtDir: t.TempDir()}, reg,
+		policies.BuiltinCatalog(), nil, res, logrus.NewEntry(lg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent, _ := cgrouptest.New(t)
+	rel := "/" + strings.TrimPrefix(strings.TrimPrefix(parent, res.V2Root()), "/")
+	mk := func(name string) string {
+		if err := os.Mkdir(filepath.Join(parent, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return rel + "/" + name
+	}
+	register := func(id, path string, rt bpf.Runtime) {
+		if _, _, err := core.Register(admission.ContainerInfo{ID: id, Name: id, CgroupsPath: path, Runtime: rt}); err != nil {
+			t.Fatalf("register %s: %v", id, err)
+		}
+	}
+	register("live", mk("live"), bpf.RuntimeOCIHook)
+	register("gone", mk("gone"), bpf.RuntimeOCIHook)
+	register("nri-gone", mk("nri-gone"), bpf.RuntimeNRI)
+	if _, err := core.Admit(admission.ContainerInfo{ID: "never-started", Runtime: bpf.RuntimeRuncWrapper}); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"gone", "nri-gone"} {
+		if err := os.Remove(filepath.Join(parent, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	n, err := core.Reconcile(time.Hour, bpf.RuntimeOCIHook, bpf.RuntimeRuncWrapper)
+	if err != nil || n != 1 {
+		t.Fatalf("Reconcile(grace 1h) = %d, %v; want 1 dropped (the gone cgroup; the reservation is young)", n, err)
+	}
+	n, err = core.Reconcile(0, bpf.RuntimeOCIHook, bpf.RuntimeRuncWrapper)
+	if err != nil || n != 1 {
+		t.Fatalf("Reconcile(grace 0) = %d, %v; want 1 dropped (the old reservation)", n, err)
+	}
+	list, err := reg.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, tn := range list {
+		for _, cg := range tn.Cgroups {
+			left = append(left, cg.ContainerID)
+		}
+		if len(tn.Cgroups) == 0 {
+			left = append(left, tn.Key)
+		}
+	}
+	if strings.Join(left, ",") != "live,nri-gone" && strings.Join(left, ",") != "nri-gone,live" {
+		t.Fatalf("left in the registry: %v; want live (OCI, cgroup exists) and nri-gone (not this runtime)", left)
+	}
+}
