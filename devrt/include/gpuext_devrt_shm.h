@@ -1,0 +1,104 @@
+/*
+ * gpuext_devrt_shm.h - the device runtime's shared-memory layouts, defined once.
+ *
+ * Two files use these layouts (docs/devrt.md):
+ *
+ *  - the tenant's usage file, $GPUEXT_TENANT_ACCT/usage, writable by every
+ *    process of ONE tenant and by nobody else: a header (quota copy, peak,
+ *    refused allocations, delayed launches, the tenant's own latency-critical
+ *    activity) and GPUEXT_DEVRT_SLOTS per-process slots;
+ *  - the priority board, $GPUEXT_BOARD, published by the host and read-only in
+ *    every container: the deadline until which latency-critical work is
+ *    considered pending on the GPU.
+ *
+ * Concurrency is C11 atomics only, no mutex: a process killed at any point
+ * leaves nothing locked. A slot's owner holds a POSIX record lock on the slot's
+ * first byte of the usage file for as long as it lives; the kernel drops the
+ * lock when the process dies, so "slot has a pid but nobody holds its lock"
+ * means the owner is gone and its bytes no longer count (the slot is then
+ * reclaimed: locked, pid CAS'd to 0, counters zeroed). The lock is a liveness
+ * beacon, never waited on; it works across pid namespaces (containers of one
+ * pod) and is immune to pid reuse. pid and start_time are kept for reporting.
+ *
+ * All fields are fixed width, little-endian (x86-64, aarch64), naturally
+ * aligned. A reader checks magic, version, header_size, slot_size, nslots.
+ */
+#ifndef GPUEXT_DEVRT_SHM_H
+#define GPUEXT_DEVRT_SHM_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <sys/types.h>
+#include <stdatomic.h>
+
+#define GPUEXT_DEVRT_USAGE_MAGIC 0x4547415355584750ULL /* "PGXUSAGE" read as bytes little-endian */
+#define GPUEXT_DEVRT_BOARD_MAGIC 0x4452414f42584750ULL /* "PGXBOARD" */
+#define GPUEXT_DEVRT_SHM_VERSION 1u
+#define GPUEXT_DEVRT_SLOTS 256u
+#define GPUEXT_DEVRT_USAGE_FILE "usage"
+
+/* slot.pid: 0 = free; otherwise the owner's pid (in the owner's namespace). */
+
+struct gpuext_devrt_slot {
+	_Atomic uint32_t pid;         /* owner pid, 0 when free */
+	uint32_t reserved0;
+	_Atomic uint64_t start_time;  /* owner's /proc/self/stat field 22 (clock ticks since boot) */
+	_Atomic uint64_t bytes;       /* device bytes this process holds now (reservations included) */
+	_Atomic uint64_t peak;        /* highest value of bytes */
+	_Atomic uint64_t allocs;      /* successful allocations (monotonic) */
+	_Atomic uint64_t frees;       /* accounted frees (monotonic) */
+	_Atomic uint64_t refused;     /* allocations this process had refused */
+	_Atomic uint64_t delayed;     /* launches this process delayed */
+};
+
+struct gpuext_devrt_usage_header {
+	_Atomic uint64_t magic;            /* GPUEXT_DEVRT_USAGE_MAGIC once initialised */
+	uint32_t version;                  /* GPUEXT_DEVRT_SHM_VERSION */
+	uint32_t nslots;                   /* GPUEXT_DEVRT_SLOTS */
+	uint32_t header_size;              /* sizeof(struct gpuext_devrt_usage_header) */
+	uint32_t slot_size;                /* sizeof(struct gpuext_devrt_slot) */
+	_Atomic uint64_t tenant_id;        /* from the tenant config */
+	_Atomic uint64_t quota_bytes;      /* the quota last read from the tenant config (0 = none) */
+	_Atomic uint64_t peak_bytes;       /* highest tenant total seen after an allocation */
+	_Atomic uint64_t refused_allocs;   /* allocations refused with CUDA_ERROR_OUT_OF_MEMORY */
+	_Atomic uint64_t delayed_launches; /* best-effort launches that waited for latency-critical work */
+	_Atomic uint64_t delayed_ns;       /* total time those launches waited */
+	_Atomic uint64_t launches;         /* launches seen by the interposer */
+	_Atomic uint64_t lc_active_until_ns; /* latency-critical tenants: CLOCK_MONOTONIC deadline of own pending work */
+	_Atomic uint32_t priority_class;   /* GPUEXT_DEVRT_CLASS_* */
+	uint32_t reserved1;
+	uint64_t reserved[20];
+};
+
+#define GPUEXT_DEVRT_CLASS_STANDARD 0u
+#define GPUEXT_DEVRT_CLASS_LATENCY_CRITICAL 1u
+#define GPUEXT_DEVRT_CLASS_BEST_EFFORT 2u
+
+struct gpuext_devrt_usage {
+	struct gpuext_devrt_usage_header hdr;
+	struct gpuext_devrt_slot slot[GPUEXT_DEVRT_SLOTS];
+};
+
+/* Byte of the usage file a live slot owner keeps write-locked. */
+#define GPUEXT_DEVRT_SLOT_LOCK_OFFSET(i) \
+	((off_t)(offsetof(struct gpuext_devrt_usage, slot) + (size_t)(i) * sizeof(struct gpuext_devrt_slot)))
+
+/*
+ * The priority board: written in place by the host publisher (never replaced
+ * by rename: readers keep it mapped), read-only in containers.
+ */
+struct gpuext_devrt_board {
+	_Atomic uint64_t magic;              /* GPUEXT_DEVRT_BOARD_MAGIC */
+	uint32_t version;                    /* GPUEXT_DEVRT_SHM_VERSION */
+	uint32_t size;                       /* sizeof(struct gpuext_devrt_board) */
+	_Atomic uint64_t lc_active_until_ns; /* CLOCK_MONOTONIC: latency-critical work pending until then */
+	_Atomic uint64_t seq;                /* bumped by the publisher on every update */
+	uint64_t reserved[4];
+};
+
+_Static_assert(sizeof(struct gpuext_devrt_slot) == 64, "slot layout");
+_Static_assert(sizeof(struct gpuext_devrt_usage_header) == 256, "usage header layout");
+_Static_assert(sizeof(struct gpuext_devrt_board) == 64, "board layout");
+_Static_assert(sizeof(struct gpuext_devrt_usage) == 256 + 64 * GPUEXT_DEVRT_SLOTS, "usage layout");
+
+#endif /* GPUEXT_DEVRT_SHM_H */

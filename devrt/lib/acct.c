@@ -1,0 +1,422 @@
+/*
+ * acct.c - per-tenant device-memory accounting across processes.
+ *
+ * The usage file ($GPUEXT_TENANT_ACCT/usage, layout in gpuext_devrt_shm.h) is
+ * mapped MAP_SHARED by every process of the tenant. A process owns one slot:
+ * it holds a POSIX write lock on the slot's first byte for as long as it lives
+ * (liveness beacon, never waited on) and changes only its own counters, with
+ * atomic adds. The tenant total is the sum over live slots; a slot whose owner
+ * is gone (pid set, lock free) is not counted and is reclaimed.
+ *
+ * Allocation protocol: reserve (add to own slot, then sum: sequentially
+ * consistent, so of two racing processes at least one sees the other), check
+ * against the quota, and only then call the driver; undo on refusal or on
+ * driver failure. Sizes of live allocations are remembered per pointer/handle
+ * in a process-private table so frees subtract exactly what was added.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "devrt.h"
+#include "gpuext_devrt_shm.h"
+
+static struct gpuext_devrt_usage *gx_u; /* shared file or process-local fallback */
+static int gx_fd = -1;
+static int gx_my = -1; /* our slot */
+static pthread_mutex_t gx_slot_mu = PTHREAD_MUTEX_INITIALIZER; /* process-private */
+
+struct gx_entry {
+	uint64_t key;
+	uint64_t bytes;
+	int kind; /* 0 empty, -1 deleted */
+};
+
+static pthread_mutex_t gx_tab_mu = PTHREAD_MUTEX_INITIALIZER; /* process-private */
+static struct gx_entry *gx_tab;
+static size_t gx_tab_cap, gx_tab_used; /* used counts live and deleted */
+
+struct gpuext_devrt_usage *gx_acct_usage(void)
+{
+	return gx_u;
+}
+
+int gx_acct_slot(void)
+{
+	return gx_my;
+}
+
+static uint64_t gx_self_start_time(void)
+{
+	char buf[1024];
+	ssize_t n;
+	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+	char *p;
+	unsigned long long v = 0;
+
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	p = strrchr(buf, ')'); /* comm may hold spaces */
+	if (!p)
+		return 0;
+	/* after ")" come fields 3.. ; starttime is field 22 */
+	for (int field = 2; field < 22 && p; field++)
+		p = strchr(p + 1, ' ');
+	if (p)
+		v = strtoull(p + 1, NULL, 10);
+	return v;
+}
+
+static int gx_lock_slot(int i, short type, int cmd)
+{
+	struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = GPUEXT_DEVRT_SLOT_LOCK_OFFSET(i), .l_len = 1};
+
+	return fcntl(gx_fd, cmd, &fl);
+}
+
+/* Does a live process (other than us) own slot i? */
+static int gx_slot_live(int i)
+{
+	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = GPUEXT_DEVRT_SLOT_LOCK_OFFSET(i), .l_len = 1};
+
+	if (gx_fd < 0)
+		return i == gx_my;
+	if (i == gx_my)
+		return 1;
+	if (fcntl(gx_fd, F_GETLK, &fl) != 0)
+		return 1; /* cannot tell: count it (never under-count) */
+	return fl.l_type != F_UNLCK;
+}
+
+static void gx_slot_zero(struct gpuext_devrt_slot *s)
+{
+	atomic_store(&s->bytes, 0);
+	atomic_store(&s->peak, 0);
+	atomic_store(&s->allocs, 0);
+	atomic_store(&s->frees, 0);
+	atomic_store(&s->refused, 0);
+	atomic_store(&s->delayed, 0);
+	atomic_store(&s->start_time, 0);
+}
+
+/* Slot i is ours (locked): clear whatever a dead owner left. */
+static void gx_slot_take(int i, uint32_t newpid)
+{
+	struct gpuext_devrt_slot *s = &gx_u->slot[i];
+	uint32_t old = atomic_load(&s->pid);
+
+	if (old != 0 && atomic_compare_exchange_strong(&s->pid, &old, 0))
+		GX_DEBUG("reclaimed slot %d of dead pid %u", i, old);
+	gx_slot_zero(s);
+	if (newpid) {
+		uint32_t zero = 0;
+
+		atomic_store(&s->start_time, gx_self_start_time());
+		atomic_compare_exchange_strong(&s->pid, &zero, newpid);
+	}
+}
+
+/* Reclaim a dead owner's slot: lock it, CAS its pid to 0, zero it, unlock. */
+static void gx_slot_reclaim(int i)
+{
+	if (gx_lock_slot(i, F_WRLCK, F_SETLK) != 0)
+		return; /* its owner is alive after all, or another process is reclaiming */
+	if (atomic_load(&gx_u->slot[i].pid) != 0)
+		gx_slot_take(i, 0);
+	gx_lock_slot(i, F_UNLCK, F_SETLK);
+}
+
+static int gx_claim_slot(void)
+{
+	uint32_t me = (uint32_t)getpid();
+
+	if (gx_my >= 0 || !gx_u)
+		return gx_my;
+	pthread_mutex_lock(&gx_slot_mu);
+	if (gx_my < 0 && gx_fd < 0) {
+		gx_my = 0; /* process-local: one slot */
+		gx_slot_take(0, me);
+	}
+	/* free slots first, then those of dead owners */
+	for (int pass = 0; pass < 2 && gx_my < 0; pass++) {
+		for (int i = 0; i < (int)GPUEXT_DEVRT_SLOTS && gx_my < 0; i++) {
+			uint32_t pid = atomic_load(&gx_u->slot[i].pid);
+
+			if ((pass == 0) != (pid == 0))
+				continue;
+			if (gx_lock_slot(i, F_WRLCK, F_SETLK) != 0)
+				continue;
+			gx_slot_take(i, me);
+			gx_my = i;
+		}
+	}
+	pthread_mutex_unlock(&gx_slot_mu);
+	if (gx_my < 0)
+		GX_DEBUG("no free slot in the usage file: allocations are refused");
+	else
+		GX_DEBUG("slot %d", gx_my);
+	return gx_my;
+}
+
+static void gx_local_fallback(const char *why)
+{
+	void *m = mmap(NULL, sizeof(struct gpuext_devrt_usage), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+
+	GX_DEBUG("usage file: %s: accounting is process-local", why);
+	if (gx_fd >= 0)
+		close(gx_fd);
+	gx_fd = -1;
+	gx_u = m == MAP_FAILED ? NULL : m;
+}
+
+void gx_acct_open(void)
+{
+	char path[4096];
+	struct stat st;
+	uint64_t zero = 0;
+	void *m;
+
+	if (!gx_cfg.acct_dir || !*gx_cfg.acct_dir) {
+		gx_local_fallback("GPUEXT_TENANT_ACCT not set");
+		goto header;
+	}
+	if (snprintf(path, sizeof(path), "%s/%s", gx_cfg.acct_dir, GPUEXT_DEVRT_USAGE_FILE) >= (int)sizeof(path)) {
+		gx_local_fallback("path too long");
+		goto header;
+	}
+	gx_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+	if (gx_fd < 0) {
+		gx_local_fallback(strerror(errno));
+		goto header;
+	}
+	if (fstat(gx_fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		gx_local_fallback("not a regular file");
+		goto header;
+	}
+	if (st.st_uid == geteuid())
+		(void)fchmod(gx_fd, 0666); /* processes of one tenant may run as different users */
+	if ((size_t)st.st_size < sizeof(struct gpuext_devrt_usage) &&
+	    ftruncate(gx_fd, (off_t)sizeof(struct gpuext_devrt_usage)) != 0) {
+		gx_local_fallback(strerror(errno));
+		goto header;
+	}
+	m = mmap(NULL, sizeof(struct gpuext_devrt_usage), PROT_READ | PROT_WRITE, MAP_SHARED, gx_fd, 0);
+	if (m == MAP_FAILED) {
+		gx_local_fallback(strerror(errno));
+		goto header;
+	}
+	gx_u = m;
+header:
+	if (!gx_u)
+		return;
+	/* all-zero is the valid empty state; the first process stamps the header */
+	atomic_compare_exchange_strong(&gx_u->hdr.magic, &zero, GPUEXT_DEVRT_USAGE_MAGIC);
+	gx_u->hdr.version = GPUEXT_DEVRT_SHM_VERSION; /* same values from every process */
+	gx_u->hdr.nslots = GPUEXT_DEVRT_SLOTS;
+	gx_u->hdr.header_size = sizeof(struct gpuext_devrt_usage_header);
+	gx_u->hdr.slot_size = sizeof(struct gpuext_devrt_slot);
+	if (atomic_load(&gx_u->hdr.magic) != GPUEXT_DEVRT_USAGE_MAGIC) {
+		munmap(gx_u, sizeof(*gx_u));
+		gx_u = NULL;
+		gx_local_fallback("bad magic");
+		if (!gx_u)
+			return;
+		atomic_store(&gx_u->hdr.magic, GPUEXT_DEVRT_USAGE_MAGIC);
+	}
+	atomic_store(&gx_u->hdr.tenant_id, gx_cfg.tenant_id);
+	atomic_store(&gx_u->hdr.quota_bytes, gx_cfg.quota_bytes);
+	atomic_store(&gx_u->hdr.priority_class, gx_cfg.priority_class);
+}
+
+void gx_acct_after_fork(void)
+{
+	/* the child holds no slot lock (POSIX locks are per process) and no device memory */
+	gx_my = -1;
+	pthread_mutex_init(&gx_slot_mu, NULL);
+	pthread_mutex_init(&gx_tab_mu, NULL);
+	gx_tab = NULL; /* the parent's allocations are not the child's */
+	gx_tab_cap = gx_tab_used = 0;
+}
+
+/* Sum of live slots; with reclaim, also clears slots of dead owners. */
+static uint64_t gx_tenant_used(int reclaim)
+{
+	uint64_t sum = 0;
+
+	for (int i = 0; i < (int)GPUEXT_DEVRT_SLOTS; i++) {
+		struct gpuext_devrt_slot *s = &gx_u->slot[i];
+
+		if (atomic_load(&s->pid) == 0)
+			continue;
+		if (gx_slot_live(i))
+			sum += atomic_load(&s->bytes);
+		else if (reclaim)
+			gx_slot_reclaim(i);
+	}
+	return sum;
+}
+
+uint64_t gx_acct_tenant_used(void)
+{
+	gx_runtime_init();
+	return gx_u ? gx_tenant_used(1) : 0;
+}
+
+static void gx_max(_Atomic uint64_t *a, uint64_t v)
+{
+	uint64_t cur = atomic_load_explicit(a, memory_order_relaxed);
+
+	while (cur < v && !atomic_compare_exchange_weak(a, &cur, v))
+		;
+}
+
+int gx_acct_reserve(uint64_t bytes, const char *what)
+{
+	struct gpuext_devrt_slot *s;
+	uint64_t mine, used;
+	int i;
+
+	gx_runtime_init();
+	if (!gx_u || !gx_cfg.enabled)
+		return 0;
+	i = gx_claim_slot();
+	if (i < 0) {
+		if (!gx_cfg.quota_bytes)
+			return 0;
+		atomic_fetch_add(&gx_u->hdr.refused_allocs, 1);
+		return -1;
+	}
+	s = &gx_u->slot[i];
+	mine = atomic_fetch_add(&s->bytes, bytes) + bytes;
+	used = gx_tenant_used(0);
+	if (gx_cfg.quota_bytes && (used > gx_cfg.quota_bytes)) {
+		used = gx_tenant_used(1); /* dead owners' bytes do not count: check again */
+		if (used > gx_cfg.quota_bytes) {
+			atomic_fetch_sub(&s->bytes, bytes);
+			atomic_fetch_add(&s->refused, 1);
+			atomic_fetch_add(&gx_u->hdr.refused_allocs, 1);
+			GX_DEBUG("%s %llu refused: tenant would use %llu of quota %llu", what,
+				 (unsigned long long)bytes, (unsigned long long)used, (unsigned long long)gx_cfg.quota_bytes);
+			return -1;
+		}
+	}
+	gx_max(&s->peak, mine);
+	gx_max(&gx_u->hdr.peak_bytes, used);
+	GX_DEBUG("%s %llu reserved: tenant uses %llu of quota %llu", what, (unsigned long long)bytes,
+		 (unsigned long long)used, (unsigned long long)gx_cfg.quota_bytes);
+	return 0;
+}
+
+void gx_acct_unreserve(uint64_t bytes)
+{
+	if (!gx_u || gx_my < 0 || !bytes)
+		return;
+	atomic_fetch_sub(&gx_u->slot[gx_my].bytes, bytes);
+}
+
+/* ---- process-private size table: (kind, key) -> bytes, open addressing ---- */
+
+static size_t gx_hash(uint64_t key, int kind)
+{
+	key ^= (uint64_t)kind * 0x9e3779b97f4a7c15ull;
+	key ^= key >> 33;
+	key *= 0xff51afd7ed558ccdull;
+	key ^= key >> 33;
+	return (size_t)key;
+}
+
+static int gx_tab_put(int kind, uint64_t key, uint64_t bytes);
+
+static int gx_tab_grow(void)
+{
+	struct gx_entry *old = gx_tab;
+	size_t oldcap = gx_tab_cap, cap = oldcap ? oldcap * 2 : 1024;
+	struct gx_entry *t = calloc(cap, sizeof(*t));
+
+	if (!t)
+		return -1;
+	gx_tab = t;
+	gx_tab_cap = cap;
+	gx_tab_used = 0;
+	for (size_t i = 0; i < oldcap; i++)
+		if (old[i].kind > 0)
+			gx_tab_put(old[i].kind, old[i].key, old[i].bytes);
+	free(old);
+	return 0;
+}
+
+static int gx_tab_put(int kind, uint64_t key, uint64_t bytes)
+{
+	size_t i;
+
+	if ((gx_tab_used + 1) * 2 > gx_tab_cap && gx_tab_grow() != 0)
+		return -1;
+	for (i = gx_hash(key, kind) & (gx_tab_cap - 1);; i = (i + 1) & (gx_tab_cap - 1)) {
+		if (gx_tab[i].kind <= 0) {
+			if (gx_tab[i].kind == 0)
+				gx_tab_used++;
+			gx_tab[i] = (struct gx_entry){key, bytes, kind};
+			return 0;
+		}
+		if (gx_tab[i].kind == kind && gx_tab[i].key == key) {
+			gx_tab[i].bytes += bytes; /* same address handed out twice: keep both sizes */
+			return 0;
+		}
+	}
+}
+
+void gx_acct_commit(int kind, uint64_t key, uint64_t bytes)
+{
+	int rc;
+
+	if (!gx_u || gx_my < 0 || !gx_cfg.enabled)
+		return;
+	atomic_fetch_add(&gx_u->slot[gx_my].allocs, 1);
+	pthread_mutex_lock(&gx_tab_mu);
+	rc = gx_tab_put(kind, key, bytes);
+	pthread_mutex_unlock(&gx_tab_mu);
+	if (rc != 0) {
+		/* cannot remember the size: stay exact by not keeping it charged */
+		atomic_fetch_sub(&gx_u->slot[gx_my].bytes, bytes);
+		GX_DEBUG("size table full: %llu bytes not tracked", (unsigned long long)bytes);
+	}
+}
+
+int gx_acct_forget(int kind, uint64_t key, uint64_t *bytes)
+{
+	int found = -1;
+
+	if (!gx_u || gx_my < 0)
+		return -1;
+	pthread_mutex_lock(&gx_tab_mu);
+	if (gx_tab_cap) {
+		for (size_t i = gx_hash(key, kind) & (gx_tab_cap - 1); gx_tab[i].kind != 0; i = (i + 1) & (gx_tab_cap - 1)) {
+			if (gx_tab[i].kind == kind && gx_tab[i].key == key) {
+				*bytes = gx_tab[i].bytes;
+				gx_tab[i].kind = -1;
+				found = 0;
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&gx_tab_mu);
+	if (found == 0) {
+		atomic_fetch_sub(&gx_u->slot[gx_my].bytes, *bytes);
+		atomic_fetch_add(&gx_u->slot[gx_my].frees, 1);
+	}
+	return found;
+}

@@ -1,0 +1,89 @@
+/*
+ * devrt.h - internal interfaces of the device runtime library
+ * (libgpuext-devrt.so): the hook table generated from hooks.def, the
+ * resolution of real driver entry points, the tenant settings, the
+ * cross-process accounting (acct.c) and the launch gate (priority.c).
+ */
+#ifndef GPUEXT_DEVRT_H
+#define GPUEXT_DEVRT_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include "cuda_min.h"
+
+enum gx_lib { GX_LIB_CUDA, GX_LIB_NVML, GX_NLIBS };
+enum gx_stream { GX_STREAM_ANY, GX_STREAM_LEGACY, GX_STREAM_PTSZ };
+
+/* enum of hooked entry points: GX_H_cuMemAlloc_v2, ... */
+enum gx_hook {
+#define HOOK(sym, lib, base, vmin, vmax, stream, ret, params, args) GX_H_##sym,
+#include "hooks.def"
+	GX_NHOOKS
+};
+
+/* typed pointers: gx_pfn_cuMemAlloc_v2, ... */
+#define HOOK(sym, lib, base, vmin, vmax, stream, ret, params, args) typedef ret(*gx_pfn_##sym) params;
+#include "hooks.def"
+
+/* our exported wrappers, with the exact CUDA/NVML names and prototypes */
+#define HOOK(sym, lib, base, vmin, vmax, stream, ret, params, args) \
+	__attribute__((visibility("default"))) ret sym params;
+#include "hooks.def"
+
+struct gx_hook_info {
+	const char *sym;  /* exact variant symbol */
+	enum gx_lib lib;
+	const char *base; /* cuGetProcAddress name, or NULL */
+	int vmin, vmax;
+	enum gx_stream stream;
+	void *wrapper;    /* our function for this variant */
+};
+extern const struct gx_hook_info gx_hooks[GX_NHOOKS];
+
+/* The real entry point of one variant (resolved lazily, cached); NULL if absent. */
+void *gx_real(enum gx_hook id);
+
+/* typed getters: gx_orig_cuMemAlloc_v2() */
+#define HOOK(sym, lib, base, vmin, vmax, stream, ret, params, args) \
+	static inline gx_pfn_##sym gx_orig_##sym(void) { return (gx_pfn_##sym)gx_real(GX_H_##sym); }
+#include "hooks.def"
+
+/* Tenant settings read once from the environment and GPUEXT_TENANT_CONFIG. */
+struct gx_settings {
+	int enabled;              /* 0: pass everything through (secure-execution process) */
+	int debug;
+	uint64_t tenant_id;
+	uint64_t quota_bytes;     /* 0: no quota */
+	uint32_t priority_class;  /* GPUEXT_DEVRT_CLASS_* */
+	uint64_t lc_window_ns;    /* how long a latency-critical launch counts as pending */
+	uint64_t max_delay_ns;    /* longest a best-effort launch waits */
+	const char *config_path;
+	const char *acct_dir;
+	const char *board_path;
+};
+extern struct gx_settings gx_cfg;
+
+/* Loads settings, the usage file and the board once; safe from any thread. */
+void gx_runtime_init(void);
+void gx_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#define GX_DEBUG(...) do { if (gx_cfg.debug) gx_log(__VA_ARGS__); } while (0)
+uint64_t gx_now_ns(void);
+
+/* acct.c: the tenant's usage file */
+void gx_acct_open(void);
+void gx_acct_after_fork(void);
+int gx_acct_reserve(uint64_t bytes, const char *what); /* 0: reserved; -1: over quota (counted as refused) */
+void gx_acct_unreserve(uint64_t bytes);                 /* driver refused what we reserved */
+void gx_acct_commit(int kind, uint64_t key, uint64_t bytes); /* allocation succeeded: remember its size */
+int gx_acct_forget(int kind, uint64_t key, uint64_t *bytes); /* free succeeded: 0 and the size if known */
+uint64_t gx_acct_tenant_used(void);
+struct gpuext_devrt_usage *gx_acct_usage(void);
+int gx_acct_slot(void);
+enum { GX_KEY_DEVPTR = 1, GX_KEY_HANDLE = 2 };
+
+/* priority.c: called before every launch */
+void gx_priority_open(void);
+void gx_launch_gate(void);
+
+#endif /* GPUEXT_DEVRT_H */

@@ -1,0 +1,304 @@
+/*
+ * wrappers.c - the interposed CUDA driver and NVML entry points, one per
+ * variant in hooks.def. Each calls the original pointer of its own variant.
+ * Allocations are reserved against the tenant quota before the driver sees
+ * them; memory info is clamped to the quota; launches pass the priority gate;
+ * image loads pass through (the device-probe work hooks in there).
+ */
+#define _GNU_SOURCE
+#include <limits.h>
+
+#include "devrt.h"
+
+#define GX_REAL_OR(sym, err)                    \
+	gx_pfn_##sym real = gx_orig_##sym();    \
+	if (!real)                              \
+		return err
+
+CUresult cuInit(unsigned int Flags)
+{
+	GX_REAL_OR(cuInit, CUDA_ERROR_NOT_INITIALIZED);
+	gx_runtime_init();
+	return real(Flags);
+}
+
+/* reserve, call, then commit or undo: the body shared by every allocating entry point */
+#define GX_ALLOC(what, kind, keyp, bytes, call)                          \
+	do {                                                             \
+		CUresult r_;                                             \
+		uint64_t n_ = (uint64_t)(bytes);                         \
+		if (gx_acct_reserve(n_, what) != 0)                      \
+			return CUDA_ERROR_OUT_OF_MEMORY;                 \
+		r_ = (call);                                             \
+		if (r_ != CUDA_SUCCESS || !(keyp))                       \
+			gx_acct_unreserve(n_);                           \
+		else                                                     \
+			gx_acct_commit(kind, (uint64_t) * (keyp), n_);   \
+		return r_;                                               \
+	} while (0)
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	GX_REAL_OR(cuMemAlloc_v2, CUDA_ERROR_NOT_INITIALIZED);
+	GX_ALLOC("cuMemAlloc_v2", GX_KEY_DEVPTR, dptr, bytesize, real(dptr, bytesize));
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+	GX_REAL_OR(cuMemAllocManaged, CUDA_ERROR_NOT_INITIALIZED);
+	GX_ALLOC("cuMemAllocManaged", GX_KEY_DEVPTR, dptr, bytesize, real(dptr, bytesize, flags));
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+		     unsigned long long flags)
+{
+	GX_REAL_OR(cuMemCreate, CUDA_ERROR_NOT_INITIALIZED);
+	GX_ALLOC("cuMemCreate", GX_KEY_HANDLE, handle, size, real(handle, size, prop, flags));
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	GX_REAL_OR(cuMemAllocAsync, CUDA_ERROR_NOT_INITIALIZED);
+	GX_ALLOC("cuMemAllocAsync", GX_KEY_DEVPTR, dptr, bytesize, real(dptr, bytesize, hStream));
+}
+
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	GX_REAL_OR(cuMemAllocAsync_ptsz, CUDA_ERROR_NOT_INITIALIZED);
+	GX_ALLOC("cuMemAllocAsync_ptsz", GX_KEY_DEVPTR, dptr, bytesize, real(dptr, bytesize, hStream));
+}
+
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+{
+	GX_REAL_OR(cuMemAllocFromPoolAsync, CUDA_ERROR_NOT_INITIALIZED);
+	GX_ALLOC("cuMemAllocFromPoolAsync", GX_KEY_DEVPTR, dptr, bytesize, real(dptr, bytesize, pool, hStream));
+}
+
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+{
+	GX_REAL_OR(cuMemAllocFromPoolAsync_ptsz, CUDA_ERROR_NOT_INITIALIZED);
+	GX_ALLOC("cuMemAllocFromPoolAsync_ptsz", GX_KEY_DEVPTR, dptr, bytesize, real(dptr, bytesize, pool, hStream));
+}
+
+/*
+ * Pitch: the driver picks the pitch. Reserve width rounded up to 512 bytes per
+ * row first, then settle to pitch * height; if the real size no longer fits,
+ * give the memory back and refuse.
+ */
+CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+			    unsigned int ElementSizeBytes)
+{
+	uint64_t guess = (((uint64_t)WidthInBytes + 511u) & ~(uint64_t)511u) * (uint64_t)Height, real_size;
+	CUresult r;
+
+	GX_REAL_OR(cuMemAllocPitch_v2, CUDA_ERROR_NOT_INITIALIZED);
+	if (gx_acct_reserve(guess, "cuMemAllocPitch_v2") != 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	r = real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+	if (r != CUDA_SUCCESS || !dptr || !pPitch) {
+		gx_acct_unreserve(guess);
+		return r;
+	}
+	real_size = (uint64_t)*pPitch * (uint64_t)Height;
+	if (real_size > guess) {
+		if (gx_acct_reserve(real_size - guess, "cuMemAllocPitch_v2 (pitch)") != 0) {
+			gx_acct_unreserve(guess);
+			gx_pfn_cuMemFree_v2 f = gx_orig_cuMemFree_v2();
+			if (f)
+				f(*dptr);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+	} else {
+		gx_acct_unreserve(guess - real_size);
+	}
+	gx_acct_commit(GX_KEY_DEVPTR, (uint64_t)*dptr, real_size);
+	return r;
+}
+
+/* free: the driver first; only memory it really released leaves the account */
+#define GX_FREE(what, kind, key, call)                                             \
+	do {                                                                       \
+		uint64_t n_ = 0;                                                   \
+		CUresult r_ = (call);                                              \
+		if (r_ == CUDA_SUCCESS && gx_acct_forget(kind, (uint64_t)(key), &n_) == 0) \
+			GX_DEBUG("%s %llu freed", what, (unsigned long long)n_);   \
+		return r_;                                                         \
+	} while (0)
+
+CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+	GX_REAL_OR(cuMemFree_v2, CUDA_ERROR_NOT_INITIALIZED);
+	GX_FREE("cuMemFree_v2", GX_KEY_DEVPTR, dptr, real(dptr));
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	GX_REAL_OR(cuMemRelease, CUDA_ERROR_NOT_INITIALIZED);
+	GX_FREE("cuMemRelease", GX_KEY_HANDLE, handle, real(handle));
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+	GX_REAL_OR(cuMemFreeAsync, CUDA_ERROR_NOT_INITIALIZED);
+	GX_FREE("cuMemFreeAsync", GX_KEY_DEVPTR, dptr, real(dptr, hStream));
+}
+
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+	GX_REAL_OR(cuMemFreeAsync_ptsz, CUDA_ERROR_NOT_INITIALIZED);
+	GX_FREE("cuMemFreeAsync_ptsz", GX_KEY_DEVPTR, dptr, real(dptr, hStream));
+}
+
+/* The tenant's view: total = quota, free = quota - tenant usage, never above the device's real free. */
+static int gx_clamp(uint64_t real_free, uint64_t *free_out, uint64_t *total_out, uint64_t *used_out)
+{
+	uint64_t used, f;
+
+	gx_runtime_init();
+	if (!gx_cfg.enabled || !gx_cfg.quota_bytes)
+		return 0;
+	used = gx_acct_tenant_used();
+	f = used >= gx_cfg.quota_bytes ? 0 : gx_cfg.quota_bytes - used;
+	if (f > real_free)
+		f = real_free;
+	*free_out = f;
+	*total_out = gx_cfg.quota_bytes;
+	if (used_out)
+		*used_out = used > gx_cfg.quota_bytes ? gx_cfg.quota_bytes : used;
+	GX_DEBUG("memory info clamped: free=%llu total=%llu", (unsigned long long)f,
+		 (unsigned long long)gx_cfg.quota_bytes);
+	return 1;
+}
+
+CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+	uint64_t f, t;
+	CUresult r;
+
+	GX_REAL_OR(cuMemGetInfo_v2, CUDA_ERROR_NOT_INITIALIZED);
+	r = real(free, total);
+	if (r == CUDA_SUCCESS && free && total && gx_clamp(*free, &f, &t, NULL)) {
+		*free = (size_t)f;
+		*total = (size_t)t;
+	}
+	return r;
+}
+
+CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
+{
+	uint64_t f, t;
+	CUresult r;
+
+	GX_REAL_OR(cuMemGetInfo, CUDA_ERROR_NOT_INITIALIZED);
+	r = real(free, total);
+	if (r == CUDA_SUCCESS && free && total && gx_clamp(*free, &f, &t, NULL)) {
+		*free = f > UINT_MAX ? UINT_MAX : (unsigned int)f;
+		*total = t > UINT_MAX ? UINT_MAX : (unsigned int)t;
+	}
+	return r;
+}
+
+#define NVML_ERROR_UNINITIALIZED 1
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+	uint64_t f, t, u;
+	nvmlReturn_t r;
+
+	GX_REAL_OR(nvmlDeviceGetMemoryInfo, NVML_ERROR_UNINITIALIZED);
+	r = real(device, memory);
+	if (r == NVML_SUCCESS && memory && gx_clamp(memory->free, &f, &t, &u)) {
+		memory->free = f;
+		memory->total = t;
+		memory->used = u;
+	}
+	return r;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+	uint64_t f, t, u;
+	nvmlReturn_t r;
+
+	GX_REAL_OR(nvmlDeviceGetMemoryInfo_v2, NVML_ERROR_UNINITIALIZED);
+	r = real(device, memory);
+	if (r == NVML_SUCCESS && memory && gx_clamp(memory->free, &f, &t, &u)) {
+		memory->free = f;
+		memory->total = t;
+		memory->used = u;
+		memory->reserved = 0;
+	}
+	return r;
+}
+
+/* launches: the priority gate, then the variant's own driver entry */
+CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+			unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+			unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
+{
+	GX_REAL_OR(cuLaunchKernel, CUDA_ERROR_NOT_INITIALIZED);
+	gx_launch_gate();
+	return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+		    kernelParams, extra);
+}
+
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+			     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+			     unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
+{
+	GX_REAL_OR(cuLaunchKernel_ptsz, CUDA_ERROR_NOT_INITIALIZED);
+	gx_launch_gate();
+	return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+		    kernelParams, extra);
+}
+
+CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
+{
+	GX_REAL_OR(cuLaunchKernelEx, CUDA_ERROR_NOT_INITIALIZED);
+	gx_launch_gate();
+	return real(config, f, kernelParams, extra);
+}
+
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
+{
+	GX_REAL_OR(cuLaunchKernelEx_ptsz, CUDA_ERROR_NOT_INITIALIZED);
+	gx_launch_gate();
+	return real(config, f, kernelParams, extra);
+}
+
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+	GX_REAL_OR(cuGraphLaunch, CUDA_ERROR_NOT_INITIALIZED);
+	gx_launch_gate();
+	return real(hGraphExec, hStream);
+}
+
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+	GX_REAL_OR(cuGraphLaunch_ptsz, CUDA_ERROR_NOT_INITIALIZED);
+	gx_launch_gate();
+	return real(hGraphExec, hStream);
+}
+
+/* image loads: pass through */
+CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues,
+			   unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues,
+			   unsigned int numLibraryOptions)
+{
+	GX_REAL_OR(cuLibraryLoadData, CUDA_ERROR_NOT_INITIALIZED);
+	return real(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues,
+		    numLibraryOptions);
+}
+
+CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+	GX_REAL_OR(cuModuleLoadData, CUDA_ERROR_NOT_INITIALIZED);
+	return real(module, image);
+}
+
+CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options,
+			    void **optionValues)
+{
+	GX_REAL_OR(cuModuleLoadDataEx, CUDA_ERROR_NOT_INITIALIZED);
+	return real(module, image, numOptions, options, optionValues);
+}
