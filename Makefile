@@ -22,13 +22,14 @@ deps: ## install what the tests and demo need (apt packages, containerd, crictl;
 generate: ## regenerate the bpf2go bindings (needs clang); CI fails if they differ from the committed ones
 	$(GO) generate ./bpf/...
 
-build: ## build the static binaries and the device-runtime placeholder into bin/
+build: ## build the static binaries and the device runtime (libgpuext-devrt.so) into bin/
 	@mkdir -p $(BIN)/devrt
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/gpuext-nri-plugin ./nri-plugin
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/gpuext-oci-hook ./oci-hook/cmd/gpuext-oci-hook
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/gpuext-runc ./oci-hook/cmd/gpuext-runc
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/gpuextctl ./cmd/gpuextctl
-	gcc -shared -fPIC -O2 -Wall -Wextra -o $(BIN)/devrt/libgpuext-devrt.so devrt/placeholder/gpuext_devrt_placeholder.c
+	sh devrt/build.sh $(BIN)/devrt-build
+	install -m 0755 $(BIN)/devrt-build/libgpuext-devrt.so $(BIN)/devrt/libgpuext-devrt.so
 
 test: deps build lint ## every test CI runs: unit, privileged (real BPF/cgroups), NRI in-process, real containerd/runc/dockerd/podman
 	@echo "[test] go test (needs root for the privileged and real-runtime tests)"

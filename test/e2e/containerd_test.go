@@ -23,6 +23,7 @@ import (
 // ctdLab is a private containerd with the gpuext plugin pre-installed.
 type ctdLab struct {
 	*lab.Containerd
+	work     string
 	pinDir   string
 	stateDir string
 	logFile  string
@@ -45,15 +46,9 @@ func startCtdLab(t *testing.T, failMode string) *ctdLab {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build plugin: %v\n%s", err, out)
 	}
-	devrt := filepath.Join(work, "devrt")
-	if err := os.MkdirAll(devrt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", filepath.Join(devrt, admission.DevrtLibrary),
-		filepath.Join(root, "devrt/placeholder/gpuext_devrt_placeholder.c")).CombinedOutput(); err != nil {
-		t.Fatalf("build devrt placeholder: %v\n%s", err, out)
-	}
+	devrt := buildDevrt(t, work)
 	l := &ctdLab{
+		work:     work,
 		pinDir:   fmt.Sprintf("/sys/fs/bpf/gpuext-e2e-%d", time.Now().UnixNano()),
 		stateDir: filepath.Join(work, "state"),
 		logFile:  filepath.Join(work, "plugin.log"),
@@ -78,6 +73,29 @@ func startCtdLab(t *testing.T, failMode string) *ctdLab {
 	// The plugin is started by containerd; wait until it has configured.
 	waitFor(t, 20*time.Second, "plugin configured", func() bool { return strings.Contains(readFile(l.logFile), `"configured"`) })
 	return l
+}
+
+// buildDevrt builds the device runtime (and its CI fixtures) with
+// devrt/build.sh into work/devrt-build and returns a directory holding only
+// the library, as an operator installs it.
+func buildDevrt(t *testing.T, work string) string {
+	t.Helper()
+	build := filepath.Join(work, "devrt-build")
+	if out, err := exec.Command("sh", filepath.Join(lab.RepoRoot(), "devrt", "build.sh"), build).CombinedOutput(); err != nil {
+		t.Fatalf("devrt/build.sh: %v\n%s", err, out)
+	}
+	dir := filepath.Join(work, "devrt")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(build, admission.DevrtLibrary))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, admission.DevrtLibrary), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func readFile(p string) string {
