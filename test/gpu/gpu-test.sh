@@ -39,11 +39,11 @@ build gemm "$REPO/test/gpu/gemm.cu" -lcublas
 tenant() { # quota-bytes class
 	printf '{"abiVersion":1,"tenantId":7,"policy":"gpu-test","priorityClass":"%s","quotaBytes":%s}\n' "$2" "$1" >"$W/tenant/config.json"
 	rm -f "$W/acct/usage"
+	INJECT=(LD_PRELOAD="$LIB" GPUEXT_TENANT_ID=7 GPUEXT_TENANT_CONFIG="$W/tenant/config.json"
+		GPUEXT_TENANT_ACCT="$W/acct" GPUEXT_DEVRT_TRACE="$W/trace")
 }
-run_with() { # runs "$@" with the interposer injected as admission does
-	env LD_PRELOAD="$LIB" GPUEXT_TENANT_ID=7 GPUEXT_TENANT_CONFIG="$W/tenant/config.json" \
-		GPUEXT_TENANT_ACCT="$W/acct" GPUEXT_DEVRT_TRACE="$W/trace" "$@"
-}
+INJECT=() # the env admission injects (docs/injection.md), set by tenant()
+run_with() { env "${INJECT[@]}" "$@"; } # runs "$@" with the interposer injected
 
 # 2. Outputs unchanged with the interposer (no quota).
 tenant 0 standard
@@ -85,11 +85,13 @@ done
 # Across processes of one tenant, and a killed process gives its memory back.
 if [[ -x "$W/apps_static" ]]; then
 	tenant $Q standard
-	run_with "$W/apps_static" alloc $((3 * GiB)) hold >"$OUT/holder.txt" 2>&1 &
+	# A plain command in the background, so that $! is the app itself (env execs it).
+	env "${INJECT[@]}" "$W/apps_static" alloc $((3 * GiB)) hold >"$OUT/holder.txt" 2>&1 &
 	holder=$!
 	for _ in $(seq 100); do grep -q meminfo "$OUT/holder.txt" 2>/dev/null && break; sleep 0.1; done
 	second=$(run_with "$W/apps_static" alloc $((2 * GiB)) 2>&1 | head -1)
 	kill -9 "$holder"; wait "$holder" 2>/dev/null
+	if kill -0 "$holder" 2>/dev/null; then bad quota-kill9-reclaimed "holder $holder still alive"; fi
 	third=$(run_with "$W/apps_static" alloc $((2 * GiB)) 2>&1 | head -1)
 	if [[ "$second" == "alloc $((2 * GiB)) oom" ]]; then ok quota-across-processes; else bad quota-across-processes "second process: '$second'"; fi
 	if [[ "$third" == "alloc $((2 * GiB)) ok" ]]; then ok quota-kill9-reclaimed; else bad quota-kill9-reclaimed "after kill -9: '$third'"; fi
@@ -106,8 +108,12 @@ fi
 # 4. Launch overhead (a measurement, not a check).
 if [[ -x "$W/apps_static" ]]; then
 	tenant 0 standard
-	for round in 1 2 3; do
-		a=$("$W/apps_static" launches 100000 | cut -d' ' -f2); b=$(run_with "$W/apps_static" launches 100000 | cut -d' ' -f2)
+	for round in 1 2 3 4; do # alternate which runs first
+		if (( round % 2 )); then
+			a=$("$W/apps_static" launches 100000 | cut -d' ' -f2); b=$(run_with "$W/apps_static" launches 100000 | cut -d' ' -f2)
+		else
+			b=$(run_with "$W/apps_static" launches 100000 | cut -d' ' -f2); a=$("$W/apps_static" launches 100000 | cut -d' ' -f2)
+		fi
 		info "launch_overhead round=$round without_us=$a with_us=$b ratio=$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", b/a}')"
 	done | tee "$OUT/launch-overhead.txt"
 fi
