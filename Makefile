@@ -19,8 +19,8 @@ help: ## list targets
 deps: ## install what the tests and demo need (apt packages, containerd, crictl; cached in .cache/)
 	@test/lab/install-deps.sh
 
-generate: ## regenerate the bpf2go bindings (needs clang); CI fails if they differ from the committed ones
-	$(GO) generate ./bpf/...
+generate: ## regenerate the bpf2go bindings (clang) and the devrt layout (gcc); CI fails if they differ from the committed ones
+	$(GO) generate ./bpf/... ./devrt/board/...
 
 build: ## build the static binaries and the device runtime (libgpuext-devrt.so) into bin/
 	@mkdir -p $(BIN)/devrt
@@ -55,6 +55,7 @@ lint: ## gofmt, go vet, generated files up to date
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
 	@if command -v clang >/dev/null; then $(GO) generate ./bpf/... && git diff --exit-code --stat -- bpf/ || { echo "generated bpf files differ from the committed ones: run make generate and commit"; exit 1; }; fi
+	@$(GO) generate ./devrt/board && git diff --exit-code --stat -- devrt/board/ || { echo "devrt/board/layout_gen.go differs from devrt/include/gpuext_devrt_shm.h: run make generate and commit"; exit 1; }
 
 clean: ## remove build outputs (keeps the .cache of containerd/crictl)
 	rm -rf $(BIN)

@@ -3,17 +3,22 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/devrt/board"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/logging"
@@ -23,9 +28,13 @@ import (
 const usage = `Usage: gpuextctl [--config FILE] <command> [flags]
 
 Commands:
-  tenants [--json] [--pin-dir DIR]   the tenant table: tenant, container, cgroup, policy, quota, priority
+  tenants [--json] [--pin-dir DIR]   the tenant table: tenant, container, cgroup, policy, quota, priority,
+                                     and the device runtime's usage: GPU memory, peak, refused allocations,
+                                     delayed launches
   policies [--json]                  the policy catalog (built-in + the config's catalogDir)
   policies show NAME                 one policy as JSON (copy it into catalogDir to make your own)
+  board [--interval 1ms]             publish the device runtime's priority board (the NRI plugin does this
+                                     itself; run it on Docker/podman hosts)
   gc [--grace 10m] [--all]           drop registry entries whose cgroup is gone (OCI hook path; --all: every
                                      runtime) and tenants reserved longer than --grace that never got a cgroup
 
@@ -63,6 +72,8 @@ func run(args []string, out io.Writer) error {
 		return listPolicies(cfg, rest[1:], out)
 	case "gc":
 		return gc(cfg, rest[1:], out)
+	case "board":
+		return runBoard(cfg, rest[1:], out)
 	case "help", "-h", "--help":
 		fmt.Fprint(out, usage)
 		return nil
@@ -86,6 +97,9 @@ type TenantRow struct {
 	Priority      string `json:"priority"`
 	TimesliceUS   uint32 `json:"timesliceUs"`
 	FailedOpen    bool   `json:"failedOpen"`
+	// From the device runtime's usage file of the tenant, when its
+	// processes have used the GPU.
+	Usage *board.Usage `json:"usage,omitempty"`
 }
 
 func tenants(cfg config.Config, args []string, out io.Writer) error {
@@ -114,6 +128,9 @@ func tenants(cfg config.Config, args []string, out io.Writer) error {
 			Priority: admission.PriorityClassName(t.Config.PriorityClass), TimesliceUS: t.Config.TimesliceUs,
 			FailedOpen: t.Config.Flags&uint32(bpf.TenantFlagFailOpen) != 0,
 		}
+		if u, err := board.ReadUsage(filepath.Join(cfg.StateDir, "acct", strconv.FormatUint(uint64(t.ID), 10), "usage")); err == nil {
+			base.Usage = &u
+		}
 		if len(t.Cgroups) == 0 {
 			base.Runtime = "-"
 			rows = append(rows, base)
@@ -135,7 +152,7 @@ func tenants(cfg config.Config, args []string, out io.Writer) error {
 		return enc.Encode(rows)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tCONTAINER\tNAME\tPOD\tRUNTIME\tCGROUP\tCGROUP-ID\tPOLICY\tQUOTA\tPRIORITY")
+	fmt.Fprintln(tw, "TENANT\tCONTAINER\tNAME\tPOD\tRUNTIME\tCGROUP\tCGROUP-ID\tPOLICY\tQUOTA\tPRIORITY\tGPU-MEM\tPEAK\tREFUSED\tDELAYED")
 	for _, r := range rows {
 		policy := r.Policy
 		if r.FailedOpen {
@@ -145,8 +162,14 @@ func tenants(cfg config.Config, args []string, out io.Writer) error {
 		if r.QuotaBytes > 0 {
 			quota = policies.FormatSize(r.QuotaBytes)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Tenant, short(r.Container), dash(r.ContainerName),
-			dash(r.Pod), r.Runtime, dash(shortPath(r.Cgroup)), idStr(r.CgroupID), policy, quota, r.Priority)
+		used, peak, refused, delayed := "-", "-", "-", "-"
+		if u := r.Usage; u != nil {
+			used, peak = policies.FormatSize(u.UsedBytes), policies.FormatSize(u.PeakBytes)
+			refused, delayed = strconv.FormatUint(u.RefusedAllocs, 10), strconv.FormatUint(u.DelayedLaunches, 10)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Tenant, short(r.Container),
+			dash(r.ContainerName), dash(r.Pod), r.Runtime, dash(shortPath(r.Cgroup)), idStr(r.CgroupID), policy, quota,
+			r.Priority, used, peak, refused, delayed)
 	}
 	return tw.Flush()
 }
@@ -185,6 +208,24 @@ func listPolicies(cfg config.Config, args []string, out io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.Summary(), p.Description)
 	}
 	return tw.Flush()
+}
+
+func runBoard(cfg config.Config, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("board", flag.ContinueOnError)
+	interval := fs.Duration("interval", time.Millisecond, "how often to republish")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	pub, err := board.Open(filepath.Join(cfg.StateDir, "board"), filepath.Join(cfg.StateDir, "acct"))
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fmt.Fprintf(out, "publishing %s every %s (Ctrl-C stops)\n", filepath.Join(cfg.StateDir, "board", board.FileName), *interval)
+	pub.Run(ctx, *interval)
+	return nil
 }
 
 func gc(cfg config.Config, args []string, out io.Writer) error {

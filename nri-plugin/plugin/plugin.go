@@ -3,12 +3,15 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
 
 	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/devrt/board"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/logging"
@@ -20,10 +23,31 @@ type Plugin struct {
 	base config.Config
 	log  *logrus.Entry
 
-	mu       sync.Mutex
-	core     *admission.Core
-	reg      *bpf.Registry
-	admitted map[string]admission.Decision // decisions of CreateContainer not yet registered
+	mu        sync.Mutex
+	core      *admission.Core
+	reg       *bpf.Registry
+	admitted  map[string]admission.Decision // decisions of CreateContainer not yet registered
+	stopBoard context.CancelFunc            // stops the priority board publisher
+}
+
+// BoardInterval is how often the plugin republishes the priority board.
+const BoardInterval = time.Millisecond
+
+// startBoard runs the device runtime's priority board publisher: the plugin
+// is the host agent that copies latency-critical tenants' pending work to the
+// read-only board every container maps.
+func (p *Plugin) startBoard(cfg config.Config) {
+	pub, err := board.Open(filepath.Join(cfg.StateDir, "board"), filepath.Join(cfg.StateDir, "acct"))
+	if err != nil {
+		p.log.WithError(err).Error("priority board: not published")
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.stopBoard = cancel
+	go func() {
+		defer pub.Close()
+		pub.Run(ctx, BoardInterval)
+	}()
 }
 
 // New returns a plugin using base as its configuration.
@@ -57,7 +81,11 @@ func (p *Plugin) Configure(_ context.Context, cfgData, runtime, version string) 
 	if p.reg != nil {
 		p.reg.Close()
 	}
+	if p.stopBoard != nil {
+		p.stopBoard()
+	}
 	p.core, p.reg = core, reg
+	p.startBoard(cfg)
 	p.mu.Unlock()
 	p.log.WithFields(logrus.Fields{"runtime": runtime, "version": version, "failMode": cfg.FailMode,
 		"pinDir": cfg.PinDir, "stateDir": cfg.StateDir}).Info("configured")
@@ -175,6 +203,10 @@ func (p *Plugin) Shutdown(context.Context) {
 		p.reg.Close()
 		p.reg = nil
 		p.core = nil
+	}
+	if p.stopBoard != nil {
+		p.stopBoard()
+		p.stopBoard = nil
 	}
 	p.log.Info("shutdown")
 }
