@@ -8,10 +8,14 @@
 //   apps alloc BYTES... [hold]  cudaMalloc each size in turn, prints ok/oom and cudaMemGetInfo;
 //                           with hold, keeps the memory until killed
 //   apps launches N         N empty-kernel launches, prints the time per launch
+//   apps lc N GAP_US        latency-critical requests (8 short kernels + sync), p50/p99 latency
+//   apps be SECONDS         best-effort long kernels, kernels per second
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <chrono>
+#include <vector>
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -23,6 +27,14 @@ __global__ void vadd(const float *a, const float *b, float *c, int n)
 }
 
 __global__ void empty_kernel() {}
+
+// spin keeps every thread busy for about `cycles` SM clock cycles.
+__global__ void spin(long long cycles)
+{
+	long long start = clock64();
+	while (clock64() - start < cycles)
+		;
+}
 
 static int check(cudaError_t e, const char *what)
 {
@@ -118,6 +130,48 @@ static int launches(long n)
 	return 0;
 }
 
+static double now_us()
+{
+	return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// lc REQUESTS GAP_US: latency-critical requests, each 8 short dependent
+// kernels then a sync; prints p50/p99 request latency.
+static int lc(int n, int gap_us)
+{
+	std::vector<double> lat;
+	spin<<<1, 32>>>(1000);
+	cudaDeviceSynchronize();
+	for (int i = 0; i < n; i++) {
+		double t0 = now_us();
+		for (int k = 0; k < 8; k++)
+			spin<<<1, 32>>>(20000); /* ~10us each */
+		cudaDeviceSynchronize();
+		lat.push_back(now_us() - t0);
+		usleep(gap_us);
+	}
+	std::sort(lat.begin(), lat.end());
+	printf("lc_p50_us %.1f\nlc_p99_us %.1f\n", lat[lat.size() / 2], lat[(size_t)(lat.size() * 0.99)]);
+	return 0;
+}
+
+// be SECONDS: best-effort work, long kernels over the whole GPU, one in
+// flight; prints kernels completed per second.
+static int be(double seconds)
+{
+	int sms = 0;
+	cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+	double t0 = now_us();
+	long done = 0;
+	while (now_us() - t0 < seconds * 1e6) {
+		spin<<<sms * 2, 512>>>(4000000); /* ~2ms */
+		cudaDeviceSynchronize();
+		done++;
+	}
+	printf("be_kernels_per_s %.1f\n", done / seconds);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -130,6 +184,10 @@ int main(int argc, char **argv)
 		return compute(true);
 	if (!strcmp(argv[1], "alloc"))
 		return alloc(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "lc"))
+		return lc(argc > 2 ? atoi(argv[2]) : 500, argc > 3 ? atoi(argv[3]) : 5000);
+	if (!strcmp(argv[1], "be"))
+		return be(argc > 2 ? atof(argv[2]) : 10);
 	if (!strcmp(argv[1], "launches"))
 		return launches(argc > 2 ? atol(argv[2]) : 100000);
 	fprintf(stderr, "unknown mode %s\n", argv[1]);

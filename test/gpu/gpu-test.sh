@@ -118,5 +118,48 @@ if [[ -x "$W/apps_static" ]]; then
 	done | tee "$OUT/launch-overhead.txt"
 fi
 
+# 5. Priority (a measurement): one latency-critical process issues short
+# requests while two best-effort processes run long kernels. The board is
+# published by gpuextctl (carried as a static binary in bin/, if present).
+prio_run() { # mode: alone | nopolicy | policy -> prints lc p50/p99 and be throughput
+	local mode=$1 be_pids=() i
+	rm -rf "$W/prio" && mkdir -p "$W/prio/tenants/1" "$W/prio/tenants/2" "$W/prio/acct/1" "$W/prio/acct/2" "$W/prio/board"
+	printf '{"tenantId":1,"priorityClass":"latency-critical","quotaBytes":0,"timesliceUs":3000}\n' >"$W/prio/tenants/1/config.json"
+	printf '{"tenantId":2,"priorityClass":"best-effort","quotaBytes":0,"timesliceUs":0}\n' >"$W/prio/tenants/2/config.json"
+	local board_pid=""
+	if [[ $mode == policy ]]; then
+		printf '{"stateDir":"%s"}\n' "$W/prio" >"$W/prio/gpuext.json"
+		"$GPUEXTCTL" --config "$W/prio/gpuext.json" board --interval 200us >/dev/null 2>&1 &
+		board_pid=$!
+		sleep 0.5
+	fi
+	pre() { # tenant-id -> env for that tenant (policy mode only)
+		[[ $mode == policy ]] || return 0
+		echo "LD_PRELOAD=$LIB GPUEXT_TENANT_CONFIG=$W/prio/tenants/$1/config.json GPUEXT_TENANT_ACCT=$W/prio/acct/$1 GPUEXT_BOARD=$W/prio/board/board"
+	}
+	if [[ $mode != alone ]]; then
+		for i in 1 2; do
+			# shellcheck disable=SC2046
+			env $(pre 2) "$W/apps_static" be 12 >"$W/prio/be$i.txt" 2>&1 &
+			be_pids+=($!)
+		done
+		sleep 1
+	fi
+	# shellcheck disable=SC2046
+	env $(pre 1) "$W/apps_static" lc 400 5000 >"$W/prio/lc.txt" 2>&1
+	for i in "${be_pids[@]}"; do wait "$i"; done
+	[[ -n $board_pid ]] && kill "$board_pid" 2>/dev/null
+	local p50 p99 be=0
+	p50=$(awk '/lc_p50_us/ {print $2}' "$W/prio/lc.txt"); p99=$(awk '/lc_p99_us/ {print $2}' "$W/prio/lc.txt")
+	[[ $mode != alone ]] && be=$(cat "$W/prio"/be*.txt | awk '/be_kernels_per_s/ {s += $2} END {print s}')
+	info "priority mode=$mode lc_p50_us=$p50 lc_p99_us=$p99 be_kernels_per_s=$be"
+}
+GPUEXTCTL="$REPO/bin/gpuextctl"
+if [[ -x "$W/apps_static" && -x "$GPUEXTCTL" ]]; then
+	for mode in alone nopolicy policy; do prio_run "$mode"; done | tee "$OUT/priority.txt"
+else
+	info "priority: skipped (needs bin/gpuextctl: CGO_ENABLED=0 go build -o bin/gpuextctl ./cmd/gpuextctl, and carry bin)"
+fi
+
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]
