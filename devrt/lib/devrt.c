@@ -171,8 +171,13 @@ static void *gx_dlsym_next(gx_dlsym_fn real, const char *name, const void *calle
 		return real(RTLD_NEXT, name);
 	for (m = self->l_next; m; m = m->l_next) {
 		struct link_map *owner = NULL;
-		void *p = real(m, name);
+		void *h, *p;
 
+		/* a proper handle (the vdso and the main program have none by name) */
+		if (!m->l_name || !*m->l_name || !(h = dlopen(m->l_name, RTLD_LAZY | RTLD_NOLOAD)))
+			continue;
+		p = real(h, name);
+		dlclose(h);
 		if (p && dladdr1(p, &di, (void **)&owner, RTLD_DL_LINKMAP) && owner == m)
 			return p;
 	}
@@ -381,11 +386,35 @@ static void gx_child_after_fork(void)
 	gx_acct_after_fork();
 }
 
+/*
+ * The table must hold our own functions, not whatever an earlier preload
+ * exports under the same name: the library is linked -Bsymbolic-functions.
+ */
+static int gx_table_is_ours(void)
+{
+	Dl_info di;
+	struct link_map *self = NULL, *owner;
+
+	if (!dladdr1((void *)gx_table_is_ours, &di, (void **)&self, RTLD_DL_LINKMAP) || !self)
+		return 0;
+	for (int i = 0; i < GX_NHOOKS; i++) {
+		owner = NULL;
+		if (!dladdr1(gx_hooks[i].wrapper, &di, (void **)&owner, RTLD_DL_LINKMAP) || owner != self)
+			return 0;
+	}
+	return 1;
+}
+
 /* Cheap: every process of the container runs this; the real work waits for the first CUDA call. */
 __attribute__((constructor)) static void gx_constructor(void)
 {
 	gx_settings_from_env();
 	gx_trace_line();
+	if (!gx_table_is_ours()) {
+		gx_cfg.enabled = 0;
+		gx_log("hook table resolves to another object (built without -Bsymbolic-functions?): interposer disabled");
+		return;
+	}
 	if (getauxval(AT_SECURE)) {
 		gx_cfg.enabled = 0;
 		GX_DEBUG("secure-execution (setuid/setgid/capabilities) process: interposer disabled");

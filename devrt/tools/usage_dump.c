@@ -1,0 +1,112 @@
+/*
+ * usage_dump.c - prints a tenant's usage file ($GPUEXT_TENANT_ACCT/usage) as
+ * key=value lines, the one reader of gpuext_devrt_shm.h outside the library
+ * (tests and the host agent parse its output instead of mirroring the layout).
+ *
+ *   usage_dump FILE
+ *   header magic=ok version=1 nslots=256 tenant=3 quota=... used=... peak=... refused=... delayed=... delayed_ns=... launches=... lc_active_until_ns=... class=...
+ *   slot i=0 pid=123 start_time=... live=1 bytes=... peak=... allocs=... frees=... refused=... delayed=...
+ *
+ * "used" sums the live slots; a slot is live while its owner holds the lock
+ * on the slot's byte (see gpuext_devrt_shm.h). Only slots with a pid are printed.
+ * With "board FILE" it prints a board instead: "board magic=ok seq=... lc_active_until_ns=... now_ns=...".
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpuext_devrt_shm.h"
+
+static int dump_board(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	const struct gpuext_devrt_board *b;
+	struct timespec ts;
+
+	if (fd < 0) {
+		perror(path);
+		return 1;
+	}
+	b = mmap(NULL, sizeof(*b), PROT_READ, MAP_SHARED, fd, 0);
+	if (b == MAP_FAILED) {
+		perror("mmap");
+		return 1;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	printf("board magic=%s seq=%llu lc_active_until_ns=%llu now_ns=%llu\n",
+	       atomic_load(&b->magic) == GPUEXT_DEVRT_BOARD_MAGIC ? "ok" : "bad", (unsigned long long)atomic_load(&b->seq),
+	       (unsigned long long)atomic_load(&b->lc_active_until_ns),
+	       (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct gpuext_devrt_usage *u;
+	struct stat st;
+	unsigned long long used = 0;
+	int fd, live[GPUEXT_DEVRT_SLOTS];
+
+	if (argc == 3 && !strcmp(argv[1], "board"))
+		return dump_board(argv[2]);
+	if (argc != 2) {
+		fprintf(stderr, "usage: usage_dump FILE | usage_dump board FILE\n");
+		return 2;
+	}
+	fd = open(argv[1], O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) != 0) {
+		perror(argv[1]);
+		return 1;
+	}
+	if ((size_t)st.st_size < sizeof(*u)) {
+		fprintf(stderr, "%s: %lld bytes, want %zu\n", argv[1], (long long)st.st_size, sizeof(*u));
+		return 1;
+	}
+	u = mmap(NULL, sizeof(*u), PROT_READ, MAP_SHARED, fd, 0);
+	if (u == MAP_FAILED) {
+		perror("mmap");
+		return 1;
+	}
+	if (atomic_load(&u->hdr.magic) != GPUEXT_DEVRT_USAGE_MAGIC || u->hdr.version != GPUEXT_DEVRT_SHM_VERSION ||
+	    u->hdr.nslots != GPUEXT_DEVRT_SLOTS || u->hdr.header_size != sizeof(u->hdr) ||
+	    u->hdr.slot_size != sizeof(u->slot[0])) {
+		printf("header magic=bad\n");
+		return 1;
+	}
+	for (unsigned i = 0; i < GPUEXT_DEVRT_SLOTS; i++) {
+		struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = GPUEXT_DEVRT_SLOT_LOCK_OFFSET(i), .l_len = 1};
+
+		live[i] = 0;
+		if (atomic_load(&u->slot[i].pid) == 0)
+			continue;
+		live[i] = fcntl(fd, F_GETLK, &fl) != 0 || fl.l_type != F_UNLCK;
+		if (live[i])
+			used += atomic_load(&u->slot[i].bytes);
+	}
+	printf("header magic=ok version=%u nslots=%u tenant=%llu quota=%llu used=%llu peak=%llu refused=%llu "
+	       "delayed=%llu delayed_ns=%llu launches=%llu lc_active_until_ns=%llu class=%u\n",
+	       u->hdr.version, u->hdr.nslots, (unsigned long long)atomic_load(&u->hdr.tenant_id),
+	       (unsigned long long)atomic_load(&u->hdr.quota_bytes), used,
+	       (unsigned long long)atomic_load(&u->hdr.peak_bytes), (unsigned long long)atomic_load(&u->hdr.refused_allocs),
+	       (unsigned long long)atomic_load(&u->hdr.delayed_launches), (unsigned long long)atomic_load(&u->hdr.delayed_ns),
+	       (unsigned long long)atomic_load(&u->hdr.launches), (unsigned long long)atomic_load(&u->hdr.lc_active_until_ns),
+	       atomic_load(&u->hdr.priority_class));
+	for (unsigned i = 0; i < GPUEXT_DEVRT_SLOTS; i++) {
+		struct gpuext_devrt_slot *s = &u->slot[i];
+
+		if (atomic_load(&s->pid) == 0)
+			continue;
+		printf("slot i=%u pid=%u start_time=%llu live=%d bytes=%llu peak=%llu allocs=%llu frees=%llu refused=%llu "
+		       "delayed=%llu\n",
+		       i, atomic_load(&s->pid), (unsigned long long)atomic_load(&s->start_time), live[i],
+		       (unsigned long long)atomic_load(&s->bytes), (unsigned long long)atomic_load(&s->peak),
+		       (unsigned long long)atomic_load(&s->allocs), (unsigned long long)atomic_load(&s->frees),
+		       (unsigned long long)atomic_load(&s->refused), (unsigned long long)atomic_load(&s->delayed));
+	}
+	return 0;
+}
