@@ -124,7 +124,7 @@ fi
 prio_run() { # mode: alone | nopolicy | policy -> prints lc p50/p99 and be throughput
 	local mode=$1 be_pids=() i
 	rm -rf "$W/prio" && mkdir -p "$W/prio/tenants/1" "$W/prio/tenants/2" "$W/prio/acct/1" "$W/prio/acct/2" "$W/prio/board"
-	printf '{"tenantId":1,"priorityClass":"latency-critical","quotaBytes":0,"timesliceUs":3000}\n' >"$W/prio/tenants/1/config.json"
+	printf '{"tenantId":1,"priorityClass":"latency-critical","quotaBytes":0,"timesliceUs":%d}\n' "$LC_WINDOW_US" >"$W/prio/tenants/1/config.json"
 	printf '{"tenantId":2,"priorityClass":"best-effort","quotaBytes":0,"timesliceUs":0}\n' >"$W/prio/tenants/2/config.json"
 	local board_pid=""
 	if [[ $mode == policy ]]; then
@@ -154,9 +154,17 @@ prio_run() { # mode: alone | nopolicy | policy -> prints lc p50/p99 and be throu
 	[[ $mode != alone ]] && be=$(cat "$W/prio"/be*.txt | awk '/be_kernels_per_s/ {s += $2} END {print s}')
 	info "priority mode=$mode lc_p50_us=$p50 lc_p99_us=$p99 be_kernels_per_s=$be"
 }
+# The latency-critical tenant's pending window (its timesliceUs): it must
+# cover the gap between its requests (5ms here) for best-effort work to stay
+# gated while the latency-critical tenant is active.
+LC_WINDOW_US=${GPUEXT_LC_WINDOW_US:-6000}
 GPUEXTCTL="$REPO/bin/gpuextctl"
 if [[ -x "$W/apps_static" && -x "$GPUEXTCTL" ]]; then
 	for mode in alone nopolicy policy; do prio_run "$mode"; done | tee "$OUT/priority.txt"
+	LC_WINDOW_US="$LC_WINDOW_US" awk '{for (i = 1; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]} m = v["mode"]; p99[m] = v["lc_p99_us"]; be[m] = v["be_kernels_per_s"]}
+		END {printf "INFO priority targets (window %sus): lc p99 policy/alone=%.2f (target <= 1.5), nopolicy/policy=%.2f (target >= 2), be throughput policy/nopolicy=%.2f (target >= 0.70)\n",
+			ENVIRON["LC_WINDOW_US"], p99["policy"] / p99["alone"], p99["nopolicy"] / p99["policy"], be["policy"] / be["nopolicy"]}' \
+		"$OUT/priority.txt" | tee -a "$OUT/priority.txt"
 else
 	info "priority: skipped (needs bin/gpuextctl: CGO_ENABLED=0 go build -o bin/gpuextctl ./cmd/gpuextctl, and carry bin)"
 fi
