@@ -72,7 +72,17 @@ JSON
 POD_ID=$(crictl runp "$GPUEXT_LAB_DIR/pod.json")
 echo "pod $POD_ID"
 
-SCRIPT='echo "== env"; env | grep -E "^(GPUEXT_|LD_PRELOAD)" | sort; echo "== mounts"; grep /run/gpuext /proc/self/mounts | cut -d" " -f2,4 | cut -d, -f1; echo "== tenant config"; cat /run/gpuext/tenant/config.json; echo "== end"; exec sleep 600'
+# A CUDA-style app for the containers: this machine has no GPU, so it runs
+# against the fake libcuda built by devrt/build.sh (labelled as such below);
+# the real-GPU runs of the same library are `make gpu-test` on the H200.
+PAYLOAD="$GPUEXT_LAB_DIR/payload"
+rm -rf "$PAYLOAD" && mkdir -p "$PAYLOAD"
+cp "$BIN/devrt-build/fake/app_procaddr" "$BIN/devrt-build/fake/libcuda.so.1" "$PAYLOAD/"
+for bin in "$BIN/devrt-build/fake/app_procaddr" "$BIN/devrt/libgpuext-devrt.so"; do
+	for f in $(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'); do cp "$f" "$PAYLOAD/"; done
+done
+APP='/payload/ld-linux-x86-64.so.2 --library-path /payload /payload/app_procaddr'
+SCRIPT='echo "== env"; env | grep -E "^(GPUEXT_|LD_PRELOAD)" | sort; echo "== mounts"; grep /run/gpuext /proc/self/mounts | cut -d" " -f2,4 | cut -d, -f1; echo "== tenant config"; cat /run/gpuext/tenant/config.json; echo "== CUDA app (fake libcuda): allocate 6GiB, 4GiB, then ask cuMemGetInfo"; '"$APP"' alloc 6GiB alloc 4GiB info; echo "== end"; exec sleep 600'
 declare -A CTR
 start_ctr() { # name labels-json annotations-json
 	cat >"$GPUEXT_LAB_DIR/$1.json" <<JSON
@@ -82,6 +92,7 @@ start_ctr() { # name labels-json annotations-json
   "command": ["/bin/sh", "-c", $(printf '%s' "$SCRIPT" | sed 's/\\/\\\\/g; s/"/\\"/g; s/^/"/; s/$/"/')],
   "labels": $2,
   "annotations": $3,
+  "mounts": [{"container_path": "/payload", "host_path": "$PAYLOAD", "readonly": true}],
   "log_path": "$1.log"
 }
 JSON
@@ -100,7 +111,7 @@ for n in inference trainer broken; do
 	for _ in $(seq 50); do crictl logs "${CTR[$n]}" 2>/dev/null | grep -q '== end' && break; sleep 0.2; done
 done
 
-step "tenant table (gpuextctl tenants)"
+step "tenant table (gpuextctl tenants; GPU-MEM/PEAK/REFUSED come from the device runtime, here over the fake libcuda)"
 gpuextctl tenants --pin-dir "$PIN_DIR"
 
 for n in inference trainer broken; do

@@ -11,6 +11,7 @@ package board
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -150,11 +151,16 @@ type Usage struct {
 	Launches        uint64
 }
 
-// ReadUsage reads a tenant's usage file. Slots of processes that died are
-// still counted until a process of the tenant reclaims them; UsedBytes is an
-// upper bound.
+// ReadUsage reads a tenant's usage file. A slot counts only while its owner
+// lives: owners hold a record lock on their slot (the device runtime's
+// liveness beacon), and a slot nobody holds belongs to a process that died.
 func ReadUsage(path string) (Usage, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return Usage{}, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, usageSize+1))
 	if err != nil {
 		return Usage{}, err
 	}
@@ -169,9 +175,14 @@ func ReadUsage(path string) (Usage, error) {
 		RefusedAllocs: le(usageOffRefused), DelayedLaunches: le(usageOffDelayed), Launches: le(usageOffLaunches)}
 	for i := 0; i < nSlots; i++ {
 		off := slotsOffset + i*slotSize
-		if *(*uint32)(unsafe.Pointer(&data[off+slotOffPid])) != 0 {
-			u.UsedBytes += le(off + slotOffBytes)
+		if *(*uint32)(unsafe.Pointer(&data[off+slotOffPid])) == 0 {
+			continue
 		}
+		lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: int64(off), Len: 1}
+		if err := unix.FcntlFlock(f.Fd(), unix.F_GETLK, &lk); err == nil && lk.Type == unix.F_UNLCK {
+			continue // its owner is gone
+		}
+		u.UsedBytes += le(off + slotOffBytes)
 	}
 	return u, nil
 }

@@ -109,3 +109,43 @@ func TestBoardGatesBestEffort(t *testing.T) {
 		t.Errorf("best-effort launch after the latency-critical tenant left took %dus", us)
 	}
 }
+
+// TestReadUsageCountsLiveProcessesOnly: the tenant view shows a process's
+// device memory while it lives and drops it when the process is killed.
+func TestReadUsageCountsLiveProcessesOnly(t *testing.T) {
+	build := buildDevrt(t)
+	state := t.TempDir()
+	tn := newTenant(t, state, 3, "standard", 0)
+	cmd := exec.Command(filepath.Join(build, "fake", "app_procaddr"), "alloc", "1GiB", "hold")
+	cmd.Env = append(os.Environ(), "LD_PRELOAD="+filepath.Join(build, "libgpuext-devrt.so"),
+		"LD_LIBRARY_PATH="+filepath.Join(build, "fake"), "GPUEXT_TENANT_CONFIG="+tn.cfg, "GPUEXT_TENANT_ACCT="+tn.acct)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 256)
+	var got string
+	for !strings.Contains(got, "hold") {
+		n, err := out.Read(buf)
+		if err != nil {
+			t.Fatalf("app output %q: %v", got, err)
+		}
+		got += string(buf[:n])
+	}
+	usage := filepath.Join(tn.acct, "usage")
+	u, err := ReadUsage(usage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.UsedBytes != 1<<30 || u.PeakBytes != 1<<30 || u.TenantID != 3 {
+		t.Errorf("while the app holds 1GiB: %+v", u)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if u, err = ReadUsage(usage); err != nil || u.UsedBytes != 0 {
+		t.Errorf("after kill -9: used %d (%v), want 0", u.UsedBytes, err)
+	}
+}
