@@ -10,6 +10,11 @@
  * "used" sums the live slots; a slot is live while its owner holds the lock
  * on the slot's byte (see gpuext_devrt_shm.h). Only slots with a pid are printed.
  * With "board FILE" it prints a board instead: "board magic=ok seq=... lc_active_until_ns=... now_ns=...".
+ *
+ * "publish BOARD USAGE..." is the reference board publisher (one pass): it
+ * takes the latest lc_active_until_ns over the latency-critical tenants'
+ * usage files and writes it into BOARD in place (creating it), bumping seq.
+ * The host agent does the same in a loop; tests use this one.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -45,6 +50,50 @@ static int dump_board(const char *path)
 	return 0;
 }
 
+static int publish(const char *board, int n, char **usage)
+{
+	unsigned long long until = 0;
+	struct gpuext_devrt_board *b;
+	int fd = open(board, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+
+	if (fd < 0 || ftruncate(fd, sizeof(*b)) != 0) {
+		perror(board);
+		return 1;
+	}
+	b = mmap(NULL, sizeof(*b), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (b == MAP_FAILED) {
+		perror("mmap");
+		return 1;
+	}
+	for (int i = 0; i < n; i++) {
+		struct gpuext_devrt_usage *u;
+		int ufd = open(usage[i], O_RDONLY | O_CLOEXEC);
+		struct stat st;
+
+		if (ufd < 0 || fstat(ufd, &st) != 0 || (size_t)st.st_size < sizeof(*u)) {
+			if (ufd >= 0)
+				close(ufd);
+			continue;
+		}
+		u = mmap(NULL, sizeof(*u), PROT_READ, MAP_SHARED, ufd, 0);
+		close(ufd);
+		if (u == MAP_FAILED)
+			continue;
+		if (atomic_load(&u->hdr.magic) == GPUEXT_DEVRT_USAGE_MAGIC &&
+		    atomic_load(&u->hdr.priority_class) == GPUEXT_DEVRT_CLASS_LATENCY_CRITICAL &&
+		    atomic_load(&u->hdr.lc_active_until_ns) > until)
+			until = atomic_load(&u->hdr.lc_active_until_ns);
+		munmap(u, sizeof(*u));
+	}
+	b->version = GPUEXT_DEVRT_SHM_VERSION;
+	b->size = sizeof(*b);
+	atomic_store(&b->lc_active_until_ns, until);
+	atomic_fetch_add(&b->seq, 1);
+	atomic_store(&b->magic, GPUEXT_DEVRT_BOARD_MAGIC);
+	printf("published lc_active_until_ns=%llu seq=%llu\n", until, (unsigned long long)atomic_load(&b->seq));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct gpuext_devrt_usage *u;
@@ -54,8 +103,10 @@ int main(int argc, char **argv)
 
 	if (argc == 3 && !strcmp(argv[1], "board"))
 		return dump_board(argv[2]);
+	if (argc >= 3 && !strcmp(argv[1], "publish"))
+		return publish(argv[2], argc - 3, argv + 3);
 	if (argc != 2) {
-		fprintf(stderr, "usage: usage_dump FILE | usage_dump board FILE\n");
+		fprintf(stderr, "usage: usage_dump FILE | usage_dump board FILE | usage_dump publish BOARD USAGE...\n");
 		return 2;
 	}
 	fd = open(argv[1], O_RDONLY | O_CLOEXEC);
