@@ -537,3 +537,60 @@ func TestPriorityBoard(t *testing.T) {
 		t.Fatalf("latency-critical usage: %v", lu.header)
 	}
 }
+
+// Processes racing for the last of the quota never take more than the quota
+// together; the tenant can still fill it exactly afterwards.
+func TestQuotaRace(t *testing.T) {
+	tn := newTenant(t, 14, 4*gib, "standard", "")
+	const n = 12
+	type result struct {
+		pid int
+		ok  bool
+		err error
+	}
+	results := make(chan result, n)
+	var cmds []*exec.Cmd
+	for i := 0; i < n; i++ {
+		c := tn.cmd("app_procaddr", "alloc", "1GiB", "hold")
+		out, err := c.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, c)
+		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+		go func() {
+			line, err := bufio.NewReader(out).ReadString('\n')
+			results <- result{c.Process.Pid, strings.HasPrefix(line, "alloc 1073741824 ok"), err}
+		}()
+	}
+	okPids := map[int]bool{}
+	for i := 0; i < n; i++ {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.ok {
+			okPids[r.pid] = true
+		}
+	}
+	if len(okPids) > 4 || len(okPids) == 0 {
+		t.Fatalf("%d of %d racing 1GiB allocations succeeded under a 4GiB quota", len(okPids), n)
+	}
+	if used := tn.usage().num(t, "used"); used != uint64(len(okPids))*gib {
+		t.Fatalf("used=%d with %d holders", used, len(okPids))
+	}
+	// the refused ones leave (they hold nothing); the tenant fills up to the quota exactly
+	for _, c := range cmds {
+		if !okPids[c.Process.Pid] {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}
+	free := 4 - len(okPids)
+	lines, _ := tn.run("app_procaddr", "alloc", strconv.Itoa(free)+"GiB", "alloc", "1", "info")
+	wantLines(t, lines, fmt.Sprintf("alloc %d ok", uint64(free)*gib), "alloc 1 CUDA_ERROR_OUT_OF_MEMORY",
+		fmt.Sprintf("info free=0 total=%d", 4*gib))
+}
