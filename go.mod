@@ -3,6 +3,7 @@ module github.com/gpuext/gpuext
 go 1.26.8
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/cilium/ebpf v0.22.0
 	github.com/containerd/nri v0.12.5
 	github.com/opencontainers/runtime-spec v1.3.0

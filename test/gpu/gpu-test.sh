@@ -90,6 +90,16 @@ if [[ -x "$W/apps_static" ]]; then
 	holder=$!
 	for _ in $(seq 100); do grep -q meminfo "$OUT/holder.txt" 2>/dev/null && break; sleep 0.1; done
 	second=$(run_with "$W/apps_static" alloc $((2 * GiB)) 2>&1 | head -1)
+	# NVML's view of the holder (gpuext-gpuview, carried as bin/gpuext-gpuview).
+	if [[ -x "$REPO/bin/gpuext-gpuview" ]]; then
+		view=$("$REPO/bin/gpuext-gpuview" --json 2>&1)
+		echo "$view" >"$OUT/gpuview.json"
+		if grep -q "\"pid\": $holder," <<<"$view" && python3 -c 'import json,sys; r=[x for x in json.load(open(sys.argv[1])) if x["pid"]==int(sys.argv[2])]; sys.exit(0 if r and r[0]["usedBytes"] >= 3<<30 else 1)' "$OUT/gpuview.json" "$holder"; then
+			ok nvml-process-memory
+		else
+			bad nvml-process-memory "gpuext-gpuview does not show pid $holder with >= 3GiB: $(head -c 300 <<<"$view")"
+		fi
+	fi
 	kill -9 "$holder"; wait "$holder" 2>/dev/null
 	if kill -0 "$holder" 2>/dev/null; then bad quota-kill9-reclaimed "holder $holder still alive"; fi
 	third=$(run_with "$W/apps_static" alloc $((2 * GiB)) 2>&1 | head -1)

@@ -1,0 +1,125 @@
+// Command gpuext-gpuview lists the processes using the host's NVIDIA GPUs,
+// with their device memory as the driver reports it (NVML), mapped to gpuext
+// tenants through their cgroups. It is the one gpuext binary that needs cgo
+// (go-nvml loads libnvidia-ml at run time); on a host without the NVIDIA
+// driver it says so and exits 1.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/cgroup"
+	"github.com/gpuext/gpuext/internal/config"
+	"github.com/gpuext/gpuext/internal/gpuview"
+	"github.com/gpuext/gpuext/policies"
+)
+
+// ErrNoDriver means NVML could not be loaded: no NVIDIA driver on this host.
+var ErrNoDriver = errors.New("no NVIDIA driver (libnvidia-ml) on this host")
+
+func main() {
+	cfgPath := flag.String("config", os.Getenv("GPUEXT_CONFIG"), "gpuext config file (for pinDir and hostRoot)")
+	asJSON := flag.Bool("json", false, "print JSON")
+	flag.Usage = func() {
+		fmt.Fprintln(os.Stderr, "Usage: gpuext-gpuview [--config FILE] [--json]\n\nGPU processes (NVML) with their device memory, mapped to gpuext tenants by cgroup.")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if err := run(*cfgPath, *asJSON, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "gpuext-gpuview:", err)
+		os.Exit(1)
+	}
+}
+
+func run(cfgPath string, asJSON bool, out io.Writer) error {
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		return err
+	}
+	procs, err := nvmlProcesses(nvml.New())
+	if err != nil {
+		return err
+	}
+	res, err := cgroup.NewResolver(cfg.HostRoot)
+	if err != nil {
+		return err
+	}
+	var reg *bpf.Registry
+	if _, err := os.Stat(cfg.PinDir); err == nil {
+		if reg, err = bpf.OpenRegistry(cfg.PinDir); err != nil {
+			return err
+		}
+		defer reg.Close()
+	}
+	var rows []gpuview.Row
+	if reg != nil {
+		rows = gpuview.Map(procs, res, reg)
+	} else { // no registry on this host: processes only
+		for _, p := range procs {
+			rows = append(rows, gpuview.Row{Process: p})
+		}
+	}
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GPU\tPID\tGPU-MEM\tTENANT\tCONTAINER\tPOLICY\tCGROUP")
+	for _, r := range rows {
+		tenant := "-"
+		if r.Tenant != 0 {
+			tenant = fmt.Sprint(r.Tenant)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\n", r.GPU, r.PID, policies.FormatSize(r.UsedBytes), tenant,
+			orDash(r.ContainerName), orDash(r.Policy), orDash(r.CgroupPath))
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// nvmlProcesses lists the compute processes of every GPU.
+func nvmlProcesses(lib nvml.Interface) ([]gpuview.Process, error) {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+			return nil, ErrNoDriver
+		}
+		return nil, fmt.Errorf("nvml init: %s", lib.ErrorString(ret))
+	}
+	defer lib.Shutdown()
+	n, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("nvml device count: %s", lib.ErrorString(ret))
+	}
+	var procs []gpuview.Process
+	for i := 0; i < n; i++ {
+		dev, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("nvml device %d: %s", i, lib.ErrorString(ret))
+		}
+		uuid, _ := dev.GetUUID()
+		infos, ret := dev.GetComputeRunningProcesses()
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("nvml device %d processes: %s", i, lib.ErrorString(ret))
+		}
+		for _, p := range infos {
+			procs = append(procs, gpuview.Process{GPU: i, UUID: uuid, PID: p.Pid, UsedBytes: p.UsedGpuMemory})
+		}
+	}
+	return procs, nil
+}
