@@ -8,6 +8,7 @@
 //   apps alloc BYTES... [hold]  cudaMalloc each size in turn, prints ok/oom and cudaMemGetInfo;
 //                           with hold, keeps the memory until killed
 //   apps launches N         N empty-kernel launches, prints the time per launch
+//   apps allocs N           N cudaMalloc(1MiB)+cudaFree pairs, prints the time per pair
 //   apps lc N GAP_US        latency-critical requests (8 short kernels + sync), p50/p99 latency
 //   apps be SECONDS         best-effort long kernels, kernels per second
 #include <cstdio>
@@ -135,6 +136,22 @@ static double now_us()
 	return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// allocs N: N cudaMalloc(1MiB)+cudaFree pairs, prints the time per pair.
+static int allocs(long n)
+{
+	void *p;
+	cudaMalloc(&p, 1 << 20);
+	cudaFree(p);
+	auto t0 = std::chrono::steady_clock::now();
+	for (long i = 0; i < n; i++) {
+		cudaMalloc(&p, 1 << 20);
+		cudaFree(p);
+	}
+	double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+	printf("alloc_pair_us %.4f\n", us / n);
+	return 0;
+}
+
 // lc REQUESTS GAP_US: latency-critical requests, each 8 short dependent
 // kernels then a sync; prints p50/p99 request latency.
 static int lc(int n, int gap_us)
@@ -184,6 +201,8 @@ int main(int argc, char **argv)
 		return compute(true);
 	if (!strcmp(argv[1], "alloc"))
 		return alloc(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "allocs"))
+		return allocs(argc > 2 ? atol(argv[2]) : 10000);
 	if (!strcmp(argv[1], "lc"))
 		return lc(argc > 2 ? atoi(argv[2]) : 500, argc > 3 ? atoi(argv[3]) : 5000);
 	if (!strcmp(argv[1], "be"))

@@ -126,6 +126,15 @@ if [[ -x "$W/apps_static" ]]; then
 		fi
 		info "launch_overhead round=$round without_us=$a with_us=$b ratio=$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", b/a}')"
 	done | tee "$OUT/launch-overhead.txt"
+	tenant $((64 * GiB)) standard # a quota, so every allocation is accounted
+	for round in 1 2 3 4; do
+		if (( round % 2 )); then
+			a=$("$W/apps_static" allocs 10000 | cut -d' ' -f2); b=$(run_with "$W/apps_static" allocs 10000 | cut -d' ' -f2)
+		else
+			b=$(run_with "$W/apps_static" allocs 10000 | cut -d' ' -f2); a=$("$W/apps_static" allocs 10000 | cut -d' ' -f2)
+		fi
+		info "alloc_overhead round=$round without_us=$a with_us=$b ratio=$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", b/a}')"
+	done | tee "$OUT/alloc-overhead.txt"
 fi
 
 # 5. Priority (a measurement): one latency-critical process issues short
