@@ -10,6 +10,7 @@ package devrt
 import (
 	"bufio"
 	"bytes"
+	"debug/elf"
 	"fmt"
 	"io"
 	"os"
@@ -593,4 +594,48 @@ func TestQuotaRace(t *testing.T) {
 	lines, _ := tn.run("app_procaddr", "alloc", strconv.Itoa(free)+"GiB", "alloc", "1", "info")
 	wantLines(t, lines, fmt.Sprintf("alloc %d ok", uint64(free)*gib), "alloc 1 CUDA_ERROR_OUT_OF_MEMORY",
 		fmt.Sprintf("info free=0 total=%d", 4*gib))
+}
+
+// The library exports exactly the entry points of hooks.def and dlsym:
+// nothing else of it can interpose on the application.
+func TestExportsExactlyTheHookTable(t *testing.T) {
+	def, err := os.ReadFile("lib/hooks.def")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"dlsym": true}
+	for _, line := range strings.Split(string(def), "\n") {
+		if rest, ok := strings.CutPrefix(line, "HOOK("); ok {
+			sym, _, _ := strings.Cut(rest, ",")
+			want[sym] = true
+		}
+	}
+	if len(want) < 25 {
+		t.Fatalf("parsed only %d hooks from hooks.def", len(want))
+	}
+	f, err := elf.Open(filepath.Join(built(t), "libgpuext-devrt.so"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, s := range syms {
+		if s.Section != elf.SHN_UNDEF && elf.ST_BIND(s.Info) != elf.STB_LOCAL && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+			got[s.Name] = true
+		}
+	}
+	for s := range want {
+		if !got[s] {
+			t.Errorf("hook %s is not exported", s)
+		}
+	}
+	for s := range got {
+		if !want[s] {
+			t.Errorf("%s is exported but not in hooks.def", s)
+		}
+	}
 }
