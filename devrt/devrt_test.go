@@ -639,3 +639,39 @@ func TestExportsExactlyTheHookTable(t *testing.T) {
 		}
 	}
 }
+
+// A quota the host changes (config.json replaced by rename) applies to running
+// processes within about a second.
+func TestQuotaFollowsConfig(t *testing.T) {
+	tn := newTenant(t, 15, 4*gib, "standard", "")
+	c := tn.cmd("app_procaddr", "alloc", "3GiB", "alloc", "2GiB", "sleep", "1500", "alloc", "2GiB", "info")
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	sc := bufio.NewScanner(out)
+	var lines []string
+	for len(lines) < 2 && sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	wantLines(t, lines, "alloc 3221225472 ok", "alloc 2147483648 CUDA_ERROR_OUT_OF_MEMORY")
+	tmp := tn.config + ".tmp"
+	if err := os.WriteFile(tmp, []byte(`{"tenantId": 15, "priorityClass": "standard", "quotaBytes": 8589934592}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, tn.config); err != nil {
+		t.Fatal(err)
+	}
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	wantLines(t, lines, "alloc 3221225472 ok", "alloc 2147483648 CUDA_ERROR_OUT_OF_MEMORY", "sleep 1500",
+		"alloc 2147483648 ok", fmt.Sprintf("info free=%d total=%d", 3*gib, 8*gib))
+	if q := tn.usage().num(t, "quota"); q != 8*gib {
+		t.Fatalf("usage header quota=%d after the change", q)
+	}
+}

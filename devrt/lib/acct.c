@@ -238,7 +238,7 @@ header:
 		atomic_store(&gx_u->hdr.magic, GPUEXT_DEVRT_USAGE_MAGIC);
 	}
 	atomic_store(&gx_u->hdr.tenant_id, gx_cfg.tenant_id);
-	atomic_store(&gx_u->hdr.quota_bytes, gx_cfg.quota_bytes);
+	atomic_store(&gx_u->hdr.quota_bytes, atomic_load(&gx_cfg.quota_bytes));
 	atomic_store(&gx_u->hdr.priority_class, gx_cfg.priority_class);
 }
 
@@ -287,15 +287,16 @@ static void gx_max(_Atomic uint64_t *a, uint64_t v)
 int gx_acct_reserve(uint64_t bytes, const char *what)
 {
 	struct gpuext_devrt_slot *s;
-	uint64_t mine, used;
+	uint64_t mine, used, quota;
 	int i;
 
 	gx_runtime_init();
 	if (!gx_u || !gx_cfg.enabled)
 		return 0;
+	quota = gx_quota();
 	i = gx_claim_slot();
 	if (i < 0) {
-		if (!gx_cfg.quota_bytes)
+		if (!quota)
 			return 0;
 		atomic_fetch_add(&gx_u->hdr.refused_allocs, 1);
 		return -1;
@@ -303,21 +304,21 @@ int gx_acct_reserve(uint64_t bytes, const char *what)
 	s = &gx_u->slot[i];
 	mine = atomic_fetch_add(&s->bytes, bytes) + bytes;
 	used = gx_tenant_used(0);
-	if (gx_cfg.quota_bytes && (used > gx_cfg.quota_bytes)) {
+	if (quota && used > quota) {
 		used = gx_tenant_used(1); /* dead owners' bytes do not count: check again */
-		if (used > gx_cfg.quota_bytes) {
+		if (used > quota) {
 			atomic_fetch_sub(&s->bytes, bytes);
 			atomic_fetch_add(&s->refused, 1);
 			atomic_fetch_add(&gx_u->hdr.refused_allocs, 1);
 			GX_DEBUG("%s %llu refused: tenant would use %llu of quota %llu", what,
-				 (unsigned long long)bytes, (unsigned long long)used, (unsigned long long)gx_cfg.quota_bytes);
+				 (unsigned long long)bytes, (unsigned long long)used, (unsigned long long)quota);
 			return -1;
 		}
 	}
 	gx_max(&s->peak, mine);
 	gx_max(&gx_u->hdr.peak_bytes, used);
 	GX_DEBUG("%s %llu reserved: tenant uses %llu of quota %llu", what, (unsigned long long)bytes,
-		 (unsigned long long)used, (unsigned long long)gx_cfg.quota_bytes);
+		 (unsigned long long)used, (unsigned long long)quota);
 	return 0;
 }
 

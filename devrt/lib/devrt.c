@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -297,25 +298,78 @@ static int gx_json_str_is(const char *json, const char *key, const char *want)
 	return v && *v == '"' && strncmp(v + 1, want, n) == 0 && v[n + 1] == '"';
 }
 
-static void gx_read_config(void)
+/* The config file's identity: the host replaces it by rename, so a new inode or mtime means new settings. */
+static struct {
+	dev_t dev;
+	ino_t ino;
+	struct timespec mtime;
+} gx_cfg_seen;
+static _Atomic uint64_t gx_cfg_next_check_ns;
+static pthread_mutex_t gx_cfg_mu = PTHREAD_MUTEX_INITIALIZER; /* process-private */
+
+/* Reads the config into buf; 0 on success. Records which file it read. */
+static int gx_config_text(char *buf, size_t size)
 {
-	char buf[16384];
 	ssize_t n = 0, r;
+	struct stat st;
 	int fd;
 
-	if (!gx_cfg.config_path || !*gx_cfg.config_path)
-		return;
 	fd = open(gx_cfg.config_path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		GX_DEBUG("config %s: %s (no quota, standard priority)", gx_cfg.config_path, strerror(errno));
-		return;
+		return -1;
 	}
-	while (n < (ssize_t)sizeof(buf) - 1 && (r = read(fd, buf + n, sizeof(buf) - 1 - (size_t)n)) > 0)
+	if (fstat(fd, &st) == 0) {
+		gx_cfg_seen.dev = st.st_dev;
+		gx_cfg_seen.ino = st.st_ino;
+		gx_cfg_seen.mtime = st.st_mtim;
+	}
+	while (n < (ssize_t)size - 1 && (r = read(fd, buf + n, size - 1 - (size_t)n)) > 0)
 		n += r;
 	close(fd);
 	buf[n] = 0;
+	return 0;
+}
+
+uint64_t gx_quota(void)
+{
+	uint64_t now, next = atomic_load_explicit(&gx_cfg_next_check_ns, memory_order_relaxed);
+	struct stat st;
+	char buf[16384];
+
+	if (!gx_cfg.config_path || !*gx_cfg.config_path)
+		return atomic_load(&gx_cfg.quota_bytes);
+	now = gx_now_ns();
+	if (now < next || pthread_mutex_trylock(&gx_cfg_mu) != 0)
+		return atomic_load(&gx_cfg.quota_bytes);
+	atomic_store_explicit(&gx_cfg_next_check_ns, now + 1000000000ull, memory_order_relaxed);
+	if (stat(gx_cfg.config_path, &st) == 0 &&
+	    (st.st_ino != gx_cfg_seen.ino || st.st_dev != gx_cfg_seen.dev ||
+	     st.st_mtim.tv_sec != gx_cfg_seen.mtime.tv_sec || st.st_mtim.tv_nsec != gx_cfg_seen.mtime.tv_nsec) &&
+	    gx_config_text(buf, sizeof(buf)) == 0) {
+		uint64_t q = gx_json_u64(buf, "quotaBytes", 0);
+		struct gpuext_devrt_usage *u = gx_acct_usage();
+
+		if (q != atomic_load(&gx_cfg.quota_bytes))
+			GX_DEBUG("config changed: quota %llu -> %llu", (unsigned long long)atomic_load(&gx_cfg.quota_bytes),
+				 (unsigned long long)q);
+		atomic_store(&gx_cfg.quota_bytes, q);
+		if (u)
+			atomic_store(&u->hdr.quota_bytes, q);
+	}
+	pthread_mutex_unlock(&gx_cfg_mu);
+	return atomic_load(&gx_cfg.quota_bytes);
+}
+
+static void gx_read_config(void)
+{
+	char buf[16384];
+
+	if (!gx_cfg.config_path || !*gx_cfg.config_path || gx_config_text(buf, sizeof(buf)) != 0)
+		return;
+	atomic_store_explicit(&gx_cfg_next_check_ns, gx_now_ns() + 1000000000ull, memory_order_relaxed);
 	gx_cfg.tenant_id = gx_json_u64(buf, "tenantId", gx_cfg.tenant_id);
-	gx_cfg.quota_bytes = gx_json_u64(buf, "quotaBytes", 0);
+	atomic_store(&gx_cfg.quota_bytes, gx_json_u64(buf, "quotaBytes", 0));
 	if (gx_json_str_is(buf, "priorityClass", "latency-critical"))
 		gx_cfg.priority_class = GPUEXT_DEVRT_CLASS_LATENCY_CRITICAL;
 	else if (gx_json_str_is(buf, "priorityClass", "best-effort"))
@@ -352,7 +406,7 @@ static void gx_runtime_init_once(void)
 	gx_acct_open();
 	gx_priority_open();
 	GX_DEBUG("tenant=%llu quota=%llu class=%u window_ns=%llu acct=%s board=%s",
-		 (unsigned long long)gx_cfg.tenant_id, (unsigned long long)gx_cfg.quota_bytes,
+		 (unsigned long long)gx_cfg.tenant_id, (unsigned long long)atomic_load(&gx_cfg.quota_bytes),
 		 gx_cfg.priority_class, (unsigned long long)gx_cfg.lc_window_ns,
 		 gx_cfg.acct_dir ? gx_cfg.acct_dir : "(process-local)", gx_cfg.board_path ? gx_cfg.board_path : "-");
 }

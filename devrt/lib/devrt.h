@@ -8,6 +8,7 @@
 #define GPUEXT_DEVRT_H
 
 #include <stdint.h>
+#include <stdatomic.h>
 #include <stddef.h>
 
 #include "cuda_min.h"
@@ -54,7 +55,7 @@ struct gx_settings {
 	int enabled;              /* 0: pass everything through (secure-execution process) */
 	int debug;
 	uint64_t tenant_id;
-	uint64_t quota_bytes;     /* 0: no quota */
+	_Atomic uint64_t quota_bytes; /* 0: no quota; follows the config file (gx_quota) */
 	uint32_t priority_class;  /* GPUEXT_DEVRT_CLASS_* */
 	uint64_t lc_window_ns;    /* how long a latency-critical launch counts as pending */
 	uint64_t max_delay_ns;    /* longest a best-effort launch waits */
@@ -66,6 +67,8 @@ extern struct gx_settings gx_cfg;
 
 /* Loads settings, the usage file and the board once; safe from any thread. */
 void gx_runtime_init(void);
+/* The quota now: re-reads the tenant config at most once a second when the host replaced it. */
+uint64_t gx_quota(void);
 void gx_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define GX_DEBUG(...) do { if (gx_cfg.debug) gx_log(__VA_ARGS__); } while (0)
 uint64_t gx_now_ns(void);

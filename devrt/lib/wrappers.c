@@ -152,21 +152,22 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 /* The tenant's view: total = quota, free = quota - tenant usage, never above the device's real free. */
 static int gx_clamp(uint64_t real_free, uint64_t *free_out, uint64_t *total_out, uint64_t *used_out)
 {
-	uint64_t used, f;
+	uint64_t used, f, quota;
 
 	gx_runtime_init();
-	if (!gx_cfg.enabled || !gx_cfg.quota_bytes)
+	quota = gx_quota();
+	if (!gx_cfg.enabled || !quota)
 		return 0;
 	used = gx_acct_tenant_used();
-	f = used >= gx_cfg.quota_bytes ? 0 : gx_cfg.quota_bytes - used;
+	f = used >= quota ? 0 : quota - used;
 	if (f > real_free)
 		f = real_free;
 	*free_out = f;
-	*total_out = gx_cfg.quota_bytes;
+	*total_out = quota;
 	if (used_out)
-		*used_out = used > gx_cfg.quota_bytes ? gx_cfg.quota_bytes : used;
+		*used_out = used > quota ? quota : used;
 	GX_DEBUG("memory info clamped: free=%llu total=%llu", (unsigned long long)f,
-		 (unsigned long long)gx_cfg.quota_bytes);
+		 (unsigned long long)quota);
 	return 1;
 }
 
