@@ -139,6 +139,8 @@ static void gx_slot_reclaim(int i)
 	gx_lock_slot(i, F_UNLCK, F_SETLK);
 }
 
+static void gx_local_fallback(const char *why);
+
 static int gx_claim_slot(void)
 {
 	uint32_t me = (uint32_t)getpid();
@@ -157,8 +159,14 @@ static int gx_claim_slot(void)
 
 			if ((pass == 0) != (pid == 0))
 				continue;
-			if (gx_lock_slot(i, F_WRLCK, F_SETLK) != 0)
-				continue;
+			if (gx_lock_slot(i, F_WRLCK, F_SETLK) != 0) {
+				if (errno == EAGAIN || errno == EACCES)
+					continue; /* a live owner */
+				pthread_mutex_unlock(&gx_slot_mu);
+				GX_DEBUG("usage file: no record locks (%s)", strerror(errno));
+				gx_local_fallback("record locks unsupported");
+				return gx_claim_slot();
+			}
 			gx_slot_take(i, me);
 			gx_my = i;
 		}
