@@ -21,6 +21,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpuext/gpuext/internal/privtest"
 )
 
 const gib = 1 << 30
@@ -673,5 +675,48 @@ func TestQuotaFollowsConfig(t *testing.T) {
 		"alloc 2147483648 ok", fmt.Sprintf("info free=%d total=%d", 3*gib, 8*gib))
 	if q := tn.usage().num(t, "quota"); q != 8*gib {
 		t.Fatalf("usage header quota=%d after the change", q)
+	}
+}
+
+// Containers of one pod share the tenant's usage file but not a pid
+// namespace: a process whose pid means nothing here still counts while it
+// lives, and its memory returns when it is killed. Needs root (unshare).
+func TestQuotaAcrossPidNamespaces(t *testing.T) {
+	privtest.RequireRoot(t)
+	tn := newTenant(t, 16, 3*gib, "standard", "")
+	c := exec.Command("unshare", "--pid", "--fork", "--kill-child", filepath.Join(tn.bin, "fake", "app_procaddr"), "alloc", "2GiB", "hold")
+	c.Env = tn.env()
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	sc := bufio.NewScanner(out)
+	var lines []string
+	for len(lines) < 2 && sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	wantLines(t, lines, "alloc 2147483648 ok", "hold")
+	u := tn.usage()
+	if len(u.slots) != 1 || u.slots[0]["pid"] != "1" || u.slots[0]["live"] != "1" {
+		t.Fatalf("the other namespace's holder should be pid 1 there and live: %v", u.slots)
+	}
+	lines, _ = tn.run("app_procaddr", "alloc", "2GiB")
+	wantLines(t, lines, "alloc 2147483648 CUDA_ERROR_OUT_OF_MEMORY")
+	_ = c.Process.Kill() // unshare dies; --kill-child SIGKILLs the holder
+	_ = c.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		lines, _ = tn.run("app_procaddr", "alloc", "2GiB")
+		if lines[0] == "alloc 2147483648 ok" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("memory of the killed holder never returned: %q", lines)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
