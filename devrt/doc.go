@@ -5,6 +5,5 @@
 // NVML to the quota, and holds back best-effort launches while
 // latency-critical work is pending (the board). build.sh builds it with gcc,
 // together with the fake libcuda and the test apps the tests here run
-// against. docs/devrt.md is the contract. The placeholder/ library is the
-// former stand-in, kept until nothing builds it.
+// against. docs/devrt.md is the contract.
 package devrt

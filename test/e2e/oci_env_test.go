@@ -118,23 +118,19 @@ func (l *ociLab) build(t *testing.T) {
 	}
 }
 
-// devrt builds the placeholder device runtime when its source and gcc are
-// there, else writes a stand-in file (busybox is static and never loads it).
+// devrt installs the device runtime (devrt/build.sh, shared with the
+// containerd tests) into the lab's devrt dir.
 func (l *ociLab) devrt(t *testing.T) {
 	t.Helper()
 	if err := os.MkdirAll(l.DevrtDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	lib := filepath.Join(l.DevrtDir, "libgpuext-devrt.so")
-	srcs, _ := filepath.Glob(filepath.Join(ociRepoRoot(t), "devrt", "placeholder", "*.c"))
-	if _, err := exec.LookPath("gcc"); err == nil && len(srcs) > 0 {
-		args := append([]string{"-shared", "-fPIC", "-O2", "-o", lib}, srcs...)
-		if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
-			t.Fatalf("gcc: %v\n%s", err, out)
-		}
-		return
+	built := buildDevrt(t, t.TempDir())
+	data, err := os.ReadFile(filepath.Join(built, "libgpuext-devrt.so"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := os.WriteFile(lib, []byte("placeholder\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(l.DevrtDir, "libgpuext-devrt.so"), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
 }
