@@ -209,6 +209,17 @@ func admitBundle(cfg config.Config, log *logrus.Entry, cmd RuncCommand, hookPath
 	}
 	log.WithFields(logrus.Fields{"tenant": d.Tenant, "policy": d.Policy.Name, "name": info.Name,
 		"hook": hookPath}).Info("injected gpuext into config.json")
+	if b.Spec.Root != nil && b.Spec.Process != nil {
+		root := b.Spec.Root.Path
+		if !filepath.IsAbs(root) {
+			root = filepath.Join(b.Dir, root)
+		}
+		if why := PreloadBlocker(root, b.Spec.Process.Args, b.Spec.Process.Env); why != "" {
+			log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name, "tenant": d.Tenant}).
+				Warn("device runtime will not load in this container's entrypoint: " + why +
+					"; the tenant's driver-side policy still applies")
+		}
+	}
 	return nil
 }
 

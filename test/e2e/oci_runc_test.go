@@ -249,6 +249,11 @@ func TestOCIRuncWrapper(t *testing.T) {
 	if !strings.Contains(out[strings.Index(out, "RO:"):], "Read-only file system") {
 		t.Errorf("the devrt mount is writable in the container:\n%s", out)
 	}
+	// The entrypoint is busybox-static: LD_PRELOAD cannot reach it, and the
+	// wrapper says so in its log.
+	if !l.LogContains("device runtime will not load", "statically linked") {
+		t.Errorf("the wrapper did not log that the static entrypoint cannot load the device runtime")
+	}
 	b.stop(t)
 	if entries := ociFind(t, reg, b.ID); len(entries) != 0 {
 		t.Fatalf("after poststop: %+v", entries)
