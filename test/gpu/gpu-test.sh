@@ -179,11 +179,14 @@ prio_run() { # mode: alone | nopolicy | policy -> prints lc p50/p99 and be throu
 LC_WINDOW_US=${GPUEXT_LC_WINDOW_US:-6000}
 GPUEXTCTL="$REPO/bin/gpuextctl"
 if [[ -x "$W/apps_static" && -x "$GPUEXTCTL" ]]; then
-	for mode in alone nopolicy policy; do prio_run "$mode"; done | tee "$OUT/priority.txt"
-	LC_WINDOW_US="$LC_WINDOW_US" awk '{for (i = 1; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]} m = v["mode"]; p99[m] = v["lc_p99_us"]; be[m] = v["be_kernels_per_s"]}
-		END {printf "INFO priority targets (window %sus): lc p99 policy/alone=%.2f (target <= 1.5), nopolicy/policy=%.2f (target >= 2), be throughput policy/nopolicy=%.2f (target >= 0.70)\n",
-			ENVIRON["LC_WINDOW_US"], p99["policy"] / p99["alone"], p99["nopolicy"] / p99["policy"], be["policy"] / be["nopolicy"]}' \
-		"$OUT/priority.txt" | tee -a "$OUT/priority.txt"
+	for w in ${GPUEXT_LC_WINDOWS_US:-$LC_WINDOW_US}; do
+		LC_WINDOW_US=$w
+		for mode in alone nopolicy policy; do prio_run "$mode"; done | tee "$OUT/priority-$w.txt"
+		LC_WINDOW_US="$LC_WINDOW_US" awk '{for (i = 1; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]} m = v["mode"]; p99[m] = v["lc_p99_us"]; be[m] = v["be_kernels_per_s"]}
+			END {printf "INFO priority targets (window %sus): lc p99 policy/alone=%.2f (target <= 1.5), nopolicy/policy=%.2f (target >= 2), be throughput policy/nopolicy=%.2f (target >= 0.70)\n",
+				ENVIRON["LC_WINDOW_US"], p99["policy"] / p99["alone"], p99["nopolicy"] / p99["policy"], be["policy"] / be["nopolicy"]}' \
+			"$OUT/priority-$w.txt" | tee -a "$OUT/priority.txt"
+	done
 else
 	info "priority: skipped (needs bin/gpuextctl: CGO_ENABLED=0 go build -o bin/gpuextctl ./cmd/gpuextctl, and carry bin)"
 fi
