@@ -3,15 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/gpuext/gpuext/bpf/bpftest"
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
-	"github.com/gpuext/gpuext/cgroup/cgrouptest"
 )
 
 func TestPoliciesJSONListsCatalog(t *testing.T) {
@@ -53,14 +51,7 @@ func TestErrorsNameTheProblem(t *testing.T) {
 // TestTenantsTable reads a real pinned registry: the table and --json show
 // the tenant, container, cgroup, policy, quota and priority registered.
 func TestTenantsTable(t *testing.T) {
-	cgrouptest.RequireRoot(t)
-	pin := fmt.Sprintf("/sys/fs/bpf/gpuextctl-test-%d", time.Now().UnixNano())
-	t.Cleanup(func() { os.RemoveAll(pin) })
-	reg, err := bpf.OpenRegistry(pin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
+	reg, pin := bpftest.Registry(t)
 	cfg := bpf.GpuextTenantConfig{QuotaBytes: 8 << 30, PriorityClass: uint32(bpf.PriorityLatencyCritical)}
 	id, err := reg.Upsert("nri/ctr/abc", "quota", cfg, bpf.CgroupEntry{CgroupID: cgroup.ID(4242),
 		CgroupPath: "/kubepods/pod1/abc", ContainerID: "abc", ContainerName: "web", PodName: "p", PodNamespace: "ns",

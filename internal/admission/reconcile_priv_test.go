@@ -1,12 +1,13 @@
 package admission_test
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuext/gpuext/bpf/bpftest"
 
 	"github.com/sirupsen/logrus"
 
@@ -21,14 +22,7 @@ import (
 // disappeared without a poststop, and a tenant the wrapper reserved for a
 // container that never started, are dropped; a live one and an NRI one stay.
 func TestReconcileDropsGoneCgroups(t *testing.T) {
-	cgrouptest.RequireRoot(t)
-	pin := fmt.Sprintf("/sys/fs/bpf/gpuext-reconcile-%d", time.Now().UnixNano())
-	t.Cleanup(func() { os.RemoveAll(pin) })
-	reg, err := bpf.OpenRegistry(pin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
+	reg, _ := bpftest.Registry(t)
 	res, err := cgroup.NewResolver("/")
 	if err != nil {
 		t.Fatal(err)

@@ -1,10 +1,10 @@
 package gpuview
 
 import (
-	"fmt"
 	"os"
 	"testing"
-	"time"
+
+	"github.com/gpuext/gpuext/bpf/bpftest"
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
@@ -14,14 +14,7 @@ import (
 // TestMapToTenants: a process inside a registered container cgroup maps to
 // that tenant and container; a process elsewhere maps to no tenant.
 func TestMapToTenants(t *testing.T) {
-	cgrouptest.RequireRoot(t)
-	pin := fmt.Sprintf("/sys/fs/bpf/gpuext-gpuview-%d", time.Now().UnixNano())
-	t.Cleanup(func() { os.RemoveAll(pin) })
-	reg, err := bpf.OpenRegistry(pin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Close()
+	reg, _ := bpftest.Registry(t)
 	res, err := cgroup.NewResolver("/")
 	if err != nil {
 		t.Fatal(err)
