@@ -141,4 +141,57 @@ struct gpuext_cgroup_meta {
 	char cgroup_path[GPUEXT_KEY_LEN * 2];
 };
 
+/*
+ * Hook contexts (kernel -> memory struct_ops, see gpuext_ops.h).  The core
+ * fills them; a policy reads them through BTF and asks for changes only
+ * through the request kfuncs, which the core validates.
+ */
+
+#define GPUEXT_OPS_NAME_LEN 16          /* struct gpuext_mem_ops.name, NUL terminated */
+#define GPUEXT_EVICT_MAX_CANDIDATES 32  /* chunks one evict_prepare call may reorder */
+
+/* Return codes of the memory hooks. */
+enum gpuext_hook_ret {
+	GPUEXT_RET_DEFAULT = 0, /* keep the driver's stock behaviour */
+	GPUEXT_RET_HANDLED = 1, /* the policy's requests stand */
+};
+
+/* One eviction candidate (a root chunk) as the driver describes it. */
+struct gpuext_chunk_info {
+	__u64 chunk_id;     /* driver chunk id */
+	__u64 alloc_seq;    /* when the chunk became resident (arrival order) */
+	__u64 access_seq;   /* last access */
+	__u64 access_count; /* accesses since it became resident */
+};
+
+/*
+ * evict_prepare: candidates in the driver's list order.  The policy reorders
+ * them with bpf_gpuext_evict_move_to_front(); cand[0] is evicted first.
+ */
+struct gpuext_evict_ctx {
+	__u64 cgroup_id;     /* cgroup of the task that created the GPU context */
+	__u32 tenant_id;     /* 0 when the cgroup is not registered */
+	__u32 nr_candidates; /* valid entries in cand */
+	__u32 requests;      /* requests the policy made in this call */
+	__u32 refused;       /* requests the core refused in this call */
+	struct gpuext_chunk_info cand[GPUEXT_EVICT_MAX_CANDIDATES];
+};
+
+/*
+ * prefetch: a fault at fault_page inside the allowed region [region_first,
+ * region_last]; the policy may ask for a sub-region with
+ * bpf_gpuext_prefetch_set_region().  Pages are 4 KiB indices in a VA block.
+ */
+struct gpuext_prefetch_ctx {
+	__u64 cgroup_id;
+	__u32 tenant_id;
+	__u32 fault_page;
+	__u32 region_first;
+	__u32 region_last;
+	__u32 result_first;  /* the chosen region, set by the core */
+	__u32 result_last;
+	__u32 requests;
+	__u32 refused;
+};
+
 #endif /* GPUEXT_ABI_H */

@@ -1,0 +1,544 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * gpuext.c - the gpuext core module.
+ *
+ * Registers the memory struct_ops type gpuext_mem_ops (gpuext_ops.h) and
+ * keeps every attached ops in a list keyed by name, so several policies
+ * run at once.  Drivers call the exported call sites (gpuext_core.h); each
+ * call resolves the tenant of the GPU context's cgroup in the registry map
+ * the control plane handed us, and runs the ops that tenant names.  Policies
+ * never touch driver state: they ask through kfuncs, and the core checks
+ * the request (bounds) before applying it to its own copy of the candidates.
+ * No ops, a declined call, an error or any refused request all leave the
+ * driver's stock behaviour.
+ *
+ * debugfs (/sys/kernel/debug/gpuext):
+ *   registry  write: fd of the pinned gpuext_cgroups map (cgroup id -> tenant
+ *             config); read: "map <id>" or "none"
+ *   ops       read: one line per attached ops with its counters
+ */
+#include <linux/bpf.h>
+#include <linux/bpf_verifier.h>
+#include <linux/btf.h>
+#include <linux/btf_ids.h>
+#include <linux/cgroup.h>
+#include <linux/debugfs.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/rculist.h>
+#include <linux/seq_file.h>
+#include <linux/slab.h>
+#include <linux/string.h>
+#include <linux/uaccess.h>
+
+#include "gpuext_abi.h"
+#include "gpuext_ops.h"
+#include "gpuext_core.h"
+
+MODULE_IMPORT_NS(BPF_INTERNAL); /* bpf_map_get() for the registry map fd */
+
+struct gpuext_ctx {
+	u64 cgroup_id;
+};
+
+/* An attached memory ops; lives from reg to unreg (+ an RCU grace period). */
+struct gpuext_mem_entry {
+	struct list_head node;
+	struct gpuext_mem_ops *ops; /* the struct_ops map's kernel copy */
+	char name[GPUEXT_OPS_NAME_LEN];
+	atomic64_t calls;
+	atomic64_t handled;
+	atomic64_t errors;
+	atomic64_t refused;
+};
+
+static LIST_HEAD(gpuext_mem_list);      /* RCU readers, writers hold gpuext_mem_lock */
+static DEFINE_MUTEX(gpuext_mem_lock);
+
+static struct bpf_map __rcu *gpuext_registry; /* cgroup id -> gpuext_tenant_config */
+static DEFINE_MUTEX(gpuext_registry_lock);
+
+static struct dentry *gpuext_debugfs;
+
+/* enum gpuext_eviction_policy -> the ops name a tenant asks for. */
+static const char *const gpuext_evict_names[] = {
+	[GPUEXT_EVICT_DEFAULT] = NULL,
+	[GPUEXT_EVICT_LRU] = "lru",
+	[GPUEXT_EVICT_FIFO] = "fifo",
+	[GPUEXT_EVICT_LFU] = "lfu",
+	[GPUEXT_EVICT_MRU] = "mru",
+	[GPUEXT_EVICT_TENANT_QUOTA] = "tenant_quota",
+	[GPUEXT_EVICT_PRIORITY_WEIGHTED] = "prio_weighted",
+};
+
+/* enum gpuext_prefetch_policy -> ops name. */
+static const char *const gpuext_prefetch_names[] = {
+	[GPUEXT_PREFETCH_DEFAULT] = NULL,
+	[GPUEXT_PREFETCH_NONE] = "pf_none",
+	[GPUEXT_PREFETCH_ALWAYS_MAX] = "pf_always_max",
+	[GPUEXT_PREFETCH_TREE_THRESHOLD] = "pf_tree",
+	[GPUEXT_PREFETCH_SEQUENTIAL] = "pf_sequential",
+	[GPUEXT_PREFETCH_STRIDE] = "pf_stride",
+};
+
+/* ---- ops registry ---------------------------------------------------- */
+
+static struct gpuext_mem_entry *gpuext_find_locked(const char *name)
+{
+	struct gpuext_mem_entry *e;
+
+	list_for_each_entry_rcu(e, &gpuext_mem_list, node, lockdep_is_held(&gpuext_mem_lock))
+		if (!strncmp(e->name, name, GPUEXT_OPS_NAME_LEN))
+			return e;
+	return NULL;
+}
+
+/* Caller holds rcu_read_lock(). */
+static struct gpuext_mem_entry *gpuext_find_rcu(const char *name)
+{
+	struct gpuext_mem_entry *e;
+
+	list_for_each_entry_rcu(e, &gpuext_mem_list, node)
+		if (!strncmp(e->name, name, GPUEXT_OPS_NAME_LEN))
+			return e;
+	return NULL;
+}
+
+static int gpuext_mem_reg(void *kdata, struct bpf_link *link)
+{
+	struct gpuext_mem_ops *ops = kdata;
+	struct gpuext_mem_entry *e;
+	int err = 0;
+
+	e = kzalloc(sizeof(*e), GFP_KERNEL);
+	if (!e)
+		return -ENOMEM;
+	e->ops = ops;
+	memcpy(e->name, ops->name, GPUEXT_OPS_NAME_LEN);
+
+	mutex_lock(&gpuext_mem_lock);
+	if (gpuext_find_locked(e->name)) {
+		err = -EEXIST;
+	} else {
+		list_add_tail_rcu(&e->node, &gpuext_mem_list);
+		pr_info("gpuext: memory ops \"%s\" attached\n", e->name);
+	}
+	mutex_unlock(&gpuext_mem_lock);
+	if (err)
+		kfree(e);
+	return err;
+}
+
+static void gpuext_mem_unreg(void *kdata, struct bpf_link *link)
+{
+	struct gpuext_mem_entry *e, *found = NULL;
+
+	mutex_lock(&gpuext_mem_lock);
+	list_for_each_entry(e, &gpuext_mem_list, node) {
+		if (e->ops == kdata) {
+			list_del_rcu(&e->node);
+			found = e;
+			break;
+		}
+	}
+	mutex_unlock(&gpuext_mem_lock);
+	if (!found)
+		return;
+	/* No call site still runs these ops once this returns. */
+	synchronize_rcu();
+	pr_info("gpuext: memory ops \"%s\" detached (calls %lld refused %lld)\n",
+		found->name, atomic64_read(&found->calls), atomic64_read(&found->refused));
+	kfree(found);
+}
+
+static int gpuext_mem_init(struct btf *btf)
+{
+	return 0;
+}
+
+static int gpuext_mem_init_member(const struct btf_type *t, const struct btf_member *member,
+				  void *kdata, const void *udata)
+{
+	const struct gpuext_mem_ops *uops = udata;
+	struct gpuext_mem_ops *kops = kdata;
+	u32 moff = __btf_member_bit_offset(t, member) / 8;
+
+	if (moff != offsetof(struct gpuext_mem_ops, name))
+		return 0;
+	/* A name is required, NUL terminated, [a-z0-9_]. */
+	if (!memchr(uops->name, 0, GPUEXT_OPS_NAME_LEN) || !uops->name[0])
+		return -EINVAL;
+	for (const char *p = uops->name; *p; p++)
+		if (!(islower(*p) || isdigit(*p) || *p == '_'))
+			return -EINVAL;
+	memcpy(kops->name, uops->name, GPUEXT_OPS_NAME_LEN);
+	return 1;
+}
+
+static const struct bpf_func_proto *gpuext_get_func_proto(enum bpf_func_id func_id,
+							  const struct bpf_prog *prog)
+{
+	return bpf_base_func_proto(func_id, prog);
+}
+
+static bool gpuext_is_valid_access(int off, int size, enum bpf_access_type type,
+				   const struct bpf_prog *prog, struct bpf_insn_access_aux *info)
+{
+	return bpf_tracing_btf_ctx_access(off, size, type, prog, info);
+}
+
+/* Contexts are read-only to policies: no btf_struct_access, so writes are refused. */
+static const struct bpf_verifier_ops gpuext_verifier_ops = {
+	.get_func_proto = gpuext_get_func_proto,
+	.is_valid_access = gpuext_is_valid_access,
+};
+
+static int gpuext_stub_prefetch(struct gpuext_prefetch_ctx *ctx)
+{
+	return GPUEXT_RET_DEFAULT;
+}
+
+static int gpuext_stub_evict_prepare(struct gpuext_evict_ctx *ctx)
+{
+	return GPUEXT_RET_DEFAULT;
+}
+
+static struct gpuext_mem_ops gpuext_mem_cfi_stubs = {
+	.prefetch = gpuext_stub_prefetch,
+	.evict_prepare = gpuext_stub_evict_prepare,
+};
+
+static struct bpf_struct_ops gpuext_mem_struct_ops = {
+	.verifier_ops = &gpuext_verifier_ops,
+	.init = gpuext_mem_init,
+	.init_member = gpuext_mem_init_member,
+	.reg = gpuext_mem_reg,
+	.unreg = gpuext_mem_unreg,
+	.cfi_stubs = &gpuext_mem_cfi_stubs,
+	.name = "gpuext_mem_ops",
+	.owner = THIS_MODULE,
+};
+
+/* ---- request kfuncs -------------------------------------------------- */
+
+__bpf_kfunc_start_defs();
+
+/*
+ * Copy candidate idx into *info.  -ENOENT past the last candidate: a read,
+ * not a request, so it is the policy's end-of-list signal and not counted.
+ */
+__bpf_kfunc int bpf_gpuext_evict_chunk(struct gpuext_evict_ctx *ctx, u32 idx,
+				       struct gpuext_chunk_info *info)
+{
+	if (idx >= ctx->nr_candidates || idx >= GPUEXT_EVICT_MAX_CANDIDATES) {
+		memset(info, 0, sizeof(*info));
+		return -ENOENT;
+	}
+	*info = ctx->cand[idx];
+	return 0;
+}
+
+/* Ask that candidate idx be evicted before all others.  Refused when out of range. */
+__bpf_kfunc int bpf_gpuext_evict_move_to_front(struct gpuext_evict_ctx *ctx, u32 idx)
+{
+	struct gpuext_chunk_info c;
+
+	ctx->requests++;
+	if (idx >= ctx->nr_candidates || idx >= GPUEXT_EVICT_MAX_CANDIDATES) {
+		ctx->refused++;
+		return -ERANGE;
+	}
+	c = ctx->cand[idx];
+	memmove(&ctx->cand[1], &ctx->cand[0], idx * sizeof(c));
+	ctx->cand[0] = c;
+	return 0;
+}
+
+/* Ask to prefetch [first, last]; it must hold the faulting page and lie in the allowed region. */
+__bpf_kfunc int bpf_gpuext_prefetch_set_region(struct gpuext_prefetch_ctx *ctx, u32 first, u32 last)
+{
+	ctx->requests++;
+	if (first > last || first < ctx->region_first || last > ctx->region_last ||
+	    ctx->fault_page < first || ctx->fault_page > last) {
+		ctx->refused++;
+		return -ERANGE;
+	}
+	ctx->result_first = first;
+	ctx->result_last = last;
+	return 0;
+}
+
+__bpf_kfunc_end_defs();
+
+BTF_KFUNCS_START(gpuext_kfunc_ids)
+BTF_ID_FLAGS(func, bpf_gpuext_evict_chunk, KF_TRUSTED_ARGS)
+BTF_ID_FLAGS(func, bpf_gpuext_evict_move_to_front, KF_TRUSTED_ARGS)
+BTF_ID_FLAGS(func, bpf_gpuext_prefetch_set_region, KF_TRUSTED_ARGS)
+BTF_KFUNCS_END(gpuext_kfunc_ids)
+
+static const struct btf_kfunc_id_set gpuext_kfunc_set = {
+	.owner = THIS_MODULE,
+	.set = &gpuext_kfunc_ids,
+};
+
+/* ---- tenant resolution ----------------------------------------------- */
+
+/* Caller holds rcu_read_lock().  True when cgid has a tenant config. */
+static bool gpuext_lookup_tenant(u64 cgid, struct gpuext_tenant_config *cfg)
+{
+	struct bpf_map *map = rcu_dereference(gpuext_registry);
+	void *val;
+
+	if (!map)
+		return false;
+	val = map->ops->map_lookup_elem(map, &cgid);
+	if (!val)
+		return false;
+	memcpy(cfg, val, sizeof(*cfg));
+	return cfg->tenant_id != 0;
+}
+
+static const char *gpuext_name_of(const char *const *names, size_t n, u32 id)
+{
+	return id < n ? names[id] : NULL;
+}
+
+/* ---- call sites -------------------------------------------------------- */
+
+struct gpuext_ctx *gpuext_ctx_create(void)
+{
+	struct gpuext_ctx *gctx = kzalloc(sizeof(*gctx), GFP_KERNEL);
+
+	if (!gctx)
+		return NULL;
+	/* What bpf_get_current_cgroup_id() returns for the creating task. */
+	rcu_read_lock();
+	gctx->cgroup_id = cgroup_id(task_dfl_cgroup(current));
+	rcu_read_unlock();
+	return gctx;
+}
+EXPORT_SYMBOL_GPL(gpuext_ctx_create);
+
+void gpuext_ctx_destroy(struct gpuext_ctx *gctx)
+{
+	kfree(gctx);
+}
+EXPORT_SYMBOL_GPL(gpuext_ctx_destroy);
+
+u64 gpuext_ctx_cgroup_id(const struct gpuext_ctx *gctx)
+{
+	return gctx->cgroup_id;
+}
+EXPORT_SYMBOL_GPL(gpuext_ctx_cgroup_id);
+
+int gpuext_evict_prepare(struct gpuext_ctx *gctx, struct gpuext_evict_ctx *ectx,
+			 char ops_name[GPUEXT_OPS_NAME_LEN])
+{
+	struct gpuext_tenant_config cfg;
+	struct gpuext_chunk_info *saved;
+	struct gpuext_mem_entry *e;
+	const char *name;
+	size_t bytes;
+	int ret = 0;
+
+	if (!gctx || !ectx || ectx->nr_candidates > GPUEXT_EVICT_MAX_CANDIDATES)
+		return -EINVAL;
+	if (ops_name)
+		ops_name[0] = 0;
+	ectx->cgroup_id = gctx->cgroup_id;
+	ectx->tenant_id = 0;
+	ectx->requests = 0;
+	ectx->refused = 0;
+	bytes = ectx->nr_candidates * sizeof(ectx->cand[0]);
+	saved = kmemdup(ectx->cand, bytes ?: 1, GFP_KERNEL);
+	if (!saved)
+		return -ENOMEM;
+
+	rcu_read_lock();
+	if (!gpuext_lookup_tenant(gctx->cgroup_id, &cfg))
+		goto out;
+	ectx->tenant_id = cfg.tenant_id;
+	name = gpuext_name_of(gpuext_evict_names, ARRAY_SIZE(gpuext_evict_names), cfg.eviction_policy);
+	e = name ? gpuext_find_rcu(name) : NULL;
+	if (!e || !e->ops->evict_prepare)
+		goto out;
+	atomic64_inc(&e->calls);
+	ret = e->ops->evict_prepare(ectx);
+	if (ectx->refused)
+		atomic64_add(ectx->refused, &e->refused);
+	if (ret < 0)
+		atomic64_inc(&e->errors);
+	if (ret == GPUEXT_RET_HANDLED && !ectx->refused) {
+		atomic64_inc(&e->handled);
+		if (ops_name)
+			memcpy(ops_name, e->name, GPUEXT_OPS_NAME_LEN);
+		ret = 1;
+	} else {
+		/* Declined, erred or asked for something refused: stock order. */
+		memcpy(ectx->cand, saved, bytes);
+		ret = 0;
+	}
+out:
+	rcu_read_unlock();
+	kfree(saved);
+	return ret;
+}
+EXPORT_SYMBOL_GPL(gpuext_evict_prepare);
+
+int gpuext_prefetch(struct gpuext_ctx *gctx, struct gpuext_prefetch_ctx *pctx)
+{
+	struct gpuext_tenant_config cfg;
+	struct gpuext_mem_entry *e;
+	const char *name;
+	int ret = 0;
+
+	if (!gctx || !pctx || pctx->region_first > pctx->region_last)
+		return -EINVAL;
+	pctx->cgroup_id = gctx->cgroup_id;
+	pctx->tenant_id = 0;
+	pctx->requests = 0;
+	pctx->refused = 0;
+	pctx->result_first = pctx->fault_page;
+	pctx->result_last = pctx->fault_page;
+
+	rcu_read_lock();
+	if (!gpuext_lookup_tenant(gctx->cgroup_id, &cfg))
+		goto out;
+	pctx->tenant_id = cfg.tenant_id;
+	name = gpuext_name_of(gpuext_prefetch_names, ARRAY_SIZE(gpuext_prefetch_names), cfg.prefetch_policy);
+	e = name ? gpuext_find_rcu(name) : NULL;
+	if (!e || !e->ops->prefetch)
+		goto out;
+	atomic64_inc(&e->calls);
+	ret = (e->ops->prefetch)(pctx); /* prefetch() is a kernel macro */
+	if (pctx->refused)
+		atomic64_add(pctx->refused, &e->refused);
+	if (ret < 0)
+		atomic64_inc(&e->errors);
+	if (ret == GPUEXT_RET_HANDLED && !pctx->refused && pctx->requests) {
+		atomic64_inc(&e->handled);
+		ret = 1;
+	} else {
+		pctx->result_first = pctx->fault_page;
+		pctx->result_last = pctx->fault_page;
+		ret = 0;
+	}
+out:
+	rcu_read_unlock();
+	return ret;
+}
+EXPORT_SYMBOL_GPL(gpuext_prefetch);
+
+/* ---- debugfs ------------------------------------------------------------ */
+
+static void gpuext_set_registry(struct bpf_map *map)
+{
+	struct bpf_map *old;
+
+	mutex_lock(&gpuext_registry_lock);
+	old = rcu_replace_pointer(gpuext_registry, map, lockdep_is_held(&gpuext_registry_lock));
+	mutex_unlock(&gpuext_registry_lock);
+	if (old) {
+		synchronize_rcu();
+		bpf_map_put(old);
+	}
+}
+
+static ssize_t gpuext_registry_write(struct file *file, const char __user *ubuf, size_t len, loff_t *ppos)
+{
+	struct bpf_map *map;
+	int fd, err;
+
+	err = kstrtoint_from_user(ubuf, len, 10, &fd);
+	if (err)
+		return err;
+	if (fd < 0) {
+		gpuext_set_registry(NULL);
+		return len;
+	}
+	map = bpf_map_get(fd);
+	if (IS_ERR(map))
+		return PTR_ERR(map);
+	if (map->map_type != BPF_MAP_TYPE_HASH || map->key_size != sizeof(u64) ||
+	    map->value_size != sizeof(struct gpuext_tenant_config)) {
+		bpf_map_put(map);
+		return -EINVAL;
+	}
+	gpuext_set_registry(map);
+	return len;
+}
+
+static int gpuext_registry_show(struct seq_file *m, void *v)
+{
+	struct bpf_map *map;
+
+	rcu_read_lock();
+	map = rcu_dereference(gpuext_registry);
+	if (map)
+		seq_printf(m, "map %u\n", map->id);
+	else
+		seq_puts(m, "none\n");
+	rcu_read_unlock();
+	return 0;
+}
+
+static int gpuext_registry_open(struct inode *inode, struct file *file)
+{
+	return single_open(file, gpuext_registry_show, NULL);
+}
+
+static const struct file_operations gpuext_registry_fops = {
+	.owner = THIS_MODULE,
+	.open = gpuext_registry_open,
+	.read = seq_read,
+	.llseek = seq_lseek,
+	.release = single_release,
+	.write = gpuext_registry_write,
+};
+
+static int gpuext_ops_show(struct seq_file *m, void *v)
+{
+	struct gpuext_mem_entry *e;
+
+	rcu_read_lock();
+	list_for_each_entry_rcu(e, &gpuext_mem_list, node)
+		seq_printf(m, "%s calls %lld handled %lld errors %lld refused %lld\n", e->name,
+			   atomic64_read(&e->calls), atomic64_read(&e->handled),
+			   atomic64_read(&e->errors), atomic64_read(&e->refused));
+	rcu_read_unlock();
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(gpuext_ops);
+
+static int __init gpuext_init(void)
+{
+	int err;
+
+	err = register_btf_kfunc_id_set(BPF_PROG_TYPE_STRUCT_OPS, &gpuext_kfunc_set);
+	if (err) {
+		pr_err("gpuext: register kfuncs: %d\n", err);
+		return err;
+	}
+	err = register_bpf_struct_ops(&gpuext_mem_struct_ops, gpuext_mem_ops);
+	if (err) {
+		pr_err("gpuext: register struct_ops gpuext_mem_ops: %d\n", err);
+		return err;
+	}
+	gpuext_debugfs = debugfs_create_dir("gpuext", NULL);
+	debugfs_create_file("registry", 0600, gpuext_debugfs, NULL, &gpuext_registry_fops);
+	debugfs_create_file("ops", 0400, gpuext_debugfs, NULL, &gpuext_ops_fops);
+	pr_info("gpuext: core loaded (abi %d)\n", GPUEXT_ABI_VERSION);
+	return 0;
+}
+
+static void __exit gpuext_exit(void)
+{
+	/* Attached struct_ops maps hold a reference on this module: none are left. */
+	debugfs_remove_recursive(gpuext_debugfs);
+	gpuext_set_registry(NULL);
+}
+
+module_init(gpuext_init);
+module_exit(gpuext_exit);
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("gpuext core: GPU memory struct_ops, request kfuncs, tenant attribution");

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * gpuext_core.h - the call-site API that gpuext.ko exports to GPU drivers
+ * (the simulated driver gpusim.ko, and the NVIDIA patch series).
+ *
+ * A driver creates one gpuext_ctx per GPU context (UVM va_space, TSG) from
+ * the creating task; the core records that task's cgroup there.  At each
+ * decision point the driver fills a hook context (gpuext_abi.h) and calls
+ * the matching gpuext_*() function, which runs the memory ops that the
+ * tenant of that cgroup names, or leaves the stock behaviour.
+ */
+#ifndef GPUEXT_CORE_H
+#define GPUEXT_CORE_H
+
+#include <linux/types.h>
+#include "gpuext_abi.h"
+
+struct gpuext_ctx;
+
+/* Attribute a new GPU context to current's cgroup (v2). */
+struct gpuext_ctx *gpuext_ctx_create(void);
+void gpuext_ctx_destroy(struct gpuext_ctx *gctx);
+u64 gpuext_ctx_cgroup_id(const struct gpuext_ctx *gctx);
+
+/*
+ * Run the tenant's evict_prepare on ectx->cand[0..nr_candidates).
+ * Returns 1 when ectx->cand holds the policy's order, 0 when the driver must
+ * apply its stock order (no policy, policy declined, erred or was refused;
+ * cand is then unchanged), or a negative errno for a malformed ectx.
+ * Copies the name of the ops that ran (or "") into ops_name when non-NULL.
+ */
+int gpuext_evict_prepare(struct gpuext_ctx *gctx, struct gpuext_evict_ctx *ectx,
+			 char ops_name[GPUEXT_OPS_NAME_LEN]);
+
+/*
+ * Run the tenant's prefetch on pctx.  Returns 1 when
+ * [pctx->result_first, pctx->result_last] is the policy's region, 0 for stock.
+ */
+int gpuext_prefetch(struct gpuext_ctx *gctx, struct gpuext_prefetch_ctx *pctx);
+
+#endif /* GPUEXT_CORE_H */

@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
+/*
+ * gpuext_ops.h - the memory struct_ops type that gpuext.ko registers.
+ *
+ * Shared by the kernel module and the BPF policies (bpf/policies): it holds
+ * function pointers, so it lives apart from gpuext_abi.h, whose types Go
+ * reads through bpf2go.  Contexts and return codes are in gpuext_abi.h.
+ */
+#ifndef GPUEXT_OPS_H
+#define GPUEXT_OPS_H
+
+#include "gpuext_abi.h"
+
+/*
+ * A named memory policy.  Several may be attached at once; a tenant's config
+ * (eviction_policy) names the one that shapes its GPU contexts.
+ * Every hook returns enum gpuext_hook_ret, or a negative errno; anything but
+ * GPUEXT_RET_HANDLED keeps the stock behaviour.
+ */
+struct gpuext_mem_ops {
+	int (*prefetch)(struct gpuext_prefetch_ctx *ctx);
+	int (*evict_prepare)(struct gpuext_evict_ctx *ctx);
+	char name[GPUEXT_OPS_NAME_LEN];
+};
+
+#endif /* GPUEXT_OPS_H */

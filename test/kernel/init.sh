@@ -1,0 +1,32 @@
+#!/bin/busybox sh
+# init.sh - /init of the kernel lab's initramfs (test/kernel/lab.sh packs it).
+# Mounts what the guest tests need, loads the modules, runs the tests and
+# reports: a KERNEL-LAB PASS/FAIL line on the console, and the exit code on
+# qemu's isa-debug-exit port (0xf4).
+/bin/busybox --install -s /bin
+export PATH=/bin:/sbin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t debugfs debugfs /sys/kernel/debug
+mount -t tracefs tracefs /sys/kernel/tracing
+mount -t bpf bpf /sys/fs/bpf
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+mount -t tmpfs tmp /tmp
+echo 0 > /proc/sys/kernel/printk_ratelimit 2>/dev/null
+
+rc=0
+for m in gpuext gpusim; do
+	insmod /lab/$m.ko || { echo "KERNEL-LAB insmod $m failed"; rc=1; }
+done
+echo "KERNEL-LAB TESTS BEGIN"
+if [ $rc = 0 ]; then
+	cd /tmp && HOME=/tmp /lab/guest.test -test.v -test.count=1 2>&1
+	rc=$?
+fi
+dmesg | grep -E 'gpuext|gpusim|BUG|WARNING' | sed 's/^/dmesg: /'
+if [ $rc = 0 ]; then echo "KERNEL-LAB PASS"; else echo "KERNEL-LAB FAIL rc=$rc"; fi
+# qemu exits with (byte << 1) | 1: 1 for pass, 3 for fail.
+if [ $rc = 0 ]; then code='\000'; else code='\001'; fi
+printf "$code" | dd of=/dev/port bs=1 seek=244 count=1 2>/dev/null
+poweroff -f

@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# lab.sh - the gpuext kernel lab: boot Debian's 6.12 kernel in qemu with our
+# modules (kmod/) and run the guest tests (test/kernel/guest) inside it.
+#
+#   test/kernel/lab.sh fetch   download + unpack kernel image and headers (cached)
+#   test/kernel/lab.sh build   build gpuext.ko, gpusim.ko and the static guest test binary
+#   test/kernel/lab.sh run     pack an initramfs, boot qemu, print the guest's go test -v output
+#   test/kernel/lab.sh all     fetch + build + run
+#
+# Everything is cached under $REPO/.cache/kernel.  Exit status is non-zero when
+# any guest test fails or the guest never reports.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+CACHE=${KERNEL_LAB_CACHE:-$REPO/.cache/kernel}
+KSERIES=${KERNEL_LAB_SERIES:-6.12}
+TIMEOUT=${KERNEL_LAB_TIMEOUT:-240}
+ROOT=$CACHE/root
+OUT=$CACHE/out
+
+log() { echo "[kernel-lab] $*"; }
+die() { echo "[kernel-lab] ERROR: $*" >&2; exit 1; }
+
+need_tools() {
+	local missing=()
+	command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
+	command -v cpio >/dev/null || missing+=(cpio)
+	command -v pahole >/dev/null || missing+=(pahole)
+	command -v bc >/dev/null || missing+=(bc)
+	command -v make >/dev/null || missing+=(make)
+	command -v clang >/dev/null || missing+=(clang llvm)
+	[ -f /usr/include/bpf/bpf_helpers.h ] || missing+=(libbpf-dev)
+	[ -f /usr/include/libelf.h ] || missing+=(libelf-dev)
+	if ! busybox_static >/dev/null; then missing+=(busybox-static); fi
+	if [ ${#missing[@]} -gt 0 ]; then
+		log "installing ${missing[*]}"
+		apt_update_once
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
+	fi
+}
+
+busybox_static() {
+	local b
+	for b in /bin/busybox /usr/bin/busybox; do
+		if [ -x "$b" ] && ! ldd "$b" >/dev/null 2>&1; then echo "$b"; return 0; fi
+	done
+	return 1
+}
+
+APT_UPDATED=0
+apt_update_once() {
+	[ "$APT_UPDATED" = 1 ] && return 0
+	log "apt-get update"
+	apt-get update -qq >/dev/null
+	APT_UPDATED=1
+}
+
+abi_name() {
+	local abi
+	abi=$(apt-cache depends "linux-headers-$KSERIES-amd64" 2>/dev/null | sed -n 's/^ *Depends: linux-headers-\(.*\)-amd64$/\1/p' | head -1)
+	if [ -z "$abi" ]; then
+		apt_update_once
+		abi=$(apt-cache depends "linux-headers-$KSERIES-amd64" 2>/dev/null | sed -n 's/^ *Depends: linux-headers-\(.*\)-amd64$/\1/p' | head -1)
+	fi
+	[ -n "$abi" ] || die "cannot resolve the $KSERIES ABI from linux-headers-$KSERIES-amd64 (is bookworm-security in apt sources?)"
+	echo "$abi"
+}
+
+kdir() { cat "$CACHE/kdir"; }
+
+cmd_fetch() {
+	need_tools
+	if [ -f "$CACHE/fetch.stamp" ] && [ -d "$(kdir)" ] && [ -f "$CACHE/vmlinuz" ]; then
+		log "kernel $(cat "$CACHE/abi") cached in $CACHE"
+		return 0
+	fi
+	local abi t0=$SECONDS
+	abi=$(abi_name)
+	log "fetching kernel $abi"
+	mkdir -p "$CACHE/debs" "$ROOT"
+	(cd "$CACHE/debs" && apt-get download -qq \
+		"linux-image-$abi-amd64-unsigned" "linux-headers-$abi-amd64" \
+		"linux-headers-$abi-common" "linux-kbuild-$abi" >/dev/null) ||
+		die "apt-get download failed"
+	local d
+	for d in "$CACHE"/debs/*"$abi"*.deb; do dpkg -x "$d" "$ROOT"; done
+	local kd=$ROOT/usr/src/linux-headers-$abi-amd64
+	[ -f "$kd/Makefile" ] || die "no headers Makefile in $kd"
+	# The arch headers Makefile includes the -common tree by absolute path.
+	sed -i "s|^include /usr/src/|include $ROOT/usr/src/|" "$kd/Makefile"
+	# Headers ship symlinks into /usr/lib/linux-kbuild-*: point them into the unpack dir.
+	local l tgt
+	while IFS= read -r l; do
+		tgt=$(readlink "$l")
+		case "$tgt" in /usr/*) ln -sfn "$ROOT$tgt" "$l" ;; esac
+	done < <(find "$ROOT/usr/src" -type l)
+	cp "$ROOT/boot/vmlinuz-$abi-amd64" "$CACHE/vmlinuz"
+	echo "$abi" >"$CACHE/abi"
+	echo "$kd" >"$CACHE/kdir"
+	touch "$CACHE/fetch.stamp"
+	log "fetched kernel $abi in $((SECONDS - t0))s"
+}
+
+cmd_build() {
+	[ -f "$CACHE/fetch.stamp" ] || cmd_fetch
+	need_tools
+	local t0=$SECONDS kd
+	kd=$(kdir)
+	mkdir -p "$OUT"
+	log "building modules against $(cat "$CACHE/abi")"
+	make -s -C "$kd" M="$REPO/kmod" modules >"$OUT/kbuild.log" 2>&1 || { cat "$OUT/kbuild.log"; die "module build failed"; }
+	grep -i warn "$OUT/kbuild.log" || true
+	cp "$REPO/kmod/gpuext/gpuext.ko" "$REPO/kmod/gpusim/gpusim.ko" "$OUT/"
+	log "building the static guest test binary"
+	(cd "$REPO" && CGO_ENABLED=0 go test -c -o "$OUT/guest.test" ./test/kernel/guest) || die "guest test build failed"
+	log "built in $((SECONDS - t0))s"
+}
+
+make_initramfs() {
+	local ir=$OUT/initramfs bb
+	bb=$(busybox_static) || die "no static busybox"
+	rm -rf "$ir"
+	mkdir -p "$ir"/{bin,sbin,proc,sys,dev,tmp,lab,etc}
+	cp "$bb" "$ir/bin/busybox"
+	cp "$OUT/gpuext.ko" "$OUT/gpusim.ko" "$OUT/guest.test" "$ir/lab/"
+	cp "$REPO/test/kernel/init.sh" "$ir/init"
+	chmod 755 "$ir/init"
+	(cd "$ir" && find . | cpio -o -H newc --quiet | gzip -1 >"$OUT/initrd.cpio.gz")
+}
+
+boot_once() {
+	local serial=$1 rc=0
+	timeout --foreground "$TIMEOUT" qemu-system-x86_64 -accel tcg -smp 1 -m 1G -nographic -no-reboot \
+		-device isa-debug-exit,iobase=0xf4,iosize=0x04 \
+		-kernel "$CACHE/vmlinuz" -initrd "$OUT/initrd.cpio.gz" \
+		-append "console=ttyS0 panic=-1 oops=panic quiet ${KERNEL_LAB_APPEND:-}" </dev/null >"$serial" 2>&1 || rc=$?
+	return $rc
+}
+
+cmd_run() {
+	[ -f "$OUT/guest.test" ] || cmd_build
+	need_tools
+	local t0=$SECONDS attempt rc serial
+	make_initramfs
+	for attempt in 1 2; do
+		serial=$OUT/serial-$attempt.log
+		log "booting qemu (attempt $attempt, serial log $serial)"
+		rc=0
+		boot_once "$serial" || rc=$?
+		# Guest test output: everything between the markers.
+		# (the console may prefix the first line with terminal escapes: no ^ anchor)
+		tr -d '\r' <"$serial" | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g; s/\x1bc//g' | sed -n '/KERNEL-LAB TESTS BEGIN/,/^KERNEL-LAB \(PASS\|FAIL\)/p'
+		if grep -q 'KERNEL-LAB TESTS BEGIN' "$serial"; then break; fi
+		if grep -qE 'Oops|BUG:|Kernel panic|general protection' "$serial" && [ "$attempt" = 1 ]; then
+			log "early oops/panic before the tests started; retrying once"
+			grep -E 'Oops|BUG:|Kernel panic|general protection' "$serial" | head -5
+			continue
+		fi
+		break
+	done
+	log "qemu exit status $rc after $((SECONDS - t0))s"
+	if grep -qE 'Oops|BUG:|Kernel panic|general protection|WARNING:' "$serial"; then
+		log "kernel log shows a problem:"
+		grep -E -A20 'Oops|BUG:|Kernel panic|general protection|WARNING:' "$serial" | tr -d '\r' | head -60
+	fi
+	if tr -d '\r' <"$serial" | grep -q '^KERNEL-LAB PASS' && [ "$rc" = 1 ]; then
+		log "PASS"
+		return 0
+	fi
+	log "FAIL (qemu status $rc; serial log tail follows)"
+	tail -40 "$serial" | tr -d '\r'
+	return 1
+}
+
+case "${1:-all}" in
+fetch) cmd_fetch ;;
+build) cmd_build ;;
+run) cmd_run ;;
+all) cmd_fetch; cmd_build; cmd_run ;;
+*) die "usage: $0 fetch|build|run|all" ;;
+esac
