@@ -51,6 +51,11 @@ type PriorityPolicy struct {
 	Class       PriorityClass `json:"class"`
 	TimesliceUS uint32        `json:"timesliceUs,omitempty"`
 	Interleave  uint32        `json:"interleave,omitempty"`
+	// ActiveWindowUS is, for a latency-critical tenant, how long after its
+	// last launch it counts as active: the device runtime holds best-effort
+	// launches back for that long. It should cover the gap between the
+	// tenant's requests. 0: the device runtime's default.
+	ActiveWindowUS uint32 `json:"activeWindowUs,omitempty"`
 }
 
 // Request is what selection reads: the container's identity and its keyed

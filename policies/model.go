@@ -210,6 +210,9 @@ func (p Policy) Validate() error {
 	if us := p.Priority.TimesliceUS; time.Duration(us)*time.Microsecond > MaxTimeslice {
 		return fieldError("priority.timesliceUs", fmt.Sprintf("%d is above %d (10s); 0 = driver default", us, MaxTimeslice.Microseconds()))
 	}
+	if w := p.Priority.ActiveWindowUS; time.Duration(w)*time.Microsecond > MaxTimeslice {
+		return fieldError("priority.activeWindowUs", fmt.Sprintf("%d is above %s", w, MaxTimeslice))
+	}
 	if il := p.Priority.Interleave; il != 0 && (il < MinInterleave || il > MaxInterleave) {
 		return fieldError("priority.interleave", fmt.Sprintf("%d is out of range %d..%d; 0 = driver default", il, MinInterleave, MaxInterleave))
 	}
@@ -301,6 +304,9 @@ func (p Policy) Summary() string {
 	}
 	if p.Priority.Interleave > 0 {
 		fmt.Fprintf(&b, " interleave=%d", p.Priority.Interleave)
+	}
+	if w := p.Priority.ActiveWindowUS; w > 0 {
+		fmt.Fprintf(&b, " active-window=%s", time.Duration(w)*time.Microsecond)
 	}
 	if len(p.Probes) > 0 {
 		fmt.Fprintf(&b, " probes=%s", strings.Join(p.Probes, ","))

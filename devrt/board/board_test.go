@@ -24,7 +24,7 @@ func buildDevrt(t *testing.T) string {
 type tenant struct{ cfg, acct string }
 
 // newTenant writes a tenant config and its accounting dir under state.
-func newTenant(t *testing.T, state string, id int, class string, timesliceUs int) tenant {
+func newTenant(t *testing.T, state string, id int, class string, windowUs int) tenant {
 	t.Helper()
 	tn := tenant{cfg: filepath.Join(state, "tenants", strconv.Itoa(id), "config.json"), acct: filepath.Join(state, "acct", strconv.Itoa(id))}
 	for _, d := range []string{filepath.Dir(tn.cfg), tn.acct} {
@@ -32,7 +32,7 @@ func newTenant(t *testing.T, state string, id int, class string, timesliceUs int
 			t.Fatal(err)
 		}
 	}
-	cfg := fmt.Sprintf(`{"tenantId": %d, "policy": "p", "priorityClass": %q, "quotaBytes": 0, "timesliceUs": %d}`, id, class, timesliceUs)
+	cfg := fmt.Sprintf(`{"tenantId": %d, "policy": "p", "priorityClass": %q, "quotaBytes": 0, "activeWindowUs": %d}`, id, class, windowUs)
 	if err := os.WriteFile(tn.cfg, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

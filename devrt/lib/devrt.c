@@ -376,7 +376,8 @@ static void gx_read_config(void)
 		gx_cfg.priority_class = GPUEXT_DEVRT_CLASS_BEST_EFFORT;
 	else
 		gx_cfg.priority_class = GPUEXT_DEVRT_CLASS_STANDARD;
-	gx_cfg.lc_window_ns = gx_json_u64(buf, "timesliceUs", 0) * 1000ull;
+	/* The active window; configs from before it existed give the timeslice. */
+	gx_cfg.lc_window_ns = gx_json_u64(buf, "activeWindowUs", gx_json_u64(buf, "timesliceUs", 0)) * 1000ull;
 	if (!gx_cfg.lc_window_ns)
 		gx_cfg.lc_window_ns = 2000000ull;
 }

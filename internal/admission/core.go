@@ -355,17 +355,20 @@ func (c *Core) tenantDir(id bpf.TenantID) string {
 
 // TenantFile is the config.json the device runtime reads (docs/injection.md).
 type TenantFile struct {
-	ABIVersion  uint32   `json:"abiVersion"`
-	TenantID    uint32   `json:"tenantId"`
-	TenantKey   string   `json:"tenantKey"`
-	Policy      string   `json:"policy"`
-	Class       string   `json:"priorityClass"`
-	QuotaBytes  uint64   `json:"quotaBytes"`
-	TimesliceUS uint32   `json:"timesliceUs"`
-	Interleave  uint32   `json:"interleave"`
-	Eviction    string   `json:"eviction"`
-	Prefetch    string   `json:"prefetch"`
-	Probes      []string `json:"probes"`
+	ABIVersion  uint32 `json:"abiVersion"`
+	TenantID    uint32 `json:"tenantId"`
+	TenantKey   string `json:"tenantKey"`
+	Policy      string `json:"policy"`
+	Class       string `json:"priorityClass"`
+	QuotaBytes  uint64 `json:"quotaBytes"`
+	TimesliceUS uint32 `json:"timesliceUs"`
+	Interleave  uint32 `json:"interleave"`
+	// ActiveWindowUS: how long a latency-critical tenant counts as active
+	// after its last launch (the device runtime's priority gate).
+	ActiveWindowUS uint32   `json:"activeWindowUs"`
+	Eviction       string   `json:"eviction"`
+	Prefetch       string   `json:"prefetch"`
+	Probes         []string `json:"probes"`
 }
 
 func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy) (string, error) {
@@ -382,7 +385,7 @@ func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy) (s
 	tf := TenantFile{
 		ABIVersion: abiVersion, TenantID: uint32(id), TenantKey: key, Policy: p.Name,
 		Class: string(p.Priority.Class), QuotaBytes: p.Memory.QuotaBytes, TimesliceUS: p.Priority.TimesliceUS,
-		Interleave: p.Priority.Interleave, Eviction: p.Memory.Eviction.Name, Prefetch: p.Memory.Prefetch.Name,
+		Interleave: p.Priority.Interleave, ActiveWindowUS: p.Priority.ActiveWindowUS, Eviction: p.Memory.Eviction.Name, Prefetch: p.Memory.Prefetch.Name,
 		Probes: probes,
 	}
 	b, err := json.MarshalIndent(tf, "", "  ")

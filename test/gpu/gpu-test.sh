@@ -143,7 +143,7 @@ fi
 prio_run() { # mode: alone | nopolicy | policy -> prints lc p50/p99 and be throughput
 	local mode=$1 be_pids=() i
 	rm -rf "$W/prio" && mkdir -p "$W/prio/tenants/1" "$W/prio/tenants/2" "$W/prio/acct/1" "$W/prio/acct/2" "$W/prio/board"
-	printf '{"tenantId":1,"priorityClass":"latency-critical","quotaBytes":0,"timesliceUs":%d}\n' "$LC_WINDOW_US" >"$W/prio/tenants/1/config.json"
+	printf '{"tenantId":1,"priorityClass":"latency-critical","quotaBytes":0,"activeWindowUs":%d}\n' "$LC_WINDOW_US" >"$W/prio/tenants/1/config.json"
 	printf '{"tenantId":2,"priorityClass":"best-effort","quotaBytes":0,"timesliceUs":0}\n' >"$W/prio/tenants/2/config.json"
 	local board_pid=""
 	if [[ $mode == policy ]]; then
