@@ -13,7 +13,7 @@ export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 GOTEST_FLAGS ?= -count=1 -timeout 45m
 
 STATIC_BINS := gpuext-nri-plugin gpuext-oci-hook gpuext-runc
-.PHONY: help deps generate build test test-unit test-e2e demo bench gpu-test lint clean
+.PHONY: help deps generate build test test-unit test-e2e demo bench kernel-test gpu-test lint clean
 
 help: ## list targets
 	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -34,7 +34,7 @@ build: ## build the static binaries and the device runtime (libgpuext-devrt.so) 
 	sh devrt/build.sh $(BIN)/devrt-build
 	install -m 0755 $(BIN)/devrt-build/libgpuext-devrt.so $(BIN)/devrt/libgpuext-devrt.so
 
-test: deps build lint ## every test CI runs: unit, privileged (real BPF/cgroups), NRI in-process, real containerd/runc/dockerd/podman
+test: deps build lint kernel-test ## every test CI runs: unit, privileged (real BPF/cgroups), NRI in-process, real runtimes, the qemu kernel lab
 	@echo "[test] go test (needs root for the privileged and real-runtime tests)"
 	set -o pipefail; $(GO) test $(GOTEST_FLAGS) -p 1 ./... 2>&1 | tee $(CACHE)/test.log
 	@echo "[test] summary:"; grep -E '^(ok|FAIL|---)' $(CACHE)/test.log | grep -vE '^--- PASS' || true
@@ -50,6 +50,9 @@ demo: deps build ## real containerd + NRI + runc: labelled containers and the te
 
 bench: deps build ## admission latency (in-process) and crictl create+start with/without the plugin; writes bench/results.txt
 	@test/bench.sh
+
+kernel-test: ## boot Debian's 6.12 kernel in qemu with gpuext.ko + gpusim.ko and run the guest tests (cached in .cache/kernel)
+	@test/kernel/lab.sh all
 
 gpu-test: ## on the GPU machine (not CI): the device runtime with real CUDA apps; one PASS/FAIL line per check
 	@bash test/gpu/gpu-test.sh

@@ -112,7 +112,7 @@ cmd_build() {
 	grep -i warn "$OUT/kbuild.log" || true
 	cp "$REPO/kmod/gpuext/gpuext.ko" "$REPO/kmod/gpusim/gpusim.ko" "$OUT/"
 	log "building the static guest test binary"
-	(cd "$REPO" && CGO_ENABLED=0 go test -c -o "$OUT/guest.test" ./test/kernel/guest) || die "guest test build failed"
+	(cd "$REPO" && CGO_ENABLED=0 go test -tags kernellab -c -o "$OUT/guest.test" ./test/kernel/guest) || die "guest test build failed"
 	log "built in $((SECONDS - t0))s"
 }
 

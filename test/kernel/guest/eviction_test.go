@@ -1,3 +1,9 @@
+//go:build kernellab
+
+// The guest tests run only inside the kernel lab's qemu guest, where
+// gpuext.ko and gpusim.ko are loaded: test/kernel/lab.sh builds them with
+// -tags kernellab. A plain `go test ./...` on the host does not build them.
+
 package guest
 
 import (
