@@ -2,9 +2,14 @@
 // the gpuext_mem_ops type that the core module (kmod/gpuext) registers, one C
 // file each, and the loader that attaches them by name.
 //
-// A policy only asks: it reads eviction candidates and requests moves
-// through the core's kfuncs, which check every request.  Which tenant uses
-// which policy is the tenant config's choice (eviction_policy in the
-// registry map); attaching a policy makes it available, detaching it
+// Eviction policies (fifo, lru, lfu, mru) order the candidates of
+// evict_prepare; prefetch policies (none, always-max, stride) choose the
+// region a fault migrates.  Catalog names are those of
+// policies.EvictionAlgorithms and policies.PrefetchAlgorithms.
+//
+// A policy only asks: it reads eviction candidates and requests moves or a
+// prefetch region through the core's kfuncs, which check every request.
+// Which tenant uses which policy is the tenant config's choice
+// (eviction_policy and prefetch_policy in the registry map); attaching a policy makes it available, detaching it
 // returns its tenants to the driver's stock behaviour.
 package policies

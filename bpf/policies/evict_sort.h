@@ -25,11 +25,26 @@ extern int bpf_gpuext_evict_move_to_front(struct gpuext_evict_ctx *ctx, __u32 id
 enum evict_key {
 	EVICT_KEY_ALLOC,  /* arrival order: FIFO */
 	EVICT_KEY_ACCESS, /* last access: LRU */
+	EVICT_KEY_FREQ,   /* fewest accesses, then last access: LFU */
+	EVICT_KEY_RECENT, /* most recent access first: MRU */
 };
+
+/* Low bits of the LFU key: the access clock, so equal counts go LRU. */
+#define EVICT_FREQ_SEQ_BITS 40
 
 static __always_inline __u64 evict_key_of(const struct gpuext_chunk_info *c, enum evict_key key)
 {
-	return key == EVICT_KEY_ALLOC ? c->alloc_seq : c->access_seq;
+	switch (key) {
+	case EVICT_KEY_ALLOC:
+		return c->alloc_seq;
+	case EVICT_KEY_FREQ:
+		return (c->access_count << EVICT_FREQ_SEQ_BITS) |
+		       (c->access_seq & ((1ULL << EVICT_FREQ_SEQ_BITS) - 1));
+	case EVICT_KEY_RECENT:
+		return ~c->access_seq;
+	default:
+		return c->access_seq;
+	}
 }
 
 /*

@@ -21,9 +21,17 @@ type entry struct {
 	opsMap string
 }
 
+// catalog: eviction and prefetch policies under their names in
+// policies.EvictionAlgorithms and policies.PrefetchAlgorithms.
 var catalog = map[string]entry{
 	"fifo": {loadFifo, "fifo_ops"},
 	"lru":  {loadLru, "lru_ops"},
+	"lfu":  {loadLfu, "lfu_ops"},
+	"mru":  {loadMru, "mru_ops"},
+
+	"none":       {loadPrefetchNone, "prefetch_none_ops"},
+	"always-max": {loadPrefetchAlwaysMax, "prefetch_always_max_ops"},
+	"stride":     {loadPrefetchStride, "prefetch_stride_ops"},
 }
 
 // Names lists the policies this package can attach.

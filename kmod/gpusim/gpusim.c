@@ -5,14 +5,24 @@
  * It keeps, per GPU context, a set of resident root chunks (in chunk id
  * order, the order a driver walks its chunk array) with arrival and access
  * clocks, and runs evictions through gpuext_evict_prepare().  Its stock
- * eviction order is LRU (least recent access first).  The debugfs interface
- * is documented in README.md next to this file.
+ * eviction order is LRU (least recent access first).
+ *
+ * The memory model: one device of N root chunks (2 MiB); each context has
+ * VA blocks of 2 MiB (512 pages of 4 KiB), each backed by one root chunk
+ * while any of its pages is resident.  A context replays a trace of page
+ * touches; a touch of a non-resident page is a fault, serviced through
+ * gpuext_prefetch() (stock: the tree-threshold rule), which may allocate a
+ * chunk and, when the device is full, evict one through
+ * gpuext_evict_prepare().  The debugfs interface is documented in README.md
+ * next to this file.
  */
 #include <linux/debugfs.h>
 #include <linux/kernel.h>
 #include <linux/list.h>
 #include <linux/module.h>
+#include <linux/math64.h>
 #include <linux/mutex.h>
+#include <linux/seq_file.h>
 #include <linux/slab.h>
 #include <linux/sort.h>
 #include <linux/string.h>
@@ -23,6 +33,35 @@
 
 #define GPUSIM_NAME_LEN 32
 #define GPUSIM_RESULT_LEN 1024
+
+#define GPUSIM_PAGES_PER_BLOCK 512  /* 2 MiB VA block of 4 KiB pages */
+#define GPUSIM_MAX_BLOCKS 64        /* VA blocks per context (128 MiB) */
+#define GPUSIM_EVICT_LOG 64         /* evicted VA blocks remembered per context */
+#define GPUSIM_TREE_THRESHOLD 51    /* stock prefetch: percent of a region */
+#define GPUSIM_DEFAULT_CHUNKS 16
+#define GPUSIM_TRACE_MAX (64 * 1024)
+
+/* A VA block of the memory model and the root chunk that backs it. */
+struct gpusim_block {
+	unsigned long resident[BITS_TO_LONGS(GPUSIM_PAGES_PER_BLOCK)];
+	u32 nr_resident;  /* pages resident */
+	bool backed;      /* holds a root chunk */
+	u64 alloc_seq;    /* when the chunk was allocated (arrival) */
+	u64 access_seq;   /* last touch */
+	u64 access_count; /* touches since the chunk was allocated */
+};
+
+/* Per-context counters of the memory model. */
+struct gpusim_mem_stats {
+	u64 touches;
+	u64 faults;
+	u64 pages_in;
+	u64 pages_out;
+	u64 evictions;      /* chunks of this context evicted */
+	u64 prefetched;     /* pages migrated in beyond the faulting page */
+	u64 policy_faults;  /* faults whose region a policy chose */
+	u64 policy_evicts;  /* evictions whose order a policy chose */
+};
 
 struct gpusim_chunk {
 	u64 id;
@@ -40,12 +79,22 @@ struct gpusim_ctx {
 	struct gpusim_chunk chunks[GPUEXT_EVICT_MAX_CANDIDATES]; /* sorted by id */
 	u64 evictions;
 	char result[GPUSIM_RESULT_LEN]; /* last eviction, as the evict file shows it */
+
+	/* memory model */
+	u32 tenant_id;  /* as the core last resolved it (0: unregistered) */
+	u32 nr_backed;  /* root chunks held */
+	struct gpusim_mem_stats st;
+	u32 nr_evicted; /* entries used in evicted[] (capped) */
+	u32 evicted[GPUSIM_EVICT_LOG]; /* VA blocks in eviction order */
+	struct gpusim_block blocks[GPUSIM_MAX_BLOCKS];
 };
 
 static DEFINE_MUTEX(gpusim_lock); /* contexts, their chunks and the clock */
 static LIST_HEAD(gpusim_ctxs);
 static u64 gpusim_clock;
 static struct dentry *gpusim_debugfs;
+static u32 gpusim_dev_chunks = GPUSIM_DEFAULT_CHUNKS; /* device memory in root chunks */
+static u32 gpusim_dev_used;
 
 static struct gpusim_ctx *gpusim_find(const char *name)
 {
@@ -140,6 +189,332 @@ out:
 	kfree(e);
 	return ret;
 }
+
+/* ---- memory model: faults, prefetch, chunks, eviction ------------------ */
+
+static u32 gpusim_nr_ctxs(void)
+{
+	struct gpusim_ctx *c;
+	u32 n = 0;
+
+	list_for_each_entry(c, &gpusim_ctxs, node)
+		n++;
+	return n;
+}
+
+/*
+ * Whose chunk leaves when the device is full: the faulting context's own
+ * when it holds at least its fair share of the device, otherwise the
+ * context holding the most chunks.  Which of that context's chunks leaves is
+ * its tenant's eviction policy.
+ */
+static struct gpusim_ctx *gpusim_victim_ctx(struct gpusim_ctx *faulting)
+{
+	u32 share = max(gpusim_dev_chunks / max(gpusim_nr_ctxs(), 1u), 1u);
+	struct gpusim_ctx *c, *best = NULL;
+
+	if (faulting->nr_backed >= share)
+		return faulting;
+	list_for_each_entry(c, &gpusim_ctxs, node)
+		if (c->nr_backed && (!best || c->nr_backed > best->nr_backed))
+			best = c;
+	return best;
+}
+
+static void gpusim_evict_block(struct gpusim_ctx *c, u32 b)
+{
+	struct gpusim_block *blk = &c->blocks[b];
+
+	c->st.pages_out += blk->nr_resident;
+	c->st.evictions++;
+	if (c->nr_evicted < GPUSIM_EVICT_LOG)
+		c->evicted[c->nr_evicted++] = b;
+	memset(blk, 0, sizeof(*blk));
+	c->nr_backed--;
+	gpusim_dev_used--;
+}
+
+/*
+ * Free one root chunk of victim context c.  The candidates are its backed
+ * VA blocks in block order (at most GPUEXT_EVICT_MAX_CANDIDATES, lowest
+ * blocks first); chunk_id is the VA block index.  Stock order: LRU.
+ */
+static int gpusim_evict_one(struct gpusim_ctx *c)
+{
+	struct gpuext_evict_ctx *e;
+	u32 b, victim;
+	int ret;
+
+	e = kzalloc(sizeof(*e), GFP_KERNEL);
+	if (!e)
+		return -ENOMEM;
+	for (b = 0; b < GPUSIM_MAX_BLOCKS && e->nr_candidates < GPUEXT_EVICT_MAX_CANDIDATES; b++) {
+		struct gpusim_block *blk = &c->blocks[b];
+
+		if (!blk->backed)
+			continue;
+		e->cand[e->nr_candidates++] = (struct gpuext_chunk_info){
+			.chunk_id = b,
+			.alloc_seq = blk->alloc_seq,
+			.access_seq = blk->access_seq,
+			.access_count = blk->access_count,
+		};
+	}
+	if (!e->nr_candidates) {
+		kfree(e);
+		return -ENOSPC;
+	}
+	ret = gpuext_evict_prepare(c->gctx, e, NULL);
+	if (ret < 0)
+		goto out;
+	c->tenant_id = e->tenant_id;
+	if (ret == 1)
+		c->st.policy_evicts++;
+	else
+		sort(e->cand, e->nr_candidates, sizeof(e->cand[0]), gpusim_cmp_lru, NULL);
+	victim = e->cand[0].chunk_id;
+	if (victim >= GPUSIM_MAX_BLOCKS || !c->blocks[victim].backed) {
+		ret = -EIO; /* the core hands back only candidates it was given */
+		goto out;
+	}
+	gpusim_evict_block(c, victim);
+	ret = 0;
+out:
+	kfree(e);
+	return ret;
+}
+
+/* Back VA block b of c with a root chunk, evicting one when the device is full. */
+static int gpusim_back_block(struct gpusim_ctx *c, u32 b)
+{
+	struct gpusim_block *blk = &c->blocks[b];
+	int err;
+
+	while (gpusim_dev_used >= gpusim_dev_chunks) {
+		struct gpusim_ctx *v = gpusim_victim_ctx(c);
+
+		if (!v)
+			return -ENOSPC;
+		err = gpusim_evict_one(v);
+		if (err)
+			return err;
+	}
+	gpusim_dev_used++;
+	c->nr_backed++;
+	blk->backed = true;
+	blk->alloc_seq = ++gpusim_clock;
+	blk->access_count = 0;
+	return 0;
+}
+
+static u32 gpusim_resident_in(const struct gpusim_block *blk, u32 first, u32 last)
+{
+	u32 n = 0, p;
+
+	for (p = first; p <= last; p++)
+		n += test_bit(p, blk->resident);
+	return n;
+}
+
+/*
+ * The stock prefetch: the tree-threshold rule.  Over the aligned regions of
+ * 2, 4, ... 512 pages that hold the faulting page, take the largest one in
+ * which the resident pages plus the faulting one exceed the threshold.
+ */
+static void gpusim_stock_region(const struct gpusim_block *blk, u32 page, u32 *first, u32 *last)
+{
+	u32 size;
+
+	*first = *last = page;
+	for (size = 2; size <= GPUSIM_PAGES_PER_BLOCK; size *= 2) {
+		u32 lo = page & ~(size - 1), hi = lo + size - 1;
+		u32 n = gpusim_resident_in(blk, lo, hi) + 1;
+
+		if (n * 100 > GPUSIM_TREE_THRESHOLD * size) {
+			*first = lo;
+			*last = hi;
+		}
+	}
+}
+
+/* One access of page `page` of VA block b. */
+static int gpusim_touch_page(struct gpusim_ctx *c, u32 b, u32 page)
+{
+	struct gpuext_prefetch_ctx pctx = {};
+	struct gpusim_block *blk;
+	u32 first, last, p, in = 0;
+	int ret;
+
+	if (b >= GPUSIM_MAX_BLOCKS || page >= GPUSIM_PAGES_PER_BLOCK)
+		return -ERANGE;
+	blk = &c->blocks[b];
+	c->st.touches++;
+	if (!blk->backed || !test_bit(page, blk->resident)) {
+		c->st.faults++;
+		pctx.fault_page = page;
+		pctx.region_first = 0;
+		pctx.region_last = GPUSIM_PAGES_PER_BLOCK - 1;
+		ret = gpuext_prefetch(c->gctx, &pctx);
+		if (ret < 0)
+			return ret;
+		c->tenant_id = pctx.tenant_id;
+		if (ret == 1) {
+			first = pctx.result_first;
+			last = pctx.result_last;
+			c->st.policy_faults++;
+		} else {
+			gpusim_stock_region(blk, page, &first, &last);
+		}
+		if (!blk->backed) {
+			ret = gpusim_back_block(c, b);
+			if (ret)
+				return ret;
+		}
+		for (p = first; p <= last; p++)
+			if (!__test_and_set_bit(p, blk->resident))
+				in++;
+		blk->nr_resident += in;
+		c->st.pages_in += in;
+		c->st.prefetched += in - 1; /* the faulting page was not resident */
+	}
+	blk->access_seq = ++gpusim_clock;
+	blk->access_count++;
+	return 0;
+}
+
+/*
+ * Replay trace lines: "touch B P" (page P of VA block B) or
+ * "scan B P N S" (N touches from page P of block B, S pages apart, crossing
+ * block boundaries).  Caller holds gpusim_lock.
+ */
+static int gpusim_replay(struct gpusim_ctx *c, char *trace)
+{
+	char *line;
+
+	while ((line = strsep(&trace, "\n")) != NULL) {
+		u32 b, p, n, stride, i;
+		char cmd[8];
+		int k, err;
+
+		line = strim(line);
+		if (!*line || *line == '#')
+			continue;
+		k = sscanf(line, "%7s %u %u %u %u", cmd, &b, &p, &n, &stride);
+		if (!strcmp(cmd, "touch") && k == 3) {
+			err = gpusim_touch_page(c, b, p);
+		} else if (!strcmp(cmd, "scan") && k == 5) {
+			u64 g = (u64)b * GPUSIM_PAGES_PER_BLOCK + p;
+
+			err = 0;
+			for (i = 0; i < n && !err; i++, g += stride)
+				err = gpusim_touch_page(c, div_u64(g, GPUSIM_PAGES_PER_BLOCK),
+							g % GPUSIM_PAGES_PER_BLOCK);
+		} else {
+			err = -EINVAL;
+		}
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+static ssize_t gpusim_trace_write(struct file *f, const char __user *ubuf, size_t len, loff_t *ppos)
+{
+	struct gpusim_ctx *c = f->f_inode->i_private;
+	char *buf;
+	int err;
+
+	if (len > GPUSIM_TRACE_MAX)
+		return -E2BIG;
+	buf = memdup_user_nul(ubuf, len);
+	if (IS_ERR(buf))
+		return PTR_ERR(buf);
+	mutex_lock(&gpusim_lock);
+	err = gpusim_replay(c, buf);
+	mutex_unlock(&gpusim_lock);
+	kfree(buf);
+	return err ?: len;
+}
+
+static const struct file_operations gpusim_trace_fops = {
+	.owner = THIS_MODULE,
+	.write = gpusim_trace_write,
+};
+
+static int gpusim_stats_show(struct seq_file *m, void *v)
+{
+	struct gpusim_ctx *c = m->private;
+	u32 i;
+
+	mutex_lock(&gpusim_lock);
+	seq_printf(m, "cgroup %llu\ntenant %u\nchunks %u\n", gpuext_ctx_cgroup_id(c->gctx),
+		   c->tenant_id, c->nr_backed);
+	seq_printf(m, "touches %llu\nfaults %llu\npages_in %llu\npages_out %llu\nevictions %llu\n"
+		   "prefetched %llu\npolicy_faults %llu\npolicy_evictions %llu\nevicted",
+		   c->st.touches, c->st.faults, c->st.pages_in, c->st.pages_out, c->st.evictions,
+		   c->st.prefetched, c->st.policy_faults, c->st.policy_evicts);
+	for (i = 0; i < c->nr_evicted; i++)
+		seq_printf(m, " %u", c->evicted[i]);
+	seq_puts(m, "\nresident");
+	for (i = 0; i < GPUSIM_MAX_BLOCKS; i++)
+		if (c->blocks[i].backed)
+			seq_printf(m, " %u", i);
+	seq_putc(m, '\n');
+	mutex_unlock(&gpusim_lock);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(gpusim_stats);
+
+/* Per tenant (as the core resolved it for each context): sums over its contexts. */
+static int gpusim_tenants_show(struct seq_file *m, void *v)
+{
+	struct gpusim_ctx *c, *d;
+
+	mutex_lock(&gpusim_lock);
+	list_for_each_entry(c, &gpusim_ctxs, node) {
+		struct gpusim_mem_stats sum = {};
+		u32 n = 0, chunks = 0;
+		bool first = true;
+
+		list_for_each_entry(d, &gpusim_ctxs, node) {
+			if (d->tenant_id != c->tenant_id)
+				continue;
+			if (d == c)
+				break;
+			first = false; /* printed with an earlier context */
+		}
+		if (!first)
+			continue;
+		list_for_each_entry(d, &gpusim_ctxs, node) {
+			if (d->tenant_id != c->tenant_id)
+				continue;
+			n++;
+			chunks += d->nr_backed;
+			sum.touches += d->st.touches;
+			sum.faults += d->st.faults;
+			sum.pages_in += d->st.pages_in;
+			sum.pages_out += d->st.pages_out;
+			sum.evictions += d->st.evictions;
+			sum.prefetched += d->st.prefetched;
+		}
+		seq_printf(m, "tenant %u contexts %u chunks %u touches %llu faults %llu pages_in %llu "
+			   "pages_out %llu evictions %llu prefetched %llu\n", c->tenant_id, n, chunks,
+			   sum.touches, sum.faults, sum.pages_in, sum.pages_out, sum.evictions,
+			   sum.prefetched);
+	}
+	mutex_unlock(&gpusim_lock);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(gpusim_tenants);
+
+static int gpusim_device_show(struct seq_file *m, void *v)
+{
+	mutex_lock(&gpusim_lock);
+	seq_printf(m, "chunks %u\nused %u\n", gpusim_dev_chunks, gpusim_dev_used);
+	mutex_unlock(&gpusim_lock);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(gpusim_device);
 
 /* ---- per-context files --------------------------------------------- */
 
@@ -240,12 +615,15 @@ static int gpusim_create(const char *name)
 	debugfs_create_file("ctl", 0200, c->dir, c, &gpusim_ctx_ctl_fops);
 	debugfs_create_file("evict", 0400, c->dir, c, &gpusim_evict_fops);
 	debugfs_create_file("info", 0400, c->dir, c, &gpusim_info_fops);
+	debugfs_create_file("trace", 0200, c->dir, c, &gpusim_trace_fops);
+	debugfs_create_file("stats", 0400, c->dir, c, &gpusim_stats_fops);
 	list_add_tail(&c->node, &gpusim_ctxs);
 	return 0;
 }
 
 static void gpusim_destroy_ctx(struct gpusim_ctx *c)
 {
+	gpusim_dev_used -= c->nr_backed; /* its chunks return to the device */
 	list_del(&c->node);
 	debugfs_remove_recursive(c->dir); /* waits for open files to drain */
 	gpuext_ctx_destroy(c->gctx);
@@ -266,7 +644,17 @@ static ssize_t gpusim_ctl_write(struct file *f, const char __user *ubuf, size_t 
 	if (sscanf(buf, "%15s %31s", cmd, name) != 2)
 		return -EINVAL;
 	mutex_lock(&gpusim_lock);
-	if (!strcmp(cmd, "create")) {
+	if (!strcmp(cmd, "mem")) {
+		u32 n;
+
+		err = kstrtou32(name, 10, &n);
+		if (!err && n == 0)
+			err = -EINVAL;
+		if (!err && n < gpusim_dev_used)
+			err = -EBUSY; /* cannot shrink below what is in use */
+		if (!err)
+			gpusim_dev_chunks = n;
+	} else if (!strcmp(cmd, "create")) {
 		err = gpusim_create(name);
 	} else if (!strcmp(cmd, "destroy")) {
 		c = gpusim_find(name);
@@ -289,6 +677,8 @@ static int __init gpusim_init(void)
 {
 	gpusim_debugfs = debugfs_create_dir("gpusim", NULL);
 	debugfs_create_file("ctl", 0200, gpusim_debugfs, NULL, &gpusim_ctl_fops);
+	debugfs_create_file("device", 0400, gpusim_debugfs, NULL, &gpusim_device_fops);
+	debugfs_create_file("tenants", 0400, gpusim_debugfs, NULL, &gpusim_tenants_fops);
 	pr_info("gpusim: loaded\n");
 	return 0;
 }

@@ -62,6 +62,12 @@ func openRegistry(t *testing.T) *bpf.Registry {
 // tenantCgroup creates a cgroup, registers it as tenant key with the eviction policy.
 func tenantCgroup(t *testing.T, reg *bpf.Registry, name string, ev bpf.EvictionPolicy) (string, cgroup.ID) {
 	t.Helper()
+	return tenantCgroupConfig(t, reg, name, bpf.GpuextTenantConfig{AbiVersion: bpf.ABIVersion, EvictionPolicy: uint32(ev)})
+}
+
+// tenantCgroupConfig creates a cgroup and registers it as tenant key with cfg.
+func tenantCgroupConfig(t *testing.T, reg *bpf.Registry, name string, cfg bpf.GpuextTenantConfig) (string, cgroup.ID) {
+	t.Helper()
 	dir := filepath.Join("/sys/fs/cgroup", name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatalf("mkdir cgroup: %v", err)
@@ -72,7 +78,6 @@ func tenantCgroup(t *testing.T, reg *bpf.Registry, name string, ev bpf.EvictionP
 		t.Fatal(err)
 	}
 	id := cgroup.ID(st.Ino) // cgroup v2 id == inode number of the directory
-	cfg := bpf.GpuextTenantConfig{AbiVersion: bpf.ABIVersion, EvictionPolicy: uint32(ev)}
 	tid, err := reg.Upsert("lab/"+name, name, cfg, bpf.CgroupEntry{CgroupID: id, CgroupPath: "/" + name})
 	if err != nil {
 		t.Fatalf("register tenant %s: %v", name, err)
