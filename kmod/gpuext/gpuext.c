@@ -16,6 +16,9 @@
  *   registry  write: fd of the pinned gpuext_cgroups map (cgroup id -> tenant
  *             config); read: "map <id>" or "none"
  *   ops       read: one line per attached ops with its counters
+ *   system    write: name of the memory ops that arbitrates device memory
+ *             across tenants (evict_arbitrate), "" or "none" for stock;
+ *             read: that name or "none"
  */
 #include <linux/bpf.h>
 #include <linux/bpf_verifier.h>
@@ -59,6 +62,10 @@ static struct bpf_map __rcu *gpuext_registry; /* cgroup id -> gpuext_tenant_conf
 static DEFINE_MUTEX(gpuext_registry_lock);
 
 static struct dentry *gpuext_debugfs;
+
+/* Name of the system memory ops (evict_arbitrate); looked up per call, so detach needs no fixup. */
+static char gpuext_system_name[GPUEXT_OPS_NAME_LEN];
+static DEFINE_SPINLOCK(gpuext_system_lock);
 
 /* enum gpuext_eviction_policy -> the ops name a tenant asks for. */
 static const char *const gpuext_evict_names[] = {
@@ -203,9 +210,15 @@ static int gpuext_stub_evict_prepare(struct gpuext_evict_ctx *ctx)
 	return GPUEXT_RET_DEFAULT;
 }
 
+static int gpuext_stub_evict_arbitrate(struct gpuext_arbitrate_ctx *ctx)
+{
+	return GPUEXT_RET_DEFAULT;
+}
+
 static struct gpuext_mem_ops gpuext_mem_cfi_stubs = {
 	.prefetch = gpuext_stub_prefetch,
 	.evict_prepare = gpuext_stub_evict_prepare,
+	.evict_arbitrate = gpuext_stub_evict_arbitrate,
 };
 
 static struct bpf_struct_ops gpuext_mem_struct_ops = {
@@ -268,12 +281,38 @@ __bpf_kfunc int bpf_gpuext_prefetch_set_region(struct gpuext_prefetch_ctx *ctx, 
 	return 0;
 }
 
+/* Copy arbitration candidate idx into *owner; -ENOENT past the last (end of list, not counted). */
+__bpf_kfunc int bpf_gpuext_arbitrate_owner(struct gpuext_arbitrate_ctx *ctx, u32 idx,
+					   struct gpuext_evict_owner *owner)
+{
+	if (idx >= ctx->nr_candidates || idx >= GPUEXT_EVICT_MAX_CANDIDATES) {
+		memset(owner, 0, sizeof(*owner));
+		return -ENOENT;
+	}
+	*owner = ctx->cand[idx];
+	return 0;
+}
+
+/* Ask that context idx give up the chunk.  Refused when out of range. */
+__bpf_kfunc int bpf_gpuext_arbitrate_pick(struct gpuext_arbitrate_ctx *ctx, u32 idx)
+{
+	ctx->requests++;
+	if (idx >= ctx->nr_candidates || idx >= GPUEXT_EVICT_MAX_CANDIDATES) {
+		ctx->refused++;
+		return -ERANGE;
+	}
+	ctx->picked = idx;
+	return 0;
+}
+
 __bpf_kfunc_end_defs();
 
 BTF_KFUNCS_START(gpuext_kfunc_ids)
 BTF_ID_FLAGS(func, bpf_gpuext_evict_chunk, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_evict_move_to_front, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_prefetch_set_region, KF_TRUSTED_ARGS)
+BTF_ID_FLAGS(func, bpf_gpuext_arbitrate_owner, KF_TRUSTED_ARGS)
+BTF_ID_FLAGS(func, bpf_gpuext_arbitrate_pick, KF_TRUSTED_ARGS)
 BTF_KFUNCS_END(gpuext_kfunc_ids)
 
 static const struct btf_kfunc_id_set gpuext_kfunc_set = {
@@ -429,7 +468,113 @@ out:
 }
 EXPORT_SYMBOL_GPL(gpuext_prefetch);
 
+int gpuext_evict_arbitrate(struct gpuext_arbitrate_ctx *actx)
+{
+	struct gpuext_tenant_config cfg;
+	char name[GPUEXT_OPS_NAME_LEN];
+	struct gpuext_mem_entry *e;
+	int ret = 0;
+	u32 i;
+
+	if (!actx || actx->nr_candidates > GPUEXT_EVICT_MAX_CANDIDATES)
+		return -EINVAL;
+	actx->picked = U32_MAX;
+	actx->requests = 0;
+	actx->refused = 0;
+	spin_lock(&gpuext_system_lock);
+	memcpy(name, gpuext_system_name, sizeof(name));
+	spin_unlock(&gpuext_system_lock);
+
+	rcu_read_lock();
+	for (i = 0; i < actx->nr_candidates; i++) {
+		struct gpuext_evict_owner *o = &actx->cand[i];
+
+		o->tenant_id = 0;
+		o->quota_bytes = 0;
+		if (gpuext_lookup_tenant(o->cgroup_id, &cfg)) {
+			o->tenant_id = cfg.tenant_id;
+			if (cfg.flags & GPUEXT_TENANT_F_QUOTA)
+				o->quota_bytes = cfg.quota_bytes;
+		}
+	}
+	for (i = 0; i < actx->nr_candidates; i++) {
+		struct gpuext_evict_owner *o = &actx->cand[i];
+		u32 j;
+
+		o->tenant_resident_bytes = 0;
+		for (j = 0; j < actx->nr_candidates; j++)
+			if (j == i || (o->tenant_id && actx->cand[j].tenant_id == o->tenant_id))
+				o->tenant_resident_bytes += actx->cand[j].resident_bytes;
+	}
+	e = name[0] ? gpuext_find_rcu(name) : NULL;
+	if (!e || !e->ops->evict_arbitrate)
+		goto out;
+	atomic64_inc(&e->calls);
+	ret = e->ops->evict_arbitrate(actx);
+	if (actx->refused)
+		atomic64_add(actx->refused, &e->refused);
+	if (ret < 0)
+		atomic64_inc(&e->errors);
+	if (ret == GPUEXT_RET_HANDLED && !actx->refused && actx->picked < actx->nr_candidates) {
+		atomic64_inc(&e->handled);
+		ret = 1;
+	} else {
+		actx->picked = U32_MAX;
+		ret = 0;
+	}
+out:
+	rcu_read_unlock();
+	return ret;
+}
+EXPORT_SYMBOL_GPL(gpuext_evict_arbitrate);
+
 /* ---- debugfs ------------------------------------------------------------ */
+
+static ssize_t gpuext_system_write(struct file *file, const char __user *ubuf, size_t len, loff_t *ppos)
+{
+	char buf[GPUEXT_OPS_NAME_LEN] = {};
+	char *name;
+
+	if (len >= sizeof(buf))
+		return -EINVAL;
+	if (copy_from_user(buf, ubuf, len))
+		return -EFAULT;
+	name = strim(buf);
+	if (!strcmp(name, "none"))
+		name[0] = 0;
+	for (const char *p = name; *p; p++)
+		if (!(islower(*p) || isdigit(*p) || *p == '_'))
+			return -EINVAL;
+	spin_lock(&gpuext_system_lock);
+	strscpy_pad(gpuext_system_name, name, sizeof(gpuext_system_name));
+	spin_unlock(&gpuext_system_lock);
+	return len;
+}
+
+static int gpuext_system_show(struct seq_file *m, void *v)
+{
+	char name[GPUEXT_OPS_NAME_LEN];
+
+	spin_lock(&gpuext_system_lock);
+	memcpy(name, gpuext_system_name, sizeof(name));
+	spin_unlock(&gpuext_system_lock);
+	seq_printf(m, "%s\n", name[0] ? name : "none");
+	return 0;
+}
+
+static int gpuext_system_open(struct inode *inode, struct file *file)
+{
+	return single_open(file, gpuext_system_show, NULL);
+}
+
+static const struct file_operations gpuext_system_fops = {
+	.owner = THIS_MODULE,
+	.open = gpuext_system_open,
+	.read = seq_read,
+	.llseek = seq_lseek,
+	.release = single_release,
+	.write = gpuext_system_write,
+};
 
 static void gpuext_set_registry(struct bpf_map *map)
 {
@@ -527,6 +672,7 @@ static int __init gpuext_init(void)
 	gpuext_debugfs = debugfs_create_dir("gpuext", NULL);
 	debugfs_create_file("registry", 0600, gpuext_debugfs, NULL, &gpuext_registry_fops);
 	debugfs_create_file("ops", 0400, gpuext_debugfs, NULL, &gpuext_ops_fops);
+	debugfs_create_file("system", 0600, gpuext_debugfs, NULL, &gpuext_system_fops);
 	pr_info("gpuext: core loaded (abi %d)\n", GPUEXT_ABI_VERSION);
 	return 0;
 }

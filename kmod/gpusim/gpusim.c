@@ -39,6 +39,7 @@
 #define GPUSIM_EVICT_LOG 64         /* evicted VA blocks remembered per context */
 #define GPUSIM_TREE_THRESHOLD 51    /* stock prefetch: percent of a region */
 #define GPUSIM_DEFAULT_CHUNKS 16
+#define GPUSIM_CHUNK_BYTES (2ULL << 20)
 #define GPUSIM_TRACE_MAX (64 * 1024)
 
 /* A VA block of the memory model and the root chunk that backs it. */
@@ -95,6 +96,7 @@ static u64 gpusim_clock;
 static struct dentry *gpusim_debugfs;
 static u32 gpusim_dev_chunks = GPUSIM_DEFAULT_CHUNKS; /* device memory in root chunks */
 static u32 gpusim_dev_used;
+static u64 gpusim_arbitrated; /* evictions whose context the system ops picked */
 
 static struct gpusim_ctx *gpusim_find(const char *name)
 {
@@ -284,6 +286,44 @@ out:
 	return ret;
 }
 
+/*
+ * Which context gives up a chunk: the system ops' pick when one is set and
+ * handles the call, otherwise the stock fair-share choice.
+ */
+static struct gpusim_ctx *gpusim_arbitrate(struct gpusim_ctx *faulting)
+{
+	struct gpusim_ctx *owners[GPUEXT_EVICT_MAX_CANDIDATES], *c;
+	struct gpuext_arbitrate_ctx *a;
+	u32 n = 0, b;
+	int ret;
+
+	a = kzalloc(sizeof(*a), GFP_KERNEL);
+	if (!a)
+		return gpusim_victim_ctx(faulting);
+	list_for_each_entry(c, &gpusim_ctxs, node) {
+		u64 oldest = U64_MAX;
+
+		if (!c->nr_backed || n == GPUEXT_EVICT_MAX_CANDIDATES)
+			continue;
+		for (b = 0; b < GPUSIM_MAX_BLOCKS; b++)
+			if (c->blocks[b].backed)
+				oldest = min(oldest, c->blocks[b].access_seq);
+		owners[n] = c;
+		a->cand[n++] = (struct gpuext_evict_owner){
+			.cgroup_id = gpuext_ctx_cgroup_id(c->gctx),
+			.resident_bytes = (u64)c->nr_backed * GPUSIM_CHUNK_BYTES,
+			.access_seq = oldest,
+		};
+	}
+	a->nr_candidates = n;
+	ret = gpuext_evict_arbitrate(a);
+	c = ret == 1 ? owners[a->picked] : gpusim_victim_ctx(faulting);
+	if (ret == 1)
+		gpusim_arbitrated++;
+	kfree(a);
+	return c;
+}
+
 /* Back VA block b of c with a root chunk, evicting one when the device is full. */
 static int gpusim_back_block(struct gpusim_ctx *c, u32 b)
 {
@@ -291,7 +331,7 @@ static int gpusim_back_block(struct gpusim_ctx *c, u32 b)
 	int err;
 
 	while (gpusim_dev_used >= gpusim_dev_chunks) {
-		struct gpusim_ctx *v = gpusim_victim_ctx(c);
+		struct gpusim_ctx *v = gpusim_arbitrate(c);
 
 		if (!v)
 			return -ENOSPC;
@@ -510,7 +550,8 @@ DEFINE_SHOW_ATTRIBUTE(gpusim_tenants);
 static int gpusim_device_show(struct seq_file *m, void *v)
 {
 	mutex_lock(&gpusim_lock);
-	seq_printf(m, "chunks %u\nused %u\n", gpusim_dev_chunks, gpusim_dev_used);
+	seq_printf(m, "chunks %u\nused %u\narbitrated %llu\n", gpusim_dev_chunks, gpusim_dev_used,
+		   gpusim_arbitrated);
 	mutex_unlock(&gpusim_lock);
 	return 0;
 }

@@ -194,4 +194,33 @@ struct gpuext_prefetch_ctx {
 	__u32 refused;
 };
 
+/*
+ * ==== memory: tenant arbitration (appended for the memory side) ====
+ *
+ * When device memory is full the driver asks which GPU context gives up a
+ * chunk; that context's own eviction ops then choose which chunk.  The
+ * system ops (debugfs gpuext/system names it) arbitrates across tenants:
+ * each candidate is one context holding device memory.
+ */
+
+/* One context that holds device memory, as the arbitration sees it. */
+struct gpuext_evict_owner {
+	__u64 cgroup_id;             /* driver: the context's cgroup */
+	__u64 resident_bytes;        /* driver: device memory this context holds */
+	__u64 access_seq;            /* driver: last access of its least recent chunk */
+	__u64 tenant_resident_bytes; /* core: resident_bytes summed over the tenant's candidates */
+	__u64 quota_bytes;           /* core: the tenant's quota when GPUEXT_TENANT_F_QUOTA, else 0 */
+	__u32 tenant_id;             /* core: 0 when the cgroup is not registered */
+	__u32 _pad;
+};
+
+/* evict_arbitrate: pick the context to evict from with bpf_gpuext_arbitrate_pick(). */
+struct gpuext_arbitrate_ctx {
+	__u32 nr_candidates; /* valid entries in cand */
+	__u32 picked;        /* index the policy picked, set by the core; ~0 = none */
+	__u32 requests;
+	__u32 refused;
+	struct gpuext_evict_owner cand[GPUEXT_EVICT_MAX_CANDIDATES];
+};
+
 #endif /* GPUEXT_ABI_H */

@@ -38,4 +38,13 @@ int gpuext_evict_prepare(struct gpuext_ctx *gctx, struct gpuext_evict_ctx *ectx,
  */
 int gpuext_prefetch(struct gpuext_ctx *gctx, struct gpuext_prefetch_ctx *pctx);
 
+/*
+ * Device memory is full: run the system ops' evict_arbitrate over
+ * actx->cand[0..nr_candidates) (the core fills tenant_id and quota_bytes).
+ * Returns 1 when actx->picked is the context to evict from, 0 for the
+ * driver's stock choice (no system ops, declined, erred or refused), or a
+ * negative errno for a malformed actx.
+ */
+int gpuext_evict_arbitrate(struct gpuext_arbitrate_ctx *actx);
+
 #endif /* GPUEXT_CORE_H */

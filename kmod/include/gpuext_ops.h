@@ -21,6 +21,9 @@ struct gpuext_mem_ops {
 	int (*prefetch)(struct gpuext_prefetch_ctx *ctx);
 	int (*evict_prepare)(struct gpuext_evict_ctx *ctx);
 	char name[GPUEXT_OPS_NAME_LEN];
+	/* ==== memory: appended ==== */
+	/* Only in the system ops (debugfs gpuext/system): which context gives up a chunk. */
+	int (*evict_arbitrate)(struct gpuext_arbitrate_ctx *ctx);
 };
 
 #endif /* GPUEXT_OPS_H */

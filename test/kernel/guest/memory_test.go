@@ -293,3 +293,68 @@ func TestPrefetchStrideCutsFaults(t *testing.T) {
 		t.Errorf("stride: %d of %d faults decided by the policy", ss.policyFaults, ss.faults)
 	}
 }
+
+// systemOps names the memory ops that arbitrates a full device across tenants.
+func systemOps(t *testing.T, name string) {
+	t.Helper()
+	if err := os.WriteFile(gpuextDir+"/system", []byte(name), 0); err != nil {
+		t.Fatalf("set system ops %q: %v", name, err)
+	}
+	t.Cleanup(func() { os.WriteFile(gpuextDir+"/system", []byte("none"), 0) })
+}
+
+// Tenant quota: tenant "over" has a quota of 2 chunks, "under" none; each
+// fills half of an 8-chunk device (4 chunks), then "under" touches 3 more
+// blocks.  Stock (fair share) makes "under" evict its own chunks; with
+// tenant_quota as the system ops the first two evictions come out of the
+// over-quota tenant (its LRU blocks 0 1) until it is back at its quota, and
+// only then does "under" give up its own.
+func TestTenantQuotaEvictsOverShareFirst(t *testing.T) {
+	requireLab(t)
+	reg := openRegistry(t)
+	deviceChunks(t, 8)
+	defer attach(t, "lru").Close()
+	defer attach(t, "tenant-quota").Close()
+	const chunk = 2 << 20
+	overCg, _ := tenantCgroupConfig(t, reg, "quota-over", bpf.GpuextTenantConfig{
+		AbiVersion: bpf.ABIVersion, Flags: uint32(bpf.TenantFlagQuota), QuotaBytes: 2 * chunk,
+		EvictionPolicy: uint32(bpf.EvictTenantQuota)})
+	underCg, _ := tenantCgroupConfig(t, reg, "quota-under", bpf.GpuextTenantConfig{
+		AbiVersion: bpf.ABIVersion, EvictionPolicy: uint32(bpf.EvictLRU)})
+
+	run := func(suffix string) (over, under memStats) {
+		o := gpuCtx(t, "over"+suffix, overCg)
+		u := gpuCtx(t, "under"+suffix, underCg)
+		replay(t, o, touchBlocks(0, 1, 2, 3)...)
+		replay(t, u, touchBlocks(0, 1, 2, 3)...)
+		replay(t, u, touchBlocks(4, 5, 6)...)
+		over, under = readStats(t, o), readStats(t, u)
+		for _, c := range []string{o, u} { // give the device back for the next run
+			if err := os.WriteFile(gpusimDir+"/ctl", []byte("destroy "+filepath.Base(c)), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return over, under
+	}
+
+	over, under := run("-stock")
+	if over.evicted != "" || under.evicted != "0 1 2" {
+		t.Errorf("stock: over evicted [%s], under evicted [%s]; want [] and [0 1 2] (fair share)", over.evicted, under.evicted)
+	}
+
+	systemOps(t, "tenant_quota")
+	over, under = run("-quota")
+	if over.evicted != "0 1" || over.resident != "2 3" || over.policyEvictions != 2 {
+		t.Errorf("quota: over-quota tenant evicted [%s] resident [%s] (%d by its policy), want evicted [0 1] resident [2 3] by the policy",
+			over.evicted, over.resident, over.policyEvictions)
+	}
+	if under.evicted != "0" || under.resident != "1 2 3 4 5 6" {
+		t.Errorf("quota: under-quota tenant evicted [%s] resident [%s], want evicted [0] resident [1 2 3 4 5 6]", under.evicted, under.resident)
+	}
+	dev, _ := os.ReadFile(gpusimDir + "/device")
+	ops, _ := os.ReadFile(gpuextDir + "/ops")
+	t.Logf("device:\n%sops:\n%s", dev, ops)
+	if !strings.Contains(string(dev), "arbitrated 2") {
+		t.Errorf("device %q: want 2 evictions arbitrated by the system ops", dev)
+	}
+}
