@@ -56,6 +56,12 @@ type Attached struct {
 // Link is the struct_ops link (pin it to outlive this process).
 func (a *Attached) Link() link.Link { return a.link }
 
+// Map returns the policy's map name (a policy's own state, e.g. for stats).
+func (a *Attached) Map(name string) (*ebpf.Map, bool) {
+	m, ok := a.coll.Maps[name]
+	return m, ok
+}
+
 // Close detaches the policy; its tenants get the driver's stock behaviour.
 func (a *Attached) Close() error {
 	err := a.link.Close()

@@ -215,10 +215,22 @@ static int gpuext_stub_evict_arbitrate(struct gpuext_arbitrate_ctx *ctx)
 	return GPUEXT_RET_DEFAULT;
 }
 
+static int gpuext_stub_block_activate(struct gpuext_block_ctx *ctx)
+{
+	return GPUEXT_RET_DEFAULT;
+}
+
+static int gpuext_stub_block_access(struct gpuext_block_ctx *ctx)
+{
+	return GPUEXT_RET_DEFAULT;
+}
+
 static struct gpuext_mem_ops gpuext_mem_cfi_stubs = {
 	.prefetch = gpuext_stub_prefetch,
 	.evict_prepare = gpuext_stub_evict_prepare,
 	.evict_arbitrate = gpuext_stub_evict_arbitrate,
+	.block_activate = gpuext_stub_block_activate,
+	.block_access = gpuext_stub_block_access,
 };
 
 static struct bpf_struct_ops gpuext_mem_struct_ops = {
@@ -467,6 +479,45 @@ out:
 	return ret;
 }
 EXPORT_SYMBOL_GPL(gpuext_prefetch);
+
+static void gpuext_block_notify(struct gpuext_ctx *gctx, struct gpuext_block_ctx *bctx, bool activate)
+{
+	struct gpuext_tenant_config cfg;
+	struct gpuext_mem_entry *e;
+	const char *name;
+	int (*hook)(struct gpuext_block_ctx *ctx);
+
+	if (!gctx || !bctx)
+		return;
+	bctx->cgroup_id = gctx->cgroup_id;
+	bctx->tenant_id = 0;
+	rcu_read_lock();
+	if (!gpuext_lookup_tenant(gctx->cgroup_id, &cfg))
+		goto out;
+	bctx->tenant_id = cfg.tenant_id;
+	name = gpuext_name_of(gpuext_evict_names, ARRAY_SIZE(gpuext_evict_names), cfg.eviction_policy);
+	e = name ? gpuext_find_rcu(name) : NULL;
+	hook = !e ? NULL : activate ? e->ops->block_activate : e->ops->block_access;
+	if (!hook)
+		goto out;
+	atomic64_inc(&e->calls);
+	if (hook(bctx) < 0)
+		atomic64_inc(&e->errors);
+out:
+	rcu_read_unlock();
+}
+
+void gpuext_block_activate(struct gpuext_ctx *gctx, struct gpuext_block_ctx *bctx)
+{
+	gpuext_block_notify(gctx, bctx, true);
+}
+EXPORT_SYMBOL_GPL(gpuext_block_activate);
+
+void gpuext_block_access(struct gpuext_ctx *gctx, struct gpuext_block_ctx *bctx)
+{
+	gpuext_block_notify(gctx, bctx, false);
+}
+EXPORT_SYMBOL_GPL(gpuext_block_access);
 
 int gpuext_evict_arbitrate(struct gpuext_arbitrate_ctx *actx)
 {

@@ -377,18 +377,42 @@ static void gpusim_stock_region(const struct gpusim_block *blk, u32 page, u32 *f
 	}
 }
 
-/* One access of page `page` of VA block b. */
+static void gpusim_block_notify(struct gpusim_ctx *c, u32 b, u32 page, bool activate)
+{
+	struct gpusim_block *blk = &c->blocks[b];
+	struct gpuext_block_ctx bctx = {
+		.chunk_id = b,
+		.access_count = blk->access_count,
+		.va_block = b,
+		.page = page,
+		.resident_pages = blk->nr_resident,
+	};
+
+	if (activate)
+		gpuext_block_activate(c->gctx, &bctx);
+	else
+		gpuext_block_access(c->gctx, &bctx);
+}
+
+/*
+ * One access of page `page` of VA block b: block_access when the block
+ * holds a chunk, block_activate once a fault gave it one.
+ */
 static int gpusim_touch_page(struct gpusim_ctx *c, u32 b, u32 page)
 {
 	struct gpuext_prefetch_ctx pctx = {};
 	struct gpusim_block *blk;
 	u32 first, last, p, in = 0;
+	bool activate;
 	int ret;
 
 	if (b >= GPUSIM_MAX_BLOCKS || page >= GPUSIM_PAGES_PER_BLOCK)
 		return -ERANGE;
 	blk = &c->blocks[b];
 	c->st.touches++;
+	activate = !blk->backed;
+	if (!activate)
+		gpusim_block_notify(c, b, page, false);
 	if (!blk->backed || !test_bit(page, blk->resident)) {
 		c->st.faults++;
 		pctx.fault_page = page;
@@ -419,6 +443,8 @@ static int gpusim_touch_page(struct gpusim_ctx *c, u32 b, u32 page)
 	}
 	blk->access_seq = ++gpusim_clock;
 	blk->access_count++;
+	if (activate)
+		gpusim_block_notify(c, b, page, true);
 	return 0;
 }
 

@@ -223,4 +223,22 @@ struct gpuext_arbitrate_ctx {
 	struct gpuext_evict_owner cand[GPUEXT_EVICT_MAX_CANDIDATES];
 };
 
+/*
+ * ==== memory: block notifications (appended for the memory side) ====
+ *
+ * block_activate: a VA block got a root chunk (became resident);
+ * block_access: a touch of a VA block that holds one.  They run the
+ * tenant's eviction ops and carry no requests: a policy keeps what it
+ * learns in its own maps.
+ */
+struct gpuext_block_ctx {
+	__u64 cgroup_id;      /* core */
+	__u64 chunk_id;       /* driver: the root chunk (gpusim: the VA block index) */
+	__u64 access_count;   /* driver: touches since the chunk was allocated */
+	__u32 tenant_id;      /* core: 0 when the cgroup is not registered */
+	__u32 va_block;       /* driver: VA block index in the context */
+	__u32 page;           /* driver: page touched (access) or faulting (activate) */
+	__u32 resident_pages; /* driver: pages of the block resident */
+};
+
 #endif /* GPUEXT_ABI_H */

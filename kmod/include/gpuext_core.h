@@ -47,4 +47,12 @@ int gpuext_prefetch(struct gpuext_ctx *gctx, struct gpuext_prefetch_ctx *pctx);
  */
 int gpuext_evict_arbitrate(struct gpuext_arbitrate_ctx *actx);
 
+/*
+ * Notify the tenant's eviction ops that a VA block got a root chunk
+ * (activate) or was touched while holding one (access).  The core fills
+ * cgroup_id and tenant_id.
+ */
+void gpuext_block_activate(struct gpuext_ctx *gctx, struct gpuext_block_ctx *bctx);
+void gpuext_block_access(struct gpuext_ctx *gctx, struct gpuext_block_ctx *bctx);
+
 #endif /* GPUEXT_CORE_H */

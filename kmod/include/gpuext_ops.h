@@ -24,6 +24,9 @@ struct gpuext_mem_ops {
 	/* ==== memory: appended ==== */
 	/* Only in the system ops (debugfs gpuext/system): which context gives up a chunk. */
 	int (*evict_arbitrate)(struct gpuext_arbitrate_ctx *ctx);
+	/* Notifications to the tenant's eviction ops; the return value is ignored. */
+	int (*block_activate)(struct gpuext_block_ctx *ctx);
+	int (*block_access)(struct gpuext_block_ctx *ctx);
 };
 
 #endif /* GPUEXT_OPS_H */

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/bpf/policies"
 )
 
 // The memory-model tests: gpusim's device of root chunks, VA blocks of 512
@@ -356,5 +357,45 @@ func TestTenantQuotaEvictsOverShareFirst(t *testing.T) {
 	t.Logf("device:\n%sops:\n%s", dev, ops)
 	if !strings.Contains(string(dev), "arbitrated 2") {
 		t.Errorf("device %q: want 2 evictions arbitrated by the system ops", dev)
+	}
+}
+
+// Block notifications: a test policy counts block_activate (a VA block got
+// a chunk) and block_access (a touch of a block holding one) per cgroup;
+// the counts must match the replayed trace exactly.
+func TestBlockActivateAccessNotifications(t *testing.T) {
+	requireLab(t)
+	reg := openRegistry(t)
+	deviceChunks(t, 64)
+	spec, err := loadBlockcount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := policies.AttachSpec("blockcount", spec, "blockcount_ops")
+	if err != nil {
+		t.Fatalf("attach blockcount: %v", err)
+	}
+	defer pol.Close()
+	cg, id := tenantCgroupConfig(t, reg, "mem-blocks", bpf.GpuextTenantConfig{
+		AbiVersion: bpf.ABIVersion, EvictionPolicy: uint32(bpf.EvictPriorityWeighted)})
+	c := gpuCtx(t, "ctx-mem-blocks", cg)
+	// 14 touches over 3 blocks: 3 activate a block, 11 touch a block that holds a chunk.
+	replay(t, c, "touch 0 0", "touch 0 1", "touch 0 0", "touch 1 5", "scan 2 0 10 1")
+	s := readStats(t, c)
+	m, ok := pol.Map("block_counts")
+	if !ok {
+		t.Fatal("no block_counts map")
+	}
+	var got struct{ Activates, Accesses, MaxAccessCount uint64 }
+	if err := m.Lookup(uint64(id), &got); err != nil {
+		t.Fatalf("no notifications for cgroup %d: %v", id, err)
+	}
+	t.Logf("notifications: %+v", got)
+	if got.Activates != 3 || got.Accesses != 11 || s.touches != 14 {
+		t.Errorf("activates %d accesses %d for %d touches, want 3 and 11 for 14", got.Activates, got.Accesses, s.touches)
+	}
+	// Block 2 is touched 10 times: the last access notification sees 9 earlier touches.
+	if got.MaxAccessCount != 9 {
+		t.Errorf("largest access_count %d, want 9", got.MaxAccessCount)
 	}
 }
