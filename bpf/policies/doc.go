@@ -3,7 +3,7 @@
 // file each, and the loader that attaches them by name.
 //
 // Eviction policies (fifo, lru, lfu, mru) order the candidates of
-// evict_prepare; prefetch policies (none, always-max, stride) choose the
+// evict_prepare; prefetch policies (none, always-max, sequential, stride) choose the
 // region a fault migrates.  Catalog names are those of
 // policies.EvictionAlgorithms and policies.PrefetchAlgorithms.
 //

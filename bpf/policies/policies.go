@@ -34,6 +34,7 @@ var catalog = map[string]entry{
 	"none":       {loadPrefetchNone, "prefetch_none_ops"},
 	"always-max": {loadPrefetchAlwaysMax, "prefetch_always_max_ops"},
 	"stride":     {loadPrefetchStride, "prefetch_stride_ops"},
+	"sequential": {loadPrefetchSequential, "prefetch_sequential_ops"},
 }
 
 // Names lists the policies this package can attach.

@@ -246,6 +246,8 @@ static struct bpf_struct_ops gpuext_mem_struct_ops = {
 
 /* ---- request kfuncs -------------------------------------------------- */
 
+static bool gpuext_lookup_tenant(u64 cgid, struct gpuext_tenant_config *cfg);
+
 __bpf_kfunc_start_defs();
 
 /*
@@ -317,6 +319,22 @@ __bpf_kfunc int bpf_gpuext_arbitrate_pick(struct gpuext_arbitrate_ctx *ctx, u32 
 	return 0;
 }
 
+/*
+ * The prefetch_param of the faulting context's tenant (0 when none), so a
+ * policy follows its tenant's config.  A read, not a request.
+ */
+__bpf_kfunc u64 bpf_gpuext_prefetch_param(struct gpuext_prefetch_ctx *ctx)
+{
+	struct gpuext_tenant_config cfg;
+	u64 param = 0;
+
+	rcu_read_lock();
+	if (gpuext_lookup_tenant(ctx->cgroup_id, &cfg))
+		param = cfg.prefetch_param;
+	rcu_read_unlock();
+	return param;
+}
+
 __bpf_kfunc_end_defs();
 
 BTF_KFUNCS_START(gpuext_kfunc_ids)
@@ -325,6 +343,7 @@ BTF_ID_FLAGS(func, bpf_gpuext_evict_move_to_front, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_prefetch_set_region, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_arbitrate_owner, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_arbitrate_pick, KF_TRUSTED_ARGS)
+BTF_ID_FLAGS(func, bpf_gpuext_prefetch_param, KF_TRUSTED_ARGS)
 BTF_KFUNCS_END(gpuext_kfunc_ids)
 
 static const struct btf_kfunc_id_set gpuext_kfunc_set = {

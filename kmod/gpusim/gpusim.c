@@ -22,6 +22,7 @@
 #include <linux/module.h>
 #include <linux/math64.h>
 #include <linux/mutex.h>
+#include <linux/sched.h>
 #include <linux/seq_file.h>
 #include <linux/slab.h>
 #include <linux/sort.h>
@@ -41,6 +42,7 @@
 #define GPUSIM_DEFAULT_CHUNKS 16
 #define GPUSIM_CHUNK_BYTES (2ULL << 20)
 #define GPUSIM_TRACE_MAX (64 * 1024)
+#define GPUSIM_SCAN_MAX (GPUSIM_MAX_BLOCKS * GPUSIM_PAGES_PER_BLOCK) /* touches per scan line */
 
 /* A VA block of the memory model and the root chunk that backs it. */
 struct gpusim_block {
@@ -471,10 +473,13 @@ static int gpusim_replay(struct gpusim_ctx *c, char *trace)
 		} else if (!strcmp(cmd, "scan") && k == 5) {
 			u64 g = (u64)b * GPUSIM_PAGES_PER_BLOCK + p;
 
-			err = 0;
-			for (i = 0; i < n && !err; i++, g += stride)
+			err = n > GPUSIM_SCAN_MAX ? -E2BIG : 0;
+			for (i = 0; i < n && !err; i++, g += stride) {
 				err = gpusim_touch_page(c, div_u64(g, GPUSIM_PAGES_PER_BLOCK),
 							g % GPUSIM_PAGES_PER_BLOCK);
+				if (!(i & 1023))
+					cond_resched();
+			}
 		} else {
 			err = -EINVAL;
 		}

@@ -399,3 +399,26 @@ func TestBlockActivateAccessNotifications(t *testing.T) {
 		t.Errorf("largest access_count %d, want 9", got.MaxAccessCount)
 	}
 }
+
+// Sequential prefetch follows its tenant's prefetch_param: two tenants
+// scanning 4 VA blocks with 32 and 128 pages per fault fault 16 and 4 times
+// per block, and migrate exactly the pages they scan.
+func TestPrefetchSequentialTenantParam(t *testing.T) {
+	requireLab(t)
+	reg := openRegistry(t)
+	deviceChunks(t, 64)
+	defer attach(t, "sequential").Close()
+	const blocks = 4
+	for _, pages := range []uint64{32, 128} {
+		cg, _ := tenantCgroupConfig(t, reg, fmt.Sprintf("pf-seq-%d", pages), bpf.GpuextTenantConfig{
+			AbiVersion: bpf.ABIVersion, PrefetchPolicy: uint32(bpf.PrefetchSequential), PrefetchParam: pages})
+		c := gpuCtx(t, fmt.Sprintf("ctx-pf-seq-%d", pages), cg)
+		replay(t, c, fmt.Sprintf("scan 0 0 %d 1", blocks*pagesPerBlock))
+		s := readStats(t, c)
+		want := uint64(blocks * pagesPerBlock / int(pages))
+		if s.faults != want || s.policyFaults != want || s.pagesIn != blocks*pagesPerBlock {
+			t.Errorf("sequential %d pages: faults %d (policy %d) pages_in %d, want %d faults by the policy and %d pages",
+				pages, s.faults, s.policyFaults, s.pagesIn, want, blocks*pagesPerBlock)
+		}
+	}
+}

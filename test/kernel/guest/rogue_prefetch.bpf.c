@@ -4,8 +4,8 @@
 /*
  * rogue_prefetch.bpf.c - a test-only prefetch policy that asks for a region
  * past the end of the VA block: the core must refuse it, count it, and the
- * driver must apply its stock region.  It takes the "pf_sequential" slot
- * (GPUEXT_PREFETCH_SEQUENTIAL) so a tenant can name it.
+ * driver must apply its stock region.  It takes the "pf_tree" slot
+ * (GPUEXT_PREFETCH_TREE_THRESHOLD) so a tenant can name it.
  */
 #include "prefetch_region.h"
 
@@ -19,7 +19,7 @@ int BPF_PROG(rogue_prefetch, struct gpuext_prefetch_ctx *pctx)
 SEC(".struct_ops.link")
 struct gpuext_mem_ops rogue_prefetch_ops = {
 	.prefetch = (void *)rogue_prefetch,
-	.name = "pf_sequential",
+	.name = "pf_tree",
 };
 
 char LICENSE[] SEC("license") = "GPL";

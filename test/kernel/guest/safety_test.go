@@ -30,7 +30,7 @@ func TestPrefetchOutOfRangeRefused(t *testing.T) {
 		t.Fatalf("attach rogue prefetch: %v", err)
 	}
 	defer rogue.Close()
-	c := memTenant(t, reg, "pf-rogue", bpf.EvictDefault, bpf.PrefetchSequential)
+	c := memTenant(t, reg, "pf-rogue", bpf.EvictDefault, bpf.PrefetchTreeThreshold)
 	replay(t, c, fmt.Sprintf("scan 0 0 %d 1", pagesPerBlock))
 	s := readStats(t, c)
 	if s.faults != 17 || s.policyFaults != 0 || s.pagesIn != pagesPerBlock {
@@ -38,8 +38,8 @@ func TestPrefetchOutOfRangeRefused(t *testing.T) {
 	}
 	ops, _ := os.ReadFile(gpuextDir + "/ops")
 	t.Logf("gpuext ops: %s", strings.TrimSpace(string(ops)))
-	if !strings.Contains(string(ops), "pf_sequential calls 17 handled 0 errors 0 refused 17") {
-		t.Errorf("core counters %q, want pf_sequential calls 17 handled 0 errors 0 refused 17", ops)
+	if !strings.Contains(string(ops), "pf_tree calls 17 handled 0 errors 0 refused 17") {
+		t.Errorf("core counters %q, want pf_tree calls 17 handled 0 errors 0 refused 17", ops)
 	}
 }
 
