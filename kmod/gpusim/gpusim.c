@@ -18,6 +18,7 @@
  */
 #include <linux/debugfs.h>
 #include <linux/kernel.h>
+#include <linux/ktime.h>
 #include <linux/list.h>
 #include <linux/module.h>
 #include <linux/math64.h>
@@ -64,6 +65,7 @@ struct gpusim_mem_stats {
 	u64 prefetched;     /* pages migrated in beyond the faulting page */
 	u64 policy_faults;  /* faults whose region a policy chose */
 	u64 policy_evicts;  /* evictions whose order a policy chose */
+	u64 service_ns;     /* time spent servicing faults (hooks, eviction, migration) */
 };
 
 struct gpusim_chunk {
@@ -416,6 +418,8 @@ static int gpusim_touch_page(struct gpusim_ctx *c, u32 b, u32 page)
 	if (!activate)
 		gpusim_block_notify(c, b, page, false);
 	if (!blk->backed || !test_bit(page, blk->resident)) {
+		u64 t0 = ktime_get_ns();
+
 		c->st.faults++;
 		pctx.fault_page = page;
 		pctx.region_first = 0;
@@ -442,6 +446,7 @@ static int gpusim_touch_page(struct gpusim_ctx *c, u32 b, u32 page)
 		blk->nr_resident += in;
 		c->st.pages_in += in;
 		c->st.prefetched += in - 1; /* the faulting page was not resident */
+		c->st.service_ns += ktime_get_ns() - t0;
 	}
 	blk->access_seq = ++gpusim_clock;
 	blk->access_count++;
@@ -521,9 +526,9 @@ static int gpusim_stats_show(struct seq_file *m, void *v)
 	seq_printf(m, "cgroup %llu\ntenant %u\nchunks %u\n", gpuext_ctx_cgroup_id(c->gctx),
 		   c->tenant_id, c->nr_backed);
 	seq_printf(m, "touches %llu\nfaults %llu\npages_in %llu\npages_out %llu\nevictions %llu\n"
-		   "prefetched %llu\npolicy_faults %llu\npolicy_evictions %llu\nevicted",
+		   "prefetched %llu\npolicy_faults %llu\npolicy_evictions %llu\nservice_ns %llu\nevicted",
 		   c->st.touches, c->st.faults, c->st.pages_in, c->st.pages_out, c->st.evictions,
-		   c->st.prefetched, c->st.policy_faults, c->st.policy_evicts);
+		   c->st.prefetched, c->st.policy_faults, c->st.policy_evicts, c->st.service_ns);
 	for (i = 0; i < c->nr_evicted; i++)
 		seq_printf(m, " %u", c->evicted[i]);
 	seq_puts(m, "\nresident");
@@ -567,11 +572,12 @@ static int gpusim_tenants_show(struct seq_file *m, void *v)
 			sum.pages_out += d->st.pages_out;
 			sum.evictions += d->st.evictions;
 			sum.prefetched += d->st.prefetched;
+			sum.service_ns += d->st.service_ns;
 		}
 		seq_printf(m, "tenant %u contexts %u chunks %u touches %llu faults %llu pages_in %llu "
-			   "pages_out %llu evictions %llu prefetched %llu\n", c->tenant_id, n, chunks,
-			   sum.touches, sum.faults, sum.pages_in, sum.pages_out, sum.evictions,
-			   sum.prefetched);
+			   "pages_out %llu evictions %llu prefetched %llu service_ns %llu\n", c->tenant_id,
+			   n, chunks, sum.touches, sum.faults, sum.pages_in, sum.pages_out, sum.evictions,
+			   sum.prefetched, sum.service_ns);
 	}
 	mutex_unlock(&gpusim_lock);
 	return 0;

@@ -27,6 +27,7 @@ type memStats struct {
 	chunks                                        int
 	touches, faults, pagesIn, pagesOut, evictions uint64
 	prefetched, policyFaults, policyEvictions     uint64
+	serviceNs                                     uint64
 	evicted, resident                             string
 }
 
@@ -61,6 +62,8 @@ func readStats(t *testing.T, ctx string) memStats {
 			s.policyFaults = n
 		case "policy_evictions":
 			s.policyEvictions = n
+		case "service_ns":
+			s.serviceNs = n
 		case "evicted":
 			s.evicted = v
 		case "resident":
@@ -151,7 +154,10 @@ func TestOversubscribedFIFOvsLRU(t *testing.T) {
 	}
 	t.Logf("tenants:\n%s", tenants)
 	for _, s := range []memStats{sa, sb} {
-		want := fmt.Sprintf("tenant %d contexts 1 chunks 4 touches 7 faults 6 pages_in 6 pages_out 2 evictions 2 prefetched 0", s.tenant)
+		if s.serviceNs == 0 {
+			t.Errorf("tenant %d: no fault service time for %d faults", s.tenant, s.faults)
+		}
+		want := fmt.Sprintf("tenant %d contexts 1 chunks 4 touches 7 faults 6 pages_in 6 pages_out 2 evictions 2 prefetched 0 service_ns %d", s.tenant, s.serviceNs)
 		if !strings.Contains(string(tenants), want) {
 			t.Errorf("tenants file lacks %q", want)
 		}

@@ -1,0 +1,33 @@
+package policies
+
+import (
+	"testing"
+
+	model "github.com/gpuext/gpuext/policies"
+)
+
+// Every attachable policy carries the name a policy file uses for it
+// (policies.EvictionAlgorithms or policies.PrefetchAlgorithms), and its
+// program object parses with the struct_ops map the catalog names.
+func TestCatalogNamesMatchPolicyModel(t *testing.T) {
+	known := map[string]bool{}
+	for _, specs := range [][]model.AlgorithmSpec{model.EvictionAlgorithms, model.PrefetchAlgorithms} {
+		for _, s := range specs {
+			known[s.Name] = true
+		}
+	}
+	for _, name := range Names() {
+		if !known[name] {
+			t.Errorf("catalog policy %q is not an eviction or prefetch algorithm of the policy model", name)
+		}
+		e := catalog[name]
+		spec, err := e.load()
+		if err != nil {
+			t.Errorf("%s: parse object: %v", name, err)
+			continue
+		}
+		if _, ok := spec.Maps[e.opsMap]; !ok {
+			t.Errorf("%s: no struct_ops map %q in its object", name, e.opsMap)
+		}
+	}
+}
