@@ -61,6 +61,7 @@ lint: ## gofmt, go vet, generated files up to date
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
 	@if command -v clang >/dev/null; then $(GO) generate ./bpf/... && git diff --exit-code --stat -- bpf/ || { echo "generated bpf files differ from the committed ones: run make generate and commit"; exit 1; }; fi
+	@bash kmod/nvidia/check.sh --dry-run  # CI has no NVIDIA tree: patch format only, no build claimed
 	@$(GO) generate ./devrt/board && git diff --exit-code --stat -- devrt/board/ || { echo "devrt/board/layout_gen.go differs from devrt/include/gpuext_devrt_shm.h: run make generate and commit"; exit 1; }
 
 clean: ## remove build outputs (keeps the .cache of containerd/crictl)
