@@ -2,14 +2,17 @@
 // the gpuext_mem_ops type that the core module (kmod/gpuext) registers, one C
 // file each, and the loader that attaches them by name.
 //
-// Eviction policies (fifo, lru, lfu, mru) order the candidates of
-// evict_prepare; prefetch policies (none, always-max, sequential, stride) choose the
-// region a fault migrates.  Catalog names are those of
-// policies.EvictionAlgorithms and policies.PrefetchAlgorithms.
+// Eviction policies (fifo, lru, lfu, mru, tenant-quota) order the
+// candidates of evict_prepare (tenant-quota also arbitrates a full device
+// across tenants as the system ops); prefetch policies (none, always-max,
+// tree-threshold, sequential, stride) choose the region a fault migrates.
+// Catalog names are those of policies.EvictionAlgorithms and
+// policies.PrefetchAlgorithms.
 //
 // A policy only asks: it reads eviction candidates and requests moves or a
 // prefetch region through the core's kfuncs, which check every request.
 // Which tenant uses which policy is the tenant config's choice
-// (eviction_policy and prefetch_policy in the registry map); attaching a policy makes it available, detaching it
-// returns its tenants to the driver's stock behaviour.
+// (eviction_policy and prefetch_policy in the registry map); attaching a
+// policy makes it available, detaching it returns its tenants to the
+// driver's stock behaviour.
 package policies

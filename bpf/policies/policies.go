@@ -31,10 +31,11 @@ var catalog = map[string]entry{
 
 	"tenant-quota": {loadTenantQuota, "tenant_quota_ops"},
 
-	"none":       {loadPrefetchNone, "prefetch_none_ops"},
-	"always-max": {loadPrefetchAlwaysMax, "prefetch_always_max_ops"},
-	"stride":     {loadPrefetchStride, "prefetch_stride_ops"},
-	"sequential": {loadPrefetchSequential, "prefetch_sequential_ops"},
+	"none":           {loadPrefetchNone, "prefetch_none_ops"},
+	"always-max":     {loadPrefetchAlwaysMax, "prefetch_always_max_ops"},
+	"stride":         {loadPrefetchStride, "prefetch_stride_ops"},
+	"sequential":     {loadPrefetchSequential, "prefetch_sequential_ops"},
+	"tree-threshold": {loadPrefetchTree, "prefetch_tree_ops"},
 }
 
 // Names lists the policies this package can attach.

@@ -16,6 +16,9 @@
 
 extern int bpf_gpuext_prefetch_set_region(struct gpuext_prefetch_ctx *ctx, __u32 first,
 					  __u32 last) __ksym;
+/* Resident pages in [first, last] of the allowed region; < 0 when unknown. */
+extern int bpf_gpuext_prefetch_resident(struct gpuext_prefetch_ctx *ctx, __u32 first,
+					__u32 last) __ksym;
 /* The tenant config's prefetch_param for this fault's context (0: none). */
 extern __u64 bpf_gpuext_prefetch_param(struct gpuext_prefetch_ctx *ctx) __ksym;
 

@@ -248,6 +248,12 @@ static struct bpf_struct_ops gpuext_mem_struct_ops = {
 
 static bool gpuext_lookup_tenant(u64 cgid, struct gpuext_tenant_config *cfg);
 
+/* A prefetch call as the core runs it: the policy sees pub only. */
+struct gpuext_prefetch_call {
+	struct gpuext_prefetch_ctx pub;
+	const unsigned long *resident; /* driver's bitmap of resident pages, or NULL */
+};
+
 __bpf_kfunc_start_defs();
 
 /*
@@ -320,6 +326,26 @@ __bpf_kfunc int bpf_gpuext_arbitrate_pick(struct gpuext_arbitrate_ctx *ctx, u32 
 }
 
 /*
+ * How many pages of [first, last] are resident, for a policy that weighs
+ * occupancy (the tree rule).  A read, not a request.  -ENODATA when the
+ * driver gave no residency, -ERANGE outside the allowed region.
+ */
+__bpf_kfunc int bpf_gpuext_prefetch_resident(struct gpuext_prefetch_ctx *ctx, u32 first, u32 last)
+{
+	const struct gpuext_prefetch_call *call = container_of(ctx, struct gpuext_prefetch_call, pub);
+	int n = 0;
+	u32 p;
+
+	if (!call->resident)
+		return -ENODATA;
+	if (first > last || first < ctx->region_first || last > ctx->region_last)
+		return -ERANGE;
+	for (p = first; p <= last; p++)
+		n += test_bit(p, call->resident);
+	return n;
+}
+
+/*
  * The prefetch_param of the faulting context's tenant (0 when none), so a
  * policy follows its tenant's config.  A read, not a request.
  */
@@ -344,6 +370,7 @@ BTF_ID_FLAGS(func, bpf_gpuext_prefetch_set_region, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_arbitrate_owner, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_arbitrate_pick, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_prefetch_param, KF_TRUSTED_ARGS)
+BTF_ID_FLAGS(func, bpf_gpuext_prefetch_resident, KF_TRUSTED_ARGS)
 BTF_KFUNCS_END(gpuext_kfunc_ids)
 
 static const struct btf_kfunc_id_set gpuext_kfunc_set = {
@@ -455,15 +482,13 @@ out:
 }
 EXPORT_SYMBOL_GPL(gpuext_evict_prepare);
 
-int gpuext_prefetch(struct gpuext_ctx *gctx, struct gpuext_prefetch_ctx *pctx)
+static int gpuext_prefetch_run(struct gpuext_ctx *gctx, struct gpuext_prefetch_ctx *pctx)
 {
 	struct gpuext_tenant_config cfg;
 	struct gpuext_mem_entry *e;
 	const char *name;
 	int ret = 0;
 
-	if (!gctx || !pctx || pctx->region_first > pctx->region_last)
-		return -EINVAL;
 	pctx->cgroup_id = gctx->cgroup_id;
 	pctx->tenant_id = 0;
 	pctx->requests = 0;
@@ -497,7 +522,37 @@ out:
 	rcu_read_unlock();
 	return ret;
 }
+
+/*
+ * Policies run on the core's own copy of the context, so the residency
+ * kfunc can reach the driver's bitmap behind it and nothing else.
+ */
+static int gpuext_prefetch_call(struct gpuext_ctx *gctx, struct gpuext_prefetch_ctx *pctx,
+				const unsigned long *resident)
+{
+	struct gpuext_prefetch_call call = { .resident = resident };
+	int ret;
+
+	if (!gctx || !pctx || pctx->region_first > pctx->region_last)
+		return -EINVAL;
+	call.pub = *pctx;
+	ret = gpuext_prefetch_run(gctx, &call.pub);
+	*pctx = call.pub;
+	return ret;
+}
+
+int gpuext_prefetch(struct gpuext_ctx *gctx, struct gpuext_prefetch_ctx *pctx)
+{
+	return gpuext_prefetch_call(gctx, pctx, NULL);
+}
 EXPORT_SYMBOL_GPL(gpuext_prefetch);
+
+int gpuext_prefetch_resident(struct gpuext_ctx *gctx, struct gpuext_prefetch_ctx *pctx,
+			     const unsigned long *resident)
+{
+	return gpuext_prefetch_call(gctx, pctx, resident);
+}
+EXPORT_SYMBOL_GPL(gpuext_prefetch_resident);
 
 static void gpuext_block_notify(struct gpuext_ctx *gctx, struct gpuext_block_ctx *bctx, bool activate)
 {

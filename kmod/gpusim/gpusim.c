@@ -424,7 +424,7 @@ static int gpusim_touch_page(struct gpusim_ctx *c, u32 b, u32 page)
 		pctx.fault_page = page;
 		pctx.region_first = 0;
 		pctx.region_last = GPUSIM_PAGES_PER_BLOCK - 1;
-		ret = gpuext_prefetch(c->gctx, &pctx);
+		ret = gpuext_prefetch_resident(c->gctx, &pctx, blk->resident);
 		if (ret < 0)
 			return ret;
 		c->tenant_id = pctx.tenant_id;

@@ -39,6 +39,14 @@ int gpuext_evict_prepare(struct gpuext_ctx *gctx, struct gpuext_evict_ctx *ectx,
 int gpuext_prefetch(struct gpuext_ctx *gctx, struct gpuext_prefetch_ctx *pctx);
 
 /*
+ * gpuext_prefetch() for a driver that can show which pages of the VA block
+ * are resident: bit p of resident is page p (0..region_last).  Policies
+ * read it through bpf_gpuext_prefetch_resident() during the call only.
+ */
+int gpuext_prefetch_resident(struct gpuext_ctx *gctx, struct gpuext_prefetch_ctx *pctx,
+			     const unsigned long *resident);
+
+/*
  * Device memory is full: run the system ops' evict_arbitrate over
  * actx->cand[0..nr_candidates) (the core fills tenant_id and quota_bytes).
  * Returns 1 when actx->picked is the context to evict from, 0 for the

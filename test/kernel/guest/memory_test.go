@@ -428,3 +428,26 @@ func TestPrefetchSequentialTenantParam(t *testing.T) {
 		}
 	}
 }
+
+// Tree threshold as a policy reads the block's residency through the core
+// and takes its threshold from the tenant: at 51% it faults exactly like
+// the driver's stock rule (17 per block on a sequential scan); at 26% it
+// prefetches sooner (7 per block), at 90% later (354 per block).
+func TestPrefetchTreeThresholdTenantParam(t *testing.T) {
+	requireLab(t)
+	reg := openRegistry(t)
+	deviceChunks(t, 64)
+	defer attach(t, "tree-threshold").Close()
+	const blocks = 2
+	for _, c := range []struct{ threshold, perBlock uint64 }{{51, 17}, {26, 7}, {90, 354}} {
+		cg, _ := tenantCgroupConfig(t, reg, fmt.Sprintf("pf-tree-%d", c.threshold), bpf.GpuextTenantConfig{
+			AbiVersion: bpf.ABIVersion, PrefetchPolicy: uint32(bpf.PrefetchTreeThreshold), PrefetchParam: c.threshold})
+		ctx := gpuCtx(t, fmt.Sprintf("ctx-pf-tree-%d", c.threshold), cg)
+		replay(t, ctx, fmt.Sprintf("scan 0 0 %d 1", blocks*pagesPerBlock))
+		s := readStats(t, ctx)
+		if s.faults != blocks*c.perBlock || s.policyFaults != s.faults || s.pagesIn != blocks*pagesPerBlock {
+			t.Errorf("tree %d%%: faults %d (policy %d) pages_in %d, want %d by the policy and %d pages",
+				c.threshold, s.faults, s.policyFaults, s.pagesIn, blocks*c.perBlock, blocks*pagesPerBlock)
+		}
+	}
+}

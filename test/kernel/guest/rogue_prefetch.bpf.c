@@ -5,7 +5,8 @@
  * rogue_prefetch.bpf.c - a test-only prefetch policy that asks for a region
  * past the end of the VA block: the core must refuse it, count it, and the
  * driver must apply its stock region.  It takes the "pf_tree" slot
- * (GPUEXT_PREFETCH_TREE_THRESHOLD) so a tenant can name it.
+ * (GPUEXT_PREFETCH_TREE_THRESHOLD) so a tenant can name it; the catalog's
+ * tree-threshold policy must not be attached at the same time.
  */
 #include "prefetch_region.h"
 
