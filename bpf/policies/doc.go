@@ -2,9 +2,9 @@
 // the gpuext_mem_ops type that the core module (kmod/gpuext) registers, one C
 // file each, and the loader that attaches them by name.
 //
-// Eviction policies (fifo, lru, lfu, mru, tenant-quota) order the
-// candidates of evict_prepare (tenant-quota also arbitrates a full device
-// across tenants as the system ops); prefetch policies (none, always-max,
+// Eviction policies (fifo, lru, lfu, mru, tenant-quota, priority-weighted)
+// order the candidates of evict_prepare (tenant-quota and priority-weighted
+// also arbitrate a full device across tenants as the system ops); prefetch policies (none, always-max,
 // tree-threshold, sequential, stride) choose the region a fault migrates.
 // Catalog names are those of policies.EvictionAlgorithms and
 // policies.PrefetchAlgorithms.

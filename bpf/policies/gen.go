@@ -12,3 +12,4 @@ package policies
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types tenantQuota tenant_quota.bpf.c -- -I../../kmod/include -I/usr/include/x86_64-linux-gnu
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types prefetchSequential prefetch_sequential.bpf.c -- -I../../kmod/include -I/usr/include/x86_64-linux-gnu
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types prefetchTree prefetch_tree.bpf.c -- -I../../kmod/include -I/usr/include/x86_64-linux-gnu
+//go:generate go tool bpf2go -tags linux -target bpfel -no-global-types prioWeighted prio_weighted.bpf.c -- -I../../kmod/include -I/usr/include/x86_64-linux-gnu

@@ -29,7 +29,8 @@ var catalog = map[string]entry{
 	"lfu":  {loadLfu, "lfu_ops"},
 	"mru":  {loadMru, "mru_ops"},
 
-	"tenant-quota": {loadTenantQuota, "tenant_quota_ops"},
+	"tenant-quota":      {loadTenantQuota, "tenant_quota_ops"},
+	"priority-weighted": {loadPrioWeighted, "prio_weighted_ops"},
 
 	"none":           {loadPrefetchNone, "prefetch_none_ops"},
 	"always-max":     {loadPrefetchAlwaysMax, "prefetch_always_max_ops"},

@@ -616,8 +616,10 @@ int gpuext_evict_arbitrate(struct gpuext_arbitrate_ctx *actx)
 
 		o->tenant_id = 0;
 		o->quota_bytes = 0;
+		o->priority_class = GPUEXT_PRIO_STANDARD;
 		if (gpuext_lookup_tenant(o->cgroup_id, &cfg)) {
 			o->tenant_id = cfg.tenant_id;
+			o->priority_class = cfg.priority_class;
 			if (cfg.flags & GPUEXT_TENANT_F_QUOTA)
 				o->quota_bytes = cfg.quota_bytes;
 		}

@@ -211,7 +211,7 @@ struct gpuext_evict_owner {
 	__u64 tenant_resident_bytes; /* core: resident_bytes summed over the tenant's candidates */
 	__u64 quota_bytes;           /* core: the tenant's quota when GPUEXT_TENANT_F_QUOTA, else 0 */
 	__u32 tenant_id;             /* core: 0 when the cgroup is not registered */
-	__u32 _pad;
+	__u32 priority_class;        /* core: the tenant's enum gpuext_priority_class (standard if none) */
 };
 
 /* evict_arbitrate: pick the context to evict from with bpf_gpuext_arbitrate_pick(). */

@@ -6,7 +6,8 @@
  * block_access notifications per cgroup, so a guest test can compare them
  * with what gpusim replayed.  It takes the "prio_weighted" slot
  * (GPUEXT_EVICT_PRIORITY_WEIGHTED) so a tenant can name it, and leaves the
- * eviction order to the driver.
+ * eviction order to the driver; the catalog's priority-weighted policy must
+ * not be attached at the same time.
  */
 #include "evict_sort.h"
 

@@ -451,3 +451,33 @@ func TestPrefetchTreeThresholdTenantParam(t *testing.T) {
 		}
 	}
 }
+
+// Priority-weighted arbitration: a latency-critical tenant holding 5 of 8
+// chunks and a best-effort one holding 3.  Stock (fair share) would make the
+// latency-critical tenant, over its half, evict its own chunks when it grows;
+// with prio_weighted as the system ops the best-effort tenant's memory
+// weighs 16x and all three of its chunks leave first, in its LRU order.
+func TestPriorityWeightedEvictsLowerClassFirst(t *testing.T) {
+	requireLab(t)
+	reg := openRegistry(t)
+	deviceChunks(t, 8)
+	defer attach(t, "priority-weighted").Close()
+	systemOps(t, "prio_weighted")
+	tenant := func(name string, class bpf.PriorityClass) string {
+		cg, _ := tenantCgroupConfig(t, reg, name, bpf.GpuextTenantConfig{AbiVersion: bpf.ABIVersion,
+			PriorityClass: uint32(class), EvictionPolicy: uint32(bpf.EvictPriorityWeighted)})
+		return gpuCtx(t, "ctx-"+name, cg)
+	}
+	be := tenant("prio-be", bpf.PriorityBestEffort)
+	lc := tenant("prio-lc", bpf.PriorityLatencyCritical)
+	replay(t, be, touchBlocks(0, 1, 2)...)
+	replay(t, lc, touchBlocks(0, 1, 2, 3, 4)...) // the device is full
+	replay(t, lc, touchBlocks(5, 6, 7)...)
+	sb, sl := readStats(t, be), readStats(t, lc)
+	if sb.evicted != "0 1 2" || sb.chunks != 0 {
+		t.Errorf("best-effort tenant evicted [%s] and holds %d chunks, want [0 1 2] and 0", sb.evicted, sb.chunks)
+	}
+	if sl.evicted != "" || sl.resident != "0 1 2 3 4 5 6 7" {
+		t.Errorf("latency-critical tenant evicted [%s] resident [%s], want nothing evicted and all 8 resident", sl.evicted, sl.resident)
+	}
+}

@@ -1,0 +1,67 @@
+//go:build ignore
+
+/* SPDX-License-Identifier: (GPL-2.0 OR Apache-2.0) */
+/*
+ * prio_weighted.bpf.c - priority-weighted eviction.  As the system ops
+ * (debugfs gpuext/system = "prio_weighted") it arbitrates a full device:
+ * each context's resident memory counts PRIO_WEIGHT times more for each
+ * priority class below latency-critical, and the context with the largest
+ * weighted share gives up the chunk (ties: least recently used).  So a
+ * class keeps PRIO_WEIGHT times as much memory as the class below it before
+ * it is asked first.  Within a context, chunks leave in LRU order.
+ * Memory ops "prio_weighted"
+ * (tenant config eviction_policy = GPUEXT_EVICT_PRIORITY_WEIGHTED).
+ */
+#include "evict_sort.h"
+
+#define PRIO_WEIGHT 4 /* the catalog's default weight */
+
+extern int bpf_gpuext_arbitrate_owner(struct gpuext_arbitrate_ctx *ctx, __u32 idx,
+				      struct gpuext_evict_owner *owner) __ksym;
+extern int bpf_gpuext_arbitrate_pick(struct gpuext_arbitrate_ctx *ctx, __u32 idx) __ksym;
+
+SEC("struct_ops/evict_arbitrate")
+int BPF_PROG(prio_weighted_arbitrate, struct gpuext_arbitrate_ctx *actx)
+{
+	__u64 best_score = 0, best_seq = 0;
+	__u32 i, best = 0;
+	int found = 0;
+
+	/* Bounded by the constant; ends on the kfunc's end-of-list answer. */
+	for (i = 0; i < GPUEXT_EVICT_MAX_CANDIDATES; i++) {
+		struct gpuext_evict_owner o = {};
+		__u64 score;
+
+		if (bpf_gpuext_arbitrate_owner(actx, i, &o))
+			break;
+		score = o.resident_bytes >> 12; /* pages */
+		if (o.priority_class >= GPUEXT_PRIO_STANDARD)
+			score *= PRIO_WEIGHT;
+		if (o.priority_class >= GPUEXT_PRIO_BEST_EFFORT)
+			score *= PRIO_WEIGHT;
+		if (!found || score > best_score || (score == best_score && o.access_seq < best_seq)) {
+			found = 1;
+			best = i;
+			best_score = score;
+			best_seq = o.access_seq;
+		}
+	}
+	if (!found || bpf_gpuext_arbitrate_pick(actx, best))
+		return GPUEXT_RET_DEFAULT;
+	return GPUEXT_RET_HANDLED;
+}
+
+SEC("struct_ops/evict_prepare")
+int BPF_PROG(prio_weighted_evict_prepare, struct gpuext_evict_ctx *ectx)
+{
+	return gpuext_evict_sort(ectx, EVICT_KEY_ACCESS);
+}
+
+SEC(".struct_ops.link")
+struct gpuext_mem_ops prio_weighted_ops = {
+	.evict_prepare = (void *)prio_weighted_evict_prepare,
+	.evict_arbitrate = (void *)prio_weighted_arbitrate,
+	.name = "prio_weighted",
+};
+
+char LICENSE[] SEC("license") = "GPL";
