@@ -24,6 +24,9 @@ type entry struct {
 var catalog = map[string]entry{
 	"fifo": {loadFifo, "fifo_ops"},
 	"lru":  {loadLru, "lru_ops"},
+	// Scheduling (gpuext_sched_ops); see sched.go.
+	"sched_priority": {loadSchedPriority, "sched_priority_ops"},
+	"sched_admit":    {loadSchedAdmit, "sched_admit_ops"},
 }
 
 // Names lists the policies this package can attach.

@@ -57,6 +57,8 @@ static struct gpusim_ctx *gpusim_find(const char *name)
 	return NULL;
 }
 
+#include "runlist.c" /* TSG runlist through the gpuext sched call sites */
+
 static struct gpusim_chunk *gpusim_chunk(struct gpusim_ctx *c, u64 id)
 {
 	u32 i;
@@ -247,6 +249,7 @@ static int gpusim_create(const char *name)
 static void gpusim_destroy_ctx(struct gpusim_ctx *c)
 {
 	list_del(&c->node);
+	gpusim_runlist_drop_ctx(c);
 	debugfs_remove_recursive(c->dir); /* waits for open files to drain */
 	gpuext_ctx_destroy(c->gctx);
 	kfree(c);
@@ -289,6 +292,7 @@ static int __init gpusim_init(void)
 {
 	gpusim_debugfs = debugfs_create_dir("gpusim", NULL);
 	debugfs_create_file("ctl", 0200, gpusim_debugfs, NULL, &gpusim_ctl_fops);
+	gpusim_runlist_init(gpusim_debugfs);
 	pr_info("gpusim: loaded\n");
 	return 0;
 }
