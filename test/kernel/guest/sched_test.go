@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/bpf/policies"
 	"github.com/gpuext/gpuext/cgroup"
 )
 
@@ -274,5 +275,39 @@ func TestSchedOutOfRangeTimesliceRefused(t *testing.T) {
 	expectTSG(t, tsgs, "wide0", stockTimesliceUs, stockInterleave, "stock", "admitted")
 	if ops := schedOps(t); !strings.HasPrefix(ops, "sched_priority classes 0x5 calls 2 handled 0 errors 0 refused 2") {
 		t.Errorf("sched_ops %q, want 2 calls, 0 handled, 2 refused", ops)
+	}
+}
+
+// Two attached sched ops never share a priority class; a policy that errs
+// at init or answers bind with a value that is neither admit nor refuse
+// leaves the stock values and an admitted TSG, and both errors are counted.
+func TestSchedErringPolicyIsStock(t *testing.T) {
+	requireLab(t)
+	reg := openRegistry(t)
+	cg, _ := schedTenant(t, reg, "sched-rogue", bpf.PriorityStandard, 0, 0)
+	spec, err := loadRogueSched()
+	if err != nil {
+		t.Fatal(err)
+	}
+	admit := attach(t, "sched_admit") // claims the standard class too
+	if r, err := policies.AttachSpec("rogue_sched", spec, "rogue_sched_ops"); err == nil {
+		r.Close()
+		t.Fatalf("rogue_sched attached over sched_admit's class")
+	}
+	if err := admit.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rogue, err := policies.AttachSpec("rogue_sched", spec, "rogue_sched_ops")
+	if err != nil {
+		t.Fatalf("attach rogue_sched: %v", err)
+	}
+	defer rogue.Close()
+	if err := newTSG(t, "rogue0", gpuCtx(t, "ctx-sched-rogue", cg)); err != nil {
+		t.Errorf("bind with a bogus answer: %v, want admitted", err)
+	}
+	tsgs, _ := runlist(t)
+	expectTSG(t, tsgs, "rogue0", stockTimesliceUs, stockInterleave, "stock", "admitted")
+	if ops := schedOps(t); ops != "rogue_sched classes 0x2 calls 1 handled 0 errors 2 refused 0 denied 0" {
+		t.Errorf("sched_ops %q, want rogue_sched with 1 call and 2 errors", ops)
 	}
 }
