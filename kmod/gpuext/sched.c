@@ -287,16 +287,25 @@ EXPORT_SYMBOL_GPL(gpuext_tsg_bind);
 
 void gpuext_tsg_destroy(struct gpuext_ctx *gctx, struct gpuext_tsg_ctx *tctx)
 {
-	struct gpuext_tsg_ctx snap;
 	struct gpuext_sched_entry *e;
+	struct gpuext_tsg_ctx snap;
 
 	if (!gctx || !tctx)
 		return;
-	snap = *tctx;
+	/*
+	 * Every attached ops hears of the end of every TSG: the tenant's class
+	 * or registration may have changed since bind, and the ops that
+	 * counted the TSG then must still release it.  Policies key their
+	 * per-TSG state by tsg_id, so a TSG they never saw is a no-op.
+	 */
 	rcu_read_lock();
-	e = gpuext_sched_select(gctx, &snap);
-	if (e && e->ops->tsg_destroy)
+	list_for_each_entry_rcu(e, &gpuext_sched_list, node) {
+		if (!e->ops->tsg_destroy)
+			continue;
+		snap = *tctx;
+		gpuext_sched_select(gctx, &snap);
 		e->ops->tsg_destroy(&snap);
+	}
 	rcu_read_unlock();
 }
 EXPORT_SYMBOL_GPL(gpuext_tsg_destroy);

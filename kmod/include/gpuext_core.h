@@ -47,7 +47,8 @@ int gpuext_prefetch(struct gpuext_ctx *gctx, struct gpuext_prefetch_ctx *pctx);
  * first; on return they hold what applies.  Returns 1 when the values are
  * the policy's, 0 for stock.  Copies the ops name (or "") into ops_name.
  * gpuext_tsg_bind: 0 to admit, -EPERM when the policy refused the TSG.
- * gpuext_tsg_destroy: call once per initialised TSG, bound or not.
+ * gpuext_tsg_destroy: call once per initialised TSG, bound or not; every
+ * attached sched ops hears of it.
  */
 int gpuext_tsg_init(struct gpuext_ctx *gctx, struct gpuext_tsg_ctx *tctx,
 		    char ops_name[GPUEXT_OPS_NAME_LEN]);

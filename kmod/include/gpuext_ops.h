@@ -34,7 +34,9 @@ struct gpuext_mem_ops {
  *   tsg_init:    ask for a timeslice/interleave; GPUEXT_RET_HANDLED keeps
  *                the requests unless one was refused, anything else = stock;
  *   tsg_bind:    admit or refuse a new TSG (enum gpuext_bind_ret);
- *   tsg_destroy: the TSG is gone (release per-TSG policy state).
+ *   tsg_destroy: the TSG is gone (release per-TSG policy state, keyed by
+ *                tsg_id); delivered to every attached sched ops, since the
+ *                tenant's class may have changed since bind.
  */
 struct gpuext_sched_ops {
 	int (*tsg_init)(struct gpuext_tsg_ctx *ctx);

@@ -311,3 +311,37 @@ func TestSchedErringPolicyIsStock(t *testing.T) {
 		t.Errorf("sched_ops %q, want rogue_sched with 1 call and 2 errors", ops)
 	}
 }
+
+// A TSG's admission slot comes back when the TSG is destroyed even if its
+// tenant moved to a class that sched_admit does not claim in between.
+func TestSchedAdmitSlotReleasedAfterClassChange(t *testing.T) {
+	requireLab(t)
+	reg := openRegistry(t)
+	cg, tid := schedTenant(t, reg, "sched-move", bpf.PriorityStandard, 0, 0)
+	admit := attach(t, "sched_admit")
+	defer admit.Close()
+	if err := admit.SetContextLimit(uint32(tid), 1); err != nil {
+		t.Fatal(err)
+	}
+	setClass := func(class bpf.PriorityClass) {
+		t.Helper()
+		cfg := bpf.GpuextTenantConfig{AbiVersion: bpf.ABIVersion, PriorityClass: uint32(class)}
+		if _, err := reg.Reserve("lab/sched-move", "sched", cfg); err != nil {
+			t.Fatalf("set class %d: %v", class, err)
+		}
+	}
+	c := gpuCtx(t, "ctx-sched-move", cg)
+	if err := newTSG(t, "move0", c); err != nil {
+		t.Fatal(err)
+	}
+	if err := newTSG(t, "move1", c); !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("second tsg of a tenant limited to 1: %v, want EPERM", err)
+	}
+	destroyTSG(t, "move1")
+	setClass(bpf.PriorityLatencyCritical)
+	destroyTSG(t, "move0")
+	setClass(bpf.PriorityStandard)
+	if err := newTSG(t, "move2", c); err != nil {
+		t.Errorf("tsg after the only bound one was destroyed: %v, want admitted", err)
+	}
+}
