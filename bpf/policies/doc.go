@@ -7,4 +7,10 @@
 // which policy is the tenant config's choice (eviction_policy in the
 // registry map); attaching a policy makes it available, detaching it
 // returns its tenants to the driver's stock behaviour.
+//
+// Scheduling policies (sched_*.bpf.c, see sched.go) attach as the core's
+// gpuext_sched_ops: each claims priority classes, and a tenant's
+// priority_class selects the one for its TSGs.  They ask for a timeslice and
+// an interleave level at TSG init and admit or refuse a TSG at bind; the
+// core checks the bounds and keeps the driver's stock values otherwise.
 package policies
