@@ -1,6 +1,7 @@
-// Package policies owns the gpuext memory policies: struct_ops programs for
-// the gpuext_mem_ops type that the core module (kmod/gpuext) registers, one C
-// file each, and the loader that attaches them by name.
+// Package policies owns the gpuext policies: struct_ops programs for the
+// gpuext_mem_ops and gpuext_sched_ops types that the core module
+// (kmod/gpuext) registers, one C file each, and the loader that attaches
+// them by name.
 //
 // Eviction policies (fifo, lru, lfu, mru, tenant-quota, priority-weighted)
 // order the candidates of evict_prepare (tenant-quota and priority-weighted
@@ -15,4 +16,10 @@
 // (eviction_policy and prefetch_policy in the registry map); attaching a
 // policy makes it available, detaching it returns its tenants to the
 // driver's stock behaviour.
+//
+// Scheduling policies (sched_*.bpf.c, see sched.go) attach as the core's
+// gpuext_sched_ops: each claims priority classes, and a tenant's
+// priority_class selects the one for its TSGs.  They ask for a timeslice and
+// an interleave level at TSG init and admit or refuse a TSG at bind; the
+// core checks the bounds and keeps the driver's stock values otherwise.
 package policies

@@ -13,3 +13,5 @@ package policies
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types prefetchSequential prefetch_sequential.bpf.c -- -I../../kmod/include -I/usr/include/x86_64-linux-gnu
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types prefetchTree prefetch_tree.bpf.c -- -I../../kmod/include -I/usr/include/x86_64-linux-gnu
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types prioWeighted prio_weighted.bpf.c -- -I../../kmod/include -I/usr/include/x86_64-linux-gnu
+//go:generate go tool bpf2go -tags linux -target bpfel -no-global-types schedPriority sched_priority.bpf.c -- -I../../kmod/include -I/usr/include/x86_64-linux-gnu
+//go:generate go tool bpf2go -tags linux -target bpfel -no-global-types schedAdmit sched_admit.bpf.c -- -I../../kmod/include -I/usr/include/x86_64-linux-gnu

@@ -37,6 +37,9 @@ var catalog = map[string]entry{
 	"stride":         {loadPrefetchStride, "prefetch_stride_ops"},
 	"sequential":     {loadPrefetchSequential, "prefetch_sequential_ops"},
 	"tree-threshold": {loadPrefetchTree, "prefetch_tree_ops"},
+	// Scheduling (gpuext_sched_ops); see sched.go.
+	"sched_priority": {loadSchedPriority, "sched_priority_ops"},
+	"sched_admit":    {loadSchedAdmit, "sched_admit_ops"},
 }
 
 // Names lists the policies this package can attach.

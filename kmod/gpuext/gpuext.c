@@ -371,6 +371,9 @@ BTF_ID_FLAGS(func, bpf_gpuext_arbitrate_owner, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_arbitrate_pick, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_prefetch_param, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_prefetch_resident, KF_TRUSTED_ARGS)
+/* sched.c (one kfunc set per module and program type) */
+BTF_ID_FLAGS(func, bpf_gpuext_tsg_set_timeslice, KF_TRUSTED_ARGS)
+BTF_ID_FLAGS(func, bpf_gpuext_tsg_set_interleave, KF_TRUSTED_ARGS)
 BTF_KFUNCS_END(gpuext_kfunc_ids)
 
 static const struct btf_kfunc_id_set gpuext_kfunc_set = {
@@ -782,6 +785,8 @@ static int gpuext_ops_show(struct seq_file *m, void *v)
 }
 DEFINE_SHOW_ATTRIBUTE(gpuext_ops);
 
+#include "sched.c" /* scheduling struct_ops, kfuncs and TSG call sites */
+
 static int __init gpuext_init(void)
 {
 	int err;
@@ -796,10 +801,14 @@ static int __init gpuext_init(void)
 		pr_err("gpuext: register struct_ops gpuext_mem_ops: %d\n", err);
 		return err;
 	}
+	err = gpuext_sched_register();
+	if (err)
+		return err;
 	gpuext_debugfs = debugfs_create_dir("gpuext", NULL);
 	debugfs_create_file("registry", 0600, gpuext_debugfs, NULL, &gpuext_registry_fops);
 	debugfs_create_file("ops", 0400, gpuext_debugfs, NULL, &gpuext_ops_fops);
 	debugfs_create_file("system", 0600, gpuext_debugfs, NULL, &gpuext_system_fops);
+	gpuext_sched_debugfs(gpuext_debugfs);
 	pr_info("gpuext: core loaded (abi %d)\n", GPUEXT_ABI_VERSION);
 	return 0;
 }

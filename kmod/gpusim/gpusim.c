@@ -112,6 +112,8 @@ static struct gpusim_ctx *gpusim_find(const char *name)
 	return NULL;
 }
 
+#include "runlist.c" /* TSG runlist through the gpuext sched call sites */
+
 static struct gpusim_chunk *gpusim_chunk(struct gpusim_ctx *c, u64 id)
 {
 	u32 i;
@@ -703,6 +705,7 @@ static void gpusim_destroy_ctx(struct gpusim_ctx *c)
 {
 	gpusim_dev_used -= c->nr_backed; /* its chunks return to the device */
 	list_del(&c->node);
+	gpusim_runlist_drop_ctx(c);
 	debugfs_remove_recursive(c->dir); /* waits for open files to drain */
 	gpuext_ctx_destroy(c->gctx);
 	kfree(c);
@@ -757,6 +760,7 @@ static int __init gpusim_init(void)
 	debugfs_create_file("ctl", 0200, gpusim_debugfs, NULL, &gpusim_ctl_fops);
 	debugfs_create_file("device", 0400, gpusim_debugfs, NULL, &gpusim_device_fops);
 	debugfs_create_file("tenants", 0400, gpusim_debugfs, NULL, &gpusim_tenants_fops);
+	gpusim_runlist_init(gpusim_debugfs);
 	pr_info("gpusim: loaded\n");
 	return 0;
 }

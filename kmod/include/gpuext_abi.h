@@ -241,4 +241,42 @@ struct gpuext_block_ctx {
 	__u32 resident_pages; /* driver: pages of the block resident */
 };
 
+/* ==== SCHEDULING (TSG runlist; sched struct_ops in gpuext_ops.h) ========== */
+
+/* Bounds the core enforces on a policy's requests (bpf_gpuext_tsg_set_*). */
+#define GPUEXT_TIMESLICE_MIN_US 100
+#define GPUEXT_TIMESLICE_MAX_US 10000000
+#define GPUEXT_INTERLEAVE_MIN 1
+#define GPUEXT_INTERLEAVE_MAX 64
+
+/* Bit of gpuext_sched_ops.classes for an enum gpuext_priority_class. */
+#define GPUEXT_SCHED_CLASS(prio) (1u << (prio))
+#define GPUEXT_SCHED_CLASS_ALL 0x7u
+
+/* Return codes of tsg_bind.  Anything else is an error: the context is admitted (stock). */
+enum gpuext_bind_ret {
+	GPUEXT_BIND_ADMIT = 0,
+	GPUEXT_BIND_REFUSE = 1,
+};
+
+/*
+ * tsg_init / tsg_bind / tsg_destroy: one TSG (a GPU context's channel group
+ * on the runlist).  The driver fills timeslice_us and interleave with its
+ * stock values; the core fills the rest from the context's cgroup and
+ * tenant config.  A policy asks for other values with
+ * bpf_gpuext_tsg_set_timeslice() / bpf_gpuext_tsg_set_interleave().
+ */
+struct gpuext_tsg_ctx {
+	__u64 cgroup_id;        /* cgroup of the task that created the GPU context */
+	__u64 tsg_id;           /* unique per TSG, set by the core at init */
+	__u32 tenant_id;        /* 0 when the cgroup is not registered */
+	__u32 priority_class;   /* tenant config priority_class */
+	__u32 cfg_timeslice_us; /* tenant config timeslice_us (0 = not configured) */
+	__u32 cfg_interleave;   /* tenant config interleave (0 = not configured) */
+	__u32 timeslice_us;     /* in: driver stock; out: the value that applies */
+	__u32 interleave;       /* in: driver stock; out: the value that applies */
+	__u32 requests;         /* requests the policy made in this call */
+	__u32 refused;          /* requests the core refused in this call */
+};
+
 #endif /* GPUEXT_ABI_H */

@@ -63,4 +63,20 @@ int gpuext_evict_arbitrate(struct gpuext_arbitrate_ctx *actx);
 void gpuext_block_activate(struct gpuext_ctx *gctx, struct gpuext_block_ctx *bctx);
 void gpuext_block_access(struct gpuext_ctx *gctx, struct gpuext_block_ctx *bctx);
 
+/* ==== SCHEDULING ============================================================ */
+
+/*
+ * A driver keeps one gpuext_tsg_ctx per TSG for the TSG's lifetime.
+ * gpuext_tsg_init: fill tctx->timeslice_us/interleave with the stock values
+ * first; on return they hold what applies.  Returns 1 when the values are
+ * the policy's, 0 for stock.  Copies the ops name (or "") into ops_name.
+ * gpuext_tsg_bind: 0 to admit, -EPERM when the policy refused the TSG.
+ * gpuext_tsg_destroy: call once per initialised TSG, bound or not; every
+ * attached sched ops hears of it.
+ */
+int gpuext_tsg_init(struct gpuext_ctx *gctx, struct gpuext_tsg_ctx *tctx,
+		    char ops_name[GPUEXT_OPS_NAME_LEN]);
+int gpuext_tsg_bind(struct gpuext_ctx *gctx, struct gpuext_tsg_ctx *tctx);
+void gpuext_tsg_destroy(struct gpuext_ctx *gctx, struct gpuext_tsg_ctx *tctx);
+
 #endif /* GPUEXT_CORE_H */

@@ -29,4 +29,27 @@ struct gpuext_mem_ops {
 	int (*block_access)(struct gpuext_block_ctx *ctx);
 };
 
+
+/* ==== SCHEDULING ============================================================ */
+
+/*
+ * A named scheduling policy.  Several may be attached at once; each claims
+ * the priority classes it serves (classes, GPUEXT_SCHED_CLASS bits; two
+ * attached ops never share a class), and a tenant's config priority_class
+ * selects the ops for its TSGs.
+ *   tsg_init:    ask for a timeslice/interleave; GPUEXT_RET_HANDLED keeps
+ *                the requests unless one was refused, anything else = stock;
+ *   tsg_bind:    admit or refuse a new TSG (enum gpuext_bind_ret);
+ *   tsg_destroy: the TSG is gone (release per-TSG policy state, keyed by
+ *                tsg_id); delivered to every attached sched ops, since the
+ *                tenant's class may have changed since bind.
+ */
+struct gpuext_sched_ops {
+	int (*tsg_init)(struct gpuext_tsg_ctx *ctx);
+	int (*tsg_bind)(struct gpuext_tsg_ctx *ctx);
+	void (*tsg_destroy)(struct gpuext_tsg_ctx *ctx);
+	__u32 classes;
+	char name[GPUEXT_OPS_NAME_LEN];
+};
+
 #endif /* GPUEXT_OPS_H */
