@@ -3,7 +3,6 @@ package policies
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 
 	"github.com/cilium/ebpf"
@@ -13,33 +12,35 @@ import (
 // ErrUnknownPolicy is returned for a name that is not in the catalog.
 var ErrUnknownPolicy = errors.New("unknown policy")
 
-// ErrCoreMissing is returned when the gpuext core module is not loaded.
-var ErrCoreMissing = errors.New("gpuext core module not loaded")
+// ErrCoreMissing is ErrNoCore (the older name).
+var ErrCoreMissing = ErrNoCore
 
 type entry struct {
 	load   func() (*ebpf.CollectionSpec, error)
 	opsMap string
+	ops    string // the ops name the core lists (struct gpuext_*_ops.name)
+	kind   Kind
 }
 
 // catalog: eviction and prefetch policies under their names in
 // policies.EvictionAlgorithms and policies.PrefetchAlgorithms.
 var catalog = map[string]entry{
-	"fifo": {loadFifo, "fifo_ops"},
-	"lru":  {loadLru, "lru_ops"},
-	"lfu":  {loadLfu, "lfu_ops"},
-	"mru":  {loadMru, "mru_ops"},
+	"fifo": {loadFifo, "fifo_ops", "fifo", KindMemory},
+	"lru":  {loadLru, "lru_ops", "lru", KindMemory},
+	"lfu":  {loadLfu, "lfu_ops", "lfu", KindMemory},
+	"mru":  {loadMru, "mru_ops", "mru", KindMemory},
 
-	"tenant-quota":      {loadTenantQuota, "tenant_quota_ops"},
-	"priority-weighted": {loadPrioWeighted, "prio_weighted_ops"},
+	"tenant-quota":      {loadTenantQuota, "tenant_quota_ops", "tenant_quota", KindMemory},
+	"priority-weighted": {loadPrioWeighted, "prio_weighted_ops", "prio_weighted", KindMemory},
 
-	"none":           {loadPrefetchNone, "prefetch_none_ops"},
-	"always-max":     {loadPrefetchAlwaysMax, "prefetch_always_max_ops"},
-	"stride":         {loadPrefetchStride, "prefetch_stride_ops"},
-	"sequential":     {loadPrefetchSequential, "prefetch_sequential_ops"},
-	"tree-threshold": {loadPrefetchTree, "prefetch_tree_ops"},
+	"none":           {loadPrefetchNone, "prefetch_none_ops", "pf_none", KindMemory},
+	"always-max":     {loadPrefetchAlwaysMax, "prefetch_always_max_ops", "pf_always_max", KindMemory},
+	"stride":         {loadPrefetchStride, "prefetch_stride_ops", "pf_stride", KindMemory},
+	"sequential":     {loadPrefetchSequential, "prefetch_sequential_ops", "pf_sequential", KindMemory},
+	"tree-threshold": {loadPrefetchTree, "prefetch_tree_ops", "pf_tree", KindMemory},
 	// Scheduling (gpuext_sched_ops); see sched.go.
-	"sched_priority": {loadSchedPriority, "sched_priority_ops"},
-	"sched_admit":    {loadSchedAdmit, "sched_admit_ops"},
+	"sched_priority": {loadSchedPriority, "sched_priority_ops", "sched_priority", KindSched},
+	"sched_admit":    {loadSchedAdmit, "sched_admit_ops", "sched_admit", KindSched},
 }
 
 // Names lists the policies this package can attach.
@@ -54,9 +55,10 @@ func Names() []string {
 
 // Attached is one attached memory policy.  Close detaches it.
 type Attached struct {
-	Name string
-	coll *ebpf.Collection
-	link link.Link
+	Name   string
+	coll   *ebpf.Collection // nil for a handle re-opened from a pin
+	link   link.Link
+	pinned bool
 }
 
 // Link is the struct_ops link (pin it to outlive this process).
@@ -64,14 +66,24 @@ func (a *Attached) Link() link.Link { return a.link }
 
 // Map returns the policy's map name (a policy's own state, e.g. for stats).
 func (a *Attached) Map(name string) (*ebpf.Map, bool) {
+	if a.coll == nil {
+		return nil, false
+	}
 	m, ok := a.coll.Maps[name]
 	return m, ok
 }
 
-// Close detaches the policy; its tenants get the driver's stock behaviour.
+// Pinned reports whether the policy's link is pinned (Loader.Attach/Open):
+// then Close only drops this handle and the policy stays attached.
+func (a *Attached) Pinned() bool { return a.pinned }
+
+// Close detaches an unpinned policy (its tenants get the driver's stock
+// behaviour); for a pinned one it only releases this process's handle.
 func (a *Attached) Close() error {
 	err := a.link.Close()
-	a.coll.Close()
+	if a.coll != nil {
+		a.coll.Close()
+	}
 	return err
 }
 
@@ -81,8 +93,8 @@ func Attach(name string) (*Attached, error) {
 	if !ok {
 		return nil, fmt.Errorf("attach %q: %w", name, ErrUnknownPolicy)
 	}
-	if _, err := os.Stat("/sys/module/gpuext"); err != nil {
-		return nil, fmt.Errorf("attach %q: %w", name, ErrCoreMissing)
+	if err := DefaultCore().Check(); err != nil {
+		return nil, fmt.Errorf("attach %q: %w", name, err)
 	}
 	spec, err := e.load()
 	if err != nil {

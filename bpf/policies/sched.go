@@ -19,7 +19,7 @@ const admitLimitsMap = "admit_limits"
 // SetContextLimit sets the number of bound TSGs that sched_admit allows a
 // tenant (tenant 0: the default for tenants without their own limit).
 func (a *Attached) SetContextLimit(tenant uint32, limit uint32) error {
-	m, ok := a.coll.Maps[admitLimitsMap]
+	m, ok := a.Map(admitLimitsMap)
 	if !ok {
 		return fmt.Errorf("set context limit: policy %q has no %s map", a.Name, admitLimitsMap)
 	}

@@ -16,6 +16,8 @@
  *   registry  write: fd of the pinned gpuext_cgroups map (cgroup id -> tenant
  *             config); read: "map <id>" or "none"
  *   ops       read: one line per attached ops with its counters
+ *   abi_version  read-only: GPUEXT_ABI_VERSION of this core (loaders refuse
+ *             to attach policies built for another)
  *   system    write: name of the memory ops that arbitrates device memory
  *             across tenants (evict_arbitrate), "" or "none" for stock;
  *             read: that name or "none"
@@ -62,6 +64,7 @@ static struct bpf_map __rcu *gpuext_registry; /* cgroup id -> gpuext_tenant_conf
 static DEFINE_MUTEX(gpuext_registry_lock);
 
 static struct dentry *gpuext_debugfs;
+static u32 gpuext_abi_version = GPUEXT_ABI_VERSION; /* debugfs abi_version, 0444 */
 
 /* Name of the system memory ops (evict_arbitrate); looked up per call, so detach needs no fixup. */
 static char gpuext_system_name[GPUEXT_OPS_NAME_LEN];
@@ -805,6 +808,7 @@ static int __init gpuext_init(void)
 	if (err)
 		return err;
 	gpuext_debugfs = debugfs_create_dir("gpuext", NULL);
+	debugfs_create_u32("abi_version", 0444, gpuext_debugfs, &gpuext_abi_version);
 	debugfs_create_file("registry", 0600, gpuext_debugfs, NULL, &gpuext_registry_fops);
 	debugfs_create_file("ops", 0400, gpuext_debugfs, NULL, &gpuext_ops_fops);
 	debugfs_create_file("system", 0600, gpuext_debugfs, NULL, &gpuext_system_fops);
