@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gpuext/gpuext/bpf"
+	kpolicies "github.com/gpuext/gpuext/bpf/policies"
 	"github.com/gpuext/gpuext/devrt/board"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
@@ -33,6 +34,11 @@ Commands:
                                      delayed launches
   policies [--json]                  the policy catalog (built-in + the config's catalogDir)
   policies show NAME                 one policy as JSON (copy it into catalogDir to make your own)
+  policies attached [--json]         the kernel policies attached to the gpuext core: name, kind (memory/sched),
+                                     classes, calls, handled, refused, errors (from pins and the core's debugfs)
+  policies attach NAME               attach a kernel policy (bpf/policies catalog) with a pinned link: it stays
+                                     attached until detached
+  policies detach NAME               unpin and detach it: its tenants return to the driver's stock behaviour
   board [--interval 1ms]             publish the device runtime's priority board (the NRI plugin does this
                                      itself; run it on Docker/podman hosts)
   gc [--grace 10m] [--all]           drop registry entries whose cgroup is gone (OCI hook path; --all: every
@@ -185,6 +191,10 @@ func listPolicies(cfg config.Config, args []string, out io.Writer) error {
 		return err
 	}
 	if rest := fs.Args(); len(rest) > 0 {
+		switch rest[0] {
+		case "attached", "attach", "detach":
+			return kernelPolicies(cfg, rest[0], rest[1:], out)
+		}
 		if rest[0] != "show" || len(rest) != 2 {
 			return fmt.Errorf("usage: gpuextctl policies show NAME")
 		}
@@ -206,6 +216,95 @@ func listPolicies(cfg config.Config, args []string, out io.Writer) error {
 	fmt.Fprintln(tw, "POLICY\tSUMMARY\tDESCRIPTION")
 	for _, p := range list {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.Summary(), p.Description)
+	}
+	return tw.Flush()
+}
+
+// AttachedRow is one line of `policies attached` (also the --json element).
+type AttachedRow struct {
+	Name    string   `json:"name"`
+	Ops     string   `json:"ops"`
+	Kind    string   `json:"kind"`
+	Classes []string `json:"classes,omitempty"`
+	Pinned  bool     `json:"pinned"`
+	Listed  bool     `json:"listed"`
+	Calls   uint64   `json:"calls"`
+	Handled uint64   `json:"handled"`
+	Refused uint64   `json:"refused"`
+	Errors  uint64   `json:"errors"`
+	Denied  uint64   `json:"denied"`
+}
+
+// kernelPolicies: policies attached | attach NAME | detach NAME.
+func kernelPolicies(cfg config.Config, cmd string, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("policies "+cmd, flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pinDir := fs.String("pin-dir", cfg.PinDir, "bpffs pin directory (links under <pin-dir>/links)")
+	debugfs := fs.String("debugfs", kpolicies.DefaultDebugfsDir, "the gpuext core's debugfs directory")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	l := &kpolicies.Loader{PinDir: *pinDir, Core: kpolicies.Core{Dir: *debugfs}}
+	switch cmd {
+	case "attach", "detach":
+		if fs.NArg() != 1 {
+			return fmt.Errorf("usage: gpuextctl policies %s NAME (known: %s)", cmd, strings.Join(kpolicies.Names(), ", "))
+		}
+		name := fs.Arg(0)
+		if cmd == "detach" {
+			if err := l.Detach(name); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "detached %s\n", name)
+			return nil
+		}
+		a, err := l.Attach(name)
+		if err != nil {
+			return err
+		}
+		a.Close() // the pin keeps it attached
+		fmt.Fprintf(out, "attached %s (pinned at %s)\n", name, filepath.Join(l.LinksDir(), name))
+		return nil
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("usage: gpuextctl policies attached [--json]")
+	}
+	list, err := l.Attached()
+	if err != nil {
+		return err
+	}
+	rows := []AttachedRow{}
+	for _, s := range list {
+		r := AttachedRow{Name: s.Name, Ops: s.Ops, Kind: string(s.Kind), Pinned: s.Pinned, Listed: s.Listed,
+			Calls: s.Calls, Handled: s.Handled, Refused: s.Refused, Errors: s.Errors, Denied: s.Denied}
+		for c := uint32(0); c < 32; c++ {
+			if s.Classes&(1<<c) != 0 {
+				r.Classes = append(r.Classes, admission.PriorityClassName(c))
+			}
+		}
+		rows = append(rows, r)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tOPS\tKIND\tCLASSES\tCALLS\tHANDLED\tREFUSED\tERRORS\tSTATE")
+	for _, r := range rows {
+		classes := "-"
+		if len(r.Classes) > 0 {
+			classes = strings.Join(r.Classes, ",")
+		}
+		state := "pinned"
+		switch {
+		case !r.Listed:
+			state = "pinned, not in core (stale pin)"
+		case !r.Pinned:
+			state = "not pinned here"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", dash(r.Name), r.Ops, dash(r.Kind), classes,
+			r.Calls, r.Handled, r.Refused, r.Errors, state)
 	}
 	return tw.Flush()
 }

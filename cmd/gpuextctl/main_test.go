@@ -3,12 +3,18 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/gpuext/gpuext/bpf/bpftest"
 
 	"github.com/gpuext/gpuext/bpf"
+	kpolicies "github.com/gpuext/gpuext/bpf/policies"
 	"github.com/gpuext/gpuext/cgroup"
 )
 
@@ -80,6 +86,68 @@ func TestTenantsTable(t *testing.T) {
 	for _, s := range []string{"TENANT", "web", "ns/p", "containerd", "/kubepods/pod1/abc", "4242", "quota", "8GiB", "latency-critical"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("tenant table lacks %q:\n%s", s, out.String())
+		}
+	}
+}
+
+// policies attached/attach/detach without a core say how to load it.
+func TestKernelPoliciesWithoutCore(t *testing.T) {
+	nocore := filepath.Join(t.TempDir(), "gpuext")
+	for _, args := range [][]string{
+		{"policies", "attached", "--debugfs", nocore, "--pin-dir", t.TempDir()},
+		{"policies", "attach", "--debugfs", nocore, "--pin-dir", t.TempDir(), "fifo"},
+	} {
+		err := run(args, &bytes.Buffer{})
+		if !errors.Is(err, kpolicies.ErrNoCore) || !strings.Contains(err.Error(), "modprobe gpuext") {
+			t.Errorf("gpuextctl %v: %v, want ErrNoCore saying modprobe gpuext", args, err)
+		}
+	}
+	if err := run([]string{"policies", "detach", "--pin-dir", t.TempDir(), "fifo"}, &bytes.Buffer{}); err == nil ||
+		!strings.Contains(err.Error(), "not attached") {
+		t.Errorf("detach of a policy never attached: %v", err)
+	}
+}
+
+// policies attached --json reads pins and a (fake) core's counters.
+func TestKernelPoliciesAttachedJSON(t *testing.T) {
+	dbg := t.TempDir()
+	for name, data := range map[string]string{
+		"abi_version": strconv.FormatUint(uint64(bpf.ABIVersion), 10) + "\n",
+		"ops":         "fifo calls 7 handled 5 errors 1 refused 2\n",
+		"sched_ops":   "sched_priority classes 0x5 calls 3 handled 3 errors 0 refused 0 denied 0\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dbg, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pin := t.TempDir()
+	os.MkdirAll(filepath.Join(pin, "links"), 0o755)
+	for _, n := range []string{"fifo", "sched_priority"} {
+		os.WriteFile(filepath.Join(pin, "links", n), nil, 0o644)
+	}
+	var out bytes.Buffer
+	if err := run([]string{"policies", "attached", "--json", "--debugfs", dbg, "--pin-dir", pin}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var rows []AttachedRow
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
+		t.Fatalf("policies attached --json: %v\n%s", err, out.String())
+	}
+	want := []AttachedRow{
+		{Name: "fifo", Ops: "fifo", Kind: "memory", Pinned: true, Listed: true, Calls: 7, Handled: 5, Refused: 2, Errors: 1},
+		{Name: "sched_priority", Ops: "sched_priority", Kind: "sched", Classes: []string{"latency-critical", "best-effort"},
+			Pinned: true, Listed: true, Calls: 3, Handled: 3},
+	}
+	if !reflect.DeepEqual(rows, want) {
+		t.Errorf("policies attached --json = %+v, want %+v", rows, want)
+	}
+	out.Reset()
+	if err := run([]string{"policies", "attached", "--debugfs", dbg, "--pin-dir", pin}, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"NAME", "fifo", "memory", "sched_priority", "latency-critical,best-effort"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("attached table lacks %q:\n%s", s, out.String())
 		}
 	}
 }
