@@ -21,7 +21,9 @@ for m in gpuext gpusim; do
 done
 echo "KERNEL-LAB TESTS BEGIN"
 if [ $rc = 0 ]; then
-	cd /tmp && HOME=/tmp /lab/guest.test -test.v -test.count=1 2>&1
+	# GPUEXT_KERNEL_TEST_RUN (from the kernel command line, as lab.sh bench
+	# sets it) narrows the run to matching tests.
+	cd /tmp && HOME=/tmp /lab/guest.test -test.v -test.count=1 ${GPUEXT_KERNEL_TEST_RUN:+-test.run=$GPUEXT_KERNEL_TEST_RUN} -test.timeout=${GPUEXT_KERNEL_TEST_TIMEOUT:-10m} 2>&1
 	rc=$?
 fi
 dmesg | grep -E 'gpuext|gpusim|BUG|WARNING' | sed 's/^/dmesg: /'

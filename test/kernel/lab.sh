@@ -6,6 +6,9 @@
 #   test/kernel/lab.sh build   build gpuext.ko, gpusim.ko and the static guest test binary
 #   test/kernel/lab.sh run     pack an initramfs, boot qemu, print the guest's go test -v output
 #   test/kernel/lab.sh all     fetch + build + run
+#   test/kernel/lab.sh bench   fetch + build, boot with the trace-replay benchmark
+#                              (TestBenchmarkTraces only) and write its BENCH lines
+#                              to bench/kernel-sim.txt (SIMULATED figures)
 #
 # Everything is cached under $REPO/.cache/kernel.  Exit status is non-zero when
 # any guest test fails or the guest never reports.
@@ -172,10 +175,42 @@ cmd_run() {
 	return 1
 }
 
+# cmd_bench: boot the guest with GPUEXT_KERNEL_BENCH=1 (the kernel hands
+# unknown name=value parameters to /init's environment), run only
+# TestBenchmarkTraces, and keep its BENCH lines in bench/kernel-sim.txt.
+cmd_bench() {
+	cmd_fetch
+	cmd_build
+	local t0=$SECONDS dest=${KERNEL_LAB_BENCH_OUT:-$REPO/bench/kernel-sim.txt} serial tmp
+	TIMEOUT=${KERNEL_LAB_BENCH_TIMEOUT:-900}
+	KERNEL_LAB_APPEND="${KERNEL_LAB_APPEND:-} GPUEXT_KERNEL_BENCH=1 GPUEXT_KERNEL_TEST_RUN=^TestBenchmarkTraces\$"
+	rm -f "$OUT"/serial-*.log
+	cmd_run >"$OUT/bench-run.log" 2>&1 || { cat "$OUT/bench-run.log"; die "benchmark run failed"; }
+	serial=$(ls -t "$OUT"/serial-*.log | head -1)
+	tmp=$(mktemp)
+	tr -d '\r' <"$serial" | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g' | grep -oE 'BENCH(-BEGIN|-END)? .*SIMULATED' >"$tmp" || true
+	grep -q '^BENCH-END' "$tmp" || { rm -f "$tmp"; cat "$OUT/bench-run.log"; die "no BENCH-END line in $serial"; }
+	mkdir -p "$(dirname "$dest")"
+	{
+		echo "# gpuext kernel-lab trace-replay benchmark -- SIMULATED (gpusim memory model in a qemu TCG guest, no GPU)"
+		echo "# machine: $(uname -nmr) $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+		echo "# guest kernel: $(cat "$CACHE/abi"), qemu -accel tcg -smp 1 -m 1G"
+		echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+		echo "# commit: $(git -C "$REPO" rev-parse --short HEAD)$(git -C "$REPO" diff --quiet HEAD -- test/kernel kmod bpf 2>/dev/null || echo '+dirty')"
+		echo "# command: test/kernel/lab.sh bench"
+		echo "# SIMULATED: pages and faults are gpusim's counters, not measurements of a GPU"
+		cat "$tmp"
+	} >"$dest"
+	rm -f "$tmp"
+	log "benchmark: $(grep -c '^BENCH ' "$dest") runs written to $dest in $((SECONDS - t0))s"
+	log "PASS"
+}
+
 case "${1:-all}" in
 fetch) cmd_fetch ;;
 build) cmd_build ;;
 run) cmd_run ;;
 all) cmd_fetch; cmd_build; cmd_run ;;
-*) die "usage: $0 fetch|build|run|all" ;;
+bench) cmd_bench ;;
+*) die "usage: $0 fetch|build|run|all|bench" ;;
 esac
