@@ -196,7 +196,7 @@ cmd_bench() {
 		echo "# machine: $(uname -nmr) $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 		echo "# guest kernel: $(cat "$CACHE/abi"), qemu -accel tcg -smp 1 -m 1G"
 		echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-		echo "# commit: $(git -C "$REPO" rev-parse --short HEAD)$(git -C "$REPO" diff --quiet HEAD -- test/kernel kmod bpf 2>/dev/null || echo '+dirty')"
+		echo "# commit: $(git -C "$REPO" rev-parse --short HEAD)$(git -C "$REPO" diff --quiet HEAD -- test/kernel kmod/gpuext kmod/gpusim kmod/include bpf 2>/dev/null || echo '+dirty')"
 		echo "# command: test/kernel/lab.sh bench"
 		echo "# SIMULATED: pages and faults are gpusim's counters, not measurements of a GPU"
 		cat "$tmp"
