@@ -48,8 +48,10 @@ test-e2e: deps build ## only the real-runtime end-to-end tests
 demo: deps build ## real containerd + NRI + runc: labelled containers and the tenant table
 	@test/demo.sh
 
-bench: deps build ## admission latency (in-process) and crictl create+start with/without the plugin; writes bench/results.txt
+bench: deps build ## admission latency, crictl with/without the plugin (bench/results.txt); kernel-lab trace replay, SIMULATED (bench/kernel-sim.txt, docs/kernel-sim.png)
 	@test/bench.sh
+	@test/kernel/lab.sh bench
+	@$(GO) run ./test/kernel/benchplot -in bench/kernel-sim.txt -png docs/kernel-sim.png
 
 kernel-test: ## boot Debian's 6.12 kernel in qemu with gpuext.ko + gpusim.ko and run the guest tests (cached in .cache/kernel)
 	@test/kernel/lab.sh all
