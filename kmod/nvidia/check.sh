@@ -21,7 +21,7 @@ mapfile -t PATCHES < <(ls "$HERE"/[0-9][0-9][0-9][0-9]-*.patch)
 [ ${#PATCHES[@]} -gt 0 ] || die "no patches in $HERE"
 
 # Files the series may touch, and nothing else.
-ALLOWED='^(kernel-open/Kbuild|kernel-open/common/inc/nv-gpuext\.h|kernel-open/nvidia-uvm/uvm_(va_space\.[ch]|perf_prefetch\.c|pmm_gpu\.c))$'
+ALLOWED='^(kernel-open/Kbuild|kernel-open/common/inc/(nv-gpuext|os-interface)\.h|kernel-open/nvidia-uvm/uvm_(va_space\.[ch]|perf_prefetch\.c|pmm_gpu\.c)|kernel-open/nvidia/os-interface\.c|src/nvidia/arch/nvalloc/unix/include/os-interface\.h|src/nvidia/generated/g_kernel_channel_group_nvoc\.h|src/nvidia/src/kernel/gpu/fifo/kernel_channel_group(_api)?\.c)$'
 
 for p in "${PATCHES[@]}"; do
 	n=$(basename "$p")
@@ -46,15 +46,84 @@ for p in "${PATCHES[@]}"; do
 	git -C "$WORK" apply --check "$p" || die "$(basename "$p") does not apply"
 	git -C "$WORK" apply "$p"; log "applied $(basename "$p")"
 done
-log "building kernel-open against $KDIR (GPUEXT_INCLUDE=$GPUEXT_INCLUDE)"
+# Debian splits the headers: linux-headers-*-amd64 (the output tree: .config,
+# generated headers, Module.symvers) includes linux-headers-*-common (the
+# source tree) by path.  NVIDIA's conftest needs both, as SYSSRC and SYSOUT;
+# SYSSRC=<amd64 dir> alone misdetects kernel APIs (e.g. nv-time.h redefining
+# ktime_get_raw_ts64, nv_stdarg.h not finding stdarg.h).
+SYSOUT=${SYSOUT:-$KDIR}
+SYSSRC=${SYSSRC:-$(sed -n 's|^include \(/.*\)/Makefile$|\1|p' "$SYSOUT/Makefile" | head -n1)}
+SYSSRC=${SYSSRC:-$SYSOUT}
+[ -f "$SYSSRC/Makefile" ] && [ -f "$SYSOUT/.config" ] || die "bad headers: SYSSRC=$SYSSRC SYSOUT=$SYSOUT"
+MODULES=${MODULES:-nvidia-uvm}
+JOBS=${JOBS:-2}
+log "building $MODULES against SYSSRC=$SYSSRC SYSOUT=$SYSOUT (GPUEXT_INCLUDE=$GPUEXT_INCLUDE, -j$JOBS)"
 t0=$SECONDS
-make -C "$WORK" modules -j"${JOBS:-2}" SYSSRC="$KDIR" GPUEXT_INCLUDE="$GPUEXT_INCLUDE" 2>&1 |
-	while IFS= read -r l; do echo "$l"; done | awk '{print; fflush()}' || true
-[ -f "$WORK/kernel-open/nvidia-uvm.ko" ] || die "build failed after $((SECONDS - t0)) s"
-log "built in $((SECONDS - t0)) s"
-for s in gpuext_ctx_create gpuext_ctx_destroy gpuext_prefetch gpuext_evict_prepare gpuext_block_activate gpuext_block_access; do
-	strings "$WORK/kernel-open/nvidia-uvm.ko" | grep -qx "$s" || die "nvidia-uvm.ko does not reference $s"
-	log "nvidia-uvm.ko references $s (symbol_get)"
+BUILDLOG=$WORK.build.log
+# Progress: one line per compiled object, with a running count and elapsed time.
+progress() { awk -v t0="$(date +%s)" '
+	/^  (CC|LD|AR|MODPOST|CC \[M\]|LD \[M\]) / { n++; if (n % 10 == 0) { printf "[nv-check] %d objects, %d s: %s\n", n, systime() - t0, $NF; fflush() } }
+	/error:|warning:|\*\*\*/ { print; fflush() }'; }
+# nvidia-uvm alone: NVIDIA's common headers (nv-time.h, nv-mm.h, ...) rely on
+# conftest results that only nvidia/nvidia.Kbuild asks for, so kbuild is run
+# directly with NV_KERNEL_MODULES including nvidia (conftest + Kbuild) and asked
+# for the .ko targets only: nvidia.ko itself needs nv-kernel.o_binary, the RM
+# core built by the top-level Makefile (src/nvidia, long).  Without nvidia.ko's
+# Module.symvers, modpost only warns about nvidia-uvm.ko's nvUvmInterface*
+# imports (KBUILD_MODPOST_WARN=1).
+CC_KERNEL=$(sed -n 's/^CONFIG_CC_VERSION_TEXT="\([^ ]*\) .*/\1/p' "$SYSOUT/.config")
+command -v "$CC_KERNEL" >/dev/null 2>&1 || CC_KERNEL=${CC:-cc}
+case " $MODULES " in
+*" nvidia "*)
+	log "nvidia.ko requested: building the RM core (src/nvidia, nv-kernel.o) first - long on 2 cores"
+	build=(make -C "$WORK" modules -j"$JOBS" CC="$CC_KERNEL" SYSSRC="$SYSSRC" SYSOUT="$SYSOUT"
+		NV_KERNEL_MODULES="$MODULES" GPUEXT_INCLUDE="$GPUEXT_INCLUDE") ;;
+*)
+	kos=(); for m in $MODULES; do kos+=("$m.ko"); done
+	build=(make -C "$SYSSRC" KBUILD_OUTPUT="$SYSOUT" M="$WORK/kernel-open" ARCH=x86_64 CC="$CC_KERNEL" -j"$JOBS"
+		NV_KERNEL_SOURCES="$SYSSRC" NV_KERNEL_OUTPUT="$SYSOUT" NV_KERNEL_MODULES="nvidia $MODULES"
+		GPUEXT_INCLUDE="$GPUEXT_INCLUDE" KBUILD_MODPOST_WARN=1 "${kos[@]}") ;;
+esac
+set +o pipefail
+${NICE:-nice -n 19} "${build[@]}" >"$BUILDLOG" 2>&1 &
+bpid=$!
+tail -n +1 -F --pid=$bpid "$BUILDLOG" 2>/dev/null | progress
+wait $bpid && brc=0 || brc=$?
+set -o pipefail
+log "make exited $brc after $((SECONDS - t0)) s (full log: $BUILDLOG)"
+for m in $MODULES; do
+	[ -f "$WORK/kernel-open/$m.ko" ] || { tail -n 40 "$BUILDLOG" >&2; die "$m.ko not built"; }
 done
-nm "$WORK/kernel-open/nvidia-uvm.ko" | grep -q ' U __symbol_get$' || die "nvidia-uvm.ko does not import __symbol_get"
-log "PASS"
+log "built in $((SECONDS - t0)) s: $(cd "$WORK/kernel-open" && ls -1 $(printf '%s.ko ' $MODULES) | tr '\n' ' ')"
+
+# String literals only (not debug info, which names the prototypes too).
+rodata_strings() { readelf -W -p .rodata.str1.1 -p .rodata.str1.8 "$1" 2>/dev/null | sed -n 's/^ *\[ *[0-9a-f]*\]  *//p'; }
+# A symbol_get()'d call site: its name is a string literal passed to
+# __symbol_get, and the module has no link-time reference to it (which would
+# make gpuext.ko a hard dependency).
+verify() { # module.ko symbol...
+	local ko=$WORK/kernel-open/$1 m=$1 s; shift
+	local strs syms
+	strs=$(rodata_strings "$ko"); syms=$(nm "$ko")
+	grep -q ' U __symbol_get$' <<<"$syms" || die "$m does not import __symbol_get"
+	grep -q ' U __symbol_put$' <<<"$syms" || die "$m does not import __symbol_put"
+	for s in "$@"; do
+		grep -qx "$s" <<<"$strs" || die "$m has no symbol_get(\"$s\") string"
+		! grep -q " [Uw] $s\$" <<<"$syms" || die "$m links against $s (hard dependency on gpuext.ko)"
+		log "$m: symbol_get($s)"
+	done
+	! readelf -W -p .modinfo "$ko" | grep -q 'depends=.*gpuext' || die "$m depends on gpuext"
+	log "$m: imports __symbol_get/__symbol_put, no link-time dependency on gpuext.ko"
+}
+UVM_SYMS=(gpuext_ctx_create gpuext_ctx_destroy gpuext_prefetch gpuext_evict_prepare gpuext_block_activate gpuext_block_access)
+TSG_SYMS=(gpuext_tsg_init gpuext_tsg_bind gpuext_tsg_destroy)
+case " $MODULES " in *" nvidia-uvm "*) verify nvidia-uvm.ko "${UVM_SYMS[@]}" ;; esac
+case " $MODULES " in *" nvidia "*)
+	verify nvidia.ko gpuext_ctx_create gpuext_ctx_destroy "${TSG_SYMS[@]}"
+	for s in os_gpuext_tsg_init os_gpuext_tsg_bind os_gpuext_tsg_destroy; do
+		nm "$WORK/kernel-open/nvidia.ko" | grep -q " T $s\$" || die "nvidia.ko does not define $s"
+	done
+	log "nvidia.ko: RM core calls os_gpuext_tsg_init/bind/destroy (defined)" ;;
+*)	log "nvidia.ko not built (MODULES=\"$MODULES\"; MODULES=\"nvidia nvidia-uvm\" builds the RM core too): scheduling call sites NOT verified" ;;
+esac
+log "PASS ($MODULES)"
