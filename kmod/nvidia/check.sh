@@ -60,9 +60,11 @@ JOBS=${JOBS:-2}
 log "building $MODULES against SYSSRC=$SYSSRC SYSOUT=$SYSOUT (GPUEXT_INCLUDE=$GPUEXT_INCLUDE, -j$JOBS)"
 t0=$SECONDS
 BUILDLOG=$WORK.build.log
-# Progress: one line per compiled object, with a running count and elapsed time.
+# Progress: every 25th compiled object (kbuild's "  CC [M]  x.o" and the RM
+# and modeset cores' " [ nvidia ]  CC  x.c"), with a running count and the
+# elapsed time; errors and warnings in full.
 progress() { awk -v t0="$(date +%s)" '
-	/^  (CC|LD|AR|MODPOST|CC \[M\]|LD \[M\]) / { n++; if (n % 10 == 0) { printf "[nv-check] %d objects, %d s: %s\n", n, systime() - t0, $NF; fflush() } }
+	/^  (CC|LD|AR|MODPOST|CC \[M\]|LD \[M\]) |^ \[ [a-z-]+ *\] +(CC|CXX|LD|AR) / { n++; if (n % 25 == 0) { printf "[nv-check] %d objects, %d s: %s\n", n, systime() - t0, $NF; fflush() } }
 	/error:|warning:|\*\*\*/ { print; fflush() }'; }
 # nvidia-uvm alone: NVIDIA's common headers (nv-time.h, nv-mm.h, ...) rely on
 # conftest results that only nvidia/nvidia.Kbuild asks for, so kbuild is run
