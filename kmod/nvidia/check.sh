@@ -57,6 +57,15 @@ SYSSRC=${SYSSRC:-$SYSOUT}
 [ -f "$SYSSRC/Makefile" ] && [ -f "$SYSOUT/.config" ] || die "bad headers: SYSSRC=$SYSSRC SYSOUT=$SYSOUT"
 MODULES=${MODULES:-nvidia-uvm}
 JOBS=${JOBS:-2}
+# NVIDIA 580.95.05's nv-pci.c calls pci_resize_resource() with 3 arguments;
+# Debian's 6.12.117 (a 6.12.y backport) takes 4 (exclude_bars), so nvidia.ko's
+# nv-pci.o does not compile against the kernel lab's headers, with or without
+# the series.  NV_HOST_COMPAT=1 edits that one call in the scratch copy (never
+# in the series) so the rest of nvidia.ko can be built and checked.
+if [ "${NV_HOST_COMPAT:-0}" = 1 ] && grep -q 'pci_resize_resource(struct pci_dev \*dev, int i, int size,$' "$SYSSRC/include/linux/pci.h"; then
+	sed -i 's/pci_resize_resource(pci_dev, NV_GPU_BAR1, requested_size)/pci_resize_resource(pci_dev, NV_GPU_BAR1, requested_size, 0)/' "$WORK/kernel-open/nvidia/nv-pci.c"
+	log "NV_HOST_COMPAT=1: edited NVIDIA's kernel-open/nvidia/nv-pci.c in $WORK (pci_resize_resource(..., 0)); NOT part of the series"
+fi
 log "building $MODULES against SYSSRC=$SYSSRC SYSOUT=$SYSOUT (GPUEXT_INCLUDE=$GPUEXT_INCLUDE, -j$JOBS)"
 t0=$SECONDS
 BUILDLOG=$WORK.build.log
@@ -94,7 +103,12 @@ wait $bpid && brc=0 || brc=$?
 set -o pipefail
 log "make exited $brc after $((SECONDS - t0)) s (full log: $BUILDLOG)"
 for m in $MODULES; do
-	[ -f "$WORK/kernel-open/$m.ko" ] || { tail -n 40 "$BUILDLOG" >&2; die "$m.ko not built"; }
+	[ -f "$WORK/kernel-open/$m.ko" ] && continue
+	grep -E 'error:|\*\*\*' "$BUILDLOG" | head -n 20 >&2
+	grep -q "too few arguments to function .pci_resize_resource" "$BUILDLOG" &&
+		log "nvidia.ko: known upstream 580.95.05 / 6.12.y incompatibility in NVIDIA's nv-pci.c, not in the series (NV_HOST_COMPAT=1 works around it in the scratch copy)"
+	[ -f "$WORK/src/nvidia/_out/Linux_x86_64/nv-kernel.o" ] && log "RM core nv-kernel.o was built"
+	die "$m.ko not built"
 done
 log "built in $((SECONDS - t0)) s: $(cd "$WORK/kernel-open" && ls -1 $(printf '%s.ko ' $MODULES) | tr '\n' ' ')"
 
