@@ -139,7 +139,13 @@ case " $MODULES " in *" nvidia "*)
 	for s in os_gpuext_tsg_init os_gpuext_tsg_bind os_gpuext_tsg_destroy; do
 		nm "$WORK/kernel-open/nvidia.ko" | grep -q " T $s\$" || die "nvidia.ko does not define $s"
 	done
-	log "nvidia.ko: RM core calls os_gpuext_tsg_init/bind/destroy (defined)" ;;
+	# Call sites in the RM core: kchangrpInit (init, destroy on failure),
+	# kchangrpDestroy (destroy), GPFIFO_SCHEDULE (bind).
+	relocs=$(readelf -W -r "$WORK/kernel-open/nvidia.ko" | awk '$5 ~ /^os_gpuext_tsg_/ {print $5}' | sort | uniq -c | tr -s ' ' | tr '\n' ',')
+	for s in os_gpuext_tsg_init os_gpuext_tsg_bind os_gpuext_tsg_destroy; do
+		grep -q " $s," <<<"$relocs" || die "nvidia.ko: no call to $s"
+	done
+	log "nvidia.ko: os_gpuext_tsg_* defined, calls (relocations) from the RM core:$relocs" ;;
 *)	log "nvidia.ko not built (MODULES=\"$MODULES\"; MODULES=\"nvidia nvidia-uvm\" builds the RM core too): scheduling call sites NOT verified" ;;
 esac
 log "PASS ($MODULES)"
