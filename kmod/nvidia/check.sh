@@ -5,6 +5,7 @@
 #
 #   kmod/nvidia/check.sh NVIDIA_SRC_DIR   apply + build + verify
 #   kmod/nvidia/check.sh --dry-run        patch-format checks only (CI: no tree)
+#   kmod/nvidia/check.sh --verify-only    symbol checks on the modules already built in $WORK
 #
 # WORK (default /tmp/gpuext-nv-check) holds the patched copy; GPUEXT_INCLUDE
 # (default kmod/include) is the header gpusim.ko compiles; KDIR defaults to
@@ -15,8 +16,8 @@ REPO=$(cd "$HERE/../.." && pwd)
 log() { echo "[nv-check] $*"; }
 die() { echo "[nv-check] FAIL: $*" >&2; exit 1; }
 
-SRC="" DRY=0
-for a in "$@"; do case $a in --dry-run) DRY=1 ;; *) SRC=$a ;; esac; done
+SRC="" DRY=0 VERIFY_ONLY=0
+for a in "$@"; do case $a in --dry-run) DRY=1 ;; --verify-only) VERIFY_ONLY=1 ;; *) SRC=$a ;; esac; done
 mapfile -t PATCHES < <(ls "$HERE"/[0-9][0-9][0-9][0-9]-*.patch)
 [ ${#PATCHES[@]} -gt 0 ] || die "no patches in $HERE"
 
@@ -36,8 +37,12 @@ for p in "${PATCHES[@]}"; do
 done
 [ $DRY = 1 ] && { log "dry run: ${#PATCHES[@]} patches well-formed (nothing applied or built)"; exit 0; }
 
-[ -n "$SRC" ] && [ -f "$SRC/kernel-open/nvidia-uvm/uvm_pmm_gpu.c" ] || die "usage: $0 NVIDIA_SRC_DIR [--dry-run]"
 WORK=${WORK:-/tmp/gpuext-nv-check}
+MODULES=${MODULES:-nvidia-uvm}
+if [ $VERIFY_ONLY = 1 ]; then
+	log "verify only: the modules already built in $WORK"
+else
+[ -n "$SRC" ] && [ -f "$SRC/kernel-open/nvidia-uvm/uvm_pmm_gpu.c" ] || die "usage: $0 NVIDIA_SRC_DIR [--dry-run]"
 GPUEXT_INCLUDE=${GPUEXT_INCLUDE:-$REPO/kmod/include}
 KDIR=${KDIR:-$("$REPO/test/kernel/lab.sh" fetch >&2 && cat "${KERNEL_LAB_CACHE:-$REPO/.cache/kernel}/kdir")}
 log "pristine copy of $SRC -> $WORK"
@@ -55,7 +60,6 @@ SYSOUT=${SYSOUT:-$KDIR}
 SYSSRC=${SYSSRC:-$(sed -n 's|^include \(/.*\)/Makefile$|\1|p' "$SYSOUT/Makefile" | head -n1)}
 SYSSRC=${SYSSRC:-$SYSOUT}
 [ -f "$SYSSRC/Makefile" ] && [ -f "$SYSOUT/.config" ] || die "bad headers: SYSSRC=$SYSSRC SYSOUT=$SYSOUT"
-MODULES=${MODULES:-nvidia-uvm}
 JOBS=${JOBS:-2}
 # NVIDIA 580.95.05's nv-pci.c calls pci_resize_resource() with 3 arguments;
 # Debian's 6.12.117 (a 6.12.y backport) takes 4 (exclude_bars), so nvidia.ko's
@@ -111,6 +115,7 @@ for m in $MODULES; do
 	die "$m.ko not built"
 done
 log "built in $((SECONDS - t0)) s: $(cd "$WORK/kernel-open" && ls -1 $(printf '%s.ko ' $MODULES) | tr '\n' ' ')"
+fi # VERIFY_ONLY
 
 # String literals only (not debug info, which names the prototypes too).
 rodata_strings() { readelf -W -p .rodata.str1.1 -p .rodata.str1.8 "$1" 2>/dev/null | sed -n 's/^ *\[ *[0-9a-f]*\]  *//p'; }
@@ -128,7 +133,9 @@ verify() { # module.ko symbol...
 		! grep -q " [Uw] $s\$" <<<"$syms" || die "$m links against $s (hard dependency on gpuext.ko)"
 		log "$m: symbol_get($s)"
 	done
-	! readelf -W -p .modinfo "$ko" | grep -q 'depends=.*gpuext' || die "$m depends on gpuext"
+	# (grep on variables, not pipes: grep -q exiting early + pipefail = SIGPIPE failures)
+	local modinfo; modinfo=$(readelf -W -p .modinfo "$ko")
+	! grep -q 'depends=.*gpuext' <<<"$modinfo" || die "$m depends on gpuext"
 	log "$m: imports __symbol_get/__symbol_put, no link-time dependency on gpuext.ko"
 }
 UVM_SYMS=(gpuext_ctx_create gpuext_ctx_destroy gpuext_prefetch gpuext_evict_prepare gpuext_block_activate gpuext_block_access)
@@ -136,8 +143,9 @@ TSG_SYMS=(gpuext_tsg_init gpuext_tsg_bind gpuext_tsg_destroy)
 case " $MODULES " in *" nvidia-uvm "*) verify nvidia-uvm.ko "${UVM_SYMS[@]}" ;; esac
 case " $MODULES " in *" nvidia "*)
 	verify nvidia.ko gpuext_ctx_create gpuext_ctx_destroy "${TSG_SYMS[@]}"
+	nvsyms=$(nm "$WORK/kernel-open/nvidia.ko")
 	for s in os_gpuext_tsg_init os_gpuext_tsg_bind os_gpuext_tsg_destroy; do
-		nm "$WORK/kernel-open/nvidia.ko" | grep -q " T $s\$" || die "nvidia.ko does not define $s"
+		grep -q " T $s\$" <<<"$nvsyms" || die "nvidia.ko does not define $s"
 	done
 	# Call sites in the RM core: kchangrpInit (init, destroy on failure),
 	# kchangrpDestroy (destroy), GPFIFO_SCHEDULE (bind).
