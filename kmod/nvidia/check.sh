@@ -78,7 +78,13 @@ BUILDLOG=$WORK.build.log
 # elapsed time; errors and warnings in full.
 progress() { awk -v t0="$(date +%s)" '
 	/^  (CC|LD|AR|MODPOST|CC \[M\]|LD \[M\]) |^ \[ [a-z-]+ *\] +(CC|CXX|LD|AR) / { n++; if (n % 25 == 0) { printf "[nv-check] %d objects, %d s: %s\n", n, systime() - t0, $NF; fflush() } }
-	/error:|warning:|\*\*\*/ { print; fflush() }'; }
+	/error:|\*\*\*/ { print; fflush(); next }
+	/warning:/ && $0 ~ touched { print; fflush(); next }
+	/warning:/ { w++ }
+	END { if (w) printf "[nv-check] %d compiler warnings in files the series does not touch (see the full log)\n", w }' touched="$TOUCHED"; }
+# Warnings are printed for the files the series touches only (NVIDIA's own
+# code gives thousands with this compiler).
+TOUCHED=$(cat "${PATCHES[@]}" | sed -n 's|^diff --git a/\(.*\) b/.*|\1|p' | sed 's|^src/nvidia/||' | sort -u | sed 's/[.]/[.]/g' | paste -sd'|')
 # nvidia-uvm alone: NVIDIA's common headers (nv-time.h, nv-mm.h, ...) rely on
 # conftest results that only nvidia/nvidia.Kbuild asks for, so kbuild is run
 # directly with NV_KERNEL_MODULES including nvidia (conftest + Kbuild) and asked
