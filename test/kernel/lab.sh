@@ -115,7 +115,8 @@ cmd_build() {
 	grep -i warn "$OUT/kbuild.log" || true
 	cp "$REPO/kmod/gpuext/gpuext.ko" "$REPO/kmod/gpusim/gpusim.ko" "$OUT/"
 	log "building the static guest test binary"
-	(cd "$REPO" && CGO_ENABLED=0 go test -tags kernellab -c -o "$OUT/guest.test" ./test/kernel/guest) || die "guest test build failed"
+	# The SIMULATED benchmark (bench_test.go) is compiled in only for `lab.sh bench`.
+	(cd "$REPO" && CGO_ENABLED=0 go test -tags "kernellab${KERNEL_LAB_EXTRA_TAGS:+,$KERNEL_LAB_EXTRA_TAGS}" -c -o "$OUT/guest.test" ./test/kernel/guest) || die "guest test build failed"
 	log "built in $((SECONDS - t0))s"
 }
 
@@ -175,15 +176,15 @@ cmd_run() {
 	return 1
 }
 
-# cmd_bench: boot the guest with GPUEXT_KERNEL_BENCH=1 (the kernel hands
+# cmd_bench: build the guest with -tags kernelbench and boot it (the kernel hands
 # unknown name=value parameters to /init's environment), run only
 # TestBenchmarkTraces, and keep its BENCH lines in bench/kernel-sim.txt.
 cmd_bench() {
 	cmd_fetch
-	cmd_build
+	KERNEL_LAB_EXTRA_TAGS=kernelbench cmd_build
 	local t0=$SECONDS dest=${KERNEL_LAB_BENCH_OUT:-$REPO/bench/kernel-sim.txt} serial tmp
 	TIMEOUT=${KERNEL_LAB_BENCH_TIMEOUT:-900}
-	KERNEL_LAB_APPEND="${KERNEL_LAB_APPEND:-} GPUEXT_KERNEL_BENCH=1 GPUEXT_KERNEL_TEST_RUN=^TestBenchmarkTraces\$"
+	KERNEL_LAB_APPEND="${KERNEL_LAB_APPEND:-} GPUEXT_KERNEL_TEST_RUN=^TestBenchmarkTraces\$"
 	rm -f "$OUT"/serial-*.log
 	cmd_run >"$OUT/bench-run.log" 2>&1 || { cat "$OUT/bench-run.log"; die "benchmark run failed"; }
 	serial=$(ls -t "$OUT"/serial-*.log | head -1)

@@ -33,6 +33,14 @@ type memStats struct {
 
 func readStats(t *testing.T, ctx string) memStats {
 	t.Helper()
+	s := readStatsQuiet(t, ctx)
+	t.Logf("%s: %+v", filepath.Base(ctx), s)
+	return s
+}
+
+// readStatsQuiet reads a context's stats file without logging it.
+func readStatsQuiet(t *testing.T, ctx string) memStats {
+	t.Helper()
 	data, err := os.ReadFile(ctx + "/stats")
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +78,6 @@ func readStats(t *testing.T, ctx string) memStats {
 			s.resident = v
 		}
 	}
-	t.Logf("%s: %+v", filepath.Base(ctx), s)
 	return s
 }
 
