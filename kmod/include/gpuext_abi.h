@@ -279,4 +279,90 @@ struct gpuext_tsg_ctx {
 	__u32 refused;          /* requests the core refused in this call */
 };
 
+/* ==== DEVICE PROBES (eBPF run inside GPU kernels; docs/device-probes.md) ==== */
+
+/*
+ * A device probe is an eBPF program in ELF section GPUEXT_PROBE_SEC_* that
+ * devrt/probe verifies and translates to PTX; the interposer splices a call
+ * to it into every probed .entry of a module as the module loads.  The same
+ * program text runs in the kernel through BPF_PROG_TEST_RUN in CI (the
+ * differential test), so kernel helper numbers are kept where they exist.
+ */
+#define GPUEXT_PROBE_SEC_ENTRY "gpuext/kernel_entry" /* first instruction of the kernel, every thread */
+#define GPUEXT_PROBE_SEC_EXIT "gpuext/kernel_exit"   /* before each ret/exit of the kernel, every thread */
+
+enum gpuext_probe_attach {
+	GPUEXT_PROBE_KERNEL_ENTRY = 0,
+	GPUEXT_PROBE_KERNEL_EXIT = 1,
+};
+
+/* The probe's context (r1), read-only, built per thread by the dispatch stub. */
+struct gpuext_probe_ctx {
+	__u64 kernel_id;   /* FNV-1a 64 of the .entry's (mangled) name */
+	__u32 tenant_id;   /* the tenant the process belongs to (0 = unknown) */
+	__u32 attach;      /* enum gpuext_probe_attach */
+	__u64 launch_ns;   /* host CLOCK_REALTIME at cuLaunchKernel, 0 unless the module asks for it */
+};
+
+/*
+ * Helpers.  Kernel numbers where the kernel has the helper (so differential
+ * programs run unchanged under BPF_PROG_TEST_RUN); device-only helpers from
+ * GPUEXT_PH_BASE.  Ids and dims are u32 zero-extended into r0.
+ */
+#define GPUEXT_PH_MAP_LOOKUP_ELEM 1   /* bpf_map_lookup_elem */
+#define GPUEXT_PH_MAP_UPDATE_ELEM 2   /* bpf_map_update_elem */
+#define GPUEXT_PH_MAP_DELETE_ELEM 3   /* bpf_map_delete_elem (hash) */
+#define GPUEXT_PH_KTIME_GET_NS 5      /* bpf_ktime_get_ns -> %globaltimer */
+#define GPUEXT_PH_SMP_PROCESSOR_ID 8  /* bpf_get_smp_processor_id -> %smid */
+#define GPUEXT_PH_RINGBUF_OUTPUT 130  /* bpf_ringbuf_output */
+#define GPUEXT_PH_BASE 2000
+#define GPUEXT_PH_THREAD_IDX 2001     /* (dim 0..2) -> %tid.{x,y,z} */
+#define GPUEXT_PH_BLOCK_IDX 2002      /* (dim) -> %ctaid.{x,y,z} */
+#define GPUEXT_PH_BLOCK_DIM 2003      /* (dim) -> %ntid.{x,y,z} */
+#define GPUEXT_PH_GRID_DIM 2004       /* (dim) -> %nctaid.{x,y,z} */
+#define GPUEXT_PH_WARP_ID 2005        /* linear thread index in block / 32 */
+#define GPUEXT_PH_LANE_ID 2006        /* %laneid */
+#define GPUEXT_PH_SM_ID 2007          /* %smid */
+#define GPUEXT_PH_GLOBALTIMER 2008    /* %globaltimer, ns */
+#define GPUEXT_PH_BLOCK_LINEAR_ID 2009 /* linear block index in the grid */
+#define GPUEXT_PH_THREAD_LINEAR_ID 2010 /* linear thread index in the block */
+
+/*
+ * A device map lives in one .global symbol of the patched module,
+ * __gpuext_map_<name>: this 32-byte descriptor, then the data.  The host
+ * reads the whole symbol.  Entry layouts (stride = 8 + round8(value_size)
+ * where an entry has a header word):
+ *  ARRAY     max_entries x [u64 seq][value]: seq is odd while an update of a
+ *            value larger than 8 bytes is in progress (a writer lock);
+ *            values of <= 8 bytes are updated with one atomic exchange.
+ *  HASH      buckets (next pow2 >= 2*max_entries) x
+ *            [u32 state, u32 hash][key round8][value round8];
+ *            state 0 empty, 1 being written, 2 live, 3 deleted.
+ *  PER_WARP  slots x max_entries x [value round8] (no header word); a warp
+ *            uses slot (%smid * 64 + %warpid) % slots; the host sums slots.
+ *  RINGBUF   [u64 head][u64 dropped][max_entries bytes]: an append log;
+ *            records are [u32 len][u32 0][data round8], a record that does
+ *            not fit is counted in dropped.
+ */
+enum gpuext_dmap_type {
+	GPUEXT_DMAP_ARRAY = 1,    /* BPF_MAP_TYPE_ARRAY */
+	GPUEXT_DMAP_HASH = 2,     /* BPF_MAP_TYPE_HASH */
+	GPUEXT_DMAP_PER_WARP = 3, /* BPF_MAP_TYPE_PERCPU_ARRAY: one copy per warp slot */
+	GPUEXT_DMAP_RINGBUF = 4,  /* BPF_MAP_TYPE_RINGBUF */
+};
+
+#define GPUEXT_DMAP_HDR_SIZE 32
+#define GPUEXT_DMAP_WARP_SLOTS 16384 /* 256 SMs x 64 warp slots */
+
+struct gpuext_dmap {
+	__u32 type;        /* enum gpuext_dmap_type */
+	__u32 key_size;
+	__u32 value_size;
+	__u32 max_entries; /* RINGBUF: data bytes */
+	__u32 nbuckets;    /* HASH: buckets; PER_WARP: slots; else max_entries */
+	__u32 stride;      /* bytes per entry (bucket, slot row) */
+	__u64 data_size;   /* bytes after the descriptor */
+	__u64 reserved;
+};
+
 #endif /* GPUEXT_ABI_H */
