@@ -380,6 +380,9 @@ static void gx_read_config(void)
 	gx_cfg.lc_window_ns = gx_json_u64(buf, "activeWindowUs", gx_json_u64(buf, "timesliceUs", 0)) * 1000ull;
 	if (!gx_cfg.lc_window_ns)
 		gx_cfg.lc_window_ns = 2000000ull;
+	gx_cfg.sm_percent = (uint32_t)gx_json_u64(buf, "smPercent", 0);
+	if (gx_cfg.sm_percent > 100)
+		gx_cfg.sm_percent = 0;
 }
 
 static void gx_settings_from_env(void)

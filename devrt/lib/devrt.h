@@ -59,6 +59,7 @@ struct gx_settings {
 	uint32_t priority_class;  /* GPUEXT_DEVRT_CLASS_* */
 	uint64_t lc_window_ns;    /* how long a latency-critical launch counts as pending */
 	uint64_t max_delay_ns;    /* longest a best-effort launch waits */
+	uint32_t sm_percent;      /* best-effort under MPS: share of the SMs (0 = not set) */
 	const char *config_path;
 	const char *acct_dir;
 	const char *board_path;

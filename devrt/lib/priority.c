@@ -11,6 +11,8 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -41,8 +43,42 @@ static void gx_board_map(void)
 		GX_DEBUG("board %s mapped", gx_cfg.board_path);
 }
 
+/*
+ * Under an MPS server, a best-effort tenant's contexts are confined to
+ * smPercent of the SMs, so a latency-critical tenant finds SMs free at once
+ * instead of waiting out a best-effort kernel. MPS reads the share when the
+ * context is created; this runs on the first CUDA call, before the real
+ * cuInit. A value the user set in the environment wins.
+ */
+static int gx_mps_confined; /* SM share in force: the launch gate stands down */
+
+static void gx_mps_share(void)
+{
+	const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+	char v[8], ctl[4096];
+
+	if (gx_cfg.priority_class != GPUEXT_DEVRT_CLASS_BEST_EFFORT || !gx_cfg.sm_percent)
+		return;
+	/* Only with an MPS server to talk to (MPS's default pipe directory when
+	 * the variable is unset); without one the share means nothing and the
+	 * gate stays the isolation. */
+	snprintf(ctl, sizeof(ctl), "%s/control", dir && *dir ? dir : "/tmp/nvidia-mps");
+	if (access(ctl, F_OK) != 0) {
+		gx_log("smPercent %u set but no MPS server (%s): launch gate stays on", gx_cfg.sm_percent, ctl);
+		return;
+	}
+	if (!getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {
+		snprintf(v, sizeof(v), "%u", gx_cfg.sm_percent);
+		setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", v, 0);
+	}
+	gx_mps_confined = 1;
+	GX_DEBUG("best-effort under MPS: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s, launch gate off",
+		 getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+}
+
 void gx_priority_open(void)
 {
+	gx_mps_share();
 	if (gx_cfg.priority_class == GPUEXT_DEVRT_CLASS_BEST_EFFORT && gx_cfg.board_path && *gx_cfg.board_path)
 		gx_board_map();
 }
@@ -74,6 +110,8 @@ void gx_launch_gate(void)
 			atomic_store_explicit(&u->hdr.lc_active_until_ns, until, memory_order_release);
 		return;
 	case GPUEXT_DEVRT_CLASS_BEST_EFFORT:
+		if (gx_mps_confined)
+			return;
 		break;
 	default:
 		return;

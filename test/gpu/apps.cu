@@ -159,6 +159,7 @@ static int lc(int n, int gap_us)
 	std::vector<double> lat;
 	spin<<<1, 32>>>(1000);
 	cudaDeviceSynchronize();
+	double t_first = now_us();
 	for (int i = 0; i < n; i++) {
 		double t0 = now_us();
 		for (int k = 0; k < 8; k++)
@@ -167,8 +168,13 @@ static int lc(int n, int gap_us)
 		lat.push_back(now_us() - t0);
 		usleep(gap_us);
 	}
+	double t_end = now_us();
 	std::sort(lat.begin(), lat.end());
 	printf("lc_p50_us %.1f\nlc_p99_us %.1f\n", lat[lat.size() / 2], lat[(size_t)(lat.size() * 0.99)]);
+	/* the interval the latency-critical load was active, on the clock the
+	 * best-effort ticks use (steady_clock = CLOCK_MONOTONIC, shared by all
+	 * processes), so its throughput is measured over exactly this window */
+	printf("lc_window_us %.0f %.0f\n", t_first, t_end);
 	return 0;
 }
 
@@ -178,12 +184,17 @@ static int be(double seconds)
 {
 	int sms = 0;
 	cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-	double t0 = now_us();
+	double t0 = now_us(), tick = 0;
 	long done = 0;
 	while (now_us() - t0 < seconds * 1e6) {
 		spin<<<sms * 2, 512>>>(4000000); /* ~2ms */
 		cudaDeviceSynchronize();
 		done++;
+		double t = now_us();
+		if (t - tick >= 20000) { /* progress ticks: kernels done by time t */
+			printf("be_tick %.0f %ld\n", t, done);
+			tick = t;
+		}
 	}
 	printf("be_kernels_per_s %.1f\n", done / seconds);
 	return 0;

@@ -15,6 +15,8 @@ ok() { echo "PASS $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
 info() { echo "INFO $*"; }
 GiB=$((1 << 30))
+# GPUEXT_GPU_SECTIONS picks sections (default all): unchanged quota overhead priority
+want() { [[ " ${GPUEXT_GPU_SECTIONS:-unchanged quota overhead priority} " == *" $1 "* ]]; }
 
 echo "[gpu] $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
 
@@ -46,6 +48,7 @@ INJECT=() # the env admission injects (docs/injection.md), set by tenant()
 run_with() { env "${INJECT[@]}" "$@"; } # runs "$@" with the interposer injected
 
 # 2. Outputs unchanged with the interposer (no quota).
+if want unchanged; then
 tenant 0 standard
 for app in apps_static apps_shared apps_ptsz; do
 	for mode in compute graph; do
@@ -66,7 +69,9 @@ else
 	bad unchanged-torch "python3 has no torch"
 fi
 
+fi # unchanged
 # 3. The quota holds exactly.
+if want quota; then
 Q=$((4 * GiB))
 tenant $Q standard
 for app in apps_static apps_shared; do
@@ -115,7 +120,9 @@ if python3 -c 'import torch' 2>/dev/null; then
 	if grep -q 'torch_over_quota oom' <<<"$out"; then ok torch-over-quota-oom; else bad torch-over-quota-oom "$(tr '\n' ';' <<<"$out")"; fi
 fi
 
+fi # quota
 # 4. Launch overhead (a measurement, not a check).
+if want overhead; then
 if [[ -x "$W/apps_static" ]]; then
 	tenant 0 standard
 	for round in 1 2 3 4; do # alternate which runs first
@@ -137,59 +144,105 @@ if [[ -x "$W/apps_static" ]]; then
 	done | tee "$OUT/alloc-overhead.txt"
 fi
 
+fi # overhead
 # 5. Priority (a measurement): one latency-critical process issues short
-# requests while two best-effort processes run long kernels. The board is
-# published by gpuextctl (carried as a static binary in bin/, if present).
-prio_run() { # mode: alone | nopolicy | policy -> prints lc p50/p99 and be throughput
+# requests while two best-effort processes run long kernels. Best-effort
+# throughput is counted only while the latency-critical load runs (the LC app
+# prints its window, the BE apps print progress ticks on the same clock).
+# Modes:
+#   alone      the latency-critical process by itself
+#   nopolicy   all three, no interposer (the GPU time-slices the contexts)
+#   gate       the interposer's launch gate, board published by gpuextctl
+#   mps-P      an MPS server; best-effort tenants have smPercent P: the
+#              interposer sets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=P, and the
+#              launch gate stands down (the SM share is the isolation)
+# The board publisher is gpuextctl (carried as a static binary in bin/).
+if want priority; then
+MPS_CTL=$(command -v nvidia-cuda-mps-control || true)
+mps_start() {
+	export CUDA_MPS_PIPE_DIRECTORY="$W/mps/pipe" CUDA_MPS_LOG_DIRECTORY="$W/mps/log"
+	mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+	"$MPS_CTL" -d
+	sleep 0.5
+	ls "$CUDA_MPS_PIPE_DIRECTORY" >"$OUT/mps-pipe-dir.txt"
+}
+mps_stop() {
+	echo quit | "$MPS_CTL" >/dev/null 2>&1
+	sleep 1
+	unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+}
+prio_run() { # mode -> prints lc p50/p99 and be throughput over the lc window
 	local mode=$1 be_pids=() i
 	rm -rf "$W/prio" && mkdir -p "$W/prio/tenants/1" "$W/prio/tenants/2" "$W/prio/acct/1" "$W/prio/acct/2" "$W/prio/board"
 	printf '{"tenantId":1,"priorityClass":"latency-critical","quotaBytes":0,"activeWindowUs":%d}\n' "$LC_WINDOW_US" >"$W/prio/tenants/1/config.json"
-	printf '{"tenantId":2,"priorityClass":"best-effort","quotaBytes":0,"timesliceUs":0}\n' >"$W/prio/tenants/2/config.json"
+	local sm=0
+	[[ $mode == mps-* ]] && sm=${mode#mps-}
+	printf '{"tenantId":2,"priorityClass":"best-effort","quotaBytes":0,"timesliceUs":0,"smPercent":%d}\n' "$sm" >"$W/prio/tenants/2/config.json"
 	local board_pid=""
-	if [[ $mode == policy ]]; then
+	[[ $mode == mps* ]] && mps_start
+	if [[ $mode != alone && $mode != nopolicy ]]; then
 		printf '{"stateDir":"%s"}\n' "$W/prio" >"$W/prio/gpuext.json"
 		"$GPUEXTCTL" --config "$W/prio/gpuext.json" board --interval 200us >/dev/null 2>&1 &
 		board_pid=$!
 		sleep 0.5
 	fi
-	pre() { # tenant-id -> env for that tenant (policy mode only)
-		[[ $mode == policy ]] || return 0
+	pre() { # tenant-id -> env for that tenant (policy modes only)
+		[[ $mode == alone || $mode == nopolicy ]] && return 0
+		[[ $mode == mps-* ]] && echo "GPUEXT_DEVRT_DEBUG=1"
 		echo "LD_PRELOAD=$LIB GPUEXT_TENANT_CONFIG=$W/prio/tenants/$1/config.json GPUEXT_TENANT_ACCT=$W/prio/acct/$1 GPUEXT_BOARD=$W/prio/board/board"
 	}
 	if [[ $mode != alone ]]; then
 		for i in 1 2; do
 			# shellcheck disable=SC2046
-			env $(pre 2) "$W/apps_static" be 12 >"$W/prio/be$i.txt" 2>&1 &
+			env $(pre 2) "$W/apps_static" be 14 >"$W/prio/be$i.txt" 2>&1 &
 			be_pids+=($!)
 		done
 		sleep 1
 	fi
 	# shellcheck disable=SC2046
-	env $(pre 1) "$W/apps_static" lc 400 5000 >"$W/prio/lc.txt" 2>&1
+	env $(pre 1) "$W/apps_static" lc 1000 5000 >"$W/prio/lc.txt" 2>&1
 	for i in "${be_pids[@]}"; do wait "$i"; done
 	[[ -n $board_pid ]] && kill "$board_pid" 2>/dev/null
-	local p50 p99 be=0
+	[[ $mode == mps* ]] && mps_stop
+	local p50 p99 be=0 w0 w1
 	p50=$(awk '/lc_p50_us/ {print $2}' "$W/prio/lc.txt"); p99=$(awk '/lc_p99_us/ {print $2}' "$W/prio/lc.txt")
-	[[ $mode != alone ]] && be=$(cat "$W/prio"/be*.txt | awk '/be_kernels_per_s/ {s += $2} END {print s}')
-	info "priority mode=$mode lc_p50_us=$p50 lc_p99_us=$p99 be_kernels_per_s=$be"
+	read -r w0 w1 < <(awk '/lc_window_us/ {print $2, $3}' "$W/prio/lc.txt")
+	if [[ $mode != alone ]]; then
+		# kernels each BE process completed inside [w0, w1], from its ticks
+		# kernels/s of each BE process inside [w0, w1] (clipped to its ticks), summed
+		be=$(for f in "$W/prio"/be*.txt; do
+			awk -v a="$w0" -v b="$w1" '/be_tick/ { if (!t0 || $2 <= a) {t0 = $2; n0 = $3} if ($2 <= b) {t1 = $2; n1 = $3} }
+				END {if (t1 > t0) printf "%.3f\n", (n1 - n0) / ((t1 - t0) / 1e6); else print 0}' "$f"
+		done | awk '{s += $1} END {printf "%.1f", s}')
+	fi
+	[[ $mode == mps-* ]] && info "priority mode=$mode best-effort processes confined by MPS (gate off): $(cat "$W/prio"/be*.txt | grep -c 'launch gate off') of 2"
+	info "priority mode=$mode lc_p50_us=$p50 lc_p99_us=$p99 be_kernels_per_s=$be lc_window_s=$(awk -v a="$w0" -v b="$w1" 'BEGIN{printf "%.2f", (b-a)/1e6}')"
 }
-# The latency-critical tenant's pending window (its timesliceUs): it must
+# The latency-critical tenant's pending window (activeWindowUs): it must
 # cover the gap between its requests (5ms here) for best-effort work to stay
 # gated while the latency-critical tenant is active.
 LC_WINDOW_US=${GPUEXT_LC_WINDOW_US:-6000}
+BE_SM_PCT=${GPUEXT_BE_SM_PCTS:-40 50}
 GPUEXTCTL="$REPO/bin/gpuextctl"
 if [[ -x "$W/apps_static" && -x "$GPUEXTCTL" ]]; then
+	modes="alone nopolicy gate"
+	if [[ -n $MPS_CTL ]]; then for p in $BE_SM_PCT; do modes="$modes mps-$p"; done; else info "priority: no nvidia-cuda-mps-control, mps mode not run"; fi
 	for w in ${GPUEXT_LC_WINDOWS_US:-$LC_WINDOW_US}; do
 		LC_WINDOW_US=$w
-		for mode in alone nopolicy policy; do prio_run "$mode"; done | tee "$OUT/priority-$w.txt"
-		LC_WINDOW_US="$LC_WINDOW_US" awk '{for (i = 1; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]} m = v["mode"]; p99[m] = v["lc_p99_us"]; be[m] = v["be_kernels_per_s"]}
-			END {printf "INFO priority targets (window %sus): lc p99 policy/alone=%.2f (target <= 1.5), nopolicy/policy=%.2f (target >= 2), be throughput policy/nopolicy=%.2f (target >= 0.70)\n",
-				ENVIRON["LC_WINDOW_US"], p99["policy"] / p99["alone"], p99["nopolicy"] / p99["policy"], be["policy"] / be["nopolicy"]}' \
-			"$OUT/priority-$w.txt" | tee -a "$OUT/priority.txt"
+		for mode in $modes; do prio_run "$mode"; done | tee "$OUT/priority-$w.txt"
+		for pm in gate $(for p in $BE_SM_PCT; do echo "mps-$p"; done); do
+			grep -q "mode=$pm " "$OUT/priority-$w.txt" || continue
+			PM=$pm LC_WINDOW_US="$LC_WINDOW_US" BE_SM_PCT="$BE_SM_PCT" awk '/lc_p99_us=/ {for (i = 1; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]} m = v["mode"]; p99[m] = v["lc_p99_us"]; be[m] = v["be_kernels_per_s"]}
+				END {pm = ENVIRON["PM"]; r1 = p99[pm] / p99["alone"]; r2 = p99["nopolicy"] / p99[pm]; r3 = be[pm] / be["nopolicy"];
+					printf "INFO priority targets mode=%s (window %sus): lc p99 policy/alone=%.2f (target <= 1.5), nopolicy/policy=%.2f (target >= 2), be throughput policy/nopolicy=%.2f (target >= 0.70) -> %s\n",
+					pm, ENVIRON["LC_WINDOW_US"], r1, r2, r3, (r1 <= 1.5 && r2 >= 2 && r3 >= 0.70) ? "met" : "not met"}' \
+				"$OUT/priority-$w.txt" | tee -a "$OUT/priority.txt"
+		done
 	done
 else
 	info "priority: skipped (needs bin/gpuextctl: CGO_ENABLED=0 go build -o bin/gpuextctl ./cmd/gpuextctl, and carry bin)"
 fi
 
+fi # priority
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]
