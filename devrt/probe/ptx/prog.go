@@ -1,0 +1,602 @@
+package ptx
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpuext/gpuext/devrt/probe"
+)
+
+type progTranslator struct {
+	spec  *ebpf.CollectionSpec
+	name  string
+	fn    string
+	out   strings.Builder
+	maps  []string
+	insns int
+}
+
+func reg(r asm.Register) string { return "%r" + strconv.Itoa(int(r)) }
+
+func imm(v int64) string { return strconv.FormatInt(v, 10) }
+
+func (t *progTranslator) emit(format string, args ...any) {
+	t.out.WriteString("\t")
+	fmt.Fprintf(&t.out, format, args...)
+	t.out.WriteString(";\n")
+}
+
+func label(raw int) string { return "$L__pc" + strconv.Itoa(raw) }
+
+func addr(r asm.Register, off int16) string {
+	if off == 0 {
+		return "[" + reg(r) + "]"
+	}
+	return "[" + reg(r) + "+" + strconv.Itoa(int(off)) + "]"
+}
+
+var sizeBits = map[asm.Size]int{asm.Byte: 8, asm.Half: 16, asm.Word: 32, asm.DWord: 64}
+
+func (t *progTranslator) translate(insns asm.Instructions) error {
+	// Raw offsets: a dword load takes two slots.
+	raw := make([]int, len(insns))
+	symbols := map[string]int{}
+	pos := 0
+	for i, ins := range insns {
+		raw[i] = pos
+		if s := ins.Symbol(); s != "" {
+			symbols[s] = pos
+		}
+		pos += int(ins.Width() / asm.InstructionSize)
+	}
+	valid := map[int]bool{}
+	for _, r := range raw {
+		valid[r] = true
+	}
+	targets := map[int]bool{}
+	jumpTarget := make([]int, len(insns))
+	for i, ins := range insns {
+		op := ins.OpCode
+		cls := op.Class()
+		if !cls.IsJump() || op.JumpOp() == asm.Call || op.JumpOp() == asm.Exit {
+			continue
+		}
+		var tgt int
+		if ref := ins.Reference(); ref != "" {
+			p, ok := symbols[ref]
+			if !ok {
+				return fmt.Errorf("insn %d: jump to unknown label %q", i, ref)
+			}
+			tgt = p
+		} else if cls == asm.Jump32Class && op.JumpOp() == asm.Ja {
+			tgt = raw[i] + 1 + int(ins.Constant)
+		} else {
+			tgt = raw[i] + 1 + int(ins.Offset)
+		}
+		if !valid[tgt] {
+			return fmt.Errorf("insn %d: jump to %d, not an instruction", i, tgt)
+		}
+		targets[tgt] = true
+		jumpTarget[i] = tgt
+	}
+	t.insns = len(insns)
+
+	fmt.Fprintf(&t.out, ".func (.param .b64 __ret) %s(.param .b64 __ctx)\n{\n", t.fn)
+	fmt.Fprintf(&t.out, "\t.local .align 8 .b8 __stack[%d];\n", StackSize)
+	t.out.WriteString("\t.reg .b64 %r<11>;\n\t.reg .b64 %t<2>;\n\t.reg .b32 %w<3>;\n\t.reg .pred %p<3>;\n")
+	t.emit("ld.param.u64 %%r1, [__ctx]")
+	t.emit("mov.u64 %%r10, __stack")
+	t.emit("cvta.local.u64 %%r10, %%r10")
+	t.emit("add.u64 %%r10, %%r10, %d", StackSize)
+	for i, ins := range insns {
+		if targets[raw[i]] {
+			t.out.WriteString(label(raw[i]) + ":\n")
+		}
+		fmt.Fprintf(&t.out, "\t// %d: %v\n", raw[i], ins)
+		if err := t.insn(ins, jumpTarget[i]); err != nil {
+			return fmt.Errorf("insn %d (%v): %w", raw[i], ins, err)
+		}
+	}
+	t.out.WriteString("}\n\n")
+	return nil
+}
+
+func (t *progTranslator) insn(ins asm.Instruction, tgt int) error {
+	op := ins.OpCode
+	switch cls := op.Class(); cls {
+	case asm.ALU64Class:
+		return t.alu64(ins)
+	case asm.ALUClass:
+		return t.alu32(ins)
+	case asm.JumpClass, asm.Jump32Class:
+		return t.jump(ins, tgt)
+	case asm.LdClass:
+		return t.ldImm(ins)
+	case asm.LdXClass:
+		bits := sizeBits[op.Size()]
+		switch op.Mode() {
+		case asm.MemMode:
+			t.emit("ld.u%d %s, %s", bits, reg(ins.Dst), addr(ins.Src, ins.Offset))
+		case asm.MemSXMode:
+			if bits == 64 {
+				return fmt.Errorf("64-bit sign-extending load: %w", ErrUnsupported)
+			}
+			t.emit("ld.s%d %s, %s", bits, reg(ins.Dst), addr(ins.Src, ins.Offset))
+		default:
+			return fmt.Errorf("load mode %v: %w", op.Mode(), ErrUnsupported)
+		}
+	case asm.StClass:
+		if op.Mode() != asm.MemMode {
+			return fmt.Errorf("store mode %v: %w", op.Mode(), ErrUnsupported)
+		}
+		t.emit("mov.u64 %%t0, %s", imm(ins.Constant))
+		t.emit("st.u%d %s, %%t0", sizeBits[op.Size()], addr(ins.Dst, ins.Offset))
+	case asm.StXClass:
+		switch op.Mode() {
+		case asm.MemMode:
+			t.emit("st.u%d %s, %s", sizeBits[op.Size()], addr(ins.Dst, ins.Offset), reg(ins.Src))
+		case asm.AtomicMode:
+			return t.atomic(ins)
+		default:
+			return fmt.Errorf("store mode %v: %w", op.Mode(), ErrUnsupported)
+		}
+	default:
+		return fmt.Errorf("instruction class %v: %w", cls, ErrUnsupported)
+	}
+	return nil
+}
+
+func (t *progTranslator) ldImm(ins asm.Instruction) error {
+	if !ins.OpCode.IsDWordLoad() {
+		return fmt.Errorf("legacy packet load: %w", ErrUnsupported)
+	}
+	d := reg(ins.Dst)
+	switch ins.Src {
+	case asm.R0:
+		t.emit("mov.u64 %s, %s", d, imm(ins.Constant))
+		return nil
+	case asm.PseudoMapFD, asm.PseudoMapValue:
+	default:
+		return fmt.Errorf("dword load kind %d: %w", ins.Src, ErrUnsupported)
+	}
+	name := ins.Reference()
+	ms, ok := t.spec.Maps[name]
+	if name == "" || !ok {
+		return fmt.Errorf("map reference %q: not a map of the collection", name)
+	}
+	l, err := SpecLayout(ms)
+	if err != nil {
+		return err
+	}
+	found := false
+	for _, m := range t.maps {
+		found = found || m == name
+	}
+	if !found {
+		t.maps = append(t.maps, name)
+	}
+	t.emit("mov.u64 %s, %s", d, MapSymbol(name))
+	t.emit("cvta.global.u64 %s, %s", d, d)
+	if ins.Src == asm.PseudoMapValue {
+		off := uint64(uint32(uint64(ins.Constant) >> 32))
+		if l.Type != probe.MapArray || l.MaxEntries != 1 {
+			return fmt.Errorf("direct value access to map %q: only single-entry arrays: %w", name, ErrUnsupported)
+		}
+		if off >= uint64(l.ValueSize) {
+			return fmt.Errorf("direct value access to map %q at %d: beyond the value", name, off)
+		}
+		t.emit("add.u64 %s, %s, %d", d, d, probe.MapHdrSize+8+off)
+	}
+	return nil
+}
+
+// src64 is the 64-bit source operand: a register, or the sign-extended imm.
+func src64(ins asm.Instruction) (string, bool) {
+	if ins.OpCode.Source() == asm.RegSource {
+		return reg(ins.Src), false
+	}
+	return imm(ins.Constant), true
+}
+
+func (t *progTranslator) alu64(ins asm.Instruction) error {
+	d := reg(ins.Dst)
+	s, isImm := src64(ins)
+	k := ins.Constant
+	switch op := ins.OpCode.ALUOp(); op {
+	case asm.Add:
+		t.emit("add.u64 %s, %s, %s", d, d, s)
+	case asm.Sub:
+		t.emit("sub.u64 %s, %s, %s", d, d, s)
+	case asm.Mul:
+		t.emit("mul.lo.u64 %s, %s, %s", d, d, s)
+	case asm.Or:
+		t.emit("or.b64 %s, %s, %s", d, d, s)
+	case asm.And:
+		t.emit("and.b64 %s, %s, %s", d, d, s)
+	case asm.Xor:
+		t.emit("xor.b64 %s, %s, %s", d, d, s)
+	case asm.Neg:
+		t.emit("neg.s64 %s, %s", d, d)
+	case asm.LSh, asm.RSh, asm.ArSh:
+		ptxop := map[asm.ALUOp]string{asm.LSh: "shl.b64", asm.RSh: "shr.u64", asm.ArSh: "shr.s64"}[op]
+		if isImm {
+			t.emit("%s %s, %s, %d", ptxop, d, d, k&63)
+		} else {
+			t.emit("cvt.u32.u64 %%w0, %s", s)
+			t.emit("and.b32 %%w0, %%w0, 63")
+			t.emit("%s %s, %s, %%w0", ptxop, d, d)
+		}
+	case asm.Mov:
+		t.emit("mov.u64 %s, %s", d, s)
+	case asm.MovSX8, asm.MovSX16, asm.MovSX32:
+		if isImm {
+			return fmt.Errorf("movsx with an immediate")
+		}
+		bits := map[asm.ALUOp]int{asm.MovSX8: 8, asm.MovSX16: 16, asm.MovSX32: 32}[op]
+		t.emit("cvt.s64.s%d %s, %s", bits, d, s)
+	case asm.Div, asm.SDiv, asm.Mod, asm.SMod:
+		t.divmod(op, 64, d, d, s, isImm, k)
+	case asm.Swap:
+		return t.bswap(ins.Dst, ins.Constant)
+	default:
+		return fmt.Errorf("alu64 op %v: %w", op, ErrUnsupported)
+	}
+	return nil
+}
+
+// divmod emits dst = a op b with eBPF's rules for zero and -1 divisors.
+// bits is 64 (registers %r*) or 32 (%w*).
+func (t *progTranslator) divmod(op asm.ALUOp, bits int, dst, a, b string, isImm bool, k int64) {
+	u := fmt.Sprintf("u%d", bits)
+	s := fmt.Sprintf("s%d", bits)
+	movz := func() { t.emit("mov.%s %s, 0", u, dst) }
+	if isImm {
+		if bits == 32 {
+			k = int64(int32(k))
+		}
+		switch {
+		case k == 0 && (op == asm.Div || op == asm.SDiv):
+			movz()
+		case k == 0:
+			// modulo by zero: dividend unchanged
+		case k == -1 && op == asm.SDiv:
+			t.emit("neg.%s %s, %s", s, dst, a)
+		case k == -1 && op == asm.SMod:
+			movz()
+		case op == asm.Div:
+			t.emit("div.%s %s, %s, %s", u, dst, a, imm(k))
+		case op == asm.Mod:
+			t.emit("rem.%s %s, %s, %s", u, dst, a, imm(k))
+		case op == asm.SDiv:
+			t.emit("div.%s %s, %s, %s", s, dst, a, imm(k))
+		case op == asm.SMod:
+			t.emit("rem.%s %s, %s, %s", s, dst, a, imm(k))
+		}
+		return
+	}
+	switch op {
+	case asm.Div:
+		t.emit("setp.eq.%s %%p0, %s, 0", u, b)
+		t.emit("@%%p0 mov.%s %s, 0", u, dst)
+		t.emit("@!%%p0 div.%s %s, %s, %s", u, dst, a, b)
+	case asm.Mod:
+		t.emit("setp.ne.%s %%p0, %s, 0", u, b)
+		t.emit("@%%p0 rem.%s %s, %s, %s", u, dst, a, b)
+	case asm.SDiv, asm.SMod:
+		t.emit("setp.eq.%s %%p0, %s, 0", s, b)
+		t.emit("setp.eq.%s %%p1, %s, -1", s, b)
+		t.emit("or.pred %%p2, %%p0, %%p1")
+		if op == asm.SDiv {
+			t.emit("@%%p1 neg.%s %s, %s", s, dst, a)
+			t.emit("@%%p0 mov.%s %s, 0", u, dst)
+			t.emit("@!%%p2 div.%s %s, %s, %s", s, dst, a, b)
+		} else {
+			t.emit("@%%p1 mov.%s %s, 0", u, dst)
+			t.emit("@!%%p2 rem.%s %s, %s, %s", s, dst, a, b)
+		}
+	}
+}
+
+// bswap reverses the low size bits of dst, zero-extended.
+func (t *progTranslator) bswap(dst asm.Register, size int64) error {
+	d := reg(dst)
+	switch size {
+	case 16:
+		t.emit("cvt.u32.u64 %%w0, %s", d)
+		t.emit("mov.u32 %%w1, 0")
+		t.emit("prmt.b32 %%w0, %%w0, %%w1, 0x4401")
+		t.emit("cvt.u64.u32 %s, %%w0", d)
+	case 32:
+		t.emit("cvt.u32.u64 %%w0, %s", d)
+		t.emit("mov.u32 %%w1, 0")
+		t.emit("prmt.b32 %%w0, %%w0, %%w1, 0x0123")
+		t.emit("cvt.u64.u32 %s, %%w0", d)
+	case 64:
+		t.emit("cvt.u32.u64 %%w0, %s", d)
+		t.emit("shr.u64 %%t0, %s, 32", d)
+		t.emit("cvt.u32.u64 %%w2, %%t0")
+		t.emit("mov.u32 %%w1, 0")
+		t.emit("prmt.b32 %%w0, %%w0, %%w1, 0x0123")
+		t.emit("prmt.b32 %%w2, %%w2, %%w1, 0x0123")
+		t.emit("cvt.u64.u32 %s, %%w0", d)
+		t.emit("shl.b64 %s, %s, 32", d, d)
+		t.emit("cvt.u64.u32 %%t0, %%w2")
+		t.emit("or.b64 %s, %s, %%t0", d, d)
+	default:
+		return fmt.Errorf("byte swap of %d bits", size)
+	}
+	return nil
+}
+
+func (t *progTranslator) alu32(ins asm.Instruction) error {
+	d := reg(ins.Dst)
+	op := ins.OpCode.ALUOp()
+	if op == asm.Swap {
+		if ins.OpCode.Endianness() == asm.BE {
+			return t.bswap(ins.Dst, ins.Constant)
+		}
+		switch ins.Constant {
+		case 16:
+			t.emit("and.b64 %s, %s, 65535", d, d)
+		case 32:
+			t.emit("and.b64 %s, %s, 4294967295", d, d)
+		case 64:
+		default:
+			return fmt.Errorf("to_le of %d bits", ins.Constant)
+		}
+		return nil
+	}
+	isImm := ins.OpCode.Source() == asm.ImmSource
+	k := int64(int32(ins.Constant))
+	b := "%w1"
+	if isImm {
+		b = imm(k)
+	} else {
+		t.emit("cvt.u32.u64 %%w1, %s", reg(ins.Src))
+	}
+	if op != asm.Mov && op != asm.MovSX8 && op != asm.MovSX16 {
+		t.emit("cvt.u32.u64 %%w0, %s", d)
+	}
+	switch op {
+	case asm.Add:
+		t.emit("add.u32 %%w0, %%w0, %s", b)
+	case asm.Sub:
+		t.emit("sub.u32 %%w0, %%w0, %s", b)
+	case asm.Mul:
+		t.emit("mul.lo.u32 %%w0, %%w0, %s", b)
+	case asm.Or:
+		t.emit("or.b32 %%w0, %%w0, %s", b)
+	case asm.And:
+		t.emit("and.b32 %%w0, %%w0, %s", b)
+	case asm.Xor:
+		t.emit("xor.b32 %%w0, %%w0, %s", b)
+	case asm.Neg:
+		t.emit("neg.s32 %%w0, %%w0")
+	case asm.LSh, asm.RSh, asm.ArSh:
+		ptxop := map[asm.ALUOp]string{asm.LSh: "shl.b32", asm.RSh: "shr.u32", asm.ArSh: "shr.s32"}[op]
+		if isImm {
+			t.emit("%s %%w0, %%w0, %d", ptxop, k&31)
+		} else {
+			t.emit("and.b32 %%w1, %%w1, 31")
+			t.emit("%s %%w0, %%w0, %%w1", ptxop)
+		}
+	case asm.Mov:
+		if isImm {
+			t.emit("mov.u32 %%w0, %s", b)
+		} else {
+			t.emit("mov.u32 %%w0, %%w1")
+		}
+	case asm.MovSX8, asm.MovSX16:
+		if isImm {
+			return fmt.Errorf("movsx with an immediate")
+		}
+		bits := map[asm.ALUOp]int{asm.MovSX8: 8, asm.MovSX16: 16}[op]
+		t.emit("cvt.s32.s%d %%w0, %%w1", bits)
+	case asm.Div, asm.SDiv, asm.Mod, asm.SMod:
+		t.divmod(op, 32, "%w0", "%w0", b, isImm, k)
+	default:
+		return fmt.Errorf("alu32 op %v: %w", op, ErrUnsupported)
+	}
+	t.emit("cvt.u64.u32 %s, %%w0", d)
+	return nil
+}
+
+var cmpOps = map[asm.JumpOp]struct{ cmp, sign string }{
+	asm.JEq: {"eq", "u"}, asm.JNE: {"ne", "u"},
+	asm.JGT: {"gt", "u"}, asm.JGE: {"ge", "u"}, asm.JLT: {"lt", "u"}, asm.JLE: {"le", "u"},
+	asm.JSGT: {"gt", "s"}, asm.JSGE: {"ge", "s"}, asm.JSLT: {"lt", "s"}, asm.JSLE: {"le", "s"},
+}
+
+func (t *progTranslator) jump(ins asm.Instruction, tgt int) error {
+	op := ins.OpCode.JumpOp()
+	switch op {
+	case asm.Exit:
+		t.emit("st.param.b64 [__ret], %%r0")
+		t.emit("ret")
+		return nil
+	case asm.Call:
+		return t.call(ins)
+	case asm.Ja:
+		t.emit("bra %s", label(tgt))
+		return nil
+	}
+	is32 := ins.OpCode.Class() == asm.Jump32Class
+	a, b := reg(ins.Dst), ""
+	isImm := ins.OpCode.Source() == asm.ImmSource
+	bits := 64
+	if is32 {
+		bits = 32
+		t.emit("cvt.u32.u64 %%w0, %s", a)
+		a = "%w0"
+		if isImm {
+			b = imm(int64(int32(ins.Constant)))
+		} else {
+			t.emit("cvt.u32.u64 %%w1, %s", reg(ins.Src))
+			b = "%w1"
+		}
+	} else if isImm {
+		b = imm(ins.Constant)
+	} else {
+		b = reg(ins.Src)
+	}
+	if op == asm.JSet {
+		if is32 {
+			t.emit("and.b32 %%w0, %s, %s", a, b)
+			t.emit("setp.ne.u32 %%p0, %%w0, 0")
+		} else {
+			t.emit("and.b64 %%t0, %s, %s", a, b)
+			t.emit("setp.ne.u64 %%p0, %%t0, 0")
+		}
+	} else {
+		c, ok := cmpOps[op]
+		if !ok {
+			return fmt.Errorf("jump op %v: %w", op, ErrUnsupported)
+		}
+		t.emit("setp.%s.%s%d %%p0, %s, %s", c.cmp, c.sign, bits, a, b)
+	}
+	t.emit("@%%p0 bra %s", label(tgt))
+	return nil
+}
+
+func (t *progTranslator) helperCall(fn string, nargs int) {
+	t.out.WriteString("\t{\n")
+	var names []string
+	for i := 0; i < nargs; i++ {
+		n := fmt.Sprintf("__h%d", i)
+		names = append(names, n)
+		fmt.Fprintf(&t.out, "\t.param .b64 %s;\n", n)
+		t.emit("st.param.b64 [%s], %s", n, reg(asm.R1+asm.Register(i)))
+	}
+	t.out.WriteString("\t.param .b64 __hr;\n")
+	t.emit("call (__hr), %s, (%s)", fn, strings.Join(names, ", "))
+	t.emit("ld.param.b64 %%r0, [__hr]")
+	t.out.WriteString("\t}\n")
+}
+
+// dimSel loads the special register prefix.{x,y,z} picked by r1 (other
+// values read 0) into %w0.
+func (t *progTranslator) dimSel(sreg string) {
+	t.emit("mov.u32 %%w0, 0")
+	for i, c := range []string{"x", "y", "z"} {
+		t.emit("setp.eq.u64 %%p0, %%r1, %d", i)
+		t.emit("@%%p0 mov.u32 %%w0, %s.%s", sreg, c)
+	}
+}
+
+// linear computes x + y*nx + z*nx*ny of a special register triple into %w0.
+func (t *progTranslator) linear(idx, dim string) {
+	t.emit("mov.u32 %%w0, %s.z", idx)
+	t.emit("mov.u32 %%w1, %s.y", dim)
+	t.emit("mov.u32 %%w2, %s.y", idx)
+	t.emit("mad.lo.u32 %%w0, %%w0, %%w1, %%w2")
+	t.emit("mov.u32 %%w1, %s.x", dim)
+	t.emit("mov.u32 %%w2, %s.x", idx)
+	t.emit("mad.lo.u32 %%w0, %%w0, %%w1, %%w2")
+}
+
+func (t *progTranslator) call(ins asm.Instruction) error {
+	if ins.IsFunctionCall() {
+		return fmt.Errorf("bpf-to-bpf call: %w", ErrUnsupported)
+	}
+	if !ins.IsBuiltinCall() {
+		return fmt.Errorf("kfunc or special call: %w", ErrUnsupported)
+	}
+	id := ins.Constant
+	switch id {
+	case probe.HelperMapLookupElem:
+		t.helperCall(probe.FuncMapLookup, 2)
+	case probe.HelperMapUpdateElem:
+		t.helperCall(probe.FuncMapUpdate, 4)
+	case probe.HelperMapDeleteElem:
+		t.helperCall(probe.FuncMapDelete, 2)
+	case probe.HelperRingbufOutput:
+		t.helperCall(probe.FuncRingbufOut, 4)
+	case probe.HelperKtimeGetNs, probe.HelperGlobaltimer:
+		t.emit("mov.u64 %%r0, %%globaltimer")
+	case probe.HelperSmpProcessorID, probe.HelperSmID:
+		t.emit("mov.u32 %%w0, %%smid")
+		t.emit("cvt.u64.u32 %%r0, %%w0")
+	case probe.HelperLaneID:
+		t.emit("mov.u32 %%w0, %%laneid")
+		t.emit("cvt.u64.u32 %%r0, %%w0")
+	case probe.HelperThreadIdx:
+		t.dimSel("%tid")
+		t.emit("cvt.u64.u32 %%r0, %%w0")
+	case probe.HelperBlockIdx:
+		t.dimSel("%ctaid")
+		t.emit("cvt.u64.u32 %%r0, %%w0")
+	case probe.HelperBlockDim:
+		t.dimSel("%ntid")
+		t.emit("cvt.u64.u32 %%r0, %%w0")
+	case probe.HelperGridDim:
+		t.dimSel("%nctaid")
+		t.emit("cvt.u64.u32 %%r0, %%w0")
+	case probe.HelperThreadLinearID:
+		t.linear("%tid", "%ntid")
+		t.emit("cvt.u64.u32 %%r0, %%w0")
+	case probe.HelperWarpID:
+		t.linear("%tid", "%ntid")
+		t.emit("shr.u32 %%w0, %%w0, 5")
+		t.emit("cvt.u64.u32 %%r0, %%w0")
+	case probe.HelperBlockLinearID:
+		t.linear("%ctaid", "%nctaid")
+		t.emit("cvt.u64.u32 %%r0, %%w0")
+	default:
+		return fmt.Errorf("helper %d: %w", id, ErrUnsupported)
+	}
+	return nil
+}
+
+func (t *progTranslator) atomic(ins asm.Instruction) error {
+	op := ins.OpCode.AtomicOp()
+	size := ins.OpCode.Size()
+	if size != asm.Word && size != asm.DWord {
+		return fmt.Errorf("atomic of size %v: %w", size, ErrUnsupported)
+	}
+	bits := sizeBits[size]
+	t.emit("add.u64 %%t1, %s, %d", reg(ins.Dst), ins.Offset)
+	s := reg(ins.Src)
+	v, old := s, "%t0"
+	if bits == 32 {
+		t.emit("cvt.u32.u64 %%w1, %s", s)
+		v, old = "%w1", "%w0"
+	}
+	var ptxop string
+	fetch := true
+	switch op {
+	case asm.AddAtomic, asm.FetchAdd:
+		ptxop, fetch = fmt.Sprintf("add.u%d", bits), op == asm.FetchAdd
+	case asm.AndAtomic, asm.FetchAnd:
+		ptxop, fetch = fmt.Sprintf("and.b%d", bits), op == asm.FetchAnd
+	case asm.OrAtomic, asm.FetchOr:
+		ptxop, fetch = fmt.Sprintf("or.b%d", bits), op == asm.FetchOr
+	case asm.XorAtomic, asm.FetchXor:
+		ptxop, fetch = fmt.Sprintf("xor.b%d", bits), op == asm.FetchXor
+	case asm.Xchg:
+		ptxop = fmt.Sprintf("exch.b%d", bits)
+	case asm.CmpXchg:
+		if bits == 32 {
+			t.emit("cvt.u32.u64 %%w2, %%r0")
+			t.emit("atom.cas.b32 %%w0, [%%t1], %%w2, %%w1")
+			t.emit("cvt.u64.u32 %%r0, %%w0")
+		} else {
+			t.emit("atom.cas.b64 %%r0, [%%t1], %%r0, %s", s)
+		}
+		return nil
+	default:
+		return fmt.Errorf("atomic op %v: %w", op, ErrUnsupported)
+	}
+	t.emit("atom.%s %s, [%%t1], %s", ptxop, old, v)
+	if fetch {
+		if bits == 32 {
+			t.emit("cvt.u64.u32 %s, %%w0", s)
+		} else {
+			t.emit("mov.u64 %s, %%t0", s)
+		}
+	}
+	return nil
+}
