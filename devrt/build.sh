@@ -3,6 +3,7 @@
 #
 #   OUTDIR/libgpuext-devrt.so   the interposer (what admission injects)
 #   OUTDIR/usage_dump           prints a tenant's usage file / the board as key=value lines
+#   OUTDIR/ptxpatch_cli         the interposer's image inspection and PTX splice on files (golden tests)
 #   OUTDIR/fake/libcuda.so.1    fake driver for CI (never install it next to the interposer)
 #   OUTDIR/fake/libnvidia-ml.so.1  fake NVML for CI
 #   OUTDIR/fake/app_procaddr, app_linked, libchain.so   test apps
@@ -23,6 +24,8 @@ $cc $cflags -shared -fvisibility=hidden -Wl,-Bsymbolic-functions -Wl,-soname,lib
 	"$src/lib/devrt.c" "$src/lib/acct.c" "$src/lib/priority.c" "$src/lib/wrappers.c" -ldl -lpthread
 # shellcheck disable=SC2086
 $cc $cflags -o "$out/usage_dump" "$src/tools/usage_dump.c"
+# shellcheck disable=SC2086
+$cc $cflags -o "$out/ptxpatch_cli" "$src/tools/ptxpatch_cli.c" "$src/lib/ptxpatch.c" "$src/lib/fatbin.c" -ldl
 
 # shellcheck disable=SC2086
 $cc $cflags -shared -fvisibility=hidden -Wl,-soname,libcuda.so.1 -o "$out/fake/libcuda.so.1" \

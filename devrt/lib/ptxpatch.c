@@ -1,0 +1,579 @@
+/*
+ * ptxpatch.c - splices the device-probe module fragment into a PTX module
+ * (docs/device-probes.md, "Patcher" and "Device probes in the interposer").
+ *
+ * One pass over the text with a small lexer that knows only what the splice
+ * needs: comments, strings, words (directives, opcodes, names, registers,
+ * numbers), braces, statement boundaries, predicates and labels. Everything
+ * it does not change is copied byte for byte. Changes:
+ *   - .version raised to the fragment's minimum if lower (never lowered);
+ *   - .target below the fragment's minimum: the module is left unpatched;
+ *   - the fragment goes right after the .address_size 64 line;
+ *   - in each probed .entry body: the entry call after the body's leading
+ *     declarations (.reg/.local/.shared/.param), every ret/exit at any depth
+ *     (predicated or not) becomes "bra $__gpuext_exit", and one exit block
+ *     (label, exit call, ret) is appended before the closing brace.
+ * .func bodies and unprobed entries are not touched.
+ */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ptxpatch.h"
+
+uint64_t gx_kernel_id(const char *name, size_t n)
+{
+	uint64_t h = 14695981039346656037ull;
+
+	for (size_t i = 0; i < n; i++) {
+		h ^= (unsigned char)name[i];
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+struct gx_out {
+	char *p;
+	size_t len, cap;
+	int oom;
+};
+
+static void out_put(struct gx_out *b, const char *s, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 4096;
+		char *p;
+
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		p = realloc(b->p, cap);
+		if (!p) {
+			b->oom = 1;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = 0;
+}
+
+static void out_puts(struct gx_out *b, const char *s)
+{
+	out_put(b, s, strlen(s));
+}
+
+static void out_printf(struct gx_out *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void out_printf(struct gx_out *b, const char *fmt, ...)
+{
+	char tmp[512];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	out_put(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+}
+
+/* The whitespace that ends the output (the indentation of the statement about to be written). */
+static size_t out_indent(const struct gx_out *b, const char **start)
+{
+	size_t k = b->len;
+
+	while (k > 0 && (b->p[k - 1] == ' ' || b->p[k - 1] == '\t'))
+		k--;
+	*start = b->p ? b->p + k : "";
+	return b->len - k;
+}
+
+static int is_word(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '$' ||
+	       c == '%' || c == '.';
+}
+
+static int word_is(const char *w, size_t n, const char *lit)
+{
+	return strlen(lit) == n && memcmp(w, lit, n) == 0;
+}
+
+struct gx_patch {
+	const char *s;
+	size_t n, i;
+	struct gx_out out;
+	const struct gx_ptx_opts *o;
+	struct gx_ptx_result *res;
+	int failed;
+};
+
+static int fail(struct gx_patch *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(struct gx_patch *p, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (p->failed)
+		return -1;
+	va_start(ap, fmt);
+	vsnprintf(p->res->reason, sizeof(p->res->reason), fmt, ap);
+	va_end(ap);
+	p->failed = 1;
+	return -1;
+}
+
+static int line_of(const struct gx_patch *p)
+{
+	int line = 1;
+
+	for (size_t k = 0; k < p->i && k < p->n; k++)
+		line += p->s[k] == '\n';
+	return line;
+}
+
+/* Copies blanks (not newlines if stop_nl) and returns the next word's length at p->i (0: none). */
+static size_t next_word(struct gx_patch *p)
+{
+	size_t j;
+
+	while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t')) {
+		out_put(&p->out, p->s + p->i, 1);
+		p->i++;
+	}
+	for (j = p->i; j < p->n && is_word(p->s[j]); j++)
+		;
+	return j - p->i;
+}
+
+static int probe_this(const struct gx_ptx_opts *o, const char *name, size_t n)
+{
+	if (!o->nkernels)
+		return 1;
+	for (size_t k = 0; k < o->nkernels; k++)
+		if (o->kernels[k] && word_is(name, n, o->kernels[k]))
+			return 1;
+	return 0;
+}
+
+static void emit_entry_call(struct gx_patch *p, uint64_t kid)
+{
+	const char *ind;
+	size_t nind = out_indent(&p->out, &ind);
+	char indent[64];
+
+	if (nind >= sizeof(indent))
+		nind = sizeof(indent) - 1;
+	memcpy(indent, ind, nind);
+	indent[nind] = 0;
+	out_printf(&p->out,
+		   "{ .param .b64 " GX_PTX_PARAM "; st.param.b64 [" GX_PTX_PARAM "], 0x%016llx; call.uni " GX_PTX_FUNC_ENTRY
+		   ", (" GX_PTX_PARAM "); } // gpuext probe: kernel entry\n%s",
+		   (unsigned long long)kid, indent);
+}
+
+static void emit_exit_block(struct gx_patch *p, uint64_t kid)
+{
+	if (p->out.len && p->out.p[p->out.len - 1] != '\n') {
+		/* drop the closing brace's indentation, then start a fresh line */
+		while (p->out.len && (p->out.p[p->out.len - 1] == ' ' || p->out.p[p->out.len - 1] == '\t'))
+			p->out.len--;
+		if (p->out.len && p->out.p[p->out.len - 1] != '\n')
+			out_puts(&p->out, "\n");
+	}
+	out_printf(&p->out,
+		   GX_PTX_EXIT_LABEL ": // gpuext probe: kernel exit\n"
+		   "\t{ .param .b64 " GX_PTX_PARAM "; st.param.b64 [" GX_PTX_PARAM "], 0x%016llx; call " GX_PTX_FUNC_EXIT
+		   ", (" GX_PTX_PARAM "); }\n"
+		   "\tret;\n",
+		   (unsigned long long)kid);
+}
+
+static int is_decl(const char *w, size_t n)
+{
+	return word_is(w, n, ".reg") || word_is(w, n, ".local") || word_is(w, n, ".shared") || word_is(w, n, ".param");
+}
+
+static int parse_version(const char *w, size_t n, int *maj, int *min)
+{
+	char tmp[16];
+	char *end;
+
+	if (n == 0 || n >= sizeof(tmp))
+		return -1;
+	memcpy(tmp, w, n);
+	tmp[n] = 0;
+	*maj = (int)strtol(tmp, &end, 10);
+	if (end == tmp || *end != '.')
+		return -1;
+	*min = (int)strtol(end + 1, &end, 10);
+	return *end ? -1 : 0;
+}
+
+int gx_ptx_patch(const char *ptx, size_t len, const char *frag, size_t frag_len, const struct gx_ptx_opts *o,
+		 struct gx_ptx_result *res)
+{
+	struct gx_patch p = {.s = ptx, .n = len, .o = o, .res = res};
+	enum { HEAD_NONE, HEAD_ENTRY, HEAD_FUNC } head = HEAD_NONE;
+	int depth = 0, stmt_start = 1, pred = 0, seen_version = 0, seen_target = 0, frag_done = 0;
+	int in_body = 0, want_call = 0, head_probe = 0;
+	uint64_t kid = 0, head_kid = 0;
+
+	memset(res, 0, sizeof(*res));
+	snprintf(res->reason, sizeof(res->reason), "ok");
+	if (!ptx || !frag || !frag_len)
+		return fail(&p, "no-input"), -1;
+	if (memmem(ptx, len, GX_PTX_FUNC_ENTRY, strlen(GX_PTX_FUNC_ENTRY)))
+		return fail(&p, "already-patched");
+	out_put(&p.out, "", 0);
+	if (!p.out.p) {
+		snprintf(res->reason, sizeof(res->reason), "out-of-memory");
+		return -1;
+	}
+	while (p.i < p.n && !p.failed && !p.out.oom) {
+		char c = p.s[p.i];
+		size_t j;
+
+		if (c == 0)
+			break; /* a NUL-terminated image: the text ends here */
+		if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v') {
+			out_put(&p.out, &c, 1);
+			p.i++;
+			continue;
+		}
+		if (c == '/' && p.i + 1 < p.n && p.s[p.i + 1] == '/') {
+			for (j = p.i; j < p.n && p.s[j] != '\n' && p.s[j]; j++)
+				;
+			out_put(&p.out, p.s + p.i, j - p.i);
+			p.i = j;
+			continue;
+		}
+		if (c == '/' && p.i + 1 < p.n && p.s[p.i + 1] == '*') {
+			const char *end = memmem(p.s + p.i + 2, p.n - p.i - 2, "*/", 2);
+
+			if (!end)
+				return fail(&p, "parse:unterminated-comment@line%d", line_of(&p)), free(p.out.p), -1;
+			j = (size_t)(end - p.s) + 2;
+			out_put(&p.out, p.s + p.i, j - p.i);
+			p.i = j;
+			continue;
+		}
+		if (c == '"') {
+			for (j = p.i + 1; j < p.n && p.s[j] != '"' && p.s[j] != '\n'; j++)
+				if (p.s[j] == '\\')
+					j++;
+			if (j >= p.n || p.s[j] != '"')
+				return fail(&p, "parse:unterminated-string@line%d", line_of(&p)), free(p.out.p), -1;
+			j++;
+			out_put(&p.out, p.s + p.i, j - p.i);
+			p.i = j;
+			stmt_start = 0;
+			continue;
+		}
+		if (is_word(c)) {
+			const char *w = p.s + p.i;
+			size_t wn;
+
+			for (j = p.i; j < p.n && is_word(p.s[j]); j++)
+				;
+			wn = j - p.i;
+			if (depth == 0) {
+				out_put(&p.out, w, wn);
+				p.i = j;
+				if (word_is(w, wn, ".version")) {
+					int maj, min;
+					size_t vn = next_word(&p);
+
+					if (parse_version(p.s + p.i, vn, &maj, &min) != 0)
+						return fail(&p, "parse:version@line%d", line_of(&p)), free(p.out.p), -1;
+					if (maj < o->min_ptx_major || (maj == o->min_ptx_major && min < o->min_ptx_minor))
+						out_printf(&p.out, "%d.%d", o->min_ptx_major, o->min_ptx_minor);
+					else
+						out_put(&p.out, p.s + p.i, vn);
+					p.i += vn;
+					seen_version = 1;
+				} else if (word_is(w, wn, ".target")) {
+					size_t tn = next_word(&p);
+					const char *t = p.s + p.i;
+					int sm = 0;
+
+					snprintf(res->target_text, sizeof(res->target_text), "%.*s",
+						 (int)(tn < 31 ? tn : 31), t);
+					if (tn > 3 && memcmp(t, "sm_", 3) == 0)
+						sm = atoi(t + 3);
+					if (sm <= 0)
+						return fail(&p, "target-unknown:%s", res->target_text), free(p.out.p), -1;
+					res->target = sm;
+					if (sm < o->min_target)
+						return fail(&p, "target-too-low:%s<sm_%d", res->target_text, o->min_target),
+						       free(p.out.p), -1;
+					out_put(&p.out, t, tn);
+					p.i += tn;
+					seen_target = 1;
+				} else if (word_is(w, wn, ".address_size")) {
+					size_t an = next_word(&p);
+
+					if (!word_is(p.s + p.i, an, "64"))
+						return fail(&p, "address-size:%.*s", (int)(an < 8 ? an : 8), p.s + p.i),
+						       free(p.out.p), -1;
+					if (!seen_version || !seen_target)
+						return fail(&p, "parse:header-order@line%d", line_of(&p)), free(p.out.p), -1;
+					/* the rest of the line, then the fragment */
+					for (j = p.i; j < p.n && p.s[j] != '\n' && p.s[j]; j++)
+						;
+					if (j < p.n && p.s[j] == '\n')
+						j++;
+					out_put(&p.out, p.s + p.i, j - p.i);
+					p.i = j;
+					if (p.out.len && p.out.p[p.out.len - 1] != '\n')
+						out_puts(&p.out, "\n");
+					out_puts(&p.out, "\n// ---- gpuext device probes: module fragment ----\n");
+					out_put(&p.out, frag, strnlen(frag, frag_len));
+					if (p.out.len && p.out.p[p.out.len - 1] != '\n')
+						out_puts(&p.out, "\n");
+					out_puts(&p.out, "// ---- end of gpuext fragment ----\n");
+					frag_done = 1;
+				} else if (word_is(w, wn, ".entry") || word_is(w, wn, ".func")) {
+					if (!frag_done)
+						return fail(&p, seen_version && seen_target ? "no-address-size" : "parse:no-header"),
+						       free(p.out.p), -1;
+					head = word_is(w, wn, ".entry") ? HEAD_ENTRY : HEAD_FUNC;
+					if (head == HEAD_ENTRY) {
+						size_t nn = next_word(&p);
+
+						if (!nn)
+							return fail(&p, "parse:entry-name@line%d", line_of(&p)), free(p.out.p),
+							       -1;
+						head_probe = probe_this(o, p.s + p.i, nn);
+						head_kid = gx_kernel_id(p.s + p.i, nn);
+						out_put(&p.out, p.s + p.i, nn);
+						p.i += nn;
+					}
+				}
+				continue;
+			}
+			if (in_body && pred) {
+				/* the predicate of "@%p1 ret;": the opcode that follows still starts the statement */
+				out_put(&p.out, w, wn);
+				p.i = j;
+				pred = 0;
+				continue;
+			}
+			if (in_body && stmt_start) {
+				size_t k = j;
+				int label;
+
+				while (k < p.n && (p.s[k] == ' ' || p.s[k] == '\t'))
+					k++;
+				label = k < p.n && p.s[k] == ':';
+				if (want_call && !(depth == 1 && !label && is_decl(w, wn))) {
+					emit_entry_call(&p, kid);
+					want_call = 0;
+				}
+				if (!label && (word_is(w, wn, "ret") || word_is(w, wn, "ret.uni") || word_is(w, wn, "exit"))) {
+					out_puts(&p.out, "bra " GX_PTX_EXIT_LABEL);
+					p.i = j;
+					stmt_start = 0;
+					continue;
+				}
+			}
+			out_put(&p.out, w, wn);
+			p.i = j;
+			stmt_start = 0;
+			continue;
+		}
+		/* punctuation */
+		p.i++;
+		switch (c) {
+		case '{':
+			if (depth == 0 && head != HEAD_NONE) {
+				res->entries += head == HEAD_ENTRY;
+				in_body = head == HEAD_ENTRY && head_probe;
+				want_call = in_body;
+				kid = head_kid;
+				head = HEAD_NONE;
+			} else if (in_body && want_call && stmt_start) {
+				emit_entry_call(&p, kid);
+				want_call = 0;
+			}
+			out_put(&p.out, &c, 1);
+			depth++;
+			stmt_start = 1;
+			break;
+		case '}':
+			if (depth == 0)
+				return fail(&p, "parse:unbalanced-brace@line%d", line_of(&p)), free(p.out.p), -1;
+			if (in_body && want_call) {
+				emit_entry_call(&p, kid);
+				want_call = 0;
+			}
+			if (in_body && depth == 1) {
+				emit_exit_block(&p, kid);
+				res->probed++;
+				in_body = 0;
+			}
+			out_put(&p.out, &c, 1);
+			depth--;
+			stmt_start = 1;
+			break;
+		case ';':
+			if (depth == 0)
+				head = HEAD_NONE; /* a prototype, not a definition */
+			out_put(&p.out, &c, 1);
+			stmt_start = 1;
+			pred = 0;
+			break;
+		case ':':
+			out_put(&p.out, &c, 1);
+			stmt_start = 1;
+			break;
+		case '@':
+			if (in_body && want_call && stmt_start) {
+				emit_entry_call(&p, kid);
+				want_call = 0;
+			}
+			out_put(&p.out, &c, 1);
+			pred = in_body && stmt_start;
+			break;
+		case '!':
+			out_put(&p.out, &c, 1);
+			break;
+		default:
+			out_put(&p.out, &c, 1);
+			stmt_start = 0;
+			break;
+		}
+	}
+	if (p.out.oom) {
+		free(p.out.p);
+		snprintf(res->reason, sizeof(res->reason), "out-of-memory");
+		return -1;
+	}
+	if (p.failed) {
+		free(p.out.p);
+		return -1;
+	}
+	if (depth != 0 || in_body)
+		return fail(&p, "parse:unbalanced-brace@eof"), free(p.out.p), -1;
+	if (!seen_version)
+		return fail(&p, "parse:no-version"), free(p.out.p), -1;
+	if (!seen_target)
+		return fail(&p, "parse:no-target"), free(p.out.p), -1;
+	if (!frag_done)
+		return fail(&p, "no-address-size"), free(p.out.p), -1;
+	if (!res->entries)
+		return fail(&p, "no-entry"), free(p.out.p), -1;
+	if (!res->probed)
+		return fail(&p, "no-probed-kernel"), free(p.out.p), -1;
+	res->text = p.out.p;
+	res->len = p.out.len;
+	return 0;
+}
+
+/* ---- module.conf ---- */
+
+void gx_probe_conf_free(struct gx_probe_conf *c)
+{
+	for (size_t k = 0; k < c->opts.nkernels; k++)
+		free(c->kernel_names[k]);
+	free(c->kernel_names);
+	free(c->maps);
+	memset(c, 0, sizeof(*c));
+}
+
+static int conf_err(struct gx_probe_conf *c, char *err, size_t errlen, int line, const char *what)
+{
+	snprintf(err, errlen, "module.conf:%d:%s", line, what);
+	gx_probe_conf_free(c);
+	return -1;
+}
+
+int gx_probe_conf_parse(const char *text, size_t len, struct gx_probe_conf *c, char *err, size_t errlen)
+{
+	size_t i = 0;
+	int line = 0, version = 0, have_ptx = 0, have_target = 0;
+
+	memset(c, 0, sizeof(*c));
+	snprintf(err, errlen, "ok");
+	while (i < len && text[i]) {
+		char buf[512], *tok[5], *save = NULL, *hash;
+		size_t j, n;
+		int nt = 0;
+
+		for (j = i; j < len && text[j] && text[j] != '\n'; j++)
+			;
+		line++;
+		n = j - i < sizeof(buf) - 1 ? j - i : sizeof(buf) - 1;
+		memcpy(buf, text + i, n);
+		buf[n] = 0;
+		i = j < len && text[j] == '\n' ? j + 1 : j;
+		if ((hash = strchr(buf, '#')))
+			*hash = 0;
+		for (char *t = strtok_r(buf, " \t\r", &save); t && nt < 5; t = strtok_r(NULL, " \t\r", &save))
+			tok[nt++] = t;
+		if (!nt)
+			continue;
+		if (!strcmp(tok[0], "version") && nt == 2) {
+			version = atoi(tok[1]);
+			if (version != GX_CONF_VERSION)
+				return conf_err(c, err, errlen, line, "unsupported-version");
+		} else if (!strcmp(tok[0], "min_ptx") && nt == 2) {
+			if (parse_version(tok[1], strlen(tok[1]), &c->opts.min_ptx_major, &c->opts.min_ptx_minor) != 0)
+				return conf_err(c, err, errlen, line, "bad-min_ptx");
+			have_ptx = 1;
+		} else if (!strcmp(tok[0], "min_target") && nt == 2) {
+			c->opts.min_target = atoi(tok[1]);
+			if (c->opts.min_target <= 0)
+				return conf_err(c, err, errlen, line, "bad-min_target");
+			have_target = 1;
+		} else if (!strcmp(tok[0], "launch_time") && nt == 2) {
+			c->launch_time = atoi(tok[1]) != 0;
+		} else if (!strcmp(tok[0], "kernel") && nt == 2) {
+			char **k;
+
+			if (c->opts.nkernels >= GX_CONF_MAX_KERNELS)
+				return conf_err(c, err, errlen, line, "too-many-kernels");
+			k = realloc(c->kernel_names, (c->opts.nkernels + 1) * sizeof(*k));
+			if (!k)
+				return conf_err(c, err, errlen, line, "out-of-memory");
+			c->kernel_names = k;
+			if (!(k[c->opts.nkernels] = strdup(tok[1])))
+				return conf_err(c, err, errlen, line, "out-of-memory");
+			c->opts.nkernels++;
+		} else if (!strcmp(tok[0], "map") && nt == 4) {
+			struct gx_probe_map *m;
+			char *end;
+
+			if (c->nmaps >= GX_CONF_MAX_MAPS)
+				return conf_err(c, err, errlen, line, "too-many-maps");
+			if (strlen(tok[1]) >= sizeof(m->name) || strlen(tok[2]) >= sizeof(m->symbol))
+				return conf_err(c, err, errlen, line, "map-name-too-long");
+			m = realloc(c->maps, (c->nmaps + 1) * sizeof(*m));
+			if (!m)
+				return conf_err(c, err, errlen, line, "out-of-memory");
+			c->maps = m;
+			m += c->nmaps;
+			memset(m, 0, sizeof(*m));
+			strcpy(m->name, tok[1]);
+			strcpy(m->symbol, tok[2]);
+			m->bytes = strtoull(tok[3], &end, 10);
+			if (*end || !m->bytes || m->bytes > (1ull << 31))
+				return conf_err(c, err, errlen, line, "bad-map-size");
+			c->nmaps++;
+		} else if (!strcmp(tok[0], "version") || !strcmp(tok[0], "min_ptx") || !strcmp(tok[0], "min_target") ||
+			   !strcmp(tok[0], "launch_time") || !strcmp(tok[0], "kernel") || !strcmp(tok[0], "map")) {
+			return conf_err(c, err, errlen, line, "wrong-argument-count");
+		}
+	}
+	if (version != GX_CONF_VERSION)
+		return conf_err(c, err, errlen, line, "no-version");
+	if (!have_ptx || !have_target)
+		return conf_err(c, err, errlen, line, "no-min_ptx-or-min_target");
+	c->opts.kernels = (const char *const *)c->kernel_names;
+	return 0;
+}

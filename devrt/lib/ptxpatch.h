@@ -1,0 +1,84 @@
+/*
+ * ptxpatch.h - the PTX splice of the device-probe pipeline
+ * (docs/device-probes.md): insert the probe module fragment into a PTX
+ * module and call the dispatch functions at entry and exit of each probed
+ * .entry. Pure text in, text out: no CUDA, no allocation besides the
+ * result, so the same source builds into the interposer and the golden-test
+ * CLI (devrt/tools/ptxpatch_cli.c).
+ */
+#ifndef GPUEXT_PTXPATCH_H
+#define GPUEXT_PTXPATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct gx_ptx_opts {
+	int min_ptx_major, min_ptx_minor; /* the fragment's minimum .version (raised to, never lowered) */
+	int min_target;                   /* the fragment's minimum sm_XX; a module below it stays unpatched */
+	const char *const *kernels;       /* .entry names to probe; nkernels == 0: every .entry */
+	size_t nkernels;
+};
+
+struct gx_ptx_result {
+	char *text;        /* malloc'd, NUL-terminated patched module; NULL when unpatched */
+	size_t len;        /* strlen(text) */
+	int probed;        /* .entry bodies that got the probe calls */
+	int entries;       /* .entry bodies in the module */
+	int target;        /* the module's sm_XX (0 if none was found) */
+	char target_text[32]; /* the module's .target token as written, e.g. "sm_90a" */
+	char reason[160];  /* "ok", or why the module was left unpatched (one token, no spaces) */
+};
+
+/*
+ * Patches ptx[0..len) (need not be NUL-terminated) with the fragment.
+ * Returns 0 and res->text on success; -1 with res->reason when the module
+ * is left as it is (target too low, no probed kernel, parse error, out of
+ * memory, already patched).
+ */
+int gx_ptx_patch(const char *ptx, size_t len, const char *frag, size_t frag_len, const struct gx_ptx_opts *o,
+		 struct gx_ptx_result *res);
+
+/* The kernel id the probes see: FNV-1a 64 of the .entry name (devrt/probe.KernelID). */
+uint64_t gx_kernel_id(const char *name, size_t n);
+
+/*
+ * $GPUEXT_TENANT_DIR/probes/module.conf, written by the host's compile step
+ * next to module.ptx: one directive a line, '#' starts a comment.
+ *   version 1
+ *   min_ptx 7.8
+ *   min_target 70
+ *   launch_time 0|1
+ *   kernel NAME                    (zero or more; none: every .entry)
+ *   map NAME SYMBOL TOTAL_BYTES    (zero or more; TOTAL_BYTES = descriptor + data)
+ * Unknown directives are ignored (newer hosts may add some); a bad known one
+ * makes the whole file invalid (probes off for the process, reported).
+ */
+#define GX_CONF_VERSION 1
+#define GX_CONF_MAX_MAPS 64
+#define GX_CONF_MAX_KERNELS 4096
+
+struct gx_probe_map {
+	char name[64];    /* the map's name (the .maps file names it) */
+	char symbol[128]; /* __gpuext_map_<name> */
+	uint64_t bytes;   /* the whole symbol: descriptor + data */
+};
+
+struct gx_probe_conf {
+	struct gx_ptx_opts opts; /* opts.kernels points into kernel_names */
+	int launch_time;
+	char **kernel_names;
+	struct gx_probe_map *maps;
+	size_t nmaps;
+};
+
+/* 0 on success; -1 with err filled (conf left empty). */
+int gx_probe_conf_parse(const char *text, size_t len, struct gx_probe_conf *c, char *err, size_t errlen);
+void gx_probe_conf_free(struct gx_probe_conf *c);
+
+/* Labels and names the splice introduces (documented; the fragment must not use them). */
+#define GX_PTX_EXIT_LABEL "$__gpuext_exit"
+#define GX_PTX_PARAM "__gpuext_kid"
+#define GX_PTX_FUNC_ENTRY "__gpuext_probe_entry"
+#define GX_PTX_FUNC_EXIT "__gpuext_probe_exit"
+
+#endif /* GPUEXT_PTXPATCH_H */
