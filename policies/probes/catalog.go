@@ -1,0 +1,324 @@
+package probes
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/internal/strictjson"
+)
+
+//go:embed catalog/*.json *.o
+var builtinFS embed.FS
+
+// ErrUnknownProbe: a probe name the catalog does not hold.
+var ErrUnknownProbe = errors.New("unknown probe")
+
+// ErrBadCatalog: a catalog entry that does not decode or does not match its object.
+var ErrBadCatalog = errors.New("bad probe catalog")
+
+// NameRE is what a probe name looks like (the policy model checks the same).
+var NameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,30}$`)
+
+// ViewKind says how the CLI renders one map of a probe.
+type ViewKind string
+
+const (
+	// ViewCounters: an array of u64 counters; Fields names them by index.
+	ViewCounters ViewKind = "counters"
+	// ViewSMHistogram: an array of u64 indexed by SM id; rendered as the
+	// number of SMs used and the fewest and most counts of a used SM.
+	ViewSMHistogram ViewKind = "sm-histogram"
+	// ViewLog2Histogram: an array of u64 where entry b counts values of bit
+	// length b ([2^(b-1), 2^b), entry 0 the value 0); rendered as p50/p99.
+	ViewLog2Histogram ViewKind = "log2-histogram"
+)
+
+var viewKinds = []ViewKind{ViewCounters, ViewSMHistogram, ViewLog2Histogram}
+
+// Probe is one catalog entry.
+type Probe struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	// Object is the ELF file of the probe, beside the catalog directory.
+	Object string `json:"object"`
+	// Programs are the ELF programs (functions in gpuext/kernel_entry or
+	// gpuext/kernel_exit sections) the probe runs.
+	Programs []string `json:"programs"`
+	// LaunchTime: the probe reads ctx->launch_ns, so the interposer must
+	// write the host launch time before each launch.
+	LaunchTime bool `json:"launchTime,omitempty"`
+	// Kernels limits the probe to these .entry names; empty = every kernel.
+	Kernels []string `json:"kernels,omitempty"`
+	// Views say how the CLI shows the probe's maps.
+	Views []View `json:"views"`
+	// Source is the catalog file the entry came from.
+	Source string `json:"-"`
+}
+
+// View is how one map of a probe is rendered.
+type View struct {
+	Map  string   `json:"map"`
+	Kind ViewKind `json:"kind"`
+	// Fields name the entries of a counters map, by index.
+	Fields []string `json:"fields,omitempty"`
+	// Means are derived values sum/count of two fields of a counters map.
+	Means []Mean `json:"means,omitempty"`
+	// Unit of a histogram's values ("ns").
+	Unit string `json:"unit,omitempty"`
+}
+
+// Mean is a derived value of a counters view: Sum / Count.
+type Mean struct {
+	Name  string `json:"name"`
+	Sum   string `json:"sum"`
+	Count string `json:"count"`
+}
+
+// Catalog is a set of validated probes with their objects. It is immutable.
+type Catalog struct {
+	probes  map[string]Probe
+	objects map[string][]byte // probe name -> ELF bytes
+}
+
+var builtin = sync.OnceValue(func() *Catalog {
+	c, err := Load(builtinFS, "catalog", ".")
+	if err != nil {
+		panic("probes: embedded probe catalog is broken: " + err.Error())
+	}
+	return c
+})
+
+// Builtin returns the embedded probe catalog. It panics only if the embedded
+// files are broken, which TestBuiltinCatalog rules out.
+func Builtin() *Catalog { return builtin() }
+
+// Load reads every NAME.json of catalogDir in fsys and the object each names
+// from objectDir, decodes strictly and checks each entry against its object.
+// Errors name the file and the field.
+func Load(fsys fs.FS, catalogDir, objectDir string) (*Catalog, error) {
+	entries, err := fs.ReadDir(fsys, catalogDir)
+	if err != nil {
+		return nil, fmt.Errorf("load probe catalog: %w", err)
+	}
+	c := &Catalog{probes: map[string]Probe{}, objects: map[string][]byte{}}
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		file := path.Join(catalogDir, e.Name())
+		p, obj, err := loadProbe(fsys, file, objectDir)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		c.probes[p.Name] = p
+		c.objects[p.Name] = obj
+	}
+	return c, nil
+}
+
+func catalogErr(field, format string, args ...any) error {
+	return &fieldErr{field: field, msg: fmt.Sprintf(format, args...)}
+}
+
+func loadProbe(fsys fs.FS, file, objectDir string) (Probe, []byte, error) {
+	data, err := fs.ReadFile(fsys, file)
+	if err != nil {
+		return Probe{}, nil, err
+	}
+	var p Probe
+	if err := strictjson.Decode(data, &p); err != nil {
+		return Probe{}, nil, &fieldErr{msg: err.Error()}
+	}
+	p.Source = file
+	if want := strings.TrimSuffix(path.Base(file), ".json"); p.Name != want {
+		return Probe{}, nil, catalogErr("name", "%q must match the file name %q", p.Name, want)
+	}
+	if !NameRE.MatchString(p.Name) {
+		return Probe{}, nil, catalogErr("name", "%q must match %s", p.Name, NameRE)
+	}
+	if strings.TrimSpace(p.Description) == "" {
+		return Probe{}, nil, catalogErr("description", "is empty")
+	}
+	if p.Object == "" || path.Base(p.Object) != p.Object {
+		return Probe{}, nil, catalogErr("object", "%q must be a file name beside the catalog", p.Object)
+	}
+	obj, err := fs.ReadFile(fsys, path.Join(objectDir, p.Object))
+	if err != nil {
+		return Probe{}, nil, catalogErr("object", "%v", err)
+	}
+	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(obj))
+	if err != nil {
+		return Probe{}, nil, catalogErr("object", "%s: %v", p.Object, err)
+	}
+	if err := p.check(spec); err != nil {
+		return Probe{}, nil, err
+	}
+	return p, obj, nil
+}
+
+// check validates the entry against its object's programs and maps.
+func (p Probe) check(spec *ebpf.CollectionSpec) error {
+	if len(p.Programs) == 0 {
+		return catalogErr("programs", "is empty")
+	}
+	for i, name := range p.Programs {
+		field := fmt.Sprintf("programs[%d]", i)
+		ps, ok := spec.Programs[name]
+		if !ok {
+			return catalogErr(field, "%s has no program %q (has: %s)", p.Object, name, strings.Join(sortedKeys(spec.Programs), ", "))
+		}
+		if _, ok := probe.AttachOfSection(ps.SectionName); !ok {
+			return catalogErr(field, "program %q is in section %q, want %s or %s", name, ps.SectionName, probe.SecKernelEntry, probe.SecKernelExit)
+		}
+		if slices.Contains(p.Programs[:i], name) {
+			return catalogErr(field, "program %q listed twice", name)
+		}
+	}
+	for i, k := range p.Kernels {
+		if k == "" || strings.ContainsAny(k, " \t\n") {
+			return catalogErr(fmt.Sprintf("kernels[%d]", i), "%q is not a .entry name", k)
+		}
+	}
+	if len(p.Views) == 0 {
+		return catalogErr("views", "is empty: the CLI would show nothing of the probe")
+	}
+	for i, v := range p.Views {
+		if err := v.check(spec); err != nil {
+			return fmt.Errorf("views[%d].%w", i, err)
+		}
+	}
+	return nil
+}
+
+// fieldErr is a catalog error naming the field; it matches ErrBadCatalog.
+type fieldErr struct {
+	field, msg string
+}
+
+func (e *fieldErr) Error() string {
+	if e.field == "" {
+		return e.msg
+	}
+	return e.field + ": " + e.msg
+}
+func (e *fieldErr) Unwrap() error { return ErrBadCatalog }
+
+func (v View) check(spec *ebpf.CollectionSpec) error {
+	bad := catalogErr
+	m, ok := spec.Maps[v.Map]
+	if !ok {
+		return bad("map", "object has no map %q (has: %s)", v.Map, strings.Join(sortedKeys(spec.Maps), ", "))
+	}
+	if !slices.Contains(viewKinds, v.Kind) {
+		return bad("kind", "unknown view kind %q (want one of: %s)", v.Kind, kindList())
+	}
+	if m.Type != ebpf.Array && m.Type != ebpf.PerCPUArray {
+		return bad("map", "map %q is a %s map, a %s view needs an array", v.Map, m.Type, v.Kind)
+	}
+	if m.ValueSize != 8 {
+		return bad("map", "map %q has %d-byte values, a %s view needs u64 counters", v.Map, m.ValueSize, v.Kind)
+	}
+	switch v.Kind {
+	case ViewCounters:
+		if len(v.Fields) == 0 {
+			return bad("fields", "a counters view names its entries")
+		}
+		if uint32(len(v.Fields)) > m.MaxEntries {
+			return bad("fields", "%d names for a map of %d entries", len(v.Fields), m.MaxEntries)
+		}
+		for i, f := range v.Fields {
+			if f == "" || slices.Contains(v.Fields[:i], f) {
+				return bad(fmt.Sprintf("fields[%d]", i), "%q is empty or listed twice", f)
+			}
+		}
+		for i, mean := range v.Means {
+			if mean.Name == "" || slices.Contains(v.Fields, mean.Name) {
+				return bad(fmt.Sprintf("means[%d].name", i), "%q is empty or a field name", mean.Name)
+			}
+			if !slices.Contains(v.Fields, mean.Sum) {
+				return bad(fmt.Sprintf("means[%d].sum", i), "%q is not one of the fields", mean.Sum)
+			}
+			if !slices.Contains(v.Fields, mean.Count) {
+				return bad(fmt.Sprintf("means[%d].count", i), "%q is not one of the fields", mean.Count)
+			}
+		}
+	default:
+		if len(v.Fields) > 0 || len(v.Means) > 0 {
+			return bad("fields", "only a counters view has fields and means")
+		}
+	}
+	return nil
+}
+
+func kindList() string {
+	s := make([]string, len(viewKinds))
+	for i, k := range viewKinds {
+		s[i] = string(k)
+	}
+	return strings.Join(s, ", ")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Get returns the named probe.
+func (c *Catalog) Get(name string) (Probe, bool) {
+	p, ok := c.probes[name]
+	p.Programs, p.Kernels, p.Views = slices.Clone(p.Programs), slices.Clone(p.Kernels), slices.Clone(p.Views)
+	return p, ok
+}
+
+// Names returns the probe names, sorted.
+func (c *Catalog) Names() []string { return sortedKeys(c.probes) }
+
+// Check returns an error wrapping ErrUnknownProbe for the first name the
+// catalog does not hold.
+func (c *Catalog) Check(names []string) error {
+	for _, n := range names {
+		if _, ok := c.probes[n]; !ok {
+			return fmt.Errorf("%w %q (known: %s)", ErrUnknownProbe, n, strings.Join(c.Names(), ", "))
+		}
+	}
+	return nil
+}
+
+// Object returns a copy of the probe's ELF object.
+func (c *Catalog) Object(name string) ([]byte, error) {
+	obj, ok := c.objects[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownProbe, name)
+	}
+	return slices.Clone(obj), nil
+}
+
+// Spec loads the probe's ELF object as a fresh CollectionSpec (the caller
+// may change it).
+func (c *Catalog) Spec(name string) (*ebpf.CollectionSpec, error) {
+	obj, ok := c.objects[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownProbe, name)
+	}
+	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(obj))
+	if err != nil {
+		return nil, fmt.Errorf("probe %q: load %s: %w", name, c.probes[name].Object, err)
+	}
+	return spec, nil
+}

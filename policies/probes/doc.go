@@ -1,0 +1,12 @@
+// Package probes owns the built-in device probes: eBPF programs that run
+// inside a tenant's GPU kernels (docs/device-probes.md). Each probe is a C
+// source compiled with clang -target bpf (gen.go; the .o files are committed
+// so a build needs no clang) and a catalog entry (catalog/NAME.json) that
+// names its object, its programs, whether it needs the host launch time, and
+// how the CLI renders its maps (views). A container selects probes with
+// probes.gpuext.io (policies); devrt/probe/compile verifies and translates
+// the selected objects, and devrt/probe/maps decodes what they counted.
+//
+// The catalog is decoded strictly (an unknown field names the file and the
+// field) and checked against the objects when it loads.
+package probes
