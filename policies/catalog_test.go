@@ -82,6 +82,7 @@ func TestLoadCatalogErrors(t *testing.T) {
 		{"bad class", "batch.json", strings.Replace(good, "best-effort", "gold", 1), []string{`priority.class: unknown priority class "gold"`}},
 		{"bad quota", "batch.json", strings.Replace(good, `{"name":"none"}}`, `{"name":"none"},"quota":"12XB"}`, 1), []string{"memory.quota", `unknown unit "XB"`}},
 		{"bad probe", "batch.json", strings.Replace(good, `"priority"`, `"probes":["Bad"],"priority"`, 1), []string{"probes[0]"}},
+		{"unknown probe", "batch.json", strings.Replace(good, `"priority"`, `"probes":["launch-stats","kernel-timer"],"priority"`, 1), []string{"probes[1]", `unknown probe "kernel-timer"`}},
 		{"wrong type", "batch.json", strings.Replace(good, `"best-effort"}`, `"best-effort","interleave":"8"}`, 1), []string{"priority.interleave"}},
 		{"tenant-quota without quota", "batch.json", strings.Replace(good, "fifo", "tenant-quota", 1), []string{"tenant-quota", "needs a quota"}},
 	} {

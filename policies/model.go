@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // Limits of the policy model (they match kmod/include/gpuext_abi.h where the
@@ -20,7 +22,7 @@ const (
 
 var (
 	policyNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`) // fits GPUEXT_NAME_LEN
-	probeNameRE  = regexp.MustCompile(`^[a-z][a-z0-9-]{0,30}$`)
+	probeNameRE  = probes.NameRE
 )
 
 // Classes lists the priority classes, most urgent first.
@@ -227,16 +229,24 @@ func (p Policy) Validate() error {
 	return nil
 }
 
-func validateProbes(probes []string, path string) error {
-	if len(probes) > MaxProbes {
-		return fieldError(path, fmt.Sprintf("%d probes, at most %d", len(probes), MaxProbes))
+func validateProbes(list []string, path string) error {
+	if len(list) > MaxProbes {
+		return fieldError(path, fmt.Sprintf("%d probes, at most %d", len(list), MaxProbes))
 	}
-	for i, name := range probes {
+	for i, name := range list {
 		if !probeNameRE.MatchString(name) {
 			return fieldError(fmt.Sprintf("%s[%d]", path, i), fmt.Sprintf("probe name %q must match %s", name, probeNameRE))
 		}
-		if slices.Contains(probes[:i], name) {
+		if slices.Contains(list[:i], name) {
 			return fieldError(fmt.Sprintf("%s[%d]", path, i), fmt.Sprintf("probe %q listed twice", name))
+		}
+	}
+	// Names are well-formed; now each must be a probe of the probe catalog
+	// (policies/probes), so a typo fails at admission, not on the device.
+	known := probes.Builtin()
+	for i, name := range list {
+		if err := known.Check([]string{name}); err != nil {
+			return fieldError(fmt.Sprintf("%s[%d]", path, i), err.Error())
 		}
 	}
 	return nil

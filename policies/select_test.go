@@ -45,9 +45,9 @@ func TestSelect(t *testing.T) {
 		{name: "all overrides", req: Request{ContainerName: "w", Annotations: map[string]string{
 			"policy.gpuext.io": "batch", "quota.gpuext.io": "512MiB", "priority.gpuext.io": "standard",
 			"eviction.gpuext.io": "lfu", "prefetch.gpuext.io": "tree-threshold:threshold=60", "timeslice.gpuext.io": "2ms",
-			"interleave.gpuext.io": "4", "probes.gpuext.io": "launch-count, fault-latency", "tenant.gpuext.io": "pod"}},
+			"interleave.gpuext.io": "4", "probes.gpuext.io": "launch-stats, sm-histogram", "tenant.gpuext.io": "pod"}},
 			policy: "batch", tenant: "pod",
-			summary: "class=standard quota=512MiB evict=lfu(decay=50) prefetch=tree-threshold(threshold=60) timeslice=2ms interleave=4 probes=launch-count,fault-latency"},
+			summary: "class=standard quota=512MiB evict=lfu(decay=50) prefetch=tree-threshold(threshold=60) timeslice=2ms interleave=4 probes=launch-stats,sm-histogram"},
 		{name: "timeslice in us", req: Request{Labels: map[string]string{"timeslice.gpuext.io": "500us"}},
 			policy: "default", summary: "class=standard quota=unlimited evict=lru prefetch=tree-threshold(threshold=51) timeslice=500us"},
 		{name: "empty probes clears", req: Request{Labels: map[string]string{"probes.gpuext.io": ""}}, policy: "default"},
@@ -114,6 +114,10 @@ func TestSelectErrors(t *testing.T) {
 		{"timeslice ns", Request{Labels: map[string]string{"timeslice.gpuext.io": "1500ns"}}, "timeslice.gpuext.io", ErrBadValue, "whole microseconds"},
 		{"interleave range", Request{Labels: map[string]string{"interleave.gpuext.io": "65"}}, "interleave.gpuext.io", ErrBadValue, "1..64"},
 		{"probe name", Request{Labels: map[string]string{"probes.gpuext.io": "ok,Not_OK"}}, "probes.gpuext.io", ErrBadValue, `"Not_OK"`},
+		{"unknown probe", Request{ContainerName: "web", PodAnnotations: map[string]string{"probes.gpuext.io/container.web": "launch-stats,launch-count"}},
+			"probes.gpuext.io/container.web", ErrBadValue, `probes[1]: unknown probe "launch-count" (known: launch-latency, launch-stats, sm-histogram)`},
+		{"probe value is named", Request{PodLabels: map[string]string{"probes.gpuext.io/pod": "sm-histogramm"}},
+			"probes.gpuext.io/pod", ErrBadValue, `probes.gpuext.io/pod="sm-histogramm"`},
 		{"too many probes", Request{Labels: map[string]string{"probes.gpuext.io": "a,b,c,d,e,f,g,h,i"}}, "probes.gpuext.io", ErrBadValue, "at most 8"},
 		{"tenant", Request{Labels: map[string]string{"tenant.gpuext.io": "namespace"}}, "tenant.gpuext.io", ErrBadValue, `"container" or "pod"`},
 	} {
