@@ -13,8 +13,10 @@
  * Keys and values are generic addresses too (the probe's .local stack, or a
  * map value).
  *
- * Semantics, per map type (the Go interpreter devrt/probe/ptxinterp
- * implements the same):
+ * Semantics, per map type.  The executable specification is the Go code
+ * of devrt/probe/ptx (Image.Lookup/Update/Delete/RingbufOutput, which the
+ * interpreter devrt/probe/ptxinterp runs): for any sequence of calls from
+ * one thread these functions leave the same bytes behind.
  *
  *   ARRAY     entry = [u64 seq][value round8]; key is a u32 index.
  *             lookup: &value, or 0 if the index is out of range.
@@ -26,33 +28,37 @@
  *             and makes it even again.
  *             delete: -EINVAL.
  *   HASH      bucket = [u32 state][u32 hash][key round8][value round8],
- *             nbuckets a power of two.  hash = FNV-1a 64 over the key bytes,
- *             the low 32 bits are stored and pick the first bucket; linear
- *             probing.  state: 0 empty, 1 being written, 2 live, 3 deleted.
- *             A walk ends at an empty bucket, skips deleted ones and waits
- *             for one being written (its key may be ours).  A new key
- *             claims the first empty bucket of its chain with a CAS 0->1,
- *             writes hash, key and value, fences and publishes 2.  An
- *             existing key's value is rewritten as for arrays (one exchange
- *             for <= 8 bytes; larger values take the bucket 2->1 and back).
- *             Deleted buckets are not reused: a table whose chain finds no
- *             empty bucket is full, -E2BIG.  update flags: BPF_NOEXIST on a
- *             live key -EEXIST, BPF_EXIST on a missing key -ENOENT.
- *             delete: a live key goes 2->3; a missing key -ENOENT.
+ *             nbuckets a power of two.  hash = FNV-1a 32 over the key bytes,
+ *             stored in the bucket; the probe sequence starts at
+ *             hash & (nbuckets-1) and is linear.  state: 0 empty, 1 being
+ *             written, 2 live, 3 deleted.  A walk ends at an empty bucket
+ *             and waits for one being written (its key may be ours).  A
+ *             missing key claims the first deleted or empty bucket of its
+ *             sequence with a CAS to 1, writes hash, key and value, fences
+ *             and publishes 2; no such bucket: -E2BIG.  An existing key's
+ *             value is rewritten as for arrays (one exchange for <= 8
+ *             bytes; larger values take the bucket 2->1 and back).  update
+ *             flags: BPF_NOEXIST on a live key -EEXIST, BPF_EXIST on a
+ *             missing key -ENOENT.  delete: a live key goes 2->3; a missing
+ *             key -ENOENT.  The device does not count entries: a table holds
+ *             up to nbuckets keys where the kernel refuses the
+ *             (max_entries+1)th.  Two threads inserting the same new key
+ *             while a third deletes an earlier key of the chain can leave
+ *             the key twice (lookups find the first).
  *   PER_WARP  slots x max_entries x [value round8]; the warp's slot is
  *             (%smid * 64 + %warpid) % nbuckets; lookup and update use the
  *             calling warp's copy of entry key (update as for arrays, the
  *             value copied plainly when larger than 8 bytes: the slot belongs
  *             to the warp).  delete: -EINVAL.
  *   RINGBUF   [u64 head][u64 dropped][max_entries bytes].  output reserves
- *             8 + round8(size) bytes with an atomic add on head; a record
- *             that does not end within the buffer is not written, dropped
- *             is incremented and the call returns -EAGAIN (what the kernel's
- *             bpf_ringbuf_output returns when a reservation fails).  The
- *             record is [u32 len][u32 0][data round8]; len is stored last,
- *             after a fence, so a reader stops at the first len of 0.
- *             size 0 or > 0x7fffffff -EINVAL; flags other than
- *             BPF_RB_NO_WAKEUP / BPF_RB_FORCE_WAKEUP -EINVAL.
+ *             8 + round8(size) bytes by advancing head with a CAS loop; head
+ *             never passes max_entries: a record that does not fit is not
+ *             written, dropped is incremented and the call returns -EAGAIN
+ *             (what the kernel's bpf_ringbuf_output returns when a
+ *             reservation fails).  The record is [u32 len][u32 0][data
+ *             round8], the padding zero; len is stored last, after a fence.
+ *             Flags other than BPF_RB_NO_WAKEUP / BPF_RB_FORCE_WAKEUP
+ *             -EINVAL.
  *
  * Flags other than BPF_ANY/BPF_NOEXIST/BPF_EXIST -EINVAL; a helper called on
  * a map type it does not serve -EINVAL (lookup returns 0).
@@ -131,12 +137,12 @@ static __device__ __forceinline__ bool gx_key_equal(const u8 *a, const u8 *b, u3
 	return true;
 }
 
-static __device__ __forceinline__ u64 gx_fnv1a64(const u8 *p, u32 n)
+static __device__ __forceinline__ u32 gx_fnv1a32(const u8 *p, u32 n)
 {
-	u64 h = 14695981039346656037ull;
+	u32 h = 2166136261u;
 	for (u32 i = 0; i < n; i++) {
 		h ^= p[i];
-		h *= 1099511628211ull;
+		h *= 16777619u;
 	}
 	return h;
 }
@@ -224,7 +230,7 @@ static __device__ u64 gx_hash_lookup(u64 map, const u8 *key)
 {
 	const struct gpuext_dmap *d = gx_desc(map);
 	u32 n = d->nbuckets, mask = n - 1, ks = d->key_size;
-	u32 h32 = (u32)gx_fnv1a64(key, ks);
+	u32 h32 = gx_fnv1a32(key, ks);
 	u8 *data = gx_data(map);
 	for (u32 i = 0; i < n; i++) {
 		u8 *b = data + (u64)((h32 + i) & mask) * d->stride;
@@ -237,57 +243,93 @@ static __device__ u64 gx_hash_lookup(u64 map, const u8 *key)
 	return 0;
 }
 
+/* Rewrites the value of a live bucket that holds the key: 0, or 1 when the
+ * bucket changed under us (look at it again). */
+static __device__ __forceinline__ int gx_hash_rewrite(u8 *b, const u8 *value, u32 ks, u32 vs)
+{
+	if (vs <= 8) {
+		gx_store_small(gx_bucket_value(b, ks), value, vs);
+		return 0;
+	}
+	if (atomicCAS(gx_bucket_state(b), GX_HASH_LIVE, GX_HASH_BUSY) != GX_HASH_LIVE)
+		return 1;
+	__threadfence();
+	gx_copy(gx_bucket_value(b, ks), value, vs);
+	__threadfence();
+	atomicExch(gx_bucket_state(b), GX_HASH_LIVE);
+	return 0;
+}
+
+/* Claims bucket b (state from -> busy) for a new key: 0, or 1 when another
+ * thread claimed it first. */
+static __device__ __forceinline__ int gx_hash_claim(u8 *b, u32 from, u32 h32, const u8 *key, const u8 *value,
+						     u32 ks, u32 vs)
+{
+	if (atomicCAS(gx_bucket_state(b), from, GX_HASH_BUSY) != from)
+		return 1;
+	*(volatile u32 *)(b + 4) = h32;
+	gx_copy(gx_bucket_key(b), key, ks);
+	gx_copy(gx_bucket_value(b, ks), value, vs);
+	__threadfence();
+	atomicExch(gx_bucket_state(b), GX_HASH_LIVE);
+	return 0;
+}
+
 static __device__ u64 gx_hash_update(u64 map, const u8 *key, const u8 *value, u64 flags)
 {
 	const struct gpuext_dmap *d = gx_desc(map);
 	u32 n = d->nbuckets, mask = n - 1, ks = d->key_size, vs = d->value_size;
-	u32 h32 = (u32)gx_fnv1a64(key, ks);
+	u32 h32 = gx_fnv1a32(key, ks);
 	u8 *data = gx_data(map);
-	for (u32 i = 0; i < n; i++) {
-		u8 *b = data + (u64)((h32 + i) & mask) * d->stride;
-		u32 *state = gx_bucket_state(b);
-		for (;;) {
+	for (;;) {
+		u8 *free_b = 0; /* first deleted (or the empty) bucket of the sequence */
+		u32 free_st = 0;
+		int again = 0;
+		u32 i;
+		for (i = 0; i < n && !again; i++) {
+			u8 *b = data + (u64)((h32 + i) & mask) * d->stride;
 			u32 st = gx_wait_not_busy(b);
-			if (st == GX_HASH_DELETED)
-				break; /* next bucket */
-			if (st == GX_HASH_EMPTY) {
-				if (flags == GX_BPF_EXIST)
-					return gx_err(GX_ENOENT);
-				if (atomicCAS(state, GX_HASH_EMPTY, GX_HASH_BUSY) != GX_HASH_EMPTY)
-					continue; /* someone claimed it: look again */
-				*(volatile u32 *)(b + 4) = h32;
-				gx_copy(gx_bucket_key(b), key, ks);
-				gx_copy(gx_bucket_value(b, ks), value, vs);
-				__threadfence();
-				atomicExch(state, GX_HASH_LIVE);
-				return 0;
+			if (st == GX_HASH_LIVE) {
+				if (!gx_bucket_has(b, h32, key, ks))
+					continue;
+				if (flags == GX_BPF_NOEXIST)
+					return gx_err(GX_EEXIST);
+				if (gx_hash_rewrite(b, value, ks, vs) == 0)
+					return 0;
+				again = 1; /* rewritten or deleted meanwhile */
+				break;
 			}
-			/* live */
-			if (!gx_bucket_has(b, h32, key, ks))
-				break; /* next bucket */
-			if (flags == GX_BPF_NOEXIST)
-				return gx_err(GX_EEXIST);
-			if (vs <= 8) {
-				gx_store_small(gx_bucket_value(b, ks), value, vs);
-				return 0;
+			if (st == GX_HASH_DELETED) {
+				if (!free_b) {
+					free_b = b;
+					free_st = GX_HASH_DELETED;
+				}
+				continue;
 			}
-			if (atomicCAS(state, GX_HASH_LIVE, GX_HASH_BUSY) != GX_HASH_LIVE)
-				continue; /* being rewritten or deleted: look again */
-			__threadfence();
-			gx_copy(gx_bucket_value(b, ks), value, vs);
-			__threadfence();
-			atomicExch(state, GX_HASH_LIVE);
-			return 0;
+			/* empty: the key is not in the table */
+			if (!free_b) {
+				free_b = b;
+				free_st = GX_HASH_EMPTY;
+			}
+			break;
 		}
+		if (again)
+			continue;
+		if (flags == GX_BPF_EXIST)
+			return gx_err(GX_ENOENT);
+		if (!free_b)
+			return gx_err(GX_E2BIG);
+		if (gx_hash_claim(free_b, free_st, h32, key, value, ks, vs) == 0)
+			return 0;
+		/* Another thread took the bucket, perhaps for this very key: walk again. */
 	}
-	return flags == GX_BPF_EXIST ? gx_err(GX_ENOENT) : gx_err(GX_E2BIG);
 }
 
 static __device__ u64 gx_hash_delete(u64 map, const u8 *key)
 {
 	const struct gpuext_dmap *d = gx_desc(map);
 	u32 n = d->nbuckets, mask = n - 1, ks = d->key_size;
-	u32 h32 = (u32)gx_fnv1a64(key, ks);
+	u32 h32 = gx_fnv1a32(key, ks);
 	u8 *data = gx_data(map);
 	for (u32 i = 0; i < n; i++) {
 		u8 *b = data + (u64)((h32 + i) & mask) * d->stride;
@@ -381,18 +423,23 @@ extern "C" __device__ __noinline__ u64 __gpuext_h_ringbuf_output(u64 map, u64 da
 		return gx_err(GX_EINVAL);
 	if (flags & ~(u64)(GX_BPF_RB_NO_WAKEUP | GX_BPF_RB_FORCE_WAKEUP))
 		return gx_err(GX_EINVAL);
-	if (size == 0 || size > 0x7fffffffull)
-		return gx_err(GX_EINVAL);
 	u8 *base = gx_data(map);
 	u64 *head = (u64 *)base, *dropped = (u64 *)(base + 8);
 	u8 *buf = base + 16;
-	u64 need = 8 + round8(size);
-	u64 off = atomicAdd(head, need);
-	if (off + need > d->max_entries) {
-		atomicAdd(dropped, 1ull);
-		return gx_err(GX_EAGAIN);
+	u64 cap = d->max_entries;
+	u64 need = size > cap ? cap + 1 : 8 + round8(size);
+	u64 pos = *(volatile u64 *)head;
+	for (;;) {
+		if (pos + need > cap) {
+			atomicAdd(dropped, 1ull);
+			return gx_err(GX_EAGAIN);
+		}
+		u64 seen = atomicCAS(head, pos, pos + need);
+		if (seen == pos)
+			break;
+		pos = seen;
 	}
-	u8 *rec = buf + off;
+	u8 *rec = buf + pos;
 	*(u32 *)(rec + 4) = 0;
 	gx_copy(rec + 8, (const u8 *)data, (u32)size);
 	__threadfence();
