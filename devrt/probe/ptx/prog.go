@@ -51,7 +51,7 @@ func (t *progTranslator) translate(insns asm.Instructions) error {
 		if s := ins.Symbol(); s != "" {
 			symbols[s] = pos
 		}
-		pos += int(ins.Width() / asm.InstructionSize)
+		pos += int(ins.Width())
 	}
 	valid := map[int]bool{}
 	for _, r := range raw {

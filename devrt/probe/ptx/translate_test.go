@@ -1,0 +1,169 @@
+package ptx_test
+
+import (
+	"encoding/binary"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/devrt/probe/ptxinterp"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// counterSpec: a launch counter at kernel entry (array map, leader-guarded
+// atomic add) and an exit probe that records the kernel id in a hash.
+func counterSpec() *ebpf.CollectionSpec {
+	return &ebpf.CollectionSpec{
+		Maps: map[string]*ebpf.MapSpec{
+			"launches": {Name: "launches", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1},
+			"kernels":  {Name: "kernels", Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: 64},
+		},
+		Programs: map[string]*ebpf.ProgramSpec{
+			"count_launch": {Name: "count_launch", SectionName: probe.SecKernelEntry, Instructions: asm.Instructions{
+				asm.Mov.Imm(asm.R1, 0),
+				asm.BuiltinFunc(probe.HelperThreadLinearID).Call(),
+				asm.JNE.Imm(asm.R0, 0, "out"),
+				asm.BuiltinFunc(probe.HelperBlockLinearID).Call(),
+				asm.JNE.Imm(asm.R0, 0, "out"),
+				asm.StoreImm(asm.R10, -4, 0, asm.Word),
+				asm.LoadMapPtr(asm.R1, 0).WithReference("launches"),
+				asm.Mov.Reg(asm.R2, asm.R10),
+				asm.Add.Imm(asm.R2, -4),
+				asm.FnMapLookupElem.Call(),
+				asm.JEq.Imm(asm.R0, 0, "out"),
+				asm.Mov.Imm(asm.R1, 1),
+				asm.AddAtomic.Mem(asm.R0, asm.R1, asm.DWord, 0),
+				asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
+				asm.Return(),
+			}},
+			"record_exit": {Name: "record_exit", SectionName: probe.SecKernelExit, Instructions: asm.Instructions{
+				asm.LoadMem(asm.R2, asm.R1, 0, asm.DWord),
+				asm.StoreMem(asm.R10, -8, asm.R2, asm.DWord),
+				asm.LoadMem(asm.R3, asm.R1, 8, asm.Word),
+				asm.StoreMem(asm.R10, -16, asm.R3, asm.DWord),
+				asm.LoadMapPtr(asm.R1, 0).WithReference("kernels"),
+				asm.Mov.Reg(asm.R2, asm.R10),
+				asm.Add.Imm(asm.R2, -8),
+				asm.Mov.Reg(asm.R3, asm.R10),
+				asm.Add.Imm(asm.R3, -16),
+				asm.Mov.Imm(asm.R4, 0),
+				asm.FnMapUpdateElem.Call(),
+				asm.Return(),
+			}},
+		},
+	}
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if string(want) != got {
+		t.Errorf("%s differs from the translation (go test ./devrt/probe/ptx -update rewrites it); got:\n%s", path, got)
+	}
+}
+
+func TestGoldenModule(t *testing.T) {
+	m, err := ptx.Translate(counterSpec(), nil, ptx.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "counter.ptx", m.PTX)
+	if m.Manifest.MinPTX == "" || m.Manifest.MinTarget == 0 || len(m.Manifest.Maps) != 2 || len(m.Manifest.Programs) != 2 {
+		t.Fatalf("manifest: %+v", m.Manifest)
+	}
+	if got := m.Manifest.Maps[1]; got.Name != "launches" || got.Symbol != "__gpuext_map_launches" || got.Layout.Type != probe.MapArray {
+		t.Errorf("manifest map: %+v", got)
+	}
+}
+
+// The patcher's view: the dispatch functions run the programs of their
+// attach point, and the maps show what the programs did.
+func TestDispatchRunsProbes(t *testing.T) {
+	m, err := ptx.Translate(counterSpec(), nil, ptx.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := ptxinterp.Load(m.Standalone("7.0", 70))
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.LittleEndian.PutUint32(vm.Global(probe.SymTenantID), 42)
+	kid := probe.KernelID("vecadd")
+	// 2 blocks x 3 threads enter; only thread 0 of block 0 counts.
+	for b := uint32(0); b < 2; b++ {
+		for tid := uint32(0); tid < 3; tid++ {
+			th := ptxinterp.ThreadRegs{Tid: [3]uint32{tid}, Ctaid: [3]uint32{b}, Ntid: [3]uint32{3, 1, 1}, Nctaid: [3]uint32{2, 1, 1}}
+			if _, err := vm.Call(probe.FuncEntry, th, kid); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := vm.Call(probe.FuncExit, ptxinterp.Thread0(), kid); err != nil {
+		t.Fatal(err)
+	}
+	l := ptx.Image{Layout: m.Manifest.Maps[1].Layout, Bytes: vm.Global("__gpuext_map_launches")}
+	ents, err := l.Entries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := binary.LittleEndian.Uint64(ents[0].Value); got != 1 {
+		t.Errorf("launch count = %d, want 1", got)
+	}
+	h := ptx.Image{Layout: m.Manifest.Maps[0].Layout, Bytes: vm.Global("__gpuext_map_kernels")}
+	ents, err = h.Entries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 || binary.LittleEndian.Uint64(ents[0].Key) != kid || binary.LittleEndian.Uint64(ents[0].Value) != 42 {
+		t.Errorf("kernels map = %v, want {%#x: 42}", ents, kid)
+	}
+}
+
+func TestHelpersSpliced(t *testing.T) {
+	helpers := ".version 8.4\n.target sm_80\n.address_size 64\n\n.func (.param .b64 r) " + probe.FuncMapLookup + "(.param .b64 a, .param .b64 b)\n{\n\tret;\n}\n"
+	m, err := ptx.Translate(counterSpec(), []string{"count_launch"}, ptx.Options{Helpers: helpers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(m.PTX, ".version") || strings.Contains(m.PTX, ".extern") || !strings.Contains(m.PTX, probe.FuncMapLookup+"(.param") {
+		t.Errorf("fragment with helpers:\n%s", m.PTX)
+	}
+	if m.Manifest.MinPTX != "8.4" || m.Manifest.MinTarget != 80 {
+		t.Errorf("minimums %s/%d, want the helper library's 8.4/80", m.Manifest.MinPTX, m.Manifest.MinTarget)
+	}
+	if len(m.Manifest.Maps) != 1 || len(m.Manifest.Programs) != 1 {
+		t.Errorf("only count_launch and its map: %+v", m.Manifest)
+	}
+}
+
+func TestRejects(t *testing.T) {
+	for name, insns := range map[string]asm.Instructions{
+		"bpf-to-bpf call": {asm.Call.Label("f"), asm.Return(), asm.Mov.Imm(asm.R0, 0).WithSymbol("f"), asm.Return()},
+		"unknown helper":  {asm.FnTracePrintk.Call(), asm.Return()},
+	} {
+		spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"p": {Name: "p", Instructions: insns}}}
+		if _, err := ptx.Translate(spec, nil, ptx.Options{}); err == nil {
+			t.Errorf("%s: translated, want an error", name)
+		} else if !strings.Contains(err.Error(), "not supported") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
