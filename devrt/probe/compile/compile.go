@@ -1,0 +1,213 @@
+package compile
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/devrt/probe/helpers"
+	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/policies/probes"
+)
+
+// ConfFile is the module description the interposer reads (docs/device-probes.md).
+const ConfFile = "module.conf"
+
+// ConfVersion is the version line of module.conf.
+const ConfVersion = 1
+
+// ErrNoProbes: Compile was given an empty probe set.
+var ErrNoProbes = errors.New("no probes to compile")
+
+// Bundle is a compiled probe set: the files of a tenant's probes/ directory.
+type Bundle struct {
+	// Probes is the probe set, sorted: the cache key.
+	Probes   []string
+	Manifest probe.Manifest
+	// PTX is module.ptx: the fragment the interposer splices (no .version/.target).
+	PTX string
+	// Conf is module.conf.
+	Conf string
+}
+
+// Compiler compiles probe sets of one catalog with one helper library and
+// caches the bundles. It is safe for concurrent use.
+type Compiler struct {
+	catalog *probes.Catalog
+	helpers func() (helpers.Library, error)
+
+	mu    sync.Mutex
+	cache map[string]func() (*Bundle, error)
+}
+
+// NewCompiler returns a compiler for catalog. lib supplies the helper
+// library; nil uses the embedded one (helpers.PTX). A library whose PTX is
+// empty makes modules that only declare the helpers (.extern), which the
+// interpreter devrt/probe/ptxinterp implements natively: for tests.
+func NewCompiler(catalog *probes.Catalog, lib func() (helpers.Library, error)) *Compiler {
+	if lib == nil {
+		lib = helpers.PTX
+	}
+	return &Compiler{catalog: catalog, helpers: lib, cache: map[string]func() (*Bundle, error){}}
+}
+
+var defaultCompiler = sync.OnceValue(func() *Compiler { return NewCompiler(probes.Builtin(), nil) })
+
+// Compile compiles a probe set of the built-in catalog with the embedded
+// helper library; bundles are cached by set.
+func Compile(names []string) (*Bundle, error) { return defaultCompiler().Compile(names) }
+
+// Compile returns the bundle of a probe set (order and duplicates do not
+// matter), compiling it on first use.
+func (c *Compiler) Compile(names []string) (*Bundle, error) {
+	set := slices.Clone(names)
+	slices.Sort(set)
+	set = slices.Compact(set)
+	if len(set) == 0 {
+		return nil, ErrNoProbes
+	}
+	key := strings.Join(set, ",")
+	c.mu.Lock()
+	f, ok := c.cache[key]
+	if !ok {
+		f = sync.OnceValues(func() (*Bundle, error) { return c.compile(set) })
+		c.cache[key] = f
+	}
+	c.mu.Unlock()
+	b, err := f()
+	if err != nil {
+		return nil, fmt.Errorf("compile probes %s: %w", key, err)
+	}
+	return b, nil
+}
+
+func (c *Compiler) compile(set []string) (*Bundle, error) {
+	if err := c.catalog.Check(set); err != nil {
+		return nil, err
+	}
+	merged := &ebpf.CollectionSpec{Maps: map[string]*ebpf.MapSpec{}, Programs: map[string]*ebpf.ProgramSpec{}}
+	mapOwner, progOwner := map[string]string{}, map[string]string{}
+	var progs []string
+	var kernels []string
+	kernelsFrom := ""
+	launchTime := false
+	for i, name := range set {
+		p, _ := c.catalog.Get(name)
+		spec, err := c.catalog.Spec(name)
+		if err != nil {
+			return nil, err
+		}
+		if err := verify(name, spec); err != nil {
+			return nil, err
+		}
+		for mn, ms := range spec.Maps {
+			if strings.HasPrefix(mn, ".") {
+				return nil, fmt.Errorf("probe %q: global data (%s) cannot be merged with other probes; use maps", name, mn)
+			}
+			if other, dup := mapOwner[mn]; dup {
+				return nil, fmt.Errorf("probes %q and %q both define map %q", other, name, mn)
+			}
+			mapOwner[mn] = name
+			merged.Maps[mn] = ms
+		}
+		for _, pn := range p.Programs {
+			if other, dup := progOwner[pn]; dup {
+				return nil, fmt.Errorf("probes %q and %q both define program %q", other, name, pn)
+			}
+			progOwner[pn] = name
+			merged.Programs[pn] = spec.Programs[pn]
+			progs = append(progs, pn)
+		}
+		// One module has one kernel list: probes limited to kernels can
+		// only be merged when they name the same ones.
+		ks := slices.Clone(p.Kernels)
+		slices.Sort(ks)
+		if i == 0 {
+			kernels, kernelsFrom = ks, name
+		} else if !slices.Equal(kernels, ks) {
+			return nil, fmt.Errorf("probes %q and %q probe different kernels (%v, %v): one module probes one set", kernelsFrom, name, kernels, ks)
+		}
+		launchTime = launchTime || p.LaunchTime
+	}
+	lib, err := c.helpers()
+	if err != nil {
+		return nil, fmt.Errorf("helper library: %w", err)
+	}
+	mod, err := ptx.Translate(merged, progs, ptx.Options{Helpers: lib.PTX})
+	if err != nil {
+		return nil, fmt.Errorf("translate: %w", err)
+	}
+	m := mod.Manifest
+	if lib.PTX != "" {
+		if lib.Version != "" && versionLess(m.MinPTX, lib.Version) {
+			m.MinPTX = lib.Version
+		}
+		m.MinTarget = max(m.MinTarget, lib.Target)
+	}
+	m.Probes = set
+	m.Kernels = kernels
+	m.LaunchTime = launchTime
+	return &Bundle{Probes: set, Manifest: m, PTX: mod.PTX, Conf: Conf(m)}, nil
+}
+
+// Conf renders module.conf, the line format the C side of the interposer
+// reads (docs/device-probes.md):
+//
+//	version 1
+//	min_ptx 7.8
+//	min_target 70
+//	launch_time 0|1
+//	kernel NAME                  (zero or more; none = every .entry)
+//	map NAME SYMBOL TOTAL_BYTES  (TOTAL_BYTES = descriptor + data)
+func Conf(m probe.Manifest) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "version %d\n", ConfVersion)
+	fmt.Fprintf(&b, "min_ptx %s\n", m.MinPTX)
+	fmt.Fprintf(&b, "min_target %d\n", m.MinTarget)
+	lt := 0
+	if m.LaunchTime {
+		lt = 1
+	}
+	fmt.Fprintf(&b, "launch_time %d\n", lt)
+	for _, k := range m.Kernels {
+		fmt.Fprintf(&b, "kernel %s\n", k)
+	}
+	for _, mi := range m.Maps {
+		fmt.Fprintf(&b, "map %s %s %d\n", mi.Name, mi.Symbol, uint64(probe.MapHdrSize)+mi.Layout.DataSize)
+	}
+	return b.String()
+}
+
+// ManifestJSON is manifest.json.
+func (b *Bundle) ManifestJSON() []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(b.Manifest); err != nil {
+		panic(err) // a Manifest always encodes
+	}
+	return buf.Bytes()
+}
+
+// Files are the bundle's files by name.
+func (b *Bundle) Files() map[string][]byte {
+	return map[string][]byte{
+		probe.ModuleFile:   []byte(b.PTX),
+		probe.ManifestFile: b.ManifestJSON(),
+		ConfFile:           []byte(b.Conf),
+	}
+}
+
+func versionLess(a, b string) bool {
+	var ma, na, mb, nb int
+	fmt.Sscanf(a, "%d.%d", &ma, &na)
+	fmt.Sscanf(b, "%d.%d", &mb, &nb)
+	return ma < mb || (ma == mb && na < nb)
+}

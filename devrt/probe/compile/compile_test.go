@@ -1,0 +1,175 @@
+package compile
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/devrt/probe/helpers"
+	"github.com/gpuext/gpuext/policies/probes"
+)
+
+// externHelpers makes modules that only declare the helper library, as the
+// interpreter wants them (it implements the helpers natively).
+func externHelpers() (helpers.Library, error) { return helpers.Library{}, nil }
+
+func testCompiler() *Compiler { return NewCompiler(probes.Builtin(), externHelpers) }
+
+func TestCompileMergesProbes(t *testing.T) {
+	c := testCompiler()
+	b, err := c.Compile([]string{"sm-histogram", "launch-stats"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(b.Manifest.Probes, ","); got != "launch-stats,sm-histogram" {
+		t.Errorf("probes = %s", got)
+	}
+	var maps, progs []string
+	for _, m := range b.Manifest.Maps {
+		maps = append(maps, m.Name)
+	}
+	for _, p := range b.Manifest.Programs {
+		progs = append(progs, p.Name+"@"+p.Attach)
+	}
+	if got := strings.Join(maps, ","); got != "ls_counters,ls_start,smh_counts" {
+		t.Errorf("maps = %s", got)
+	}
+	if got := strings.Join(progs, ","); got != "launch_stats_entry@kernel_entry,launch_stats_exit@kernel_exit,sm_histogram_entry@kernel_entry" {
+		t.Errorf("programs = %s", got)
+	}
+	for _, fn := range []string{probe.FuncEntry, probe.FuncExit, "__gpuext_map_smh_counts", "__gpuext_prog_launch_stats_exit"} {
+		if !strings.Contains(b.PTX, fn) {
+			t.Errorf("module.ptx has no %s", fn)
+		}
+	}
+	if strings.Contains(b.PTX, ".version") || strings.Contains(b.PTX, ".target") {
+		t.Error("module.ptx is a fragment: no .version/.target")
+	}
+	// ls_counters: 4 entries x (8 seq + 8 value) + 32; ls_start: per-warp 16384 slots x 8.
+	wantConf := "version 1\nmin_ptx 6.0\nmin_target 70\nlaunch_time 0\n" +
+		"map ls_counters __gpuext_map_ls_counters 96\n" +
+		"map ls_start __gpuext_map_ls_start 131104\n" +
+		"map smh_counts __gpuext_map_smh_counts 4128\n"
+	if b.Conf != wantConf {
+		t.Errorf("module.conf =\n%s\nwant\n%s", b.Conf, wantConf)
+	}
+	var m probe.Manifest
+	if err := json.Unmarshal(b.ManifestJSON(), &m); err != nil || m.Version != probe.ManifestVersion {
+		t.Errorf("manifest.json: %v %+v", err, m)
+	}
+}
+
+func TestCompileLaunchTimeAndCache(t *testing.T) {
+	c := testCompiler()
+	b1, err := c.Compile([]string{"launch-latency", "launch-stats"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b1.Manifest.LaunchTime || !strings.Contains(b1.Conf, "launch_time 1\n") {
+		t.Errorf("launch-latency needs the launch time: %q", b1.Conf)
+	}
+	b2, _ := c.Compile([]string{"launch-stats", "launch-latency", "launch-stats"})
+	if b1 != b2 {
+		t.Error("the same probe set compiled twice")
+	}
+}
+
+func TestCompileErrors(t *testing.T) {
+	c := testCompiler()
+	if _, err := c.Compile(nil); !errors.Is(err, ErrNoProbes) {
+		t.Errorf("empty set: %v", err)
+	}
+	_, err := c.Compile([]string{"launch-stats", "kernel-timer"})
+	if !errors.Is(err, probes.ErrUnknownProbe) || !strings.Contains(err.Error(), `"kernel-timer"`) {
+		t.Errorf("unknown probe: %v", err)
+	}
+	broken := NewCompiler(probes.Builtin(), func() (helpers.Library, error) { return helpers.Library{}, helpers.ErrNotBuilt })
+	if _, err := broken.Compile([]string{"launch-stats"}); !errors.Is(err, helpers.ErrNotBuilt) {
+		t.Errorf("no helper library: %v", err)
+	}
+}
+
+func readProbeFile(t *testing.T, dir, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestWriteDirSwapsWholeBundles(t *testing.T) {
+	c := testCompiler()
+	a, _ := c.Compile([]string{"launch-stats"})
+	b, _ := c.Compile([]string{"sm-histogram"})
+	tenant := t.TempDir()
+	dir := filepath.Join(tenant, "probes")
+	// An older layout: a plain directory.
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "module.conf"), []byte("stale"), 0o644)
+
+	if err := a.WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if got := readProbeFile(t, dir, ConfFile); got != a.Conf {
+		t.Fatalf("module.conf = %q", got)
+	}
+	if got := readProbeFile(t, dir, probe.ModuleFile); got != a.PTX {
+		t.Fatal("module.ptx differs")
+	}
+	if err := a.WriteDir(dir); err != nil { // unchanged: nothing to do
+		t.Fatal(err)
+	}
+	if err := b.WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if got := readProbeFile(t, dir, ConfFile); got != b.Conf {
+		t.Fatalf("after the swap module.conf = %q", got)
+	}
+	var m probe.Manifest
+	json.Unmarshal([]byte(readProbeFile(t, dir, probe.ManifestFile)), &m)
+	if strings.Join(m.Probes, ",") != "sm-histogram" {
+		t.Errorf("manifest probes %v", m.Probes)
+	}
+	// a third bundle: the oldest version goes, the previous stays.
+	l, _ := c.Compile([]string{"launch-latency"})
+	if err := l.WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	vers, _ := filepath.Glob(filepath.Join(tenant, ".probes-*"))
+	if len(vers) != 2 {
+		t.Errorf("versions kept: %v, want the current and the previous", vers)
+	}
+	if err := RemoveDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := os.ReadDir(tenant)
+	if len(left) != 0 {
+		t.Errorf("RemoveDir left %v", left)
+	}
+}
+
+func TestDefaultCompileUsesEmbeddedHelpers(t *testing.T) {
+	b, err := Compile([]string{"launch-stats"})
+	if errors.Is(err, helpers.ErrNotBuilt) {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fn := range helpers.Functions {
+		if !strings.Contains(b.PTX, ".visible .func") || !strings.Contains(b.PTX, fn+"(") {
+			t.Errorf("module.ptx does not define %s", fn)
+		}
+	}
+	if strings.Contains(b.PTX, ".extern .func") {
+		t.Error("module.ptx declares helpers it should define")
+	}
+}
