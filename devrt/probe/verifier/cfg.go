@@ -1,0 +1,298 @@
+package verifier
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf/asm"
+)
+
+// cfg is the control-flow graph over raw instruction indices (an ld_imm64
+// takes two), with the checks that need no values: jumps in range, no
+// falling off the end, no unreachable insn, every insn reaches an exit.
+type cfg struct {
+	n      int
+	ins    []*asm.Instruction // by raw index; nil on the second half of ld_imm64
+	succ   [][]int
+	target []bool // a jump lands here: paths join (checkpoints)
+	ipdom  []int  // immediate post-dominator, -1 = the exit
+	wsets  map[int]*writeSet
+}
+
+// writeSet is what the insns of a divergent region may write: the lanes
+// that skipped those insns hold other values there after reconvergence.
+type writeSet struct {
+	regs     uint16
+	slots    uint64 // stack slots written through r10
+	indirect bool   // a store through another pointer (may hit any slot)
+}
+
+// jumpTarget is the raw index a jump at pc goes to.
+func jumpTarget(pc int, ins *asm.Instruction) int {
+	if ins.OpCode.Class() == asm.Jump32Class && ins.OpCode.JumpOp() == asm.Ja {
+		return pc + 1 + int(int32(ins.Constant))
+	}
+	return pc + 1 + int(ins.Offset)
+}
+
+// width is how many raw slots ins takes.
+func width(ins *asm.Instruction) int {
+	if ins.OpCode.IsDWordLoad() {
+		return 2
+	}
+	return 1
+}
+
+func buildCFG(insns asm.Instructions) (*cfg, *cfgError) {
+	// Jumps built with asm labels (tests) still carry Offset -1 and a
+	// Reference: resolve them against the symbols.
+	syms := map[string]int{}
+	pc := 0
+	for i := range insns {
+		if s := insns[i].Symbol(); s != "" {
+			syms[s] = pc
+		}
+		pc += width(&insns[i])
+	}
+	g := &cfg{n: pc, ins: make([]*asm.Instruction, pc), wsets: map[int]*writeSet{}}
+	pc = 0
+	for i := range insns {
+		ins := &insns[i]
+		if ins.OpCode.Class().IsJump() && ins.Offset == -1 && ins.Reference() != "" && !ins.IsFunctionCall() {
+			if t, ok := syms[ins.Reference()]; ok {
+				c := *ins
+				c.Offset = int16(t - pc - 1)
+				ins = &c
+			}
+		}
+		g.ins[pc] = ins
+		pc += width(ins)
+	}
+	if g.n == 0 {
+		return nil, &cfgError{0, "empty program"}
+	}
+	g.succ = make([][]int, g.n)
+	g.target = make([]bool, g.n)
+	hasExit := false
+	for pc, ins := range g.ins {
+		if ins == nil {
+			continue
+		}
+		next := pc + 1
+		if ins.OpCode.IsDWordLoad() {
+			next = pc + 2
+		}
+		var succ []int
+		fall := true
+		if ins.OpCode.Class().IsJump() {
+			switch op := ins.OpCode.JumpOp(); op {
+			case asm.Exit:
+				fall = false
+				hasExit = true
+			case asm.Call:
+			case asm.Ja:
+				fall = false
+				succ = append(succ, jumpTarget(pc, ins))
+			case asm.InvalidJumpOp, asm.JCOND:
+				return nil, &cfgError{pc, fmt.Sprintf("unsupported jump %v", ins.OpCode)}
+			default:
+				succ = append(succ, jumpTarget(pc, ins))
+			}
+			for _, t := range succ {
+				if t < 0 || t >= g.n {
+					return nil, &cfgError{pc, fmt.Sprintf("jump out of range: target insn %d, program has %d", t, g.n)}
+				}
+				if g.ins[t] == nil {
+					return nil, &cfgError{pc, fmt.Sprintf("jump into the middle of ld_imm64 at insn %d", t-1)}
+				}
+				g.target[t] = true
+			}
+		}
+		if fall {
+			if next >= g.n {
+				return nil, &cfgError{pc, "falls off the end of the program: last insn is not exit or jump"}
+			}
+			succ = append([]int{next}, succ...)
+		}
+		if len(succ) == 2 && succ[0] == succ[1] {
+			succ = succ[:1]
+		}
+		g.succ[pc] = succ
+	}
+	if !hasExit {
+		return nil, &cfgError{g.n - 1, "no exit instruction"}
+	}
+	// Reachability from insn 0.
+	seen := make([]bool, g.n)
+	stack := []int{0}
+	seen[0] = true
+	for len(stack) > 0 {
+		pc := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, s := range g.succ[pc] {
+			if !seen[s] {
+				seen[s] = true
+				stack = append(stack, s)
+			}
+		}
+	}
+	for pc, ins := range g.ins {
+		if ins != nil && !seen[pc] {
+			return nil, &cfgError{pc, "unreachable insn"}
+		}
+	}
+	if e := g.postDominators(); e != nil {
+		return nil, e
+	}
+	return g, nil
+}
+
+type cfgError struct {
+	pc  int
+	msg string
+}
+
+// postDominators computes ipdom over the reverse graph (Cooper, Harvey and
+// Kennedy's iterative scheme), exit being node n.
+func (g *cfg) postDominators() *cfgError {
+	exit := g.n
+	preds := make([][]int, g.n+1) // reverse-graph successors: forward predecessors
+	for pc, ss := range g.succ {
+		if g.ins[pc] == nil {
+			continue
+		}
+		if len(ss) == 0 {
+			preds[exit] = append(preds[exit], pc)
+		}
+		for _, s := range ss {
+			preds[s] = append(preds[s], pc)
+		}
+	}
+	// Post-order of the reverse graph from exit.
+	order := make([]int, g.n+1)
+	for i := range order {
+		order[i] = -1
+	}
+	var post []int
+	type frame struct{ node, i int }
+	st := []frame{{exit, 0}}
+	order[exit] = -2
+	for len(st) > 0 {
+		f := &st[len(st)-1]
+		if f.i < len(preds[f.node]) {
+			p := preds[f.node][f.i]
+			f.i++
+			if order[p] == -1 {
+				order[p] = -2
+				st = append(st, frame{p, 0})
+			}
+			continue
+		}
+		order[f.node] = len(post)
+		post = append(post, f.node)
+		st = st[:len(st)-1]
+	}
+	for pc, ins := range g.ins {
+		if ins != nil && order[pc] < 0 {
+			return &cfgError{pc, "unbounded loop: no path from this insn to exit"}
+		}
+	}
+	idom := make([]int, g.n+1)
+	for i := range idom {
+		idom[i] = -1
+	}
+	idom[exit] = exit
+	intersect := func(a, b int) int {
+		for a != b {
+			for order[a] < order[b] {
+				a = idom[a]
+			}
+			for order[b] < order[a] {
+				b = idom[b]
+			}
+		}
+		return a
+	}
+	for changed := true; changed; {
+		changed = false
+		for i := len(post) - 2; i >= 0; i-- { // reverse post-order, exit first
+			b := post[i]
+			nd := -1
+			ss := g.succ[b]
+			if len(ss) == 0 {
+				nd = exit
+			}
+			for _, s := range ss {
+				if idom[s] == -1 {
+					continue
+				}
+				if nd == -1 {
+					nd = s
+				} else {
+					nd = intersect(s, nd)
+				}
+			}
+			if nd != -1 && idom[b] != nd {
+				idom[b] = nd
+				changed = true
+			}
+		}
+	}
+	g.ipdom = make([]int, g.n)
+	for pc := range g.ipdom {
+		g.ipdom[pc] = idom[pc]
+		if idom[pc] == exit {
+			g.ipdom[pc] = -1
+		}
+	}
+	return nil
+}
+
+// writeSetOf is what the region from branch b to its post-dominator may
+// write.
+func (g *cfg) writeSetOf(b int) *writeSet {
+	if w, ok := g.wsets[b]; ok {
+		return w
+	}
+	w := &writeSet{}
+	stop := g.ipdom[b]
+	seen := map[int]bool{}
+	var stack []int
+	for _, s := range g.succ[b] {
+		if s != stop && !seen[s] {
+			seen[s] = true
+			stack = append(stack, s)
+		}
+	}
+	for len(stack) > 0 {
+		pc := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		ins := g.ins[pc]
+		cls := ins.OpCode.Class()
+		switch {
+		case cls.IsALU() || cls == asm.LdXClass || ins.OpCode.IsDWordLoad():
+			w.regs |= 1 << ins.Dst
+		case cls.IsJump() && ins.OpCode.JumpOp() == asm.Call:
+			w.regs |= 0x3f // r0-r5
+		case cls.IsStore():
+			if ins.Dst == asm.R10 {
+				off := int(ins.Offset) + stackSize
+				if off >= 0 && off < stackSize {
+					w.slots |= 1 << (off / 8)
+				}
+			} else {
+				w.indirect = true
+			}
+			if ins.OpCode.Mode() == asm.AtomicMode {
+				w.regs |= 1<<ins.Src | 1 // fetch variants write src, cmpxchg r0
+			}
+		}
+		for _, s := range g.succ[pc] {
+			if s != stop && !seen[s] {
+				seen[s] = true
+				stack = append(stack, s)
+			}
+		}
+	}
+	g.wsets[b] = w
+	return w
+}

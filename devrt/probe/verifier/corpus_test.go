@@ -1,0 +1,96 @@
+package verifier
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/gpuext/gpuext/devrt/probe/internal/bpfc"
+)
+
+var wantRe = regexp.MustCompile(`// want: "([^"]+)" at line (\d+)`)
+
+func compileCorpus(t *testing.T, file string) *ebpf.CollectionSpec {
+	t.Helper()
+	obj := bpfc.Compile(t, file, "testdata", bpfc.ABIIncludeDir(t))
+	spec, err := ebpf.LoadCollectionSpec(obj)
+	if err != nil {
+		t.Fatalf("load %s: %v", obj, err)
+	}
+	return spec
+}
+
+// Every program of testdata/accept verifies, and the verifier reports what
+// it used.
+func TestCorpusAccept(t *testing.T) {
+	files, _ := filepath.Glob("testdata/accept/*.bpf.c")
+	if len(files) == 0 {
+		t.Fatal("no accept corpus")
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			spec := compileCorpus(t, f)
+			rep, err := VerifyCollection(spec)
+			if err != nil {
+				t.Fatalf("rejected: %v", err)
+			}
+			if len(rep.Programs) == 0 {
+				t.Fatal("no device program verified")
+			}
+			for _, p := range rep.Programs {
+				t.Logf("%s: %d insns, stack %d, states %d, loops %d, helpers %v, maps %v", p.Prog, p.Insns, p.MaxStack, p.States, p.Loops, p.Helpers, p.Maps)
+				if p.Insns == 0 || p.States < p.Insns/2 {
+					t.Errorf("%s: implausible counts %+v", p.Prog, p)
+				}
+			}
+		})
+	}
+}
+
+// Every program of testdata/reject is rejected with the message and at the
+// source line its "// want:" comment names.
+func TestCorpusReject(t *testing.T) {
+	files, _ := filepath.Glob("testdata/reject/*.bpf.c")
+	if len(files) == 0 {
+		t.Fatal("no reject corpus")
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := wantRe.FindStringSubmatch(string(src))
+			if m == nil {
+				t.Fatalf("%s has no // want: \"...\" at line N comment", f)
+			}
+			line, _ := strconv.Atoi(m[2])
+			spec := compileCorpus(t, f)
+			_, err = VerifyCollection(spec)
+			if err == nil {
+				t.Fatalf("accepted, want rejection %q", m[1])
+			}
+			var ve *Error
+			if !errors.As(err, &ve) {
+				t.Fatalf("error %v is not a *verifier.Error", err)
+			}
+			if !strings.Contains(ve.Msg, m[1]) {
+				t.Errorf("error %q does not contain %q", err, m[1])
+			}
+			wantSrc := filepath.Base(f) + ":" + strconv.Itoa(line)
+			if ve.Source != wantSrc {
+				t.Errorf("error at %q, want %q: %v", ve.Source, wantSrc, err)
+			}
+			if !strings.Contains(err.Error(), "insn "+strconv.Itoa(ve.Insn)) {
+				t.Errorf("error text %q does not name insn %d", err, ve.Insn)
+			}
+			t.Log(err)
+		})
+	}
+}

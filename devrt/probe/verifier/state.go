@@ -1,0 +1,216 @@
+package verifier
+
+// kind is what a register (or spilled stack slot) holds.
+type kind uint8
+
+const (
+	kNone           kind = iota // never written: reading it is an error
+	kScalar                     // an integer
+	kCtx                        // pointer into struct gpuext_probe_ctx
+	kStack                      // pointer into the 512-byte stack (r10 + off)
+	kMapPtr                     // a map (ld_imm64): only a helper argument
+	kMapValue                   // pointer into a map value, not null
+	kMapValueOrNull             // map_lookup_elem result before the null check
+)
+
+func (k kind) String() string {
+	switch k {
+	case kNone:
+		return "uninitialised"
+	case kScalar:
+		return "scalar"
+	case kCtx:
+		return "ctx pointer"
+	case kStack:
+		return "stack pointer"
+	case kMapPtr:
+		return "map pointer"
+	case kMapValue:
+		return "map value pointer"
+	case kMapValueOrNull:
+		return "map value pointer that may be null"
+	}
+	return "?"
+}
+
+func (k kind) isPtr() bool { return k >= kCtx }
+
+// leaderTag marks a scalar that is exactly the value of a helper whose
+// "== 0" picks one thread: a leader guard.
+type leaderTag uint8
+
+const (
+	tagNone         leaderTag = iota
+	tagLane                   // gpuext_lane_id(): one lane per warp
+	tagThreadLinear           // gpuext_thread_linear_id(): one thread per block
+	tagTidX                   // gpuext_thread_idx(0); x, y and z all 0: one thread per block
+	tagTidY
+	tagTidZ
+)
+
+// reg is the abstract value of a register or a spilled register.
+type reg struct {
+	k   kind
+	s   scalar // kScalar: the value; map value pointers: the variable offset
+	off int64  // pointers: the fixed offset
+	m   int    // kMapPtr, kMapValue*: index into verifier.maps
+	// id links copies of one scalar (a bound learnt on one holds for all)
+	// and the copies of one map_lookup_elem result (for the null check).
+	id  uint32
+	div bool // may differ between the lanes of a warp
+	tag leaderTag
+	// shifted: the tagged value shifted left by 32, half of the
+	// zero-extension clang emits for a u32; the right shift restores it.
+	shifted bool
+}
+
+func scalarReg(s scalar, div bool) reg { return reg{k: kScalar, s: s, div: div} }
+
+// slot is 8 bytes of stack.
+type slot struct {
+	spill bool  // an 8-byte store of a register: r is it
+	r     reg   // the spilled register
+	init  uint8 // bitmask of bytes written (all when spill)
+	div   bool  // !spill: some written byte may differ between lanes
+}
+
+// ctrl is the control state of the lanes running a path.
+type ctrl uint8
+
+const (
+	cUniform   ctrl = iota // every lane of the warp runs this path
+	cDivergent             // some lanes may have left (a branch on a divergent value)
+	cLeader                // exactly one lane per warp (or thread per block) runs it
+)
+
+// region is a divergent branch whose lanes have not reconverged yet.
+type region struct {
+	branch  int // the branch insn
+	reconv  int // its immediate post-dominator, -1 = exit
+	ctrl    ctrl
+	tidZero uint8 // restored with ctrl when the region ends
+}
+
+const stackSize = 512
+
+// state is one path through the program.
+type state struct {
+	pc, prev int
+	r        [11]reg
+	stk      [stackSize / 8]slot
+	ctrl     ctrl
+	tidZero  uint8 // dims d with gpuext_thread_idx(d) == 0 proven on this path
+	regions  []region
+}
+
+func (s *state) clone() *state {
+	c := *s
+	c.regions = append([]region(nil), s.regions...)
+	return &c
+}
+
+// divergedAt is the branch that made control divergent, for messages.
+func (s *state) divergedAt() int {
+	for i := len(s.regions) - 1; i >= 0; i-- {
+		if s.regions[i].ctrl == cUniform {
+			return s.regions[i].branch
+		}
+	}
+	if len(s.regions) > 0 {
+		return s.regions[0].branch
+	}
+	return -1
+}
+
+// idMap checks that the ids of an old state map one to one on those of a
+// new one.
+type idMap struct{ fwd, rev map[uint32]uint32 }
+
+func (m *idMap) match(o, n uint32) bool {
+	if o == 0 {
+		return true
+	}
+	if n == 0 {
+		return false
+	}
+	if m.fwd == nil {
+		m.fwd, m.rev = map[uint32]uint32{}, map[uint32]uint32{}
+	}
+	if x, ok := m.fwd[o]; ok {
+		return x == n
+	}
+	if x, ok := m.rev[n]; ok {
+		return x == o
+	}
+	m.fwd[o], m.rev[n] = n, o
+	return true
+}
+
+// regCovers reports whether every behaviour of n is one the exploration of
+// o already checked: o is at least as general, as divergent, and as
+// restrictive for side effects.
+func regCovers(o, n reg, ids *idMap) bool {
+	if o.k == kNone {
+		return true
+	}
+	if o.k != n.k || (!o.div && n.div) {
+		return false
+	}
+	if o.tag != tagNone && (o.tag != n.tag || o.shifted != n.shifted) {
+		return false
+	}
+	switch o.k {
+	case kScalar:
+		return n.s.in(o.s) && ids.match(o.id, n.id)
+	case kCtx, kStack:
+		return o.off == n.off
+	case kMapPtr:
+		return o.m == n.m
+	case kMapValue:
+		return o.m == n.m && o.off == n.off && n.s.in(o.s)
+	case kMapValueOrNull:
+		return o.m == n.m && o.off == n.off && n.s.in(o.s) && ids.match(o.id, n.id)
+	}
+	return false
+}
+
+func slotCovers(o, n slot, ids *idMap) bool {
+	if o.init == 0 {
+		return true
+	}
+	if o.spill {
+		return n.spill && regCovers(o.r, n.r, ids)
+	}
+	if n.init&o.init != o.init {
+		return false
+	}
+	if n.spill {
+		return n.r.k == kScalar && (o.div || !n.r.div)
+	}
+	return o.div || !n.div
+}
+
+// covers reports whether the path o, already explored from the same insn,
+// covers n: then n needs no exploring.
+func covers(o, n *state) bool {
+	if o.ctrl != n.ctrl || o.tidZero != n.tidZero || len(o.regions) != len(n.regions) {
+		return false
+	}
+	for i := range o.regions {
+		if o.regions[i] != n.regions[i] {
+			return false
+		}
+	}
+	var ids idMap
+	for i := range o.r {
+		if !regCovers(o.r[i], n.r[i], &ids) {
+			return false
+		}
+	}
+	for i := range o.stk {
+		if !slotCovers(o.stk[i], n.stk[i], &ids) {
+			return false
+		}
+	}
+	return true
+}
