@@ -6,7 +6,7 @@
 #   OUTDIR/ptxpatch_cli         the interposer's image inspection and PTX splice on files (golden tests)
 #   OUTDIR/fake/libcuda.so.1    fake driver for CI (never install it next to the interposer)
 #   OUTDIR/fake/libnvidia-ml.so.1  fake NVML for CI
-#   OUTDIR/fake/app_procaddr, app_linked, libchain.so   test apps
+#   OUTDIR/fake/app_procaddr, app_linked, app_image, libchain.so   test apps
 #
 # Reproducible: fixed flags, no timestamps, paths mapped out of debug info.
 # CC overrides the compiler (default gcc).
@@ -21,7 +21,8 @@ cflags="-O2 -fPIC -Wall -Wextra -Werror -std=gnu11 -ffile-prefix-map=$src=devrt 
 # shellcheck disable=SC2086
 $cc $cflags -shared -fvisibility=hidden -Wl,-Bsymbolic-functions -Wl,-soname,libgpuext-devrt.so -Wl,--build-id=sha1 \
 	-o "$out/libgpuext-devrt.so" \
-	"$src/lib/devrt.c" "$src/lib/acct.c" "$src/lib/priority.c" "$src/lib/wrappers.c" -ldl -lpthread
+	"$src/lib/devrt.c" "$src/lib/acct.c" "$src/lib/priority.c" "$src/lib/wrappers.c" \
+	"$src/lib/probe.c" "$src/lib/ptxpatch.c" "$src/lib/fatbin.c" -ldl -lpthread
 # shellcheck disable=SC2086
 $cc $cflags -o "$out/usage_dump" "$src/tools/usage_dump.c"
 # shellcheck disable=SC2086
@@ -29,7 +30,7 @@ $cc $cflags -o "$out/ptxpatch_cli" "$src/tools/ptxpatch_cli.c" "$src/lib/ptxpatc
 
 # shellcheck disable=SC2086
 $cc $cflags -shared -fvisibility=hidden -Wl,-soname,libcuda.so.1 -o "$out/fake/libcuda.so.1" \
-	"$src/fake/fakecuda.c" -lpthread
+	"$src/fake/fakecuda.c" "$src/lib/fatbin.c" -ldl -lpthread
 # shellcheck disable=SC2086
 $cc $cflags -shared -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 -o "$out/fake/libnvidia-ml.so.1" \
 	"$src/fake/fakenvml.c"
@@ -37,5 +38,7 @@ $cc $cflags -shared -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 -o "$out/f
 $cc $cflags -shared -fvisibility=hidden -o "$out/fake/libchain.so" "$src/testapps/chainlib.c" -ldl
 # shellcheck disable=SC2086
 $cc $cflags -o "$out/fake/app_procaddr" "$src/testapps/app_procaddr.c" -ldl
+# shellcheck disable=SC2086
+$cc $cflags -o "$out/fake/app_image" "$src/testapps/app_image.c" -ldl
 # shellcheck disable=SC2086
 $cc $cflags -o "$out/fake/app_linked" "$src/testapps/app_linked.c" -L"$out/fake" -l:libcuda.so.1 -ldl

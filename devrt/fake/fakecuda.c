@@ -10,6 +10,19 @@
  * real driver. Every call that reaches it is appended to the file named by
  * FAKECUDA_LOG as one line, "pid=<pid> <symbol> <args>", so tests can assert
  * what reached the "driver".
+ *
+ * Images (device probes): every image load is numbered; with
+ * FAKECUDA_IMAGE_DIR the image received is written there as image-<n>.ptx
+ * (PTX text), image-<n>.fatbin (the container of a wrapper or a bare fatbin)
+ * or image-<n>.cubin. The .global symbols of PTX text are "device memory"
+ * in host memory, sized and initialised from the PTX, returned by
+ * cuLibraryGetGlobal / cuModuleGetGlobal_v2 and copied by the memcpy calls.
+ * FAKECUDA_PROBE_COUNTER=SYMBOL:OFFSET makes every launch add 1 to the u64 at
+ * OFFSET of SYMBOL in every loaded image that has it (a probe that counts
+ * launches); FAKECUDA_JIT_FAIL=1 fails loads of patched PTX (text with
+ * __gpuext_probe_entry) with CUDA_ERROR_INVALID_PTX and an error log;
+ * FAKECUDA_NO_CONTEXT=1: no current context until cuCtxSetCurrent;
+ * FAKECUDA_CC=90 sets the device's compute capability (default 90).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -22,6 +35,7 @@
 #include <unistd.h>
 
 #include "cuda_min.h"
+#include "fatbin.h"
 
 #define FAKE_API __attribute__((visibility("default")))
 
@@ -241,6 +255,367 @@ static void fake_kernel_time(void)
 	}
 }
 
+
+/* ---- images and their .global symbols ---- */
+
+#define FAKE_MAX_IMAGES 64
+#define FAKE_MAX_GLOBALS 64
+
+struct fake_global {
+	char name[128];
+	size_t size;
+	unsigned char *mem;
+};
+
+struct fake_image {
+	int n;
+	uintptr_t handle;
+	int nglobals;
+	struct fake_global g[FAKE_MAX_GLOBALS];
+};
+
+static struct fake_image fake_images[FAKE_MAX_IMAGES];
+static int fake_nimages;
+static int fake_ctx_current = -1; /* -1: not decided yet (FAKECUDA_NO_CONTEXT) */
+
+static size_t fake_type_size(const char *t, size_t n)
+{
+	if (n < 3 || t[0] != '.')
+		return 0;
+	if ((t[1] == 'b' || t[1] == 'u' || t[1] == 's') && n == 3 && t[2] == '8')
+		return 1;
+	if (n == 4 && (t[1] == 'b' || t[1] == 'u' || t[1] == 's' || t[1] == 'f')) {
+		if (!strncmp(t + 2, "16", 2))
+			return 2;
+		if (!strncmp(t + 2, "32", 2))
+			return 4;
+		if (!strncmp(t + 2, "64", 2))
+			return 8;
+	}
+	return 0;
+}
+
+static const char *fake_skip(const char *p)
+{
+	while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+		p++;
+	return p;
+}
+
+/* ".global [.align N] .TYPE NAME[[N]] [= {v, ...} | = v];" -> a zeroed/initialised host buffer */
+static void fake_parse_globals(struct fake_image *im, const char *ptx)
+{
+	for (const char *p = ptx; (p = strstr(p, ".global")) != NULL; p += 7) {
+		struct fake_global *g;
+		const char *q = p + 7, *name;
+		size_t esz = 0, count = 1, nlen;
+
+		if ((p != ptx && !(p[-1] == ' ' || p[-1] == '\t' || p[-1] == '\n')) || (*q != ' ' && *q != '\t'))
+			continue;
+		q = fake_skip(q);
+		if (!strncmp(q, ".align", 6)) {
+			q = fake_skip(q + 6);
+			while (*q >= '0' && *q <= '9')
+				q++;
+			q = fake_skip(q);
+		}
+		{
+			size_t tl = strcspn(q, " \t");
+			esz = fake_type_size(q, tl);
+			q = fake_skip(q + tl);
+		}
+		if (!esz)
+			continue;
+		name = q;
+		nlen = strcspn(q, " \t[;=");
+		q += nlen;
+		if (*q == '[') {
+			count = strtoull(q + 1, NULL, 10);
+			q = strchr(q, ']');
+			if (!q)
+				continue;
+			q++;
+		}
+		if (im->nglobals >= FAKE_MAX_GLOBALS || !nlen || nlen >= sizeof(im->g[0].name) || !count)
+			continue;
+		g = &im->g[im->nglobals];
+		memcpy(g->name, name, nlen);
+		g->name[nlen] = 0;
+		g->size = esz * count;
+		g->mem = calloc(1, g->size);
+		if (!g->mem)
+			continue;
+		im->nglobals++;
+		q = fake_skip(q);
+		if (*q == '=') {
+			q = fake_skip(q + 1);
+			if (*q == '{')
+				q++;
+			for (size_t k = 0; k < count; k++) {
+				char *end;
+				unsigned long long v;
+
+				q = fake_skip(q);
+				v = strtoull(q, &end, 0);
+				if (end == q)
+					break;
+				for (size_t b = 0; b < esz; b++)
+					g->mem[k * esz + b] = (unsigned char)(v >> (8 * b));
+				q = fake_skip(end);
+				if (*q != ',')
+					break;
+				q++;
+			}
+		}
+	}
+}
+
+static void fake_write_file(const char *name, const void *data, size_t n)
+{
+	const char *dir = getenv("FAKECUDA_IMAGE_DIR");
+	char path[4096];
+	int fd;
+
+	if (!dir || !*dir)
+		return;
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return;
+	(void)!write(fd, data, n);
+	close(fd);
+}
+
+static int fake_patched_jit_fails(const void *image, CUjit_option *opts, void **vals, unsigned int n)
+{
+	const char *s = getenv("FAKECUDA_JIT_FAIL");
+	struct gx_image img;
+	int patched;
+
+	if (!s || strcmp(s, "1") != 0)
+		return 0;
+	gx_image_inspect(image, 0, &img);
+	patched = img.kind == GX_IMAGE_PTX && img.ptx && strstr(img.ptx, "__gpuext_probe_entry");
+	gx_image_release(&img);
+	if (!patched)
+		return 0;
+	for (unsigned int k = 0; k < n; k++)
+		if (opts[k] == CU_JIT_ERROR_LOG_BUFFER && vals[k])
+			snprintf(vals[k], 64, "ptxas fatal   : fake JIT failure");
+	return 1;
+}
+
+/* Records an image load; returns the new image's handle. */
+static uintptr_t fake_record_image(const char *api, const void *image, uintptr_t base)
+{
+	struct gx_image img;
+	struct fake_image *im;
+	char name[64];
+	int n;
+
+	pthread_mutex_lock(&fake_mu);
+	n = fake_nimages < FAKE_MAX_IMAGES ? fake_nimages++ : FAKE_MAX_IMAGES - 1;
+	im = &fake_images[n];
+	memset(im, 0, sizeof(*im));
+	im->n = n;
+	im->handle = base + (uintptr_t)n * 0x10;
+	gx_image_inspect(image, 0, &img);
+	if (img.kind == GX_IMAGE_PTX) {
+		snprintf(name, sizeof(name), "image-%d.ptx", n);
+		fake_write_file(name, img.ptx, img.ptx_len);
+		fake_parse_globals(im, img.ptx);
+	} else if (img.fatbin) {
+		snprintf(name, sizeof(name), "image-%d.fatbin", n);
+		fake_write_file(name, img.fatbin, img.fatbin_size);
+	} else if (img.kind == GX_IMAGE_ELF) {
+		const unsigned char *e = image;
+		uint64_t shoff;
+		uint16_t shentsize, shnum;
+
+		memcpy(&shoff, e + 0x28, 8);
+		memcpy(&shentsize, e + 0x3a, 2);
+		memcpy(&shnum, e + 0x3c, 2);
+		snprintf(name, sizeof(name), "image-%d.cubin", n);
+		fake_write_file(name, image, (size_t)(shoff + (uint64_t)shentsize * shnum));
+	}
+	pthread_mutex_unlock(&fake_mu);
+	fake_log("image-load n=%d api=%s kind=%s globals=%d", n, api, gx_image_kind_name(img.kind), im->nglobals);
+	gx_image_release(&img);
+	return im->handle;
+}
+
+static struct fake_global *fake_global_of(uintptr_t handle, const char *name)
+{
+	for (int i = 0; i < fake_nimages; i++)
+		if (fake_images[i].handle == handle)
+			for (int k = 0; k < fake_images[i].nglobals; k++)
+				if (!strcmp(fake_images[i].g[k].name, name))
+					return &fake_images[i].g[k];
+	return NULL;
+}
+
+/* the global holding a "device" address, for the call log */
+static const char *fake_global_at(CUdeviceptr p)
+{
+	for (int i = 0; i < fake_nimages; i++)
+		for (int k = 0; k < fake_images[i].nglobals; k++)
+			if (p >= (uintptr_t)fake_images[i].g[k].mem &&
+			    p < (uintptr_t)fake_images[i].g[k].mem + fake_images[i].g[k].size)
+				return fake_images[i].g[k].name;
+	return "?";
+}
+
+static void fake_probe_run(void)
+{
+	const char *s = getenv("FAKECUDA_PROBE_COUNTER");
+	char sym[128];
+	const char *colon;
+	size_t off;
+
+	if (!s || !(colon = strchr(s, ':')) || (size_t)(colon - s) >= sizeof(sym))
+		return;
+	memcpy(sym, s, (size_t)(colon - s));
+	sym[colon - s] = 0;
+	off = strtoull(colon + 1, NULL, 10);
+	pthread_mutex_lock(&fake_mu);
+	for (int i = 0; i < fake_nimages; i++)
+		for (int k = 0; k < fake_images[i].nglobals; k++) {
+			struct fake_global *g = &fake_images[i].g[k];
+			uint64_t v;
+
+			if (strcmp(g->name, sym) || off + 8 > g->size)
+				continue;
+			memcpy(&v, g->mem + off, 8);
+			v++;
+			memcpy(g->mem + off, &v, 8);
+		}
+	pthread_mutex_unlock(&fake_mu);
+}
+
+static int fake_has_context(void)
+{
+	if (fake_ctx_current < 0) {
+		const char *s = getenv("FAKECUDA_NO_CONTEXT");
+
+		fake_ctx_current = !(s && !strcmp(s, "1"));
+	}
+	return fake_ctx_current;
+}
+
+FAKE_API CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pctx = fake_has_context() ? (CUcontext)0x4000 : NULL;
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+	fake_has_context();
+	fake_ctx_current = ctx != NULL;
+	fake_log("cuCtxSetCurrent ctx=%p", (void *)ctx);
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuCtxSynchronize(void)
+{
+	fake_log("cuCtxSynchronize");
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuCtxGetDevice(CUdevice *dev)
+{
+	if (!dev || !fake_has_context())
+		return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+	*dev = 0;
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDeviceGetAttribute(int *v, int attrib, CUdevice dev)
+{
+	const char *s = getenv("FAKECUDA_CC");
+	int cc = s && *s ? atoi(s) : 90;
+
+	(void)dev;
+	if (!v)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (attrib == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+		*v = cc / 10;
+	else if (attrib == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+		*v = cc % 10;
+	else
+		*v = 0;
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuStreamCreate(CUstream *s, unsigned int flags)
+{
+	static uintptr_t next = 0x6000;
+
+	if (!s)
+		return CUDA_ERROR_INVALID_VALUE;
+	*s = (CUstream)(next += 0x10);
+	fake_log("cuStreamCreate flags=%u stream=%p", flags, (void *)*s);
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuStreamSynchronize(CUstream s)
+{
+	(void)s;
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	pthread_mutex_lock(&fake_mu);
+	memcpy(dst, (const void *)(uintptr_t)src, n);
+	pthread_mutex_unlock(&fake_mu);
+	fake_log("cuMemcpyDtoHAsync_v2 src=%s bytes=%zu stream=%p", fake_global_at(src), n, (void *)s);
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+	unsigned long long v = 0;
+
+	pthread_mutex_lock(&fake_mu);
+	memcpy((void *)(uintptr_t)dst, src, n);
+	pthread_mutex_unlock(&fake_mu);
+	memcpy(&v, src, n < 8 ? n : 8);
+	fake_log("cuMemcpyHtoDAsync_v2 dst=%s bytes=%zu value=%llu stream=%p", fake_global_at(dst), n, v, (void *)s);
+	return CUDA_SUCCESS;
+}
+
+static CUresult fake_get_global(const char *api, CUdeviceptr *dptr, size_t *bytes, uintptr_t handle, const char *name)
+{
+	struct fake_global *g;
+
+	if (!fake_has_context()) {
+		fake_log("%s name=%s rc=201", api, name);
+		return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+	}
+	g = fake_global_of(handle, name);
+	fake_log("%s name=%s %s", api, name, g ? "found" : "not-found");
+	if (!g)
+		return CUDA_ERROR_NOT_FOUND;
+	if (dptr)
+		*dptr = (CUdeviceptr)(uintptr_t)g->mem;
+	if (bytes)
+		*bytes = g->size;
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary lib, const char *name)
+{
+	return fake_get_global("cuLibraryGetGlobal", dptr, bytes, (uintptr_t)lib, name);
+}
+
+FAKE_API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule mod, const char *name)
+{
+	return fake_get_global("cuModuleGetGlobal_v2", dptr, bytes, (uintptr_t)mod, name);
+}
+
 #define FAKE_LAUNCH(name)                                                                                       \
 	FAKE_API CUresult name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,   \
 			       unsigned int by, unsigned int bz, unsigned int shm, CUstream hStream, void **params, \
@@ -251,6 +626,7 @@ static void fake_kernel_time(void)
 		fake_log(#name " f=%p grid=%ux%ux%u block=%ux%ux%u shm=%u stream=%p", (void *)f, gx, gy, gz, bx, \
 			 by, bz, shm, (void *)hStream);                                                         \
 		fake_kernel_time();                                                                             \
+		fake_probe_run();                                                                               \
 		return CUDA_SUCCESS;                                                                            \
 	}
 FAKE_LAUNCH(cuLaunchKernel)
@@ -260,21 +636,36 @@ FAKE_API CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_
 				    void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions,
 				    void **libraryOptionValues, unsigned int numLibraryOptions)
 {
-	(void)jitOptions;
-	(void)jitOptionsValues;
 	(void)libraryOptions;
 	(void)libraryOptionValues;
 	fake_log("cuLibraryLoadData code=%p jit=%u opts=%u", code, numJitOptions, numLibraryOptions);
+	if (fake_patched_jit_fails(code, jitOptions, jitOptionsValues, numJitOptions)) {
+		fake_log("cuLibraryLoadData rc=218");
+		return 218; /* CUDA_ERROR_INVALID_PTX */
+	}
 	if (library)
-		*library = (CUlibrary)0x1000;
+		*library = (CUlibrary)fake_record_image("cuLibraryLoadData", code, 0x100000);
 	return CUDA_SUCCESS;
 }
 
 FAKE_API CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
 	fake_log("cuModuleLoadData image=%p", image);
+	if (fake_patched_jit_fails(image, NULL, NULL, 0))
+		return 218;
 	if (module)
-		*module = (CUmodule)0x2000;
+		*module = (CUmodule)fake_record_image("cuModuleLoadData", image, 0x200000);
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
+				     CUjit_option *options, void **optionValues)
+{
+	fake_log("cuModuleLoadDataEx image=%p options=%u", image, numOptions);
+	if (fake_patched_jit_fails(image, options, optionValues, numOptions))
+		return 218;
+	if (module)
+		*module = (CUmodule)fake_record_image("cuModuleLoadDataEx", image, 0x200000);
 	return CUDA_SUCCESS;
 }
 
@@ -311,6 +702,8 @@ static const struct {
 	{"cuLaunchKernel", 7000, 1, (void *)cuLaunchKernel_ptsz},
 	{"cuLibraryLoadData", 12000, -1, (void *)cuLibraryLoadData},
 	{"cuModuleLoadData", 2000, -1, (void *)cuModuleLoadData},
+	{"cuModuleLoadDataEx", 2010, -1, (void *)cuModuleLoadDataEx},
+	{"cuCtxSetCurrent", 4000, -1, (void *)cuCtxSetCurrent},
 };
 
 static CUresult fake_lookup(const char *how, const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,

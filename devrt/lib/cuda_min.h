@@ -33,6 +33,14 @@ typedef struct gx_CUlaunchConfig_st CUlaunchConfig;           /* used through po
 typedef int CUjit_option;
 typedef int CUlibraryOption;
 
+/* device probes: what the interposer calls around a patched image load */
+typedef struct gx_CUctx_st *CUcontext;
+#define CU_JIT_ERROR_LOG_BUFFER 5
+#define CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES 6
+#define CU_STREAM_NON_BLOCKING 1
+#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
+#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
+
 /* cuGetProcAddress flags */
 #define CU_GET_PROC_ADDRESS_DEFAULT 0
 #define CU_GET_PROC_ADDRESS_LEGACY_STREAM 1

@@ -119,6 +119,14 @@ void *gx_real(enum gx_hook id)
 	return p;
 }
 
+void *gx_driver_sym(const char *name)
+{
+	gx_dlsym_fn real = gx_dlsym_real();
+	void *lib = gx_lib(GX_LIB_CUDA, 0);
+
+	return real && lib ? real(lib, name) : NULL;
+}
+
 /* Record the driver's pointer for a variant (first one wins); returns our wrapper. */
 static void *gx_adopt(enum gx_hook id, void *real)
 {
@@ -442,6 +450,7 @@ static void gx_trace_line(void)
 static void gx_child_after_fork(void)
 {
 	gx_acct_after_fork();
+	gx_probe_after_fork();
 }
 
 /*

@@ -90,4 +90,17 @@ enum { GX_KEY_DEVPTR = 1, GX_KEY_HANDLE = 2 };
 void gx_priority_open(void);
 void gx_launch_gate(void);
 
+/*
+ * probe.c: device probes at image load (docs/device-probes.md). A load
+ * wrapper hands its real load as a callback: image is what to load (the
+ * caller's or the patched PTX); errlog non-NULL asks for the JIT error log
+ * (patched loads only); *handle receives the CUlibrary/CUmodule on success.
+ */
+typedef CUresult (*gx_load_fn)(void *arg, const void *image, char *errlog, size_t errlog_size, void **handle);
+CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_load_fn load, void *arg);
+void gx_probe_before_launch(void); /* binds images loaded before a context was current; cheap otherwise */
+void gx_probe_after_fork(void);
+/* A libcuda.so.1 function the interposer calls but does not hook (by the real dlsym), or NULL. */
+void *gx_driver_sym(const char *name);
+
 #endif /* GPUEXT_DEVRT_H */

@@ -222,8 +222,12 @@ int gx_image_inspect(const void *image, int max_arch, struct gx_image *img)
 
 		img->kind = GX_IMAGE_WRAPPER;
 		memcpy(&fb, p + 8, sizeof(fb));
-		if ((version != 1 && version != 2) || !fb) {
+		if (version != 1 && version != 2) {
 			snprintf(img->reason, sizeof(img->reason), "wrapper:bad-version-%u", version);
+			return -1;
+		}
+		if (!fb) {
+			snprintf(img->reason, sizeof(img->reason), "wrapper:no-data");
 			return -1;
 		}
 		return inspect_container(fb, max_arch, img);

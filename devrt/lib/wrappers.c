@@ -3,7 +3,7 @@
  * variant in hooks.def. Each calls the original pointer of its own variant.
  * Allocations are reserved against the tenant quota before the driver sees
  * them; memory info is clamped to the quota; launches pass the priority gate;
- * image loads pass through (the device-probe work hooks in there).
+ * image loads go through the device probes (probe.c).
  */
 #define _GNU_SOURCE
 #include <limits.h>
@@ -239,6 +239,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
 {
 	GX_REAL_OR(cuLaunchKernel, CUDA_ERROR_NOT_INITIALIZED);
 	gx_launch_gate();
+	gx_probe_before_launch();
 	return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
 		    kernelParams, extra);
 }
@@ -249,6 +250,7 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int g
 {
 	GX_REAL_OR(cuLaunchKernel_ptsz, CUDA_ERROR_NOT_INITIALIZED);
 	gx_launch_gate();
+	gx_probe_before_launch();
 	return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
 		    kernelParams, extra);
 }
@@ -257,6 +259,7 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **ker
 {
 	GX_REAL_OR(cuLaunchKernelEx, CUDA_ERROR_NOT_INITIALIZED);
 	gx_launch_gate();
+	gx_probe_before_launch();
 	return real(config, f, kernelParams, extra);
 }
 
@@ -264,6 +267,7 @@ CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void 
 {
 	GX_REAL_OR(cuLaunchKernelEx_ptsz, CUDA_ERROR_NOT_INITIALIZED);
 	gx_launch_gate();
+	gx_probe_before_launch();
 	return real(config, f, kernelParams, extra);
 }
 
@@ -271,6 +275,7 @@ CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
 	GX_REAL_OR(cuGraphLaunch, CUDA_ERROR_NOT_INITIALIZED);
 	gx_launch_gate();
+	gx_probe_before_launch();
 	return real(hGraphExec, hStream);
 }
 
@@ -278,28 +283,135 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
 	GX_REAL_OR(cuGraphLaunch_ptsz, CUDA_ERROR_NOT_INITIALIZED);
 	gx_launch_gate();
+	gx_probe_before_launch();
 	return real(hGraphExec, hStream);
 }
 
-/* image loads: pass through */
+/*
+ * image loads: through the device probes (probe.c), which load either the
+ * caller's image or its patched PTX with the caller's options; a patched
+ * load also asks for the JIT error log unless the caller already does.
+ */
+#define GX_MAX_JIT_OPTS 64
+
+/* the caller's JIT options plus the error log, if there is room and the caller has none */
+static unsigned int gx_jit_opts(CUjit_option *opts, void **vals, unsigned int n, CUjit_option *o, void **v,
+				char *errlog, size_t errlog_size)
+{
+	if (!errlog || n + 2 > GX_MAX_JIT_OPTS)
+		return 0;
+	for (unsigned int k = 0; k < n; k++) {
+		if (opts[k] == CU_JIT_ERROR_LOG_BUFFER || opts[k] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
+			return 0;
+		o[k] = opts[k];
+		v[k] = vals ? vals[k] : NULL;
+	}
+	o[n] = CU_JIT_ERROR_LOG_BUFFER;
+	v[n] = errlog;
+	o[n + 1] = CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES;
+	v[n + 1] = (void *)(uintptr_t)errlog_size;
+	return n + 2;
+}
+
+struct gx_library_load {
+	gx_pfn_cuLibraryLoadData real;
+	CUlibrary *library;
+	CUjit_option *jitOptions;
+	void **jitOptionsValues;
+	unsigned int numJitOptions;
+	CUlibraryOption *libraryOptions;
+	void **libraryOptionValues;
+	unsigned int numLibraryOptions;
+};
+
+static CUresult gx_library_load_fn(void *arg, const void *image, char *errlog, size_t errlog_size, void **handle)
+{
+	struct gx_library_load *a = arg;
+	CUjit_option o[GX_MAX_JIT_OPTS];
+	void *v[GX_MAX_JIT_OPTS];
+	unsigned int n = gx_jit_opts(a->jitOptions, a->jitOptionsValues, a->numJitOptions, o, v, errlog, errlog_size);
+	CUresult r;
+
+	if (n)
+		r = a->real(a->library, image, o, v, n, a->libraryOptions, a->libraryOptionValues, a->numLibraryOptions);
+	else
+		r = a->real(a->library, image, a->jitOptions, a->jitOptionsValues, a->numJitOptions, a->libraryOptions,
+			    a->libraryOptionValues, a->numLibraryOptions);
+	if (r == CUDA_SUCCESS && a->library)
+		*handle = (void *)*a->library;
+	return r;
+}
+
 CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues,
 			   unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues,
 			   unsigned int numLibraryOptions)
 {
-	GX_REAL_OR(cuLibraryLoadData, CUDA_ERROR_NOT_INITIALIZED);
-	return real(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions, libraryOptionValues,
-		    numLibraryOptions);
+	struct gx_library_load a = {NULL, library, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
+				    libraryOptionValues, numLibraryOptions};
+
+	a.real = gx_orig_cuLibraryLoadData();
+	if (!a.real)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return gx_probe_load("cuLibraryLoadData", 1, code, gx_library_load_fn, &a);
+}
+
+/* module loads: a patched image goes through cuModuleLoadDataEx (for the error log) where the driver has it */
+struct gx_module_load {
+	CUresult (*plain)(CUmodule *, const void *); /* cuModuleLoadData or cuModuleLoadFatBinary */
+	CUmodule *module;
+	unsigned int numOptions;
+	CUjit_option *options;
+	void **optionValues;
+};
+
+static CUresult gx_module_load_fn(void *arg, const void *image, char *errlog, size_t errlog_size, void **handle)
+{
+	struct gx_module_load *a = arg;
+	gx_pfn_cuModuleLoadDataEx ex = gx_orig_cuModuleLoadDataEx();
+	CUjit_option o[GX_MAX_JIT_OPTS];
+	void *v[GX_MAX_JIT_OPTS];
+	unsigned int n = 0;
+	CUresult r;
+
+	if (errlog && ex)
+		n = gx_jit_opts(a->options, a->optionValues, a->numOptions, o, v, errlog, errlog_size);
+	if (n)
+		r = ex(a->module, image, n, o, v);
+	else if (a->plain)
+		r = a->plain(a->module, image);
+	else if (ex)
+		r = ex(a->module, image, a->numOptions, a->options, a->optionValues);
+	else
+		r = CUDA_ERROR_NOT_INITIALIZED;
+	if (r == CUDA_SUCCESS && a->module)
+		*handle = (void *)*a->module;
+	return r;
 }
 
 CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
-	GX_REAL_OR(cuModuleLoadData, CUDA_ERROR_NOT_INITIALIZED);
-	return real(module, image);
+	struct gx_module_load a = {gx_orig_cuModuleLoadData(), module, 0, NULL, NULL};
+
+	if (!a.plain)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return gx_probe_load("cuModuleLoadData", 0, image, gx_module_load_fn, &a);
 }
 
 CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options,
 			    void **optionValues)
 {
-	GX_REAL_OR(cuModuleLoadDataEx, CUDA_ERROR_NOT_INITIALIZED);
-	return real(module, image, numOptions, options, optionValues);
+	struct gx_module_load a = {NULL, module, numOptions, options, optionValues};
+
+	if (!gx_orig_cuModuleLoadDataEx())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return gx_probe_load("cuModuleLoadDataEx", 0, image, gx_module_load_fn, &a);
+}
+
+CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
+{
+	struct gx_module_load a = {gx_orig_cuModuleLoadFatBinary(), module, 0, NULL, NULL};
+
+	if (!a.plain)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return gx_probe_load("cuModuleLoadFatBinary", 0, fatCubin, gx_module_load_fn, &a);
 }

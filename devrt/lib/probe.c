@@ -1,0 +1,496 @@
+/*
+ * probe.c - device probes in the interposer (docs/device-probes.md,
+ * "Device probes in the interposer").
+ *
+ * When the tenant directory holds probes/module.ptx and probes/module.conf
+ * (written by the host), every image the application loads is inspected
+ * (fatbin.c); its PTX is patched (ptxpatch.c) and loaded instead of the
+ * image, with the caller's options. Anything that goes wrong - no PTX,
+ * compressed PTX that cannot be unpacked, target too low, JIT failure -
+ * loads the caller's image unchanged; the reason goes to the status file
+ * $GPUEXT_TENANT_ACCT/probes/<pid>.status, one line per image.
+ *
+ * After a patched load, in a context: the map symbols and
+ * __gpuext_tenant_id are looked up (cuLibraryGetGlobal /
+ * cuModuleGetGlobal_v2) and the tenant id written. A thread copies the maps
+ * to $GPUEXT_TENANT_ACCT/probes/<pid>-<image>.maps every second (own
+ * non-blocking stream, cuMemcpyDtoHAsync, so it never waits behind the
+ * application's legacy stream), and an atexit handler, registered at the
+ * first patched load (so it runs before cudart's teardown), copies them a
+ * last time. Probes off: one failed open() at the first image load, nothing
+ * else. All locks are process-private.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "devrt.h"
+#include "fatbin.h"
+#include "ptxpatch.h"
+
+/* driver functions the probes call (not hooked): one list, typed pointers */
+#define GX_DRIVER_CALLS(X)                                                                         \
+	X(cuCtxGetCurrent, (CUcontext * pctx))                                                     \
+	X(cuCtxSetCurrent, (CUcontext ctx))                                                        \
+	X(cuCtxSynchronize, (void))                                                                \
+	X(cuCtxGetDevice, (CUdevice * dev))                                                        \
+	X(cuDeviceGetAttribute, (int *value, int attrib, CUdevice dev))                            \
+	X(cuStreamCreate, (CUstream * stream, unsigned int flags))                                 \
+	X(cuStreamSynchronize, (CUstream stream))                                                  \
+	X(cuMemcpyDtoHAsync_v2, (void *dst, CUdeviceptr src, size_t bytes, CUstream stream))       \
+	X(cuMemcpyHtoDAsync_v2, (CUdeviceptr dst, const void *src, size_t bytes, CUstream stream)) \
+	X(cuLibraryGetGlobal, (CUdeviceptr * dptr, size_t *bytes, CUlibrary lib, const char *name)) \
+	X(cuModuleGetGlobal_v2, (CUdeviceptr * dptr, size_t *bytes, CUmodule mod, const char *name))
+
+#define GX_DRV_TYPE(name, params) typedef CUresult (*gx_drv_##name) params;
+GX_DRIVER_CALLS(GX_DRV_TYPE)
+#undef GX_DRV_TYPE
+
+static struct {
+#define GX_DRV_FIELD(name, params) gx_drv_##name name;
+	GX_DRIVER_CALLS(GX_DRV_FIELD)
+#undef GX_DRV_FIELD
+} gx_drv;
+
+#define GX_SYM_TENANT "__gpuext_tenant_id"
+#define GX_PROBE_MAX_IMAGES 1024
+#define GX_MAPS_MAGIC "GXPMAPS\0"
+#define GX_MAPS_VERSION 1
+#define GX_MAPS_HDR 48
+#define GX_MAPS_NAME 64
+
+struct gx_pimage {
+	int index;
+	int is_library;
+	void *handle;      /* CUlibrary or CUmodule */
+	int bound;         /* symbols looked up in ctx */
+	CUcontext ctx;
+	CUstream stream;   /* non-blocking, ours */
+	CUdeviceptr map_ptr[GX_CONF_MAX_MAPS];
+	size_t map_bytes[GX_CONF_MAX_MAPS];
+	unsigned char *host; /* staging for one copy of all maps */
+	size_t host_size;
+	uint64_t seq;
+};
+
+static struct {
+	int on;
+	struct gx_probe_conf conf;
+	char *frag;
+	size_t frag_len;
+	char dir[PATH_MAX];  /* $GPUEXT_TENANT_ACCT/probes, "" if unusable */
+	_Atomic int next_index;
+	_Atomic int pending;  /* patched images not yet bound to a context */
+	int exit_registered, thread_started, stopping;
+	struct gx_pimage *images[GX_PROBE_MAX_IMAGES];
+	int nimages;
+} gx_pr;
+
+static pthread_once_t gx_probe_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t gx_probe_mu = PTHREAD_MUTEX_INITIALIZER; /* process-private: images, files, thread */
+
+static char *gx_read_file(const char *path, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	char *buf;
+	size_t n = 0;
+
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) != 0 || st.st_size < 0 || st.st_size > (64 << 20) || !(buf = malloc((size_t)st.st_size + 1))) {
+		close(fd);
+		return NULL;
+	}
+	while (n < (size_t)st.st_size) {
+		ssize_t r = read(fd, buf + n, (size_t)st.st_size - n);
+
+		if (r <= 0)
+			break;
+		n += (size_t)r;
+	}
+	close(fd);
+	buf[n] = 0;
+	*len = n;
+	return buf;
+}
+
+static void gx_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void gx_status(const char *fmt, ...)
+{
+	char path[PATH_MAX + 32], line[512];
+	va_list ap;
+	int fd, n;
+
+	if (!gx_pr.dir[0])
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(line, sizeof(line) - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if (n > (int)sizeof(line) - 2)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	snprintf(path, sizeof(path), "%s/%d.status", gx_pr.dir, (int)getpid());
+	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return;
+	(void)!write(fd, line, (size_t)n);
+	close(fd);
+}
+
+static void gx_probe_init_once(void)
+{
+	const char *tdir = getenv("GPUEXT_TENANT_DIR");
+	char path[PATH_MAX], err[160];
+	size_t clen = 0;
+	char *ctext;
+
+	if (!gx_cfg.enabled || !tdir || !*tdir)
+		return;
+	snprintf(path, sizeof(path), "%s/probes/module.conf", tdir);
+	ctext = gx_read_file(path, &clen);
+	if (!ctext)
+		return; /* no probes for this tenant */
+	if (gx_cfg.acct_dir && *gx_cfg.acct_dir) {
+		snprintf(gx_pr.dir, sizeof(gx_pr.dir), "%s/probes", gx_cfg.acct_dir);
+		/* shared by the tenant's processes, like the accounting dir itself */
+		if (mkdir(gx_pr.dir, 0777) == 0)
+			(void)chmod(gx_pr.dir, 01777);
+		else if (errno != EEXIST)
+			gx_pr.dir[0] = 0;
+	}
+	if (gx_probe_conf_parse(ctext, clen, &gx_pr.conf, err, sizeof(err)) != 0) {
+		gx_log("device probes off: %s", err);
+		gx_status("image=- state=off reason=%s", err);
+		free(ctext);
+		return;
+	}
+	free(ctext);
+	snprintf(path, sizeof(path), "%s/probes/module.ptx", tdir);
+	gx_pr.frag = gx_read_file(path, &gx_pr.frag_len);
+	if (!gx_pr.frag || !gx_pr.frag_len) {
+		gx_log("device probes off: %s unreadable", path);
+		gx_status("image=- state=off reason=module.ptx-unreadable");
+		gx_probe_conf_free(&gx_pr.conf);
+		return;
+	}
+#define GX_DRV_LOAD(name, params) gx_drv.name = (gx_drv_##name)gx_driver_sym(#name);
+	GX_DRIVER_CALLS(GX_DRV_LOAD)
+#undef GX_DRV_LOAD
+	gx_pr.on = 1;
+	GX_DEBUG("device probes on: %zu maps, %zu kernels listed, min ptx %d.%d, min target sm_%d, status in %s",
+		 gx_pr.conf.nmaps, gx_pr.conf.opts.nkernels, gx_pr.conf.opts.min_ptx_major,
+		 gx_pr.conf.opts.min_ptx_minor, gx_pr.conf.opts.min_target, gx_pr.dir[0] ? gx_pr.dir : "(nowhere)");
+}
+
+/* The current device's sm_XX, 0 if unknown (no context yet). */
+static int gx_device_arch(void)
+{
+	CUcontext ctx = NULL;
+	CUdevice dev;
+	int major = 0, minor = 0;
+
+	if (!gx_drv.cuCtxGetCurrent || !gx_drv.cuCtxGetDevice || !gx_drv.cuDeviceGetAttribute ||
+	    gx_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx || gx_drv.cuCtxGetDevice(&dev) != CUDA_SUCCESS ||
+	    gx_drv.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
+	    gx_drv.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS)
+		return 0;
+	return major * 10 + minor;
+}
+
+static CUresult gx_get_global(struct gx_pimage *im, const char *name, CUdeviceptr *p, size_t *bytes)
+{
+	if (im->is_library)
+		return gx_drv.cuLibraryGetGlobal ? gx_drv.cuLibraryGetGlobal(p, bytes, (CUlibrary)im->handle, name)
+						 : CUDA_ERROR_NOT_FOUND;
+	return gx_drv.cuModuleGetGlobal_v2 ? gx_drv.cuModuleGetGlobal_v2(p, bytes, (CUmodule)im->handle, name)
+					   : CUDA_ERROR_NOT_FOUND;
+}
+
+/*
+ * Looks the symbols up in the current context and writes the tenant id.
+ * Called with gx_probe_mu held. 0: bound (or given up: reported); -1: no context yet.
+ */
+static int gx_bind(struct gx_pimage *im)
+{
+	CUcontext ctx = NULL;
+	CUdeviceptr tid = 0;
+	size_t tid_bytes = 0, total = 0;
+	uint32_t tenant = (uint32_t)gx_cfg.tenant_id;
+	int found = 0;
+
+	if (!gx_drv.cuCtxGetCurrent || gx_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+		return -1;
+	im->ctx = ctx;
+	im->bound = 1;
+	if (!gx_drv.cuStreamCreate || gx_drv.cuStreamCreate(&im->stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+		gx_status("image=%d state=patched reason=no-copy-stream", im->index);
+		im->stream = NULL;
+		return 0;
+	}
+	for (size_t k = 0; k < gx_pr.conf.nmaps; k++) {
+		const struct gx_probe_map *m = &gx_pr.conf.maps[k];
+		CUdeviceptr p = 0;
+		size_t bytes = 0;
+
+		if (gx_get_global(im, m->symbol, &p, &bytes) != CUDA_SUCCESS || !p) {
+			GX_DEBUG("probes: image %d has no map symbol %s", im->index, m->symbol);
+			continue;
+		}
+		if (bytes != m->bytes)
+			GX_DEBUG("probes: image %d map %s is %zu bytes, module.conf says %llu", im->index, m->symbol, bytes,
+				 (unsigned long long)m->bytes);
+		im->map_ptr[k] = p;
+		im->map_bytes[k] = bytes < m->bytes ? bytes : m->bytes;
+		total += (im->map_bytes[k] + 7) & ~(size_t)7;
+		found++;
+	}
+	im->host_size = total;
+	im->host = total ? malloc(total) : NULL;
+	if (total && !im->host)
+		im->stream = NULL; /* no copy-out; the probes still run */
+	if (gx_get_global(im, GX_SYM_TENANT, &tid, &tid_bytes) == CUDA_SUCCESS && tid && tid_bytes >= 4 &&
+	    gx_drv.cuMemcpyHtoDAsync_v2 &&
+	    gx_drv.cuMemcpyHtoDAsync_v2(tid, &tenant, sizeof(tenant), im->stream) == CUDA_SUCCESS)
+		gx_drv.cuStreamSynchronize(im->stream);
+	else
+		GX_DEBUG("probes: image %d: tenant id not set", im->index);
+	GX_DEBUG("probes: image %d bound in context %p: %d of %zu maps, tenant %u", im->index, (void *)ctx, found,
+		 gx_pr.conf.nmaps, tenant);
+	return 0;
+}
+
+/* Copies the image's maps out and writes <pid>-<index>.maps (temp + rename). gx_probe_mu held. */
+static void gx_copy_out(struct gx_pimage *im, int final)
+{
+	char path[PATH_MAX + 64], tmp[PATH_MAX + 64];
+	unsigned char hdr[GX_MAPS_HDR];
+	struct timespec ts;
+	size_t off = 0;
+	uint32_t u32;
+	uint64_t u64;
+	int fd, ok = 1;
+
+	if (!im->bound || !im->stream || !gx_pr.dir[0] || !gx_drv.cuCtxSetCurrent || !gx_drv.cuMemcpyDtoHAsync_v2)
+		return;
+	if (gx_drv.cuCtxSetCurrent(im->ctx) != CUDA_SUCCESS)
+		return;
+	if (final && gx_drv.cuCtxSynchronize)
+		gx_drv.cuCtxSynchronize(); /* the application's last kernels count */
+	for (size_t k = 0; k < gx_pr.conf.nmaps; k++) {
+		if (im->map_ptr[k] && gx_drv.cuMemcpyDtoHAsync_v2(im->host + off, im->map_ptr[k], im->map_bytes[k],
+								  im->stream) != CUDA_SUCCESS)
+			ok = 0;
+		off += (im->map_bytes[k] + 7) & ~(size_t)7;
+	}
+	if (!ok || gx_drv.cuStreamSynchronize(im->stream) != CUDA_SUCCESS) {
+		GX_DEBUG("probes: image %d: copy-out failed", im->index);
+		return;
+	}
+	im->seq++;
+	snprintf(path, sizeof(path), "%s/%d-%d.maps", gx_pr.dir, (int)getpid(), im->index);
+	snprintf(tmp, sizeof(tmp), "%s/.%d-%d.maps.tmp", gx_pr.dir, (int)getpid(), im->index);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return;
+	memset(hdr, 0, sizeof(hdr));
+	memcpy(hdr, GX_MAPS_MAGIC, 8);
+	u32 = GX_MAPS_VERSION, memcpy(hdr + 8, &u32, 4);
+	u32 = (uint32_t)getpid(), memcpy(hdr + 12, &u32, 4);
+	u32 = (uint32_t)im->index, memcpy(hdr + 16, &u32, 4);
+	u32 = (uint32_t)gx_pr.conf.nmaps, memcpy(hdr + 20, &u32, 4);
+	memcpy(hdr + 24, &im->seq, 8);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	u64 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec, memcpy(hdr + 32, &u64, 8);
+	u32 = (uint32_t)gx_cfg.tenant_id, memcpy(hdr + 40, &u32, 4);
+	u32 = final ? 1u : 0u, memcpy(hdr + 44, &u32, 4);
+	ok = write(fd, hdr, sizeof(hdr)) == (ssize_t)sizeof(hdr);
+	off = 0;
+	for (size_t k = 0; k < gx_pr.conf.nmaps && ok; k++) {
+		unsigned char mh[GX_MAPS_NAME + 8];
+		size_t padded = (im->map_bytes[k] + 7) & ~(size_t)7;
+
+		memset(mh, 0, sizeof(mh));
+		memcpy(mh, gx_pr.conf.maps[k].name, strnlen(gx_pr.conf.maps[k].name, GX_MAPS_NAME - 1));
+		u64 = im->map_ptr[k] ? im->map_bytes[k] : 0;
+		memcpy(mh + GX_MAPS_NAME, &u64, 8);
+		ok = write(fd, mh, sizeof(mh)) == (ssize_t)sizeof(mh);
+		if (ok && im->map_ptr[k] && padded)
+			ok = write(fd, im->host + off, padded) == (ssize_t)padded;
+		off += padded;
+	}
+	close(fd);
+	if (!ok || rename(tmp, path) != 0) {
+		unlink(tmp);
+		GX_DEBUG("probes: image %d: writing %s failed", im->index, path);
+	}
+}
+
+static void *gx_copy_thread(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		struct timespec one = {1, 0};
+
+		nanosleep(&one, NULL);
+		pthread_mutex_lock(&gx_probe_mu);
+		if (gx_pr.stopping) {
+			pthread_mutex_unlock(&gx_probe_mu);
+			return NULL;
+		}
+		for (int i = 0; i < gx_pr.nimages; i++)
+			gx_copy_out(gx_pr.images[i], 0);
+		pthread_mutex_unlock(&gx_probe_mu);
+	}
+}
+
+/* atexit: registered at the first patched load, after cudart's own handlers, so it runs before them. */
+static void gx_probe_at_exit(void)
+{
+	pthread_mutex_lock(&gx_probe_mu);
+	if (!gx_pr.stopping) {
+		gx_pr.stopping = 1;
+		for (int i = 0; i < gx_pr.nimages; i++)
+			gx_copy_out(gx_pr.images[i], 1);
+	}
+	pthread_mutex_unlock(&gx_probe_mu);
+}
+
+/* gx_probe_mu held */
+static void gx_start_copy_out(void)
+{
+	if (!gx_pr.exit_registered) {
+		gx_pr.exit_registered = 1;
+		atexit(gx_probe_at_exit);
+	}
+	if (!gx_pr.thread_started && gx_pr.dir[0] && gx_pr.conf.nmaps) {
+		pthread_t th;
+		pthread_attr_t attr;
+		sigset_t all, old;
+
+		/* the thread takes none of the application's signals */
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		if (pthread_create(&th, &attr, gx_copy_thread, NULL) == 0)
+			gx_pr.thread_started = 1;
+		else
+			GX_DEBUG("probes: no copy-out thread; maps are copied at exit only");
+		pthread_attr_destroy(&attr);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	}
+}
+
+static void gx_sanitize(char *s)
+{
+	for (; *s; s++)
+		if (*s == '\n' || *s == '\r')
+			*s = ' ';
+}
+
+CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_load_fn load, void *arg)
+{
+	struct gx_image img;
+	struct gx_ptx_result res;
+	struct gx_pimage *im;
+	char errlog[4096];
+	void *handle = NULL;
+	struct timespec t0, t1;
+	double ms;
+	int index;
+	CUresult r;
+
+	gx_runtime_init();
+	pthread_once(&gx_probe_once, gx_probe_init_once);
+	if (!gx_pr.on)
+		return load(arg, image, NULL, 0, &handle);
+	index = atomic_fetch_add(&gx_pr.next_index, 1);
+	if (gx_image_inspect(image, gx_device_arch(), &img) != 0) {
+		GX_DEBUG("probes: image %d (%s, %s) unpatched: %s", index, api, gx_image_kind_name(img.kind), img.reason);
+		gx_status("image=%d state=unpatched reason=%s kernels=0 jit_ms=0 api=%s kind=%s", index, img.reason, api,
+			  gx_image_kind_name(img.kind));
+		gx_image_release(&img);
+		return load(arg, image, NULL, 0, &handle);
+	}
+	if (gx_ptx_patch(img.ptx, img.ptx_len, gx_pr.frag, gx_pr.frag_len, &gx_pr.conf.opts, &res) != 0) {
+		GX_DEBUG("probes: image %d (%s) unpatched: %s", index, api, res.reason);
+		gx_status("image=%d state=unpatched reason=%s kernels=0 jit_ms=0 api=%s kind=%s ptx_arch=%d target=%s",
+			  index, res.reason, api, gx_image_kind_name(img.kind), img.ptx_arch,
+			  res.target_text[0] ? res.target_text : "-");
+		gx_image_release(&img);
+		return load(arg, image, NULL, 0, &handle);
+	}
+	errlog[0] = 0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	r = load(arg, res.text, errlog, sizeof(errlog), &handle);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+	free(res.text);
+	if (r != CUDA_SUCCESS) {
+		errlog[sizeof(errlog) - 1] = 0;
+		gx_sanitize(errlog);
+		gx_log("device probes: image %d (%s): patched load failed (CUresult %d)%s%s; loading the original", index,
+		       api, r, errlog[0] ? ": " : "", errlog);
+		gx_status("image=%d state=unpatched reason=jit-failed:%d kernels=0 jit_ms=%.3f api=%s kind=%s ptx_arch=%d "
+			  "target=%s",
+			  index, r, ms, api, gx_image_kind_name(img.kind), img.ptx_arch, res.target_text);
+		gx_image_release(&img);
+		return load(arg, image, NULL, 0, &handle);
+	}
+	gx_status("image=%d state=patched reason=ok kernels=%d/%d jit_ms=%.3f api=%s kind=%s ptx_arch=%d target=%s",
+		  index, res.probed, res.entries, ms, api, gx_image_kind_name(img.kind), img.ptx_arch, res.target_text);
+	GX_DEBUG("probes: image %d (%s) patched: %d of %d kernels, %.3f ms", index, api, res.probed, res.entries, ms);
+	gx_image_release(&img);
+	im = calloc(1, sizeof(*im));
+	if (!im)
+		return r; /* the probes run; nothing is copied out */
+	im->index = index;
+	im->is_library = is_library;
+	im->handle = handle;
+	pthread_mutex_lock(&gx_probe_mu);
+	if (gx_pr.nimages < GX_PROBE_MAX_IMAGES) {
+		gx_pr.images[gx_pr.nimages++] = im;
+		if (gx_bind(im) != 0)
+			atomic_fetch_add(&gx_pr.pending, 1);
+		gx_start_copy_out();
+	} else {
+		free(im);
+	}
+	pthread_mutex_unlock(&gx_probe_mu);
+	return r;
+}
+
+void gx_probe_before_launch(void)
+{
+	if (!atomic_load_explicit(&gx_pr.pending, memory_order_relaxed))
+		return;
+	if (pthread_mutex_trylock(&gx_probe_mu) != 0)
+		return; /* never make a launch wait: try again at the next one */
+	for (int i = 0; i < gx_pr.nimages; i++)
+		if (!gx_pr.images[i]->bound && gx_bind(gx_pr.images[i]) == 0)
+			atomic_fetch_sub(&gx_pr.pending, 1);
+	pthread_mutex_unlock(&gx_probe_mu);
+}
+
+/* The child of a fork has no copy thread and none of the parent's contexts. */
+void gx_probe_after_fork(void)
+{
+	pthread_mutex_init(&gx_probe_mu, NULL);
+	gx_pr.nimages = 0;
+	gx_pr.thread_started = 0;
+	atomic_store(&gx_pr.pending, 0);
+}

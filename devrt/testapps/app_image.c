@@ -1,0 +1,157 @@
+/*
+ * app_image.c - a test app that loads CUDA images the way cudart and
+ * frameworks do, for the device-probe tests: the driver is found with
+ * dlopen("libcuda.so.1") + dlsym("cuGetProcAddress_v2"), every entry point
+ * through it. Steps (each prints one line):
+ *   lib FILE      cuLibraryLoadData; a fatbin file is wrapped in a
+ *                 __fatBinC_Wrapper_t like nvcc's host stub, PTX is passed as
+ *                 text, a cubin as is   -> "lib FILE ok" | "lib FILE rc=N"
+ *   libraw FILE   the same without the wrapper
+ *   mod FILE      cuModuleLoadData     -> "mod FILE ok"
+ *   modex FILE    cuModuleLoadDataEx with one JIT option -> "modex FILE ok"
+ *   launch N      N x cuLaunchKernel   -> "launch N ok"
+ *   ctx           cuCtxSetCurrent(the context)   -> "ctx ok"
+ * The lines do not depend on whether the images were patched: the
+ * application sees no difference.
+ */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_min.h"
+
+typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+
+struct fatbin_wrapper {
+	uint32_t magic, version;
+	const void *data;
+	void *unused;
+};
+
+static gpa_fn gpa;
+
+static void *resolve(const char *name)
+{
+	void *p = NULL;
+	CUdriverProcAddressQueryResult st = -1;
+
+	if (gpa(name, &p, 12080, 0, &st) != CUDA_SUCCESS || st != CU_GET_PROC_ADDRESS_SUCCESS)
+		return NULL;
+	return p;
+}
+
+static unsigned char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	unsigned char *buf;
+	long n;
+
+	if (!f || fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+		if (f)
+			fclose(f);
+		return NULL;
+	}
+	/* zero-padded: PTX text is NUL-terminated for the driver */
+	buf = calloc(1, (size_t)n + 16);
+	if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+		free(buf);
+		buf = NULL;
+	}
+	fclose(f);
+	return buf;
+}
+
+static const char *base(const char *path)
+{
+	const char *s = strrchr(path, '/');
+
+	return s ? s + 1 : path;
+}
+
+int main(int argc, char **argv)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	CUresult (*init)(unsigned int);
+	CUresult (*library_load)(CUlibrary *, const void *, CUjit_option *, void **, unsigned int, CUlibraryOption *,
+				 void **, unsigned int);
+	CUresult (*module_load)(CUmodule *, const void *);
+	CUresult (*module_load_ex)(CUmodule *, const void *, unsigned int, CUjit_option *, void **);
+	CUresult (*ctx_set)(CUcontext);
+	CUresult (*launch)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+			   unsigned int, unsigned int, CUstream, void **, void **);
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (!h || !(gpa = (gpa_fn)dlsym(h, "cuGetProcAddress_v2"))) {
+		printf("no driver\n");
+		return 1;
+	}
+	init = (CUresult (*)(unsigned int))resolve("cuInit");
+	library_load = (CUresult (*)(CUlibrary *, const void *, CUjit_option *, void **, unsigned int,
+				     CUlibraryOption *, void **, unsigned int))resolve("cuLibraryLoadData");
+	module_load = (CUresult (*)(CUmodule *, const void *))resolve("cuModuleLoadData");
+	module_load_ex = (CUresult (*)(CUmodule *, const void *, unsigned int, CUjit_option *, void **))resolve(
+		"cuModuleLoadDataEx");
+	ctx_set = (CUresult (*)(CUcontext))resolve("cuCtxSetCurrent");
+	launch = (CUresult (*)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+			       unsigned int, unsigned int, CUstream, void **, void **))resolve("cuLaunchKernel");
+	if (!init || !library_load || !module_load || !module_load_ex || !ctx_set || !launch) {
+		printf("lookup failed\n");
+		return 1;
+	}
+	if (init(0) != CUDA_SUCCESS) {
+		printf("init failed\n");
+		return 1;
+	}
+	for (int i = 1; i < argc; i++) {
+		const char *v = argv[i];
+		CUresult r;
+
+		if (!strcmp(v, "launch") && i + 1 < argc) {
+			int n = atoi(argv[++i]);
+
+			r = CUDA_SUCCESS;
+			for (int k = 0; k < n && r == CUDA_SUCCESS; k++)
+				r = launch((CUfunction)0x5000, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+			printf("launch %d %s\n", n, r == CUDA_SUCCESS ? "ok" : "failed");
+		} else if (!strcmp(v, "ctx")) {
+			r = ctx_set((CUcontext)0x4000);
+			printf("ctx %s\n", r == CUDA_SUCCESS ? "ok" : "failed");
+		} else if ((!strcmp(v, "lib") || !strcmp(v, "libraw") || !strcmp(v, "mod") || !strcmp(v, "modex")) &&
+			   i + 1 < argc) {
+			const char *path = argv[++i];
+			unsigned char *img = slurp(path);
+			struct fatbin_wrapper w = {0x466243b1u, 1, img, NULL};
+			const void *image = img;
+			CUlibrary lib;
+			CUmodule mod;
+
+			if (!img) {
+				printf("%s %s unreadable\n", v, base(path));
+				return 1;
+			}
+			if (!strcmp(v, "lib") && img[0] == 0x50 && img[1] == 0xed && img[2] == 0x55 && img[3] == 0xba)
+				image = &w;
+			if (!strcmp(v, "lib") || !strcmp(v, "libraw")) {
+				r = library_load(&lib, image, NULL, NULL, 0, NULL, NULL, 0);
+			} else if (!strcmp(v, "mod")) {
+				r = module_load(&mod, image);
+			} else {
+				CUjit_option o[1] = {0}; /* CU_JIT_MAX_REGISTERS */
+				void *ov[1] = {(void *)(uintptr_t)64};
+
+				r = module_load_ex(&mod, image, 1, o, ov);
+			}
+			if (r == CUDA_SUCCESS)
+				printf("%s %s ok\n", v, base(path));
+			else
+				printf("%s %s rc=%d\n", v, base(path), r);
+			/* the image stays: the driver may keep pointing into it */
+		} else {
+			printf("unknown step %s\n", v);
+			return 2;
+		}
+	}
+	return 0;
+}
