@@ -14,7 +14,8 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe/internal/bpfc"
 )
 
-var wantRe = regexp.MustCompile(`// want: "([^"]+)" at line (\d+)`)
+// wantRe matches `// want: "substring" at line N` (the substring Go-quoted).
+var wantRe = regexp.MustCompile(`// want: ("(?:[^"\\]|\\.)*") at line (\d+)`)
 
 func compileCorpus(t *testing.T, file string) *ebpf.CollectionSpec {
 	t.Helper()
@@ -70,18 +71,22 @@ func TestCorpusReject(t *testing.T) {
 			if m == nil {
 				t.Fatalf("%s has no // want: \"...\" at line N comment", f)
 			}
+			want, err := strconv.Unquote(m[1])
+			if err != nil {
+				t.Fatalf("want %s: %v", m[1], err)
+			}
 			line, _ := strconv.Atoi(m[2])
 			spec := compileCorpus(t, f)
 			_, err = VerifyCollection(spec)
 			if err == nil {
-				t.Fatalf("accepted, want rejection %q", m[1])
+				t.Fatalf("accepted, want rejection %q", want)
 			}
 			var ve *Error
 			if !errors.As(err, &ve) {
 				t.Fatalf("error %v is not a *verifier.Error", err)
 			}
-			if !strings.Contains(ve.Msg, m[1]) {
-				t.Errorf("error %q does not contain %q", err, m[1])
+			if !strings.Contains(ve.Msg, want) {
+				t.Errorf("error %q does not contain %q", err, want)
 			}
 			wantSrc := filepath.Base(f) + ":" + strconv.Itoa(line)
 			if ve.Source != wantSrc {
