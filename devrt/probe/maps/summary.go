@@ -1,0 +1,172 @@
+package maps
+
+import (
+	"math"
+	"math/bits"
+	"sort"
+
+	"github.com/gpuext/gpuext/policies/probes"
+)
+
+// ProbeSummary is what one probe counted for a tenant, rendered through the
+// probe's catalog views.
+type ProbeSummary struct {
+	Name string `json:"name"`
+	// Counters: the named entries of counters views.
+	Counters map[string]uint64 `json:"counters,omitempty"`
+	// Means: sum/count of counters views (absent when count is 0).
+	Means map[string]float64 `json:"means,omitempty"`
+	// SMs: the sm-histogram view.
+	SMs *SMSummary `json:"sms,omitempty"`
+	// Histograms: log2-histogram views by map name.
+	Histograms map[string]HistSummary `json:"histograms,omitempty"`
+	// Missing: the probe's maps no file had (no patched image ran yet).
+	Missing []string `json:"missing,omitempty"`
+}
+
+// SMSummary summarises a per-SM histogram.
+type SMSummary struct {
+	Used  int    `json:"used"`  // SMs with a non-zero count
+	Min   uint64 `json:"min"`   // fewest counts of a used SM
+	Max   uint64 `json:"max"`   // most counts of an SM
+	MinSM int    `json:"minSm"` // an SM with Min
+	MaxSM int    `json:"maxSm"` // an SM with Max
+	Total uint64 `json:"total"`
+}
+
+// HistSummary summarises a log2 histogram.
+type HistSummary struct {
+	Count uint64 `json:"count"`
+	Unit  string `json:"unit,omitempty"`
+	// P50 and P99 are estimates: the rank's position inside its power-of-two
+	// bucket, interpolated linearly. Zero when Count is 0.
+	P50 uint64 `json:"p50"`
+	P99 uint64 `json:"p99"`
+	Max uint64 `json:"max"` // upper bound of the highest non-empty bucket
+}
+
+// Summarize renders the tenant's maps through the views of the named probes.
+func Summarize(t *Tenant, cat *probes.Catalog, names []string) []ProbeSummary {
+	out := []ProbeSummary{}
+	for _, name := range names {
+		p, ok := cat.Get(name)
+		if !ok {
+			out = append(out, ProbeSummary{Name: name, Missing: []string{"(not in the probe catalog)"}})
+			continue
+		}
+		s := ProbeSummary{Name: name}
+		for _, v := range p.Views {
+			agg := t.Maps[v.Map]
+			if agg == nil || agg.Images == 0 || agg.Counters == nil {
+				s.Missing = append(s.Missing, v.Map)
+				continue
+			}
+			switch v.Kind {
+			case probes.ViewCounters:
+				if s.Counters == nil {
+					s.Counters = map[string]uint64{}
+				}
+				for i, f := range v.Fields {
+					if i < len(agg.Counters) {
+						s.Counters[f] = agg.Counters[i]
+					}
+				}
+				for _, m := range v.Means {
+					if c := s.Counters[m.Count]; c > 0 {
+						if s.Means == nil {
+							s.Means = map[string]float64{}
+						}
+						s.Means[m.Name] = float64(s.Counters[m.Sum]) / float64(c)
+					}
+				}
+			case probes.ViewSMHistogram:
+				sm := SMHistogram(agg.Counters)
+				s.SMs = &sm
+			case probes.ViewLog2Histogram:
+				if s.Histograms == nil {
+					s.Histograms = map[string]HistSummary{}
+				}
+				h := Log2Histogram(agg.Counters)
+				h.Unit = v.Unit
+				s.Histograms[v.Map] = h
+			}
+		}
+		sort.Strings(s.Missing)
+		out = append(out, s)
+	}
+	return out
+}
+
+// SMHistogram summarises counts indexed by SM id.
+func SMHistogram(counts []uint64) SMSummary {
+	s := SMSummary{MinSM: -1, MaxSM: -1}
+	for sm, c := range counts {
+		if c == 0 {
+			continue
+		}
+		s.Used++
+		s.Total += c
+		if s.MinSM < 0 || c < s.Min {
+			s.Min, s.MinSM = c, sm
+		}
+		if c > s.Max {
+			s.Max, s.MaxSM = c, sm
+		}
+	}
+	return s
+}
+
+// bucketRange is the value range of log2 bucket b: [lo, hi).
+func bucketRange(b int) (lo, hi float64) {
+	if b == 0 {
+		return 0, 1
+	}
+	return math.Ldexp(1, b-1), math.Ldexp(1, b)
+}
+
+// Log2Histogram summarises a histogram whose bucket b counts values of bit
+// length b ([2^(b-1), 2^b); bucket 0 the value 0).
+func Log2Histogram(counts []uint64) HistSummary {
+	var h HistSummary
+	top := -1
+	for b, c := range counts {
+		h.Count += c
+		if c > 0 {
+			top = b
+		}
+	}
+	if h.Count == 0 {
+		return h
+	}
+	_, hi := bucketRange(top)
+	h.Max = uint64(hi)
+	h.P50 = quantile(counts, h.Count, 0.50)
+	h.P99 = quantile(counts, h.Count, 0.99)
+	return h
+}
+
+func quantile(counts []uint64, total uint64, q float64) uint64 {
+	rank := uint64(math.Ceil(q * float64(total))) // 1-based rank of the value sought
+	if rank == 0 {
+		rank = 1
+	}
+	var cum uint64
+	for b, c := range counts {
+		if c == 0 {
+			continue
+		}
+		if cum+c >= rank {
+			if b == 0 {
+				return 0
+			}
+			lo, hi := bucketRange(b)
+			frac := float64(rank-cum) / float64(c)
+			return uint64(lo + (hi-lo)*frac)
+		}
+		cum += c
+	}
+	return 0
+}
+
+// BitLength is the log2 bucket of a value, as launch-latency computes it.
+func BitLength(v uint64) int { return bits.Len64(v) }

@@ -1,0 +1,229 @@
+package maps
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gpuext/gpuext/devrt/probe"
+)
+
+// ImageState is what the interposer did with one image (from .status).
+type ImageState struct {
+	PID    int    `json:"pid"`
+	Image  int    `json:"image"`
+	State  string `json:"state"` // patched | unpatched
+	Reason string `json:"reason"`
+	// Fields are the line's other key=value pairs (kernels, jit_ms, api, kind, ...).
+	Fields map[string]string `json:"fields,omitempty"`
+}
+
+// ParseStatus reads one <pid>.status file: lines of key=value pairs, one per
+// event of an image (image=N state=patched|unpatched reason=... ...), or
+// image=- state=off for a process whose probes did not start. The last line
+// of an image wins. It returns the images, ordered, and the reasons probes
+// were off in the process.
+func ParseStatus(pid int, text string) (images []ImageState, off []string) {
+	byIndex := map[int]ImageState{}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(make([]byte, 4096), 1<<20)
+	for sc.Scan() {
+		kv := map[string]string{}
+		for _, f := range strings.Fields(sc.Text()) {
+			if k, v, ok := strings.Cut(f, "="); ok {
+				kv[k] = v
+			}
+		}
+		img, state, reason := kv["image"], kv["state"], kv["reason"]
+		delete(kv, "image")
+		delete(kv, "state")
+		delete(kv, "reason")
+		if state == "off" || img == "-" {
+			off = append(off, reason)
+			continue
+		}
+		idx, err := strconv.Atoi(img)
+		if err != nil || (state != "patched" && state != "unpatched") {
+			continue // a line this reader does not know: a newer interposer
+		}
+		if len(kv) == 0 {
+			kv = nil
+		}
+		byIndex[idx] = ImageState{PID: pid, Image: idx, State: state, Reason: reason, Fields: kv}
+	}
+	for _, s := range byIndex {
+		images = append(images, s)
+	}
+	sort.Slice(images, func(i, j int) bool { return images[i].Image < images[j].Image })
+	return images, off
+}
+
+// Aggregate is one map summed over a tenant's processes and images.
+type Aggregate struct {
+	Layout probe.MapLayout `json:"layout"`
+	// Counters: arrays and per-warp arrays of u64 values, summed per index.
+	Counters []uint64 `json:"counters,omitempty"`
+	// Keys: a hash map's live keys, summed over images (one key in two
+	// images counts twice).
+	Keys int `json:"keys,omitempty"`
+	// Records and Dropped: a ringbuf's records and the ones that did not fit.
+	Records int    `json:"records,omitempty"`
+	Dropped uint64 `json:"dropped,omitempty"`
+	// Images is how many images' copies were added.
+	Images int `json:"images"`
+}
+
+// Tenant is what a tenant's probes counted, across its processes and images.
+type Tenant struct {
+	Processes int                   `json:"processes"`
+	Patched   int                   `json:"patched"`
+	Unpatched int                   `json:"unpatched"`
+	Reasons   map[string]int        `json:"unpatchedReasons,omitempty"` // why images were not patched
+	Off       map[string]int        `json:"offReasons,omitempty"`       // why processes ran without probes
+	Images    []ImageState          `json:"images"`
+	Maps      map[string]*Aggregate `json:"maps"`
+	// Skipped names the .maps files (or maps in them) that were not added, and why.
+	Skipped []string `json:"skipped,omitempty"`
+}
+
+// ReadTenant reads a tenant's probes accounting directory
+// ($GPUEXT_TENANT_ACCT/probes on the host: <stateDir>/acct/<id>/probes).
+// manifest is the tenant's current module (probes/manifest.json of its
+// tenant dir); maps of a file whose layout differs from it (a process that
+// ran an older probe set) are skipped and named in Skipped. A nil manifest
+// takes every map, the first layout of a name winning. A missing directory
+// is an empty tenant.
+func ReadTenant(dir string, manifest *probe.Manifest) (*Tenant, error) {
+	t := &Tenant{Maps: map[string]*Aggregate{}, Images: []ImageState{}}
+	want := map[string]probe.MapLayout{}
+	if manifest != nil {
+		for _, m := range manifest.Maps {
+			want[m.Name] = m.Layout
+			t.Maps[m.Name] = &Aggregate{Layout: m.Layout}
+		}
+	}
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return t, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read probes dir: %w", err)
+	}
+	pids := map[int]bool{}
+	for _, e := range ents {
+		name := e.Name()
+		if e.IsDir() || strings.HasPrefix(name, ".") {
+			continue
+		}
+		switch {
+		case strings.HasSuffix(name, ".status"):
+			pid, err := strconv.Atoi(strings.TrimSuffix(name, ".status"))
+			if err != nil {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				return nil, fmt.Errorf("read %s: %w", name, err)
+			}
+			pids[pid] = true
+			imgs, off := ParseStatus(pid, string(b))
+			for _, s := range imgs {
+				t.Images = append(t.Images, s)
+				if s.State == "patched" {
+					t.Patched++
+				} else {
+					t.Unpatched++
+					if t.Reasons == nil {
+						t.Reasons = map[string]int{}
+					}
+					t.Reasons[s.Reason]++
+				}
+			}
+			for _, r := range off {
+				if t.Off == nil {
+					t.Off = map[string]int{}
+				}
+				t.Off[r]++
+			}
+		case strings.HasSuffix(name, ".maps"):
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				return nil, fmt.Errorf("read %s: %w", name, err)
+			}
+			f, err := Decode(b)
+			if err != nil {
+				t.Skipped = append(t.Skipped, fmt.Sprintf("%s: %v", name, err))
+				continue
+			}
+			pids[int(f.PID)] = true
+			t.add(name, f, want, manifest != nil)
+		}
+	}
+	t.Processes = len(pids)
+	sort.Slice(t.Images, func(i, j int) bool {
+		a, b := t.Images[i], t.Images[j]
+		return a.PID < b.PID || (a.PID == b.PID && a.Image < b.Image)
+	})
+	return t, nil
+}
+
+func (t *Tenant) add(file string, f *File, want map[string]probe.MapLayout, strict bool) {
+	for _, m := range f.Maps {
+		if !m.Present {
+			continue
+		}
+		agg, ok := t.Maps[m.Name]
+		if !ok {
+			if strict {
+				t.Skipped = append(t.Skipped, fmt.Sprintf("%s: map %q is not in the tenant's module", file, m.Name))
+				continue
+			}
+			agg = &Aggregate{Layout: m.Layout}
+			t.Maps[m.Name] = agg
+		}
+		if agg.Layout != m.Layout {
+			t.Skipped = append(t.Skipped, fmt.Sprintf("%s: map %q has another layout than the tenant's module (an older probe set)", file, m.Name))
+			continue
+		}
+		if err := agg.add(m); err != nil {
+			t.Skipped = append(t.Skipped, fmt.Sprintf("%s: %v", file, err))
+		}
+	}
+}
+
+func (a *Aggregate) add(m Map) error {
+	switch {
+	case m.Layout.Type == probe.MapRingbuf:
+		recs, dropped, err := m.Ringbuf()
+		if err != nil {
+			return err
+		}
+		a.Records += len(recs)
+		a.Dropped += dropped
+	case m.Layout.Type == probe.MapHash:
+		ents, err := m.Entries()
+		if err != nil {
+			return fmt.Errorf("map %q: %w", m.Name, err)
+		}
+		a.Keys += len(ents)
+	case m.Layout.ValueSize == 8:
+		c, err := m.Counters()
+		if err != nil {
+			return err
+		}
+		if a.Counters == nil {
+			a.Counters = make([]uint64, len(c))
+		}
+		for i, v := range c {
+			a.Counters[i] += v
+		}
+	}
+	a.Images++
+	return nil
+}
