@@ -1,15 +1,45 @@
 #!/usr/bin/env bash
 # check.sh - apply the gpuext patch series to a pristine NVIDIA open kernel
 # modules tree (580.95.05), build it against the kernel lab's 6.12 headers and
-# verify that nvidia-uvm.ko references the gpuext call sites.
-#
-#   kmod/nvidia/check.sh NVIDIA_SRC_DIR   apply + build + verify
-#   kmod/nvidia/check.sh --dry-run        patch-format checks only (CI: no tree)
-#   kmod/nvidia/check.sh --verify-only    symbol checks on the modules already built in $WORK
-#
-# WORK (default /tmp/gpuext-nv-check) holds the patched copy; GPUEXT_INCLUDE
-# (default kmod/include) is the header gpusim.ko compiles; KDIR defaults to
-# test/kernel/lab.sh's cached headers.
+# verify that the built modules reference the gpuext call sites.
+# kmod/nvidia/check.sh --help explains the options and NV_HOST_COMPAT.
+usage() {
+	cat <<'USAGE'
+usage: kmod/nvidia/check.sh NVIDIA_SRC_DIR   apply + build + verify
+       kmod/nvidia/check.sh --dry-run        patch-format checks only (CI: no tree)
+       kmod/nvidia/check.sh --verify-only    symbol checks on the modules already built in $WORK
+       kmod/nvidia/check.sh --help
+
+NVIDIA_SRC_DIR is a pristine open-gpu-kernel-modules 580.95.05 tree; it is
+copied to $WORK and never modified.
+
+Environment:
+  MODULES          "nvidia-uvm" (default, about 2 min on 2 cores) or
+                   "nvidia nvidia-uvm" (also the RM core and nvidia.ko; the
+                   scheduling call sites; about 6-10 min on 2 cores)
+  NV_HOST_COMPAT=1 needed for nvidia.ko against the kernel lab's Debian
+                   6.12.117+deb12 headers.  Those headers carry a 6.12.y
+                   stable change that gave pci_resize_resource() a fourth
+                   argument (exclude_bars); NVIDIA 580.95.05's
+                   kernel-open/nvidia/nv-pci.c calls it with three and has no
+                   conftest for it, so nv-pci.o fails to compile ("too few
+                   arguments to function 'pci_resize_resource'") with or
+                   without the series.  It is not a compiler mismatch: the
+                   build uses the compiler named in the headers' .config
+                   (x86_64-linux-gnu-gcc-12, Debian 12.2.0), the one the
+                   kernel was built with.  With NV_HOST_COMPAT=1 check.sh
+                   adds the argument (0) to that one call in its scratch copy
+                   only; the series is unchanged.  nvidia-uvm.ko alone does not
+                   need it.
+  WORK             scratch copy (default /tmp/gpuext-nv-check); the build log
+                   is $WORK.build.log
+  KDIR             kernel headers (output tree); default: test/kernel/lab.sh's
+                   cached Debian 6.12.117 headers.  SYSSRC/SYSOUT override the
+                   split source/output trees.
+  GPUEXT_INCLUDE   the gpuext call-site headers (default kmod/include)
+  JOBS             parallel jobs (default 2); NICE (default "nice -n 19")
+USAGE
+}
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -17,12 +47,12 @@ log() { echo "[nv-check] $*"; }
 die() { echo "[nv-check] FAIL: $*" >&2; exit 1; }
 
 SRC="" DRY=0 VERIFY_ONLY=0
-for a in "$@"; do case $a in --dry-run) DRY=1 ;; --verify-only) VERIFY_ONLY=1 ;; *) SRC=$a ;; esac; done
+for a in "$@"; do case $a in --dry-run) DRY=1 ;; --verify-only) VERIFY_ONLY=1 ;; -h|--help) usage; exit 0 ;; -*) usage >&2; exit 2 ;; *) SRC=$a ;; esac; done
 mapfile -t PATCHES < <(ls "$HERE"/[0-9][0-9][0-9][0-9]-*.patch)
 [ ${#PATCHES[@]} -gt 0 ] || die "no patches in $HERE"
 
 # Files the series may touch, and nothing else.
-ALLOWED='^(kernel-open/Kbuild|kernel-open/common/inc/(nv-gpuext|os-interface)\.h|kernel-open/nvidia-uvm/uvm_(va_space\.[ch]|perf_prefetch\.c|pmm_gpu\.c)|kernel-open/nvidia/os-interface\.c|src/nvidia/arch/nvalloc/unix/include/os-interface\.h|src/nvidia/generated/g_kernel_channel_group_nvoc\.h|src/nvidia/src/kernel/gpu/fifo/kernel_channel_group(_api)?\.c)$'
+ALLOWED='^(kernel-open/Kbuild|kernel-open/common/inc/(nv-gpuext|os-interface)\.h|kernel-open/nvidia-uvm/uvm_(va_space\.[ch]|perf_prefetch\.c|pmm_gpu\.c)|kernel-open/nvidia/os-interface\.c|src/nvidia/arch/nvalloc/unix/include/os-interface\.h|src/nvidia/generated/g_kernel_channel_group_nvoc\.h|src/nvidia/src/kernel/gpu/fifo/kernel_channel(_group(_api)?)?\.c)$'
 
 for p in "${PATCHES[@]}"; do
 	n=$(basename "$p")
@@ -42,7 +72,7 @@ MODULES=${MODULES:-nvidia-uvm}
 if [ $VERIFY_ONLY = 1 ]; then
 	log "verify only: the modules already built in $WORK"
 else
-[ -n "$SRC" ] && [ -f "$SRC/kernel-open/nvidia-uvm/uvm_pmm_gpu.c" ] || die "usage: $0 NVIDIA_SRC_DIR [--dry-run]"
+[ -n "$SRC" ] && [ -f "$SRC/kernel-open/nvidia-uvm/uvm_pmm_gpu.c" ] || { usage >&2; die "no NVIDIA_SRC_DIR (a 580.95.05 open-gpu-kernel-modules tree)"; }
 GPUEXT_INCLUDE=${GPUEXT_INCLUDE:-$REPO/kmod/include}
 KDIR=${KDIR:-$("$REPO/test/kernel/lab.sh" fetch >&2 && cat "${KERNEL_LAB_CACHE:-$REPO/.cache/kernel}/kdir")}
 log "pristine copy of $SRC -> $WORK"
@@ -62,9 +92,10 @@ SYSSRC=${SYSSRC:-$SYSOUT}
 [ -f "$SYSSRC/Makefile" ] && [ -f "$SYSOUT/.config" ] || die "bad headers: SYSSRC=$SYSSRC SYSOUT=$SYSOUT"
 JOBS=${JOBS:-2}
 # NVIDIA 580.95.05's nv-pci.c calls pci_resize_resource() with 3 arguments;
-# Debian's 6.12.117 (a 6.12.y backport) takes 4 (exclude_bars), so nvidia.ko's
-# nv-pci.o does not compile against the kernel lab's headers, with or without
-# the series.  NV_HOST_COMPAT=1 edits that one call in the scratch copy (never
+# Debian's 6.12.117 (a 6.12.y stable change) takes 4 (exclude_bars), so
+# nvidia.ko's nv-pci.o does not compile against the kernel lab's headers,
+# with or without the series (a header API change, not the compiler: see
+# --help).  NV_HOST_COMPAT=1 edits that one call in the scratch copy (never
 # in the series) so the rest of nvidia.ko can be built and checked.
 if [ "${NV_HOST_COMPAT:-0}" = 1 ] && grep -q 'pci_resize_resource(struct pci_dev \*dev, int i, int size,$' "$SYSSRC/include/linux/pci.h"; then
 	sed -i 's/pci_resize_resource(pci_dev, NV_GPU_BAR1, requested_size)/pci_resize_resource(pci_dev, NV_GPU_BAR1, requested_size, 0)/' "$WORK/kernel-open/nvidia/nv-pci.c"
@@ -146,7 +177,17 @@ verify() { # module.ko symbol...
 }
 UVM_SYMS=(gpuext_ctx_create gpuext_ctx_destroy gpuext_prefetch gpuext_evict_prepare gpuext_block_activate gpuext_block_access)
 TSG_SYMS=(gpuext_tsg_init gpuext_tsg_bind gpuext_tsg_destroy)
-case " $MODULES " in *" nvidia-uvm "*) verify nvidia-uvm.ko "${UVM_SYMS[@]}" ;; esac
+case " $MODULES " in *" nvidia-uvm "*)
+	verify nvidia-uvm.ko "${UVM_SYMS[@]}"
+	# The eviction hook runs outside pmm->list_lock inside g_uvm_gpuext_srcu
+	# (patches 2 and 4); stock nvidia-uvm.ko uses no SRCU.
+	uvmsyms=$(nm "$WORK/kernel-open/nvidia-uvm.ko")
+	for s in __srcu_read_lock __srcu_read_unlock synchronize_srcu; do
+		grep -q " U $s\$" <<<"$uvmsyms" || die "nvidia-uvm.ko does not import $s (eviction hook SRCU)"
+	done
+	grep -q " [DdBb] g_uvm_gpuext_srcu\$" <<<"$uvmsyms" || die "nvidia-uvm.ko has no g_uvm_gpuext_srcu"
+	log "nvidia-uvm.ko: g_uvm_gpuext_srcu defined, imports __srcu_read_lock/__srcu_read_unlock/synchronize_srcu" ;;
+esac
 case " $MODULES " in *" nvidia "*)
 	verify nvidia.ko gpuext_ctx_create gpuext_ctx_destroy "${TSG_SYMS[@]}"
 	nvsyms=$(nm "$WORK/kernel-open/nvidia.ko")
@@ -154,12 +195,33 @@ case " $MODULES " in *" nvidia "*)
 		grep -q " T $s\$" <<<"$nvsyms" || die "nvidia.ko does not define $s"
 	done
 	# Call sites in the RM core: kchangrpInit (init, destroy on failure),
-	# kchangrpDestroy (destroy), GPFIFO_SCHEDULE (bind).
+	# kchangrpDestroy (destroy), GPFIFO_SCHEDULE of a TSG and of a channel
+	# (bind).
 	relocs=$(readelf -W -r "$WORK/kernel-open/nvidia.ko" | awk '$5 ~ /^os_gpuext_tsg_/ {print $5}' | sort | uniq -c | tr -s ' ' | tr '\n' ',')
 	for s in os_gpuext_tsg_init os_gpuext_tsg_bind os_gpuext_tsg_destroy; do
 		grep -q " $s," <<<"$relocs" || die "nvidia.ko: no call to $s"
 	done
-	log "nvidia.ko: os_gpuext_tsg_* defined, calls (relocations) from the RM core:$relocs" ;;
+	log "nvidia.ko: os_gpuext_tsg_* defined, calls (relocations) from the RM core:$relocs"
+	# Per RM object (the RM core's own build output, linked into nvidia.ko
+	# as nv-kernel.o): which file calls what.  The policy's timeslice and
+	# interleave level are applied in kchangrpapiConstruct() with the stock
+	# controls NVA06C_CTRL_CMD_SET_TIMESLICE (0xa06c0103) and
+	# NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL (0xa06c0107), which the stock
+	# kernel_channel_group_api.o never issues itself (it only serves them).
+	rmout=$WORK/src/nvidia/_out/Linux_x86_64
+	for pair in kernel_channel_group.o:os_gpuext_tsg_init kernel_channel_group.o:os_gpuext_tsg_destroy \
+		kernel_channel_group_api.o:os_gpuext_tsg_bind kernel_channel.o:os_gpuext_tsg_bind; do
+		o=${pair%%:*} s=${pair#*:}
+		[ -f "$rmout/$o" ] || die "RM object $o not found in $rmout"
+		r=$(readelf -W -r "$rmout/$o")
+		awk -v s="$s" '$5 == s {n++} END {exit !n}' <<<"$r" || die "$o: no call to $s"
+		log "RM core $o: calls $s"
+	done
+	dis=$(objdump -d --no-show-raw-insn "$rmout/kernel_channel_group_api.o")
+	for c in 0xa06c0103:SET_TIMESLICE 0xa06c0107:SET_INTERLEAVE_LEVEL; do
+		grep -qF "\$${c%%:*}," <<<"$dis" || die "kernel_channel_group_api.o does not issue NVA06C_CTRL_CMD_${c#*:}"
+		log "RM core kernel_channel_group_api.o: issues NVA06C_CTRL_CMD_${c#*:} (${c%%:*}) on the new TSG"
+	done ;;
 *)	log "nvidia.ko not built (MODULES=\"$MODULES\"; MODULES=\"nvidia nvidia-uvm\" builds the RM core too): scheduling call sites NOT verified" ;;
 esac
 log "PASS ($MODULES)"
