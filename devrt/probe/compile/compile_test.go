@@ -7,9 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/helpers"
+	"github.com/gpuext/gpuext/devrt/probe/internal/bpfc"
+	"github.com/gpuext/gpuext/devrt/probe/verifier"
 	"github.com/gpuext/gpuext/policies/probes"
 )
 
@@ -172,4 +175,47 @@ func TestDefaultCompileUsesEmbeddedHelpers(t *testing.T) {
 	if strings.Contains(b.PTX, ".extern .func") {
 		t.Error("module.ptx declares helpers it should define")
 	}
+}
+
+// Every built-in probe passes the device verifier (Compile runs it before
+// translating).
+func TestBuiltinProbesVerify(t *testing.T) {
+	cat := probes.Builtin()
+	for _, name := range cat.Names() {
+		spec, err := cat.Spec(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := verify(name, spec); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestVerifierRejectionNamesProbeAndLine(t *testing.T) {
+	obj := bpfc.Compile(t, "testdata/every_thread.bpf.c", bpfc.ABIIncludeDir(t), "../../../policies/probes")
+	elf, err := os.ReadFile(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := `{"name": "every-thread", "description": "counts in every thread", "object": "every_thread.o",
+		"programs": ["every_thread_entry"], "views": [{"map": "et_counts", "kind": "counters", "fields": ["n"]}]}`
+	cat, err := probes.Load(fstest.MapFS{
+		"catalog/every-thread.json": {Data: []byte(entry)},
+		"every_thread.o":            {Data: elf},
+	}, "catalog", ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewCompiler(cat, externHelpers).Compile([]string{"every-thread"})
+	var verr *verifier.Error
+	if !errors.As(err, &verr) {
+		t.Fatalf("err = %v, want a *verifier.Error", err)
+	}
+	for _, want := range []string{`probe "every-thread"`, "every_thread_entry", "every_thread.bpf.c:"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("err %q does not name %q", err, want)
+		}
+	}
+	t.Log(err)
 }

@@ -1,10 +1,19 @@
 package compile
 
-import "github.com/cilium/ebpf"
+import (
+	"fmt"
 
-// verify checks one probe's collection before it is translated.
+	"github.com/cilium/ebpf"
+
+	"github.com/gpuext/gpuext/devrt/probe/verifier"
+)
+
+// verify checks one probe's collection before it is translated. A
+// rejection keeps the verifier's *verifier.Error (program, instruction,
+// file:line) in the chain.
 func verify(probeName string, spec *ebpf.CollectionSpec) error {
-	_ = probeName
-	_ = spec
+	if _, err := verifier.VerifyCollection(spec); err != nil {
+		return fmt.Errorf("probe %q rejected by the verifier: %w", probeName, err)
+	}
 	return nil
 }
