@@ -466,6 +466,22 @@ func (m *Machine) step(fr *frame, in *instr) (next int, done bool, err error) {
 	if len(ops) != arity {
 		return 0, false, fmt.Errorf("%d source operands, want %d", len(ops), arity)
 	}
+	if t.kind == 'p' {
+		var r uint64
+		switch in.op {
+		case "and":
+			r = ops[0] & ops[1]
+		case "or":
+			r = ops[0] | ops[1]
+		case "xor":
+			r = ops[0] ^ ops[1]
+		case "not":
+			r = ^ops[0]
+		default:
+			return 0, false, fmt.Errorf("%s on .pred", in.op)
+		}
+		return -1, false, fr.set(a[0], 1, r)
+	}
 	var r uint64
 	sx := func(v uint64) int64 { return int64(sext(v, t.bits)) }
 	switch in.op {

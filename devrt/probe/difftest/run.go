@@ -1,0 +1,210 @@
+package difftest
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/devrt/probe/ptxinterp"
+)
+
+// Result is what a run of a corpus program left behind.
+type Result struct {
+	R0   uint64 // the kernel reports the low 32 bits only; compare R0 as uint32
+	Ctx  []byte
+	Maps map[string][]ptx.Entry // by map name, entries ordered by key
+}
+
+// ErrVerifier wraps a kernel verifier rejection (a generator bug).
+var ErrVerifier = errors.New("kernel verifier rejected the program")
+
+// RunKernel loads c in the host kernel and runs it once with BPF_PROG_TEST_RUN.
+func RunKernel(c Case) (Result, error) {
+	coll, err := ebpf.NewCollectionWithOptions(c.Spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelBranch}})
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return Result{}, fmt.Errorf("%w: %+v", ErrVerifier, ve)
+		}
+		return Result{}, fmt.Errorf("load %s: %w", c.Name, err)
+	}
+	defer coll.Close()
+	ctx := bytes.Clone(c.Ctx)
+	out := make([]byte, len(ctx))
+	ret, err := coll.Programs[ProgName].Run(&ebpf.RunOptions{Context: ctx, ContextOut: out})
+	if err != nil {
+		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
+	}
+	res := Result{R0: uint64(ret), Ctx: out, Maps: map[string][]ptx.Entry{}}
+	for name, m := range coll.Maps {
+		ents, err := dumpKernelMap(m)
+		if err != nil {
+			return Result{}, fmt.Errorf("dump map %s: %w", name, err)
+		}
+		res.Maps[name] = ents
+	}
+	return res, nil
+}
+
+func dumpKernelMap(m *ebpf.Map) ([]ptx.Entry, error) {
+	var out []ptx.Entry
+	switch m.Type() {
+	case ebpf.Array:
+		for i := uint32(0); i < m.MaxEntries(); i++ {
+			v := make([]byte, m.ValueSize())
+			if err := m.Lookup(i, &v); err != nil {
+				return nil, err
+			}
+			out = append(out, ptx.Entry{Key: binary.LittleEndian.AppendUint32(nil, i), Value: v})
+		}
+	case ebpf.Hash:
+		var k, v []byte
+		it := m.Iterate()
+		for it.Next(&k, &v) {
+			out = append(out, ptx.Entry{Key: bytes.Clone(k), Value: bytes.Clone(v)})
+		}
+		if err := it.Err(); err != nil {
+			return nil, err
+		}
+		sort.Slice(out, func(i, j int) bool { return bytes.Compare(out[i].Key, out[j].Key) < 0 })
+	default:
+		return nil, fmt.Errorf("map type %s not in the corpus", m.Type())
+	}
+	return out, nil
+}
+
+// Device is a corpus program translated to PTX with its harness entry.
+type Device struct {
+	Module *ptx.Module
+	Entry  string
+}
+
+// Translate translates c with its harness entry.
+func Translate(c Case) (*Device, error) {
+	m, err := ptx.Translate(c.Spec, nil, ptx.Options{Harness: true})
+	if err != nil {
+		return nil, fmt.Errorf("translate %s: %w", c.Name, err)
+	}
+	return &Device{Module: m, Entry: ptx.HarnessEntry(ProgName)}, nil
+}
+
+// RunDevice translates c and runs its harness entry in ptxinterp as
+// thread 0 of a 1x1 launch.
+func RunDevice(c Case) (Result, error) {
+	d, err := Translate(c)
+	if err != nil {
+		return Result{}, err
+	}
+	vm, err := ptxinterp.Load(d.Module.Standalone("7.0", 70))
+	if err != nil {
+		return Result{}, fmt.Errorf("load %s: %w", c.Name, err)
+	}
+	ctx := vm.Alloc(c.Ctx)
+	ret := vm.Alloc(make([]byte, 8))
+	if _, err := vm.Call(d.Entry, ptxinterp.Thread0(), ctx, ret); err != nil {
+		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
+	}
+	res := Result{Maps: map[string][]ptx.Entry{}}
+	r, err := vm.Read(ret, 8)
+	if err != nil {
+		return Result{}, err
+	}
+	res.R0 = binary.LittleEndian.Uint64(r)
+	if res.Ctx, err = vm.Read(ctx, len(c.Ctx)); err != nil {
+		return Result{}, err
+	}
+	for _, mi := range d.Module.Manifest.Maps {
+		im := ptx.Image{Layout: mi.Layout, Bytes: vm.Global(mi.Symbol)}
+		ents, err := im.Entries()
+		if err != nil {
+			return Result{}, fmt.Errorf("decode %s: %w", mi.Symbol, err)
+		}
+		res.Maps[mi.Name] = ents
+	}
+	return res, nil
+}
+
+// Compare lists the differences of a device result from the kernel's.
+func Compare(kernel, device Result) []string {
+	var diffs []string
+	if uint32(kernel.R0) != uint32(device.R0) {
+		diffs = append(diffs, fmt.Sprintf("r0: kernel %#x, device %#x", uint32(kernel.R0), uint32(device.R0)))
+	}
+	for off := 0; off < len(kernel.Ctx) || off < len(device.Ctx); off += 8 {
+		k, d := word(kernel.Ctx, off), word(device.Ctx, off)
+		if k != d {
+			diffs = append(diffs, fmt.Sprintf("ctx[%d:%d] (%s): kernel %#x, device %#x", off, off+8, ctxField(off), k, d))
+		}
+	}
+	// The device module holds the maps the program references; a map
+	// the program never names keeps its initial contents in the kernel.
+	var names []string
+	for n := range device.Maps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		k, ok := kernel.Maps[n]
+		if !ok {
+			diffs = append(diffs, fmt.Sprintf("map %s: on the device only", n))
+			continue
+		}
+		d := device.Maps[n]
+		if a, b := fmtEntries(k), fmtEntries(d); a != b {
+			diffs = append(diffs, fmt.Sprintf("map %s: kernel {%s}, device {%s}", n, a, b))
+		}
+	}
+	return diffs
+}
+
+func ctxField(off int) string {
+	switch {
+	case off == CtxResult:
+		return "r0"
+	case off >= CtxRegs:
+		return fmt.Sprintf("r%d", (off-CtxRegs)/8+1)
+	}
+	return "input"
+}
+
+func word(b []byte, off int) uint64 {
+	if off+8 > len(b) {
+		return 0xbad0bad0bad0bad0
+	}
+	return binary.LittleEndian.Uint64(b[off:])
+}
+
+func fmtEntries(es []ptx.Entry) string {
+	var parts []string
+	for _, e := range es {
+		parts = append(parts, fmt.Sprintf("%x:%x", e.Key, e.Value))
+	}
+	return strings.Join(parts, " ")
+}
+
+// Dump is the program text of a case, for a mismatch report.
+func Dump(c Case) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s ctx=%x\n", c.Name, c.Ctx)
+	for _, n := range sortedMaps(c.Spec) {
+		ms := c.Spec.Maps[n]
+		fmt.Fprintf(&b, "map %s: %s key %d value %d max %d contents %v\n", n, ms.Type, ms.KeySize, ms.ValueSize, ms.MaxEntries, ms.Contents)
+	}
+	fmt.Fprintf(&b, "%v", c.Spec.Programs[ProgName].Instructions)
+	return b.String()
+}
+
+func sortedMaps(spec *ebpf.CollectionSpec) []string {
+	var names []string
+	for n := range spec.Maps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
