@@ -175,4 +175,405 @@ func TestKernelIDMatchesGo(t *testing.T) {
 	}
 }
 
-var _ = binary.LittleEndian
+// ---- synthetic images ----
+
+// fbEntry is one entry of a synthetic fatbin container.
+type fbEntry struct {
+	kind    uint16 // 1 PTX, 2 ELF
+	arch    uint32
+	flags   uint64
+	payload []byte // as stored (compressed if flags say so)
+	usize   uint64 // uncompressed size (compressed entries)
+}
+
+// fatbin builds a container: 16-byte header, then entries with 64-byte headers and 8-aligned payloads.
+func fatbin(entries ...fbEntry) []byte {
+	var body []byte
+	for _, e := range entries {
+		padded := (len(e.payload) + 7) &^ 7
+		h := make([]byte, 64)
+		binary.LittleEndian.PutUint16(h[0:], e.kind)
+		binary.LittleEndian.PutUint16(h[2:], 0x0101)
+		binary.LittleEndian.PutUint32(h[4:], 64)
+		binary.LittleEndian.PutUint64(h[8:], uint64(padded))
+		binary.LittleEndian.PutUint32(h[16:], uint32(len(e.payload)))
+		binary.LittleEndian.PutUint32(h[28:], e.arch)
+		binary.LittleEndian.PutUint64(h[40:], 0x11|e.flags) // 64-bit, linux
+		binary.LittleEndian.PutUint64(h[56:], e.usize)
+		body = append(body, h...)
+		body = append(body, e.payload...)
+		body = append(body, make([]byte, padded-len(e.payload))...)
+	}
+	hdr := make([]byte, 16)
+	binary.LittleEndian.PutUint32(hdr[0:], 0xBA55ED50)
+	binary.LittleEndian.PutUint16(hdr[4:], 1)
+	binary.LittleEndian.PutUint16(hdr[6:], 16)
+	binary.LittleEndian.PutUint64(hdr[8:], uint64(len(body)))
+	return append(hdr, body...)
+}
+
+func ptxEntry(t *testing.T, file string, arch uint32) fbEntry {
+	t.Helper()
+	text, err := os.ReadFile(filepath.Join("testdata", "ptx", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fbEntry{kind: 1, arch: arch, payload: append(text, 0)}
+}
+
+// sassEntry is a stand-in cubin: an ELF header the inspection recognises, nothing a driver could run.
+func sassEntry(arch uint32) fbEntry {
+	elf := append([]byte("\x7fELF\x02\x01\x01"), make([]byte, 120)...)
+	return fbEntry{kind: 2, arch: arch, payload: elf}
+}
+
+// lz4Literals is a valid LZ4 block holding data as one run of literals.
+func lz4Literals(data []byte) []byte {
+	n := len(data)
+	var out []byte
+	if n < 15 {
+		out = append(out, byte(n<<4))
+	} else {
+		out = append(out, 0xf0)
+		rest := n - 15
+		for rest >= 255 {
+			out = append(out, 255)
+			rest -= 255
+		}
+		out = append(out, byte(rest))
+	}
+	return append(out, data...)
+}
+
+// zstdRaw is a valid zstd frame holding data in raw blocks.
+func zstdRaw(data []byte) []byte {
+	out := []byte{0x28, 0xb5, 0x2f, 0xfd, 0xa0} // magic; single segment, 4-byte content size
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(data)))
+	for off := 0; ; {
+		n := min(len(data)-off, 1<<16)
+		last := 0
+		if off+n == len(data) {
+			last = 1
+		}
+		h := uint32(last) | uint32(n)<<3 // raw block
+		out = append(out, byte(h), byte(h>>8), byte(h>>16))
+		out = append(out, data[off:off+n]...)
+		off += n
+		if last == 1 {
+			return out
+		}
+	}
+}
+
+// ---- the interposer with probes, against the fake driver ----
+
+type probeRun struct {
+	lines  []string
+	stderr string
+	pid    int
+	images string // FAKECUDA_IMAGE_DIR
+	probes string // $GPUEXT_TENANT_ACCT/probes
+}
+
+// probeTenant is a tenant whose directory holds probes/ (module.ptx + module.conf) unless withProbes is false.
+func probeTenant(t *testing.T, id int, withProbes bool) *tenant {
+	t.Helper()
+	tn := newTenant(t, id, 0, "standard", "")
+	if withProbes {
+		dir := filepath.Join(tn.dir, "probes")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for src, dst := range map[string]string{"fragment.ptx": "module.ptx", "fragment.conf": "module.conf"} {
+			b, err := os.ReadFile(filepath.Join("testdata", "ptx", src))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, dst), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tn.extra = append(tn.extra, "GPUEXT_TENANT_DIR="+tn.dir, "FAKECUDA_PROBE_COUNTER=__gpuext_map_counts:40")
+	return tn
+}
+
+func (tn *tenant) runImages(env []string, steps ...string) probeRun {
+	tn.t.Helper()
+	images := tn.t.TempDir()
+	c := tn.cmd("app_image", steps...)
+	c.Env = append(c.Env, "FAKECUDA_IMAGE_DIR="+images)
+	c.Env = append(c.Env, env...)
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	if err := c.Run(); err != nil {
+		tn.t.Fatalf("app_image %v: %v\nstdout:\n%s\nstderr:\n%s", steps, err, stdout.String(), stderr.String())
+	}
+	return probeRun{lines: strings.Split(strings.TrimSpace(stdout.String()), "\n"), stderr: stderr.String(),
+		pid: c.Process.Pid, images: images, probes: filepath.Join(tn.acct, "probes")}
+}
+
+func (r probeRun) image(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(r.images, name))
+	if err != nil {
+		t.Fatalf("the driver did not receive %s: %v", name, err)
+	}
+	return b
+}
+
+// status returns the status lines of the run's process as key=value maps, one per image.
+func (r probeRun) status(t *testing.T) []map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(r.probes, fmt.Sprintf("%d.status", r.pid)))
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	var out []map[string]string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		kv := map[string]string{}
+		for _, f := range strings.Fields(line) {
+			k, v, _ := strings.Cut(f, "=")
+			kv[k] = v
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+type mapsFile struct {
+	pid, image, count uint32
+	seq               uint64
+	tenant, final     uint32
+	maps              map[string][]byte
+}
+
+// readMaps decodes <pid>-<image>.maps (format in docs/device-probes.md).
+func readMaps(t *testing.T, path string) mapsFile {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("maps file: %v", err)
+	}
+	if len(b) < 48 || string(b[:8]) != "GXPMAPS\x00" || binary.LittleEndian.Uint32(b[8:]) != 1 {
+		t.Fatalf("maps file %s: bad header % x", path, b[:min(len(b), 48)])
+	}
+	m := mapsFile{pid: binary.LittleEndian.Uint32(b[12:]), image: binary.LittleEndian.Uint32(b[16:]),
+		count: binary.LittleEndian.Uint32(b[20:]), seq: binary.LittleEndian.Uint64(b[24:]),
+		tenant: binary.LittleEndian.Uint32(b[40:]), final: binary.LittleEndian.Uint32(b[44:]), maps: map[string][]byte{}}
+	off := 48
+	for i := uint32(0); i < m.count; i++ {
+		if off+72 > len(b) {
+			t.Fatalf("maps file truncated at map %d", i)
+		}
+		name := string(bytes.TrimRight(b[off:off+64], "\x00"))
+		n := int(binary.LittleEndian.Uint64(b[off+64:]))
+		off += 72
+		if off+n > len(b) {
+			t.Fatalf("maps file: map %s truncated", name)
+		}
+		m.maps[name] = b[off : off+n]
+		off += (n + 7) &^ 7
+	}
+	if off != len(b) {
+		t.Fatalf("maps file: %d trailing bytes", len(b)-off)
+	}
+	return m
+}
+
+// The descriptor of fragment.ptx's "counts" map, as the fragment initialises it.
+var countsDescriptor = []byte{1, 0, 0, 0, 4, 0, 0, 0, 8, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 16, 0, 0, 0, 32, 0, 0, 0, 0, 0, 0, 0}
+
+func writeTemp(t *testing.T, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A fatbin (SASS + PTX) loaded through cuGetProcAddress'd cuLibraryLoadData:
+// with probes on, the driver gets the image's PTX with the fragment and the
+// probe calls in every .entry; the tenant id is set; the maps are copied out
+// at exit with what the probes counted; the app sees no difference. Without a
+// probes directory the driver gets the exact original image.
+func TestProbesPatchFatbinImage(t *testing.T) {
+	fb := writeTemp(t, "app.fatbin", fatbin(sassEntry(90), ptxEntry(t, "multi.ptx", 90)))
+	steps := []string{"lib", fb, "launch", "3"}
+	wantApp := []string{"lib app.fatbin ok", "launch 3 ok"}
+
+	tn := probeTenant(t, 21, true)
+	r := tn.runImages(nil, steps...)
+	wantLines(t, r.lines, wantApp...)
+
+	got := string(r.image(t, "image-0.ptx"))
+	frag, _ := os.ReadFile(filepath.Join("testdata", "ptx", "fragment.ptx"))
+	if !strings.Contains(got, string(bytes.TrimSpace(frag))) {
+		t.Errorf("the driver's PTX lacks the fragment:\n%s", got)
+	}
+	bodies := entryBodies(got)
+	for _, e := range []string{"_Z4fillPii", "_Z5emptyv", "_Z4skipPi"} {
+		id := fmt.Sprintf("0x%016x", probe.KernelID(e))
+		if b := bodies[e]; !strings.Contains(b, "call.uni __gpuext_probe_entry") || !strings.Contains(b, "call __gpuext_probe_exit") ||
+			!strings.Contains(b, id) {
+			t.Errorf("entry %s lacks the probe calls (id %s):\n%s", e, id, b)
+		}
+	}
+	st := r.status(t)
+	if len(st) != 1 || st[0]["image"] != "0" || st[0]["state"] != "patched" || st[0]["reason"] != "ok" ||
+		st[0]["kernels"] != "3/3" || st[0]["api"] != "cuLibraryLoadData" || st[0]["kind"] != "wrapper" || st[0]["ptx_arch"] != "90" {
+		t.Errorf("status: %v", st)
+	}
+	if _, err := fmt.Sscanf(st[0]["jit_ms"], "%f", new(float64)); err != nil {
+		t.Errorf("jit_ms %q", st[0]["jit_ms"])
+	}
+	calls := tn.driverCalls(r.pid)
+	if countPrefix(calls, "cuMemcpyHtoDAsync_v2 dst=__gpuext_tenant_id bytes=4 value=21 ") != 1 {
+		t.Errorf("tenant id not set once: %q", calls)
+	}
+	m := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0.maps", r.pid)))
+	counts := m.maps["counts"]
+	if m.pid != uint32(r.pid) || m.image != 0 || m.count != 1 || m.tenant != 21 || m.final != 1 || len(counts) != 64 {
+		t.Fatalf("maps file: %+v", m)
+	}
+	if !bytes.Equal(counts[:32], countsDescriptor) || binary.LittleEndian.Uint64(counts[40:]) != 3 {
+		t.Errorf("counts map % x: want the descriptor and 3 launches counted", counts)
+	}
+	// copy-out runs on the interposer's own non-blocking stream, never the legacy one
+	for _, c := range calls {
+		if strings.Contains(c, "cuMemcpyDtoHAsync_v2") && strings.Contains(c, "stream=(nil)") {
+			t.Errorf("copy-out on the legacy stream: %s", c)
+		}
+	}
+	if countPrefix(calls, "cuStreamCreate flags=1 ") != 1 {
+		t.Errorf("no non-blocking stream: %q", calls)
+	}
+
+	off := probeTenant(t, 22, false)
+	r = off.runImages(nil, steps...)
+	wantLines(t, r.lines, wantApp...)
+	orig, _ := os.ReadFile(fb)
+	if got := r.image(t, "image-0.fatbin"); !bytes.Equal(got, orig) {
+		t.Errorf("without probes the driver got %d bytes, not the original %d", len(got), len(orig))
+	}
+	if _, err := os.Stat(r.probes); err == nil {
+		t.Errorf("probes off, yet %s exists", r.probes)
+	}
+	if strings.Contains(r.stderr, "probes") {
+		t.Errorf("probes off, yet probe lines:\n%s", r.stderr)
+	}
+}
+
+// Images without usable PTX load unmodified and the status says why.
+func TestProbesUnpatchableImages(t *testing.T) {
+	sass := writeTemp(t, "sass.fatbin", fatbin(sassEntry(90)))
+	low := filepath.Join("testdata", "ptx", "sm52.ptx")
+	lowText, _ := os.ReadFile(low)
+	tn := probeTenant(t, 23, true)
+	r := tn.runImages(nil, "lib", sass, "mod", low, "launch", "1")
+	wantLines(t, r.lines, "lib sass.fatbin ok", "mod sm52.ptx ok", "launch 1 ok")
+	orig, _ := os.ReadFile(sass)
+	if got := r.image(t, "image-0.fatbin"); !bytes.Equal(got, orig) {
+		t.Errorf("SASS-only fatbin changed on its way to the driver")
+	}
+	if got := r.image(t, "image-1.ptx"); !bytes.Equal(got, lowText) {
+		t.Errorf("sm_52 module changed on its way to the driver:\n%s", got)
+	}
+	st := r.status(t)
+	if len(st) != 2 || st[0]["state"] != "unpatched" || st[0]["reason"] != "sass-only" || st[0]["kind"] != "wrapper" ||
+		st[1]["state"] != "unpatched" || st[1]["reason"] != "target-too-low:sm_52<sm_70" || st[1]["api"] != "cuModuleLoadData" {
+		t.Errorf("status: %v", st)
+	}
+	if matches, _ := filepath.Glob(filepath.Join(r.probes, "*.maps")); len(matches) != 0 {
+		t.Errorf("maps files for unpatched images: %v", matches)
+	}
+}
+
+// A patched image the JIT rejects: the original loads, the app does not notice,
+// the status and the log say why (with the JIT's error log).
+func TestProbesJITFailureFallsBack(t *testing.T) {
+	fb := writeTemp(t, "app.fatbin", fatbin(sassEntry(90), ptxEntry(t, "vecadd.ptx", 90)))
+	tn := probeTenant(t, 24, true)
+	r := tn.runImages([]string{"FAKECUDA_JIT_FAIL=1"}, "lib", fb, "launch", "1")
+	wantLines(t, r.lines, "lib app.fatbin ok", "launch 1 ok")
+	orig, _ := os.ReadFile(fb)
+	if got := r.image(t, "image-0.fatbin"); !bytes.Equal(got, orig) {
+		t.Errorf("after the JIT failure the driver did not get the original image")
+	}
+	st := r.status(t)
+	if len(st) != 1 || st[0]["state"] != "unpatched" || st[0]["reason"] != "jit-failed:218" {
+		t.Errorf("status: %v", st)
+	}
+	if !strings.Contains(r.stderr, "patched load failed (CUresult 218): ptxas fatal   : fake JIT failure; loading the original") {
+		t.Errorf("no log line with the JIT error log:\n%s", r.stderr)
+	}
+}
+
+// The PTX chosen is the newest the device can JIT; compressed PTX is
+// unpacked (LZ4, zstd) when the system libraries are there.
+func TestProbesFatbinPTXChoice(t *testing.T) {
+	vec, _ := os.ReadFile(filepath.Join("testdata", "ptx", "vecadd.ptx"))
+	newer := strings.Replace(string(vec), ".target sm_90", ".target sm_100", 1)
+	fb := writeTemp(t, "two.fatbin", fatbin(ptxEntry(t, "version70.ptx", 70), ptxEntry(t, "vecadd.ptx", 90),
+		fbEntry{kind: 1, arch: 100, payload: append([]byte(newer), 0)}))
+	text := append(vec, 0)
+	lz := writeTemp(t, "lz4.fatbin", fatbin(sassEntry(90), fbEntry{kind: 1, arch: 90, flags: 0x2000, payload: lz4Literals(text), usize: uint64(len(text))}))
+	zs := writeTemp(t, "zstd.fatbin", fatbin(sassEntry(90), fbEntry{kind: 1, arch: 90, flags: 0x8000, payload: zstdRaw(text), usize: uint64(len(text))}))
+	tn := probeTenant(t, 25, true)
+	r := tn.runImages([]string{"FAKECUDA_CC=90"}, "lib", fb, "libraw", lz, "lib", zs)
+	wantLines(t, r.lines, "lib two.fatbin ok", "libraw lz4.fatbin ok", "lib zstd.fatbin ok")
+	if got := string(r.image(t, "image-0.ptx")); !strings.Contains(got, ".target sm_90\n") || !strings.Contains(got, "_Z6vecAddPKfS0_Pfi") {
+		t.Errorf("not the compute_90 PTX:\n%.300s", got)
+	}
+	st := r.status(t)
+	if st[0]["ptx_arch"] != "90" || st[0]["state"] != "patched" {
+		t.Errorf("status: %v", st[0])
+	}
+	for i, lib := range []string{"liblz4.so.1", "libzstd.so.1"} {
+		if st[i+1]["state"] == "patched" {
+			if got := string(r.image(t, fmt.Sprintf("image-%d.ptx", i+1))); !strings.Contains(got, "call.uni __gpuext_probe_entry") {
+				t.Errorf("%s: patched, but the driver got:\n%.300s", lib, got)
+			}
+			continue
+		}
+		if !strings.HasPrefix(st[i+1]["reason"], "compressed-ptx:") {
+			t.Errorf("%s: %v", lib, st[i+1])
+		}
+		t.Logf("%s not loadable here: %v", lib, st[i+1])
+	}
+}
+
+// Images loaded before any context is current are bound at the first launch
+// in one; module loads (Ex with the caller's options) are patched too; the
+// copy-out thread copies while the app runs.
+func TestProbesDeferredBindAndPeriodicCopy(t *testing.T) {
+	tn := probeTenant(t, 26, true)
+	r := tn.runImages([]string{"FAKECUDA_NO_CONTEXT=1"}, "modex", filepath.Join("testdata", "ptx", "predret.ptx"), "ctx",
+		"launch", "2", "sleep", "2300", "launch", "1")
+	wantLines(t, r.lines, "modex predret.ptx ok", "ctx ok", "launch 2 ok", "sleep 2300", "launch 1 ok")
+	calls := tn.driverCalls(r.pid)
+	if countPrefix(calls, "cuModuleLoadDataEx image=") != 1 || countPrefix(calls, "options=3") != 1 {
+		t.Errorf("patched module not loaded with the caller's option plus the error log: %q", calls)
+	}
+	// no context at load: the symbols are looked up at the first launch after one became current
+	ctxAt, lookupAt := -1, -1
+	for i, c := range calls {
+		if strings.Contains(c, "cuCtxSetCurrent") && ctxAt < 0 {
+			ctxAt = i
+		}
+		if strings.Contains(c, "cuModuleGetGlobal_v2 name=__gpuext_map_counts found") {
+			lookupAt = i
+		}
+	}
+	if countPrefix(calls, "cuModuleGetGlobal_v2 name=__gpuext_map_counts") != 1 || ctxAt < 0 || lookupAt < ctxAt {
+		t.Errorf("symbols not looked up once, after a context became current: %q", calls)
+	}
+	m := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0.maps", r.pid)))
+	if got := binary.LittleEndian.Uint64(m.maps["counts"][40:]); got != 3 {
+		t.Errorf("counted %d launches, want 3", got)
+	}
+	if m.seq < 3 || m.final != 1 {
+		t.Errorf("maps copied %d times (want >= 2 periodic + 1 at exit), final=%d", m.seq, m.final)
+	}
+}

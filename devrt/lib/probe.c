@@ -100,9 +100,9 @@ static struct {
 static pthread_once_t gx_probe_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t gx_probe_mu = PTHREAD_MUTEX_INITIALIZER; /* process-private: images, files, thread */
 
-static char *gx_read_file(const char *path, size_t *len)
+static char *gx_read_file_at(int dirfd, const char *name, size_t *len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
 	struct stat st;
 	char *buf;
 	size_t n = 0;
@@ -157,13 +157,23 @@ static void gx_probe_init_once(void)
 	char path[PATH_MAX], err[160];
 	size_t clen = 0;
 	char *ctext;
+	int dirfd;
 
 	if (!gx_cfg.enabled || !tdir || !*tdir)
 		return;
-	snprintf(path, sizeof(path), "%s/probes/module.conf", tdir);
-	ctext = gx_read_file(path, &clen);
-	if (!ctext)
+	/*
+	 * probes/ is a symlink the host swaps to a new bundle directory in one
+	 * rename: resolve it once, so both files come from the same bundle.
+	 */
+	snprintf(path, sizeof(path), "%s/probes", tdir);
+	dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dirfd < 0)
 		return; /* no probes for this tenant */
+	ctext = gx_read_file_at(dirfd, "module.conf", &clen);
+	if (!ctext) {
+		close(dirfd);
+		return;
+	}
 	if (gx_cfg.acct_dir && *gx_cfg.acct_dir) {
 		snprintf(gx_pr.dir, sizeof(gx_pr.dir), "%s/probes", gx_cfg.acct_dir);
 		/* shared by the tenant's processes, like the accounting dir itself */
@@ -176,13 +186,14 @@ static void gx_probe_init_once(void)
 		gx_log("device probes off: %s", err);
 		gx_status("image=- state=off reason=%s", err);
 		free(ctext);
+		close(dirfd);
 		return;
 	}
 	free(ctext);
-	snprintf(path, sizeof(path), "%s/probes/module.ptx", tdir);
-	gx_pr.frag = gx_read_file(path, &gx_pr.frag_len);
+	gx_pr.frag = gx_read_file_at(dirfd, "module.ptx", &gx_pr.frag_len);
+	close(dirfd);
 	if (!gx_pr.frag || !gx_pr.frag_len) {
-		gx_log("device probes off: %s unreadable", path);
+		gx_log("device probes off: %s/module.ptx unreadable", path);
 		gx_status("image=- state=off reason=module.ptx-unreadable");
 		gx_probe_conf_free(&gx_pr.conf);
 		return;

@@ -11,6 +11,7 @@
  *   modex FILE    cuModuleLoadDataEx with one JIT option -> "modex FILE ok"
  *   launch N      N x cuLaunchKernel   -> "launch N ok"
  *   ctx           cuCtxSetCurrent(the context)   -> "ctx ok"
+ *   sleep MS      -> "sleep MS"
  * The lines do not depend on whether the images were patched: the
  * application sees no difference.
  */
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_min.h"
 
@@ -115,6 +117,12 @@ int main(int argc, char **argv)
 			for (int k = 0; k < n && r == CUDA_SUCCESS; k++)
 				r = launch((CUfunction)0x5000, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
 			printf("launch %d %s\n", n, r == CUDA_SUCCESS ? "ok" : "failed");
+		} else if (!strcmp(v, "sleep") && i + 1 < argc) {
+			int ms = atoi(argv[++i]);
+			struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+			nanosleep(&ts, NULL);
+			printf("sleep %d\n", ms);
 		} else if (!strcmp(v, "ctx")) {
 			r = ctx_set((CUcontext)0x4000);
 			printf("ctx %s\n", r == CUDA_SUCCESS ? "ok" : "failed");
