@@ -56,6 +56,22 @@ type PriorityPolicy struct {
 	// launches back for that long. It should cover the gap between the
 	// tenant's requests. 0: the device runtime's default.
 	ActiveWindowUS uint32 `json:"activeWindowUs,omitempty"`
+	// SMPercent is, for a best-effort tenant on a GPU shared through an MPS
+	// server (host config mps.pipeDirectory), the share of the SMs its
+	// contexts may use (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE). The SMs left
+	// free are what lets a latency-critical tenant start at once; the shares
+	// of the best-effort tenants on one GPU should add up to well under 100.
+	// 0: not confined (the launch gate is the isolation).
+	SMPercent uint32 `json:"smPercent,omitempty"`
+}
+
+// EffectiveSMPercent is the SM share that applies: only a best-effort
+// tenant is confined (an override that changes the class drops it).
+func (p PriorityPolicy) EffectiveSMPercent() uint32 {
+	if p.Class != BestEffort {
+		return 0
+	}
+	return p.SMPercent
 }
 
 // Request is what selection reads: the container's identity and its keyed

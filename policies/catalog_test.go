@@ -84,6 +84,7 @@ func TestLoadCatalogErrors(t *testing.T) {
 		{"bad probe", "batch.json", strings.Replace(good, `"priority"`, `"probes":["Bad"],"priority"`, 1), []string{"probes[0]"}},
 		{"unknown probe", "batch.json", strings.Replace(good, `"priority"`, `"probes":["launch-stats","kernel-timer"],"priority"`, 1), []string{"probes[1]", `unknown probe "kernel-timer"`}},
 		{"wrong type", "batch.json", strings.Replace(good, `"best-effort"}`, `"best-effort","interleave":"8"}`, 1), []string{"priority.interleave"}},
+		{"sm share over 100", "batch.json", strings.Replace(good, `"best-effort"}`, `"best-effort","smPercent":140}`, 1), []string{"priority.smPercent", "140 is above 100"}},
 		{"tenant-quota without quota", "batch.json", strings.Replace(good, "fifo", "tenant-quota", 1), []string{"tenant-quota", "needs a quota"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

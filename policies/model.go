@@ -215,6 +215,9 @@ func (p Policy) Validate() error {
 	if w := p.Priority.ActiveWindowUS; time.Duration(w)*time.Microsecond > MaxTimeslice {
 		return fieldError("priority.activeWindowUs", fmt.Sprintf("%d is above %s", w, MaxTimeslice))
 	}
+	if sm := p.Priority.SMPercent; sm > 100 {
+		return fieldError("priority.smPercent", fmt.Sprintf("%d is above 100; 0 = not confined", sm))
+	}
 	if il := p.Priority.Interleave; il != 0 && (il < MinInterleave || il > MaxInterleave) {
 		return fieldError("priority.interleave", fmt.Sprintf("%d is out of range %d..%d; 0 = driver default", il, MinInterleave, MaxInterleave))
 	}
@@ -317,6 +320,9 @@ func (p Policy) Summary() string {
 	}
 	if w := p.Priority.ActiveWindowUS; w > 0 {
 		fmt.Fprintf(&b, " active-window=%s", time.Duration(w)*time.Microsecond)
+	}
+	if sm := p.Priority.EffectiveSMPercent(); sm > 0 {
+		fmt.Fprintf(&b, " sm=%d%%", sm)
 	}
 	if len(p.Probes) > 0 {
 		fmt.Fprintf(&b, " probes=%s", strings.Join(p.Probes, ","))

@@ -48,6 +48,8 @@ func TestSelect(t *testing.T) {
 			"interleave.gpuext.io": "4", "probes.gpuext.io": "launch-stats, sm-histogram", "tenant.gpuext.io": "pod"}},
 			policy: "batch", tenant: "pod",
 			summary: "class=standard quota=512MiB evict=lfu(decay=50) prefetch=tree-threshold(threshold=60) timeslice=2ms interleave=4 probes=launch-stats,sm-histogram"},
+		{name: "best-effort batch keeps its SM share", req: Request{Labels: map[string]string{"policy.gpuext.io": "batch"}},
+			policy: "batch", summary: "class=best-effort quota=unlimited evict=fifo prefetch=always-max timeslice=16ms interleave=1 sm=40%"},
 		{name: "timeslice in us", req: Request{Labels: map[string]string{"timeslice.gpuext.io": "500us"}},
 			policy: "default", summary: "class=standard quota=unlimited evict=lru prefetch=tree-threshold(threshold=51) timeslice=500us"},
 		{name: "empty probes clears", req: Request{Labels: map[string]string{"probes.gpuext.io": ""}}, policy: "default"},

@@ -365,10 +365,12 @@ type TenantFile struct {
 	Interleave  uint32 `json:"interleave"`
 	// ActiveWindowUS: how long a latency-critical tenant counts as active
 	// after its last launch (the device runtime's priority gate).
-	ActiveWindowUS uint32   `json:"activeWindowUs"`
-	Eviction       string   `json:"eviction"`
-	Prefetch       string   `json:"prefetch"`
-	Probes         []string `json:"probes"`
+	ActiveWindowUS uint32 `json:"activeWindowUs"`
+	// SMPercent: a best-effort tenant's share of the SMs under MPS.
+	SMPercent uint32   `json:"smPercent"`
+	Eviction  string   `json:"eviction"`
+	Prefetch  string   `json:"prefetch"`
+	Probes    []string `json:"probes"`
 }
 
 func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy) (string, error) {
@@ -385,7 +387,7 @@ func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy) (s
 	tf := TenantFile{
 		ABIVersion: abiVersion, TenantID: uint32(id), TenantKey: key, Policy: p.Name,
 		Class: string(p.Priority.Class), QuotaBytes: p.Memory.QuotaBytes, TimesliceUS: p.Priority.TimesliceUS,
-		Interleave: p.Priority.Interleave, ActiveWindowUS: p.Priority.ActiveWindowUS, Eviction: p.Memory.Eviction.Name, Prefetch: p.Memory.Prefetch.Name,
+		Interleave: p.Priority.Interleave, ActiveWindowUS: p.Priority.ActiveWindowUS, SMPercent: p.Priority.EffectiveSMPercent(), Eviction: p.Memory.Eviction.Name, Prefetch: p.Memory.Prefetch.Name,
 		Probes: probes,
 	}
 	b, err := json.MarshalIndent(tf, "", "  ")
