@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
+	"github.com/gpuext/gpuext/devrt/probe/compile"
 	"github.com/gpuext/gpuext/internal/atomicfile"
 	"github.com/gpuext/gpuext/policies"
 )
@@ -40,6 +41,10 @@ type Core struct {
 	constraints *policies.Constraints
 	resolver    *cgroup.Resolver
 	log         *logrus.Entry
+	// compileProbes turns a probe set into the tenant's probe module
+	// (compile.Compile: cached per set, so only a set's first admission
+	// pays for verification and translation).
+	compileProbes func([]string) (*compile.Bundle, error)
 }
 
 // New returns a Core. constraints may be nil (everything allowed).
@@ -62,7 +67,50 @@ func New(cfg Config, reg *bpf.Registry, catalog *policies.Catalog, constraints *
 		return nil, fmt.Errorf("board dir: %w", err)
 	}
 	c.reg, c.catalog, c.constraints, c.resolver, c.log = reg, catalog, constraints, resolver, log
+	c.compileProbes = compile.Compile
+	go c.warmProbes()
 	return c, nil
+}
+
+// warmProbes compiles the probe sets of the catalog's policies ahead of the
+// first container that selects one, so that admission finds them cached.
+func (c *Core) warmProbes() {
+	for _, p := range c.catalog.List() {
+		if len(p.Probes) == 0 {
+			continue
+		}
+		if _, err := c.compileProbes(p.Probes); err != nil {
+			c.log.WithFields(logrus.Fields{"policy": p.Name, "probes": strings.Join(p.Probes, ",")}).WithError(err).
+				Warn("device probes of a catalog policy do not compile: its containers will run without them (fail-open) or be refused (strict)")
+		}
+	}
+}
+
+// probeBundle compiles the selected policy's probes. In fail-open mode a
+// failure drops the probes (the container runs without them) and is
+// returned as dropped; in strict mode it refuses the container.
+func (c *Core) probeBundle(info ContainerInfo, sel *policies.Selection, log *logrus.Entry) (b *compile.Bundle, dropped, err error) {
+	set := sel.Policy.Probes
+	if len(set) == 0 {
+		return nil, nil, nil
+	}
+	source := sel.Sources[policies.KeyProbes]
+	if source == "" {
+		source = "policy " + sel.Policy.Name
+	}
+	b, cerr := c.compileProbes(set)
+	if cerr == nil {
+		return b, nil, nil
+	}
+	cerr = fmt.Errorf("device probes %s (from %s): %w", strings.Join(set, ","), source, cerr)
+	fields := logrus.Fields{"probes": strings.Join(set, ","), "probesFrom": source, "failMode": c.cfg.FailMode}
+	if c.cfg.FailMode == FailClosed {
+		log.WithFields(fields).WithError(cerr).Error("refused container: its device probes do not compile")
+		return nil, nil, fmt.Errorf("%w: container %q: %w", ErrRefused, info.Name, cerr)
+	}
+	log.WithFields(fields).WithError(cerr).Warn("device probes do not compile: container starts without them")
+	sel.Policy.Probes = nil
+	return nil, cerr, nil
 }
 
 // Registry returns the tenant registry the core writes.
@@ -145,7 +193,12 @@ func (c *Core) admit(info ContainerInfo, full bool) (Decision, error) {
 	if !full {
 		return d, nil
 	}
-	dir, err := c.writeTenantDir(id, key, sel.Policy)
+	bundle, dropped, err := c.probeBundle(info, &sel, log)
+	if err != nil {
+		return Decision{}, err
+	}
+	d.Policy, d.ProbesErr = sel.Policy, dropped
+	dir, err := c.writeTenantDir(id, key, sel.Policy, bundle)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -154,7 +207,11 @@ func (c *Core) admit(info ContainerInfo, full bool) (Decision, error) {
 		return Decision{}, err
 	}
 	d.Injection = c.injection(info, id, dir, acct, sel.Policy)
-	log.WithFields(logrus.Fields{"tenant": id, "tenantKey": key}).Info("admitted container")
+	fields := logrus.Fields{"tenant": id, "tenantKey": key}
+	if len(sel.Policy.Probes) > 0 {
+		fields["probes"] = strings.Join(sel.Policy.Probes, ",")
+	}
+	log.WithFields(fields).Info("admitted container")
 	return d, nil
 }
 
@@ -373,22 +430,32 @@ type TenantFile struct {
 	Probes    []string `json:"probes"`
 }
 
-func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy) (string, error) {
+// writeTenantDir writes the tenant's config.json and its probes/ directory
+// (the compiled probe module, or none when probes is nil).
+func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy, probes *compile.Bundle) (string, error) {
 	dir := c.tenantDir(id)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return "", fmt.Errorf("tenant dir: %w", err)
 		}
 	}
-	probes := p.Probes
-	if probes == nil {
-		probes = []string{}
+	probesDir := filepath.Join(dir, TenantProbesDir)
+	if probes != nil {
+		if err := probes.WriteDir(probesDir); err != nil {
+			return "", fmt.Errorf("tenant probes: %w", err)
+		}
+	} else if err := compile.RemoveDir(probesDir); err != nil {
+		return "", fmt.Errorf("tenant probes: %w", err)
+	}
+	probeNames := p.Probes
+	if probeNames == nil {
+		probeNames = []string{}
 	}
 	tf := TenantFile{
 		ABIVersion: abiVersion, TenantID: uint32(id), TenantKey: key, Policy: p.Name,
 		Class: string(p.Priority.Class), QuotaBytes: p.Memory.QuotaBytes, TimesliceUS: p.Priority.TimesliceUS,
 		Interleave: p.Priority.Interleave, ActiveWindowUS: p.Priority.ActiveWindowUS, SMPercent: p.Priority.EffectiveSMPercent(), Eviction: p.Memory.Eviction.Name, Prefetch: p.Memory.Prefetch.Name,
-		Probes: probes,
+		Probes: probeNames,
 	}
 	b, err := json.MarshalIndent(tf, "", "  ")
 	if err != nil {

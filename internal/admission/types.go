@@ -39,6 +39,9 @@ const (
 	BoardFile          = "board"
 	DevrtLibrary       = "libgpuext-devrt.so"
 	TenantConfigFile   = "config.json"
+	// TenantProbesDir holds the tenant's compiled device probes
+	// (module.ptx, module.conf, manifest.json; docs/device-probes.md).
+	TenantProbesDir = "probes"
 
 	EnvTenantID     = "GPUEXT_TENANT_ID"
 	EnvTenantDir    = "GPUEXT_TENANT_DIR"
@@ -124,5 +127,8 @@ type Decision struct {
 	// RequestErr is the keyed error of a bad request that fail-open mode
 	// replaced with the default policy; nil for a good request.
 	RequestErr error
-	Injection  Injection
+	// ProbesErr is why the selected device probes were dropped in fail-open
+	// mode (they did not compile); Policy.Probes is then empty.
+	ProbesErr error
+	Injection Injection
 }

@@ -1,0 +1,135 @@
+package admission
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+	"github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/devrt/probe/compile"
+	"github.com/gpuext/gpuext/devrt/probe/helpers"
+	"github.com/gpuext/gpuext/policies"
+	"github.com/gpuext/gpuext/policies/probes"
+)
+
+// probeCore is a Core with only what the tenant-directory path needs: a
+// state dir, a logger, and a compiler that declares the helper library
+// (the embedded one may not be built here).
+func probeCore(t *testing.T, mode FailMode, compileProbes func([]string) (*compile.Bundle, error)) (*Core, *test.Hook) {
+	logger, hook := test.NewNullLogger()
+	if compileProbes == nil {
+		compileProbes = compile.NewCompiler(probes.Builtin(), func() (helpers.Library, error) { return helpers.Library{}, nil }).Compile
+	}
+	return &Core{cfg: Config{FailMode: mode, StateDir: t.TempDir(), DevrtDir: "/unused"}, catalog: policies.BuiltinCatalog(),
+		log: logrus.NewEntry(logger), compileProbes: compileProbes}, hook
+}
+
+func selectFor(t *testing.T, labels map[string]string) policies.Selection {
+	t.Helper()
+	sel, err := policies.BuiltinCatalog().Select(policies.Request{ContainerName: "web", Labels: labels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sel
+}
+
+// admitProbes runs the probe part of Admit and writes the tenant dir.
+func admitProbes(t *testing.T, c *Core, sel policies.Selection) (string, error, error) {
+	t.Helper()
+	b, dropped, err := c.probeBundle(ContainerInfo{ID: "c1", Name: "web"}, &sel, c.log)
+	if err != nil {
+		return "", nil, err
+	}
+	dir, err := c.writeTenantDir(7, "nri/ctr/c1", sel.Policy, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, dropped, nil
+}
+
+// What the device runtime finds in the tenant dir of a container that
+// selects probes: module.conf, module.ptx and manifest.json under probes/,
+// and config.json naming the probes.
+func TestAdmitWritesProbeModule(t *testing.T) {
+	c, _ := probeCore(t, FailClosed, nil)
+	dir, dropped, err := admitProbes(t, c, selectFor(t, map[string]string{"probes.gpuext.io": "sm-histogram, launch-latency"}))
+	if err != nil || dropped != nil {
+		t.Fatal(err, dropped)
+	}
+	conf, err := os.ReadFile(filepath.Join(dir, TenantProbesDir, compile.ConfFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"version 1\n", "launch_time 1\n", "map smh_counts __gpuext_map_smh_counts ", "map lat_hist __gpuext_map_lat_hist "} {
+		if !strings.Contains(string(conf), want) {
+			t.Errorf("module.conf lacks %q:\n%s", want, conf)
+		}
+	}
+	ptxText, err := os.ReadFile(filepath.Join(dir, TenantProbesDir, probe.ModuleFile))
+	if err != nil || !strings.Contains(string(ptxText), probe.FuncEntry) {
+		t.Errorf("module.ptx: %v", err)
+	}
+	var m probe.Manifest
+	b, _ := os.ReadFile(filepath.Join(dir, TenantProbesDir, probe.ManifestFile))
+	if err := json.Unmarshal(b, &m); err != nil || strings.Join(m.Probes, ",") != "launch-latency,sm-histogram" {
+		t.Errorf("manifest.json: %v %v", err, m.Probes)
+	}
+	var tf TenantFile
+	b, _ = os.ReadFile(filepath.Join(dir, TenantConfigFile))
+	if err := json.Unmarshal(b, &tf); err != nil || strings.Join(tf.Probes, ",") != "sm-histogram,launch-latency" {
+		t.Errorf("config.json probes: %v %v", err, tf.Probes)
+	}
+
+	// Re-admitted without probes: the module goes, so the interposer stays off.
+	if _, _, err := admitProbes(t, c, selectFor(t, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, TenantProbesDir, compile.ConfFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("probes/module.conf after deselecting: %v", err)
+	}
+}
+
+func TestProbeCompileFailure(t *testing.T) {
+	broken := func([]string) (*compile.Bundle, error) { return nil, helpers.ErrNotBuilt }
+	sel := selectFor(t, map[string]string{"probes.gpuext.io/container.web": "launch-stats"})
+
+	// strict: refused, the error names the probes, the key and the cause.
+	c, hook := probeCore(t, FailClosed, broken)
+	_, _, err := admitProbes(t, c, sel)
+	if !errors.Is(err, ErrRefused) || !errors.Is(err, helpers.ErrNotBuilt) {
+		t.Fatalf("strict: err = %v", err)
+	}
+	for _, want := range []string{"launch-stats", "probes.gpuext.io/container.web"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("strict: err %q does not name %q", err, want)
+		}
+	}
+	if e := hook.LastEntry(); e == nil || e.Level != logrus.ErrorLevel || e.Data["probes"] != "launch-stats" {
+		t.Errorf("strict: log %+v", e)
+	}
+
+	// fail-open: the container starts without probes; config.json says none.
+	c, hook = probeCore(t, FailOpen, broken)
+	dir, dropped, err := admitProbes(t, c, sel)
+	if err != nil || !errors.Is(dropped, helpers.ErrNotBuilt) {
+		t.Fatalf("fail-open: err %v dropped %v", err, dropped)
+	}
+	if e := hook.LastEntry(); e == nil || e.Level != logrus.WarnLevel || e.Data["probesFrom"] != "probes.gpuext.io/container.web" {
+		t.Errorf("fail-open: log %+v", e)
+	}
+	var tf TenantFile
+	b, _ := os.ReadFile(filepath.Join(dir, TenantConfigFile))
+	json.Unmarshal(b, &tf)
+	if len(tf.Probes) != 0 {
+		t.Errorf("fail-open: config.json still lists probes %v", tf.Probes)
+	}
+	if _, err := os.Stat(filepath.Join(dir, TenantProbesDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("fail-open: probes dir exists: %v", err)
+	}
+}
