@@ -68,7 +68,7 @@ func buildCFG(insns asm.Instructions) (*cfg, *cfgError) {
 		pc += width(ins)
 	}
 	if g.n == 0 {
-		return nil, &cfgError{0, "empty program"}
+		return nil, &cfgError{0, "empty program", nil}
 	}
 	g.succ = make([][]int, g.n)
 	g.target = make([]bool, g.n)
@@ -76,6 +76,9 @@ func buildCFG(insns asm.Instructions) (*cfg, *cfgError) {
 	for pc, ins := range g.ins {
 		if ins == nil {
 			continue
+		}
+		if ins.OpCode == asm.InvalidOpCode {
+			return nil, &cfgError{pc, "invalid opcode", nil}
 		}
 		next := pc + 1
 		if ins.OpCode.IsDWordLoad() {
@@ -89,27 +92,30 @@ func buildCFG(insns asm.Instructions) (*cfg, *cfgError) {
 				fall = false
 				hasExit = true
 			case asm.Call:
+				if ins.IsFunctionCall() {
+					return nil, &cfgError{pc, fmt.Sprintf("call to BPF function %q: device probes are one function; mark it static __always_inline", ins.Reference()), nil}
+				}
 			case asm.Ja:
 				fall = false
 				succ = append(succ, jumpTarget(pc, ins))
 			case asm.InvalidJumpOp, asm.JCOND:
-				return nil, &cfgError{pc, fmt.Sprintf("unsupported jump %v", ins.OpCode)}
+				return nil, &cfgError{pc, fmt.Sprintf("unsupported jump %v", ins.OpCode), nil}
 			default:
 				succ = append(succ, jumpTarget(pc, ins))
 			}
 			for _, t := range succ {
 				if t < 0 || t >= g.n {
-					return nil, &cfgError{pc, fmt.Sprintf("jump out of range: target insn %d, program has %d", t, g.n)}
+					return nil, &cfgError{pc, fmt.Sprintf("jump out of range: target insn %d, program has %d", t, g.n), nil}
 				}
 				if g.ins[t] == nil {
-					return nil, &cfgError{pc, fmt.Sprintf("jump into the middle of ld_imm64 at insn %d", t-1)}
+					return nil, &cfgError{pc, fmt.Sprintf("jump into the middle of ld_imm64 at insn %d", t-1), nil}
 				}
 				g.target[t] = true
 			}
 		}
 		if fall {
 			if next >= g.n {
-				return nil, &cfgError{pc, "falls off the end of the program: last insn is not exit or jump"}
+				return nil, &cfgError{pc, "falls off the end of the program: last insn is not exit or jump", nil}
 			}
 			succ = append([]int{next}, succ...)
 		}
@@ -119,7 +125,7 @@ func buildCFG(insns asm.Instructions) (*cfg, *cfgError) {
 		g.succ[pc] = succ
 	}
 	if !hasExit {
-		return nil, &cfgError{g.n - 1, "no exit instruction"}
+		return nil, &cfgError{g.n - 1, "no exit instruction", nil}
 	}
 	// Reachability from insn 0.
 	seen := make([]bool, g.n)
@@ -137,7 +143,7 @@ func buildCFG(insns asm.Instructions) (*cfg, *cfgError) {
 	}
 	for pc, ins := range g.ins {
 		if ins != nil && !seen[pc] {
-			return nil, &cfgError{pc, "unreachable insn"}
+			return nil, &cfgError{pc, "unreachable insn", nil}
 		}
 	}
 	if e := g.postDominators(); e != nil {
@@ -147,8 +153,9 @@ func buildCFG(insns asm.Instructions) (*cfg, *cfgError) {
 }
 
 type cfgError struct {
-	pc  int
-	msg string
+	pc   int
+	msg  string
+	kind error // nil: ErrProgram
 }
 
 // postDominators computes ipdom over the reverse graph (Cooper, Harvey and
@@ -193,7 +200,7 @@ func (g *cfg) postDominators() *cfgError {
 	}
 	for pc, ins := range g.ins {
 		if ins != nil && order[pc] < 0 {
-			return &cfgError{pc, "unbounded loop: no path from this insn to exit"}
+			return &cfgError{pc, "unbounded loop: no path from this insn to exit", ErrUnboundedLoop}
 		}
 	}
 	idom := make([]int, g.n+1)

@@ -188,7 +188,11 @@ func verifyProg(prog *ebpf.ProgramSpec, maps map[string]*ebpf.MapSpec, attach pr
 	}
 	g, cerr := buildCFG(prog.Instructions)
 	if cerr != nil {
-		return nil, nil, v.errAt(cerr.pc, ErrProgram, "%s", cerr.msg)
+		kind := cerr.kind
+		if kind == nil {
+			kind = ErrProgram
+		}
+		return nil, nil, v.errAt(cerr.pc, kind, "%s", cerr.msg)
 	}
 	v.g = g
 	if err := v.run(); err != nil {
