@@ -30,6 +30,15 @@ type Config struct {
 	// DevrtDir is the host directory holding the device runtime library; mounted
 	// read-only at ContainerDevrtDir.
 	DevrtDir string
+	// MPSPipeDir, when set, is the pipe directory of the host's MPS control
+	// daemon: every tenant container gets it (read-write, at the same path)
+	// and CUDA_MPS_PIPE_DIRECTORY, so its CUDA contexts are MPS clients and a
+	// best-effort tenant's smPercent can confine it (docs/injection.md).
+	MPSPipeDir string
+	// MPSShmDir, when set, is mounted at /dev/shm in every tenant container:
+	// the shared memory the MPS server and its clients exchange through,
+	// for containers that have their own IPC namespace.
+	MPSShmDir string
 }
 
 // Core is the admission core. It is safe for concurrent use, and several
@@ -219,7 +228,7 @@ func (c *Core) admit(info ContainerInfo, full bool) (Decision, error) {
 // (docs/injection.md).
 func (c *Core) injection(info ContainerInfo, id bpf.TenantID, tenantDir, acctDir string, p policies.Policy) Injection {
 	lib := ContainerDevrtDir + "/" + DevrtLibrary
-	return Injection{
+	inj := Injection{
 		Mounts: []Mount{
 			{Source: c.cfg.DevrtDir, Destination: ContainerDevrtDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
 			{Source: tenantDir, Destination: ContainerTenantDir, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
@@ -237,7 +246,18 @@ func (c *Core) injection(info ContainerInfo, id bpf.TenantID, tenantDir, acctDir
 			{Key: EnvBoard, Value: ContainerBoardDir + "/" + BoardFile},
 		},
 	}
+	if d := c.cfg.MPSPipeDir; d != "" {
+		inj.Mounts = append(inj.Mounts, Mount{Source: d, Destination: d, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
+		inj.Env = append(inj.Env, EnvVar{Key: EnvMPSPipeDir, Value: d})
+	}
+	if d := c.cfg.MPSShmDir; d != "" {
+		inj.Mounts = append(inj.Mounts, Mount{Source: d, Destination: "/dev/shm", Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
+	}
+	return inj
 }
+
+// EnvMPSPipeDir is where CUDA looks for the MPS control daemon.
+const EnvMPSPipeDir = "CUDA_MPS_PIPE_DIRECTORY"
 
 // AppendPreload appends lib to an LD_PRELOAD value unless it is already there.
 // ld.so accepts both ':' and ' ' as separators; ':' is used.

@@ -44,6 +44,14 @@ type Config struct {
 	Runc string `json:"runc,omitempty"`
 	// HookPath is the OCI hook binary the runc wrapper adds to config.json.
 	HookPath string `json:"hookPath,omitempty"`
+	// MPSPipeDirectory is the pipe directory of the host's MPS control daemon
+	// (nvidia-cuda-mps-control -d with CUDA_MPS_PIPE_DIRECTORY set). Set, every
+	// tenant container becomes an MPS client and best-effort policies with a
+	// smPercent are confined to that share of the SMs. Empty: no MPS.
+	MPSPipeDirectory string `json:"mpsPipeDirectory,omitempty"`
+	// MPSShmDirectory is mounted at /dev/shm in tenant containers (the shared
+	// memory of the MPS server, for containers with their own IPC namespace).
+	MPSShmDirectory string `json:"mpsShmDirectory,omitempty"`
 }
 
 // Defaults used for empty fields.
@@ -149,7 +157,8 @@ func (c Config) OpenCore(log *logrus.Entry) (*admission.Core, *bpf.Registry, err
 	if err != nil {
 		return nil, nil, err
 	}
-	core, err := admission.New(admission.Config{FailMode: mode, StateDir: c.StateDir, DevrtDir: c.DevrtDir},
+	core, err := admission.New(admission.Config{FailMode: mode, StateDir: c.StateDir, DevrtDir: c.DevrtDir,
+		MPSPipeDir: c.MPSPipeDirectory, MPSShmDir: c.MPSShmDirectory},
 		reg, cat, cons, res, log)
 	if err != nil {
 		reg.Close()

@@ -1,0 +1,66 @@
+package admission
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/gpuext/gpuext/policies"
+)
+
+// A host with an MPS daemon: every tenant container is an MPS client (pipe
+// directory mounted read-write at the same path, CUDA_MPS_PIPE_DIRECTORY),
+// and the best-effort tenant's SM share reaches its config file.
+func TestInjectionMPS(t *testing.T) {
+	cat := policies.BuiltinCatalog()
+	batch, ok := cat.Get("batch")
+	if !ok {
+		t.Fatal("no batch policy")
+	}
+	find := func(inj Injection, dst string) *Mount {
+		for i := range inj.Mounts {
+			if inj.Mounts[i].Destination == dst {
+				return &inj.Mounts[i]
+			}
+		}
+		return nil
+	}
+	env := func(inj Injection, key string) (string, bool) {
+		for _, e := range inj.Env {
+			if e.Key == key {
+				return e.Value, true
+			}
+		}
+		return "", false
+	}
+
+	off := &Core{cfg: Config{StateDir: t.TempDir(), DevrtDir: "/opt/devrt"}}
+	inj := off.injection(ContainerInfo{}, 3, "/t", "/a", batch)
+	if m := find(inj, "/run/nvidia-mps"); m != nil {
+		t.Errorf("no MPS configured, but mounted %+v", m)
+	}
+	if v, ok := env(inj, EnvMPSPipeDir); ok {
+		t.Errorf("no MPS configured, but %s=%s", EnvMPSPipeDir, v)
+	}
+
+	on := &Core{cfg: Config{StateDir: t.TempDir(), DevrtDir: "/opt/devrt", MPSPipeDir: "/run/nvidia-mps", MPSShmDir: "/run/nvidia-mps-shm"}}
+	inj = on.injection(ContainerInfo{}, 3, "/t", "/a", batch)
+	m := find(inj, "/run/nvidia-mps")
+	if m == nil || m.Source != "/run/nvidia-mps" || !slices.Contains(m.Options, "rw") {
+		t.Errorf("pipe directory mount = %+v, want /run/nvidia-mps read-write", m)
+	}
+	if v, _ := env(inj, EnvMPSPipeDir); v != "/run/nvidia-mps" {
+		t.Errorf("%s = %q", EnvMPSPipeDir, v)
+	}
+	if m := find(inj, "/dev/shm"); m == nil || m.Source != "/run/nvidia-mps-shm" {
+		t.Errorf("/dev/shm mount = %+v", m)
+	}
+
+	if got := batch.Priority.EffectiveSMPercent(); got != 40 {
+		t.Errorf("batch SM share = %d, want 40", got)
+	}
+	lc, _ := cat.Get("latency-critical")
+	lc.Priority.SMPercent = 30 // a share on a latency-critical policy never applies
+	if got := lc.Priority.EffectiveSMPercent(); got != 0 {
+		t.Errorf("latency-critical SM share = %d, want 0", got)
+	}
+}
