@@ -1,5 +1,5 @@
 // Command gpuextctl is the gpuext admin CLI: the tenant table (from the
-// pinned registry) and the policy catalog.
+// pinned registry), the policy catalog, and what device probes counted.
 package main
 
 import (
@@ -39,6 +39,9 @@ Commands:
   policies attach NAME               attach a kernel policy (bpf/policies catalog) with a pinned link: it stays
                                      attached until detached
   policies detach NAME               unpin and detach it: its tenants return to the driver's stock behaviour
+  probes [--json] [--state-dir DIR]  device probes per tenant (from the tenant dirs and the interposer's copy-outs):
+                                     probes, processes, images patched/unpatched (and why), launches, blocks,
+                                     mean block time, SMs used (fewest..most blocks), launch latency p50/p99
   board [--interval 1ms]             publish the device runtime's priority board (the NRI plugin does this
                                      itself; run it on Docker/podman hosts)
   gc [--grace 10m] [--all]           drop registry entries whose cgroup is gone (OCI hook path; --all: every
@@ -76,6 +79,8 @@ func run(args []string, out io.Writer) error {
 		return tenants(cfg, rest[1:], out)
 	case "policies":
 		return listPolicies(cfg, rest[1:], out)
+	case "probes":
+		return probesCmd(cfg, rest[1:], out)
 	case "gc":
 		return gc(cfg, rest[1:], out)
 	case "board":

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/devrt/probe/maps"
+	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/config"
+	"github.com/gpuext/gpuext/policies/probes"
+)
+
+// ProbesRow is one tenant of `gpuextctl probes` (also the --json element).
+type ProbesRow struct {
+	Tenant    uint32   `json:"tenant"`
+	Key       string   `json:"key"`
+	Policy    string   `json:"policy"`
+	Probes    []string `json:"probes"`
+	Processes int      `json:"processes"`
+	// Images the tenant's processes loaded: patched with the probes, or
+	// loaded unchanged (UnpatchedReasons counts why: SASS only, target too
+	// low, JIT failure, ...).
+	Patched          int            `json:"patched"`
+	Unpatched        int            `json:"unpatched"`
+	UnpatchedReasons map[string]int `json:"unpatchedReasons,omitempty"`
+	// OffReasons: processes that ran without probes, and why.
+	OffReasons map[string]int `json:"offReasons,omitempty"`
+
+	// launch-stats
+	Launches    *uint64  `json:"launches,omitempty"`
+	Blocks      *uint64  `json:"blocks,omitempty"`
+	MeanBlockNs *float64 `json:"meanBlockNs,omitempty"`
+	// sm-histogram
+	SMs *maps.SMSummary `json:"sms,omitempty"`
+	// launch-latency
+	LaunchLatency *maps.HistSummary `json:"launchLatency,omitempty"`
+
+	// Every probe's views, as the catalog defines them.
+	Details []maps.ProbeSummary `json:"details"`
+	// Skipped: copy-out files (or maps in them) not counted, and why.
+	Skipped []string `json:"skipped,omitempty"`
+}
+
+func probesCmd(cfg config.Config, args []string, out io.Writer) error {
+	fset := flag.NewFlagSet("probes", flag.ContinueOnError)
+	asJSON := fset.Bool("json", false, "print JSON")
+	stateDir := fset.String("state-dir", cfg.StateDir, "the admission state directory (tenants/, acct/)")
+	if err := fset.Parse(args); err != nil {
+		return err
+	}
+	if fset.NArg() != 0 {
+		return fmt.Errorf("usage: gpuextctl probes [--json] [--state-dir DIR]")
+	}
+	rows, err := probeRows(*stateDir)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tKEY\tPROBES\tPROCS\tPATCHED\tUNPATCHED\tLAUNCHES\tBLOCKS\tMEAN-BLOCK\tSMS\tLAT-P50\tLAT-P99")
+	for _, r := range rows {
+		unpatched := strconv.Itoa(r.Unpatched)
+		if len(r.UnpatchedReasons) > 0 {
+			unpatched += " (" + reasonList(r.UnpatchedReasons) + ")"
+		}
+		launches, blocks, mean, sms, p50, p99 := "-", "-", "-", "-", "-", "-"
+		if r.Launches != nil {
+			launches = strconv.FormatUint(*r.Launches, 10)
+		}
+		if r.Blocks != nil {
+			blocks = strconv.FormatUint(*r.Blocks, 10)
+		}
+		if r.MeanBlockNs != nil {
+			mean = time.Duration(*r.MeanBlockNs).String()
+		}
+		if s := r.SMs; s != nil && s.Used > 0 {
+			sms = fmt.Sprintf("%d used, %d..%d blocks", s.Used, s.Min, s.Max)
+		}
+		if h := r.LaunchLatency; h != nil && h.Count > 0 {
+			p50, p99 = time.Duration(h.P50).String(), time.Duration(h.P99).String()
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Tenant, r.Key, dash(strings.Join(r.Probes, ",")),
+			r.Processes, r.Patched, unpatched, launches, blocks, mean, sms, p50, p99)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		for _, s := range r.Skipped {
+			fmt.Fprintf(out, "tenant %d: not counted: %s\n", r.Tenant, s)
+		}
+	}
+	return nil
+}
+
+func reasonList(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d %s", m[k], k)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// probeRows reads every tenant directory of stateDir that has probes
+// selected or probe accounting, with what its processes counted.
+func probeRows(stateDir string) ([]ProbesRow, error) {
+	tenantsDir := filepath.Join(stateDir, "tenants")
+	ents, err := os.ReadDir(tenantsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return []ProbesRow{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read tenant dirs: %w", err)
+	}
+	rows := []ProbesRow{}
+	for _, e := range ents {
+		id, err := strconv.ParseUint(e.Name(), 10, 32)
+		if err != nil || !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(tenantsDir, e.Name())
+		var tf admission.TenantFile
+		if b, err := os.ReadFile(filepath.Join(dir, admission.TenantConfigFile)); err == nil {
+			if err := json.Unmarshal(b, &tf); err != nil {
+				return nil, fmt.Errorf("tenant %d: %s: %w", id, admission.TenantConfigFile, err)
+			}
+		}
+		var manifest *probe.Manifest
+		if b, err := os.ReadFile(filepath.Join(dir, admission.TenantProbesDir, probe.ManifestFile)); err == nil {
+			manifest = &probe.Manifest{}
+			if err := json.Unmarshal(b, manifest); err != nil {
+				return nil, fmt.Errorf("tenant %d: %s: %w", id, probe.ManifestFile, err)
+			}
+		}
+		acct := filepath.Join(stateDir, "acct", e.Name(), "probes")
+		_, acctErr := os.Stat(acct)
+		if len(tf.Probes) == 0 && manifest == nil && acctErr != nil {
+			continue // no probes here
+		}
+		ten, err := maps.ReadTenant(acct, manifest)
+		if err != nil {
+			return nil, fmt.Errorf("tenant %d: %w", id, err)
+		}
+		names := tf.Probes
+		if manifest != nil {
+			names = manifest.Probes
+		}
+		r := ProbesRow{Tenant: uint32(id), Key: tf.TenantKey, Policy: tf.Policy, Probes: names,
+			Processes: ten.Processes, Patched: ten.Patched, Unpatched: ten.Unpatched,
+			UnpatchedReasons: ten.Reasons, OffReasons: ten.Off, Skipped: ten.Skipped,
+			Details: maps.Summarize(ten, probes.Builtin(), names)}
+		if r.Probes == nil {
+			r.Probes = []string{}
+		}
+		for _, s := range r.Details {
+			switch s.Name {
+			case "launch-stats":
+				if v, ok := s.Counters["launches"]; ok {
+					r.Launches = &v
+				}
+				if v, ok := s.Counters["blocks"]; ok {
+					r.Blocks = &v
+				}
+				if v, ok := s.Means["meanBlockNs"]; ok {
+					r.MeanBlockNs = &v
+				}
+			case "sm-histogram":
+				r.SMs = s.SMs
+			case "launch-latency":
+				if h, ok := s.Histograms["lat_hist"]; ok {
+					r.LaunchLatency = &h
+				}
+			}
+		}
+		rows = append(rows, r)
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Tenant < rows[j].Tenant })
+	return rows, nil
+}

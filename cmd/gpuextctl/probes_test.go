@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gpuext/gpuext/devrt/probe/compile"
+	"github.com/gpuext/gpuext/devrt/probe/helpers"
+	"github.com/gpuext/gpuext/devrt/probe/maps"
+	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/policies/probes"
+)
+
+// probeState lays out a state dir as admission and the interposer leave it:
+// tenant 7 with all three probes and two processes' copy-outs, tenant 8
+// without probes.
+func probeState(t *testing.T) string {
+	t.Helper()
+	state := t.TempDir()
+	set := []string{"launch-stats", "sm-histogram", "launch-latency"}
+	b, err := compile.NewCompiler(probes.Builtin(), func() (helpers.Library, error) { return helpers.Library{}, nil }).Compile(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, tf := range map[string]admission.TenantFile{
+		"7": {TenantID: 7, TenantKey: "nri/ctr/abc", Policy: "default", Probes: set},
+		"8": {TenantID: 8, TenantKey: "nri/ctr/def", Policy: "batch", Probes: []string{}},
+	} {
+		dir := filepath.Join(state, "tenants", id)
+		os.MkdirAll(dir, 0o755)
+		data, _ := json.Marshal(tf)
+		os.WriteFile(filepath.Join(dir, admission.TenantConfigFile), data, 0o644)
+		if len(tf.Probes) > 0 {
+			if err := b.WriteDir(filepath.Join(dir, admission.TenantProbesDir)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	acct := filepath.Join(state, "acct", "7", "probes")
+	os.MkdirAll(acct, 0o777)
+	counts := map[string]map[uint32]uint64{
+		"ls_counters": {0: 10, 1: 40, 2: 40 * 2500, 3: 40},
+		"smh_counts":  {0: 16, 1: 14, 2: 10},
+		"lat_hist":    {12: 18, 14: 2}, // 18 launches in [2048, 4096) ns, 2 in [8192, 16384)
+	}
+	for _, pid := range []uint32{100, 200} {
+		f := &maps.File{PID: pid, Final: pid == 100}
+		for _, mi := range b.Manifest.Maps {
+			im := ptx.NewImage(mi.Layout)
+			for i, v := range counts[mi.Name] {
+				im.Update(binary.LittleEndian.AppendUint32(nil, i), binary.LittleEndian.AppendUint64(nil, v/2), ptx.FlagAny, 0)
+			}
+			f.Maps = append(f.Maps, maps.Map{Name: mi.Name, Present: true, Bytes: im.Bytes})
+		}
+		os.WriteFile(filepath.Join(acct, strconv.FormatUint(uint64(pid), 10)+"-0.maps"), maps.Encode(f), 0o644)
+	}
+	os.WriteFile(filepath.Join(acct, "100.status"), []byte("image=0 state=patched reason=ok kernels=1/1\n"), 0o644)
+	os.WriteFile(filepath.Join(acct, "200.status"), []byte("image=0 state=patched reason=ok kernels=1/1\n"+
+		"image=1 state=unpatched reason=sass-only kernels=0 jit_ms=0 api=cuModuleLoadData kind=cubin\n"), 0o644)
+	return state
+}
+
+func TestProbesShowsTenantCounts(t *testing.T) {
+	state := probeState(t)
+	var out bytes.Buffer
+	if err := run([]string{"probes", "--state-dir", state}, &out); err != nil {
+		t.Fatal(err)
+	}
+	table := out.String()
+	t.Log("\n" + table)
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want a header and tenant 7 only (tenant 8 has no probes):\n%s", table)
+	}
+	for _, want := range []string{"7", "nri/ctr/abc", "launch-latency,launch-stats,sm-histogram", "1 (1 sass-only)",
+		" 10 ", " 40 ", "2.5µs", "3 used, 10..16 blocks", "3.185µs", "16.384µs"} {
+		if !strings.Contains(lines[1], want) {
+			t.Errorf("tenant row lacks %q:\n%s", want, table)
+		}
+	}
+
+	out.Reset()
+	if err := run([]string{"probes", "--json", "--state-dir", state}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var rows []ProbesRow
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
+		t.Fatalf("probes --json: %v\n%s", err, out.String())
+	}
+	r := rows[0]
+	if len(rows) != 1 || r.Tenant != 7 || r.Processes != 2 || r.Patched != 2 || r.Unpatched != 1 ||
+		*r.Launches != 10 || *r.Blocks != 40 || *r.MeanBlockNs != 2500 || r.SMs.Used != 3 || r.LaunchLatency.Count != 20 {
+		t.Errorf("probes --json: %s", out.String())
+	}
+}
+
+func TestProbesEmptyStateDir(t *testing.T) {
+	var out bytes.Buffer
+	if err := run([]string{"probes", "--json", "--state-dir", filepath.Join(t.TempDir(), "none")}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(out.String()) != "[]" {
+		t.Errorf("no tenants: %q", out.String())
+	}
+}
