@@ -4,15 +4,16 @@
 # or later); run it on a machine with the CUDA toolkit and commit helpers.ptx.
 #
 # -rdc=true keeps every extern "C" __device__ function as a .visible .func
-# (without it nvcc drops device functions no kernel calls); compute_70 is the
-# lowest target the library supports (independent thread scheduling makes the
+# (without it nvcc drops device functions no kernel calls); compute_75 is the
+# lowest target CUDA 13 compiles for (and the library needs at least sm_70:
+# independent thread scheduling makes the
 # spin-waits on a hash bucket or array seq word safe inside one warp).
 # NVCC overrides the compiler (default nvcc).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 nvcc=${NVCC:-nvcc}
 cd "$here"
-"$nvcc" -ptx -rdc=true -arch=compute_70 -O3 -std=c++14 \
+"$nvcc" -ptx -rdc=true -arch=compute_75 -O3 -std=c++14 \
 	-I../../../kmod/include \
 	-o helpers.ptx helpers.cu
 for f in __gpuext_h_map_lookup_elem __gpuext_h_map_update_elem __gpuext_h_map_delete_elem __gpuext_h_ringbuf_output; do
