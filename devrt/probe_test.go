@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuext/gpuext/devrt/probe"
 )
@@ -575,5 +576,51 @@ func TestProbesDeferredBindAndPeriodicCopy(t *testing.T) {
 	}
 	if m.seq < 3 || m.final != 1 {
 		t.Errorf("maps copied %d times (want >= 2 periodic + 1 at exit), final=%d", m.seq, m.final)
+	}
+}
+
+// launch_time 1: before each launch of a probed kernel the host's
+// CLOCK_REALTIME goes into __gpuext_launch_ns of the kernel's module, on the
+// launch's stream (so it is ordered before the kernel), for library and
+// module images alike.
+func TestProbesLaunchTime(t *testing.T) {
+	fb := writeTemp(t, "app.fatbin", fatbin(sassEntry(90), ptxEntry(t, "vecadd.ptx", 90)))
+	for _, tc := range []struct {
+		name  string
+		steps []string
+	}{
+		{"library", []string{"lib", fb, "launch", "2"}},
+		{"module", []string{"mod", filepath.Join("testdata", "ptx", "vecadd.ptx"), "launch", "2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tn := probeTenant(t, 27, true)
+			conf := filepath.Join(tn.dir, "probes", "module.conf")
+			b, _ := os.ReadFile(conf)
+			if err := os.WriteFile(conf, bytes.Replace(b, []byte("launch_time 0"), []byte("launch_time 1"), 1), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			before := uint64(time.Now().UnixNano())
+			r := tn.runImages(nil, tc.steps...)
+			after := uint64(time.Now().UnixNano())
+			wantLines(t, r.lines, tc.steps[0]+" "+filepath.Base(tc.steps[1])+" ok", "launch 2 ok")
+			calls := tn.driverCalls(r.pid)
+			writes := 0
+			for i, c := range calls {
+				if !strings.Contains(c, "cuStreamWriteValue64_v2 dst=__gpuext_launch_ns") {
+					continue
+				}
+				writes++
+				var v uint64
+				if _, err := fmt.Sscanf(c[strings.Index(c, "value="):], "value=%d", &v); err != nil || v < before || v > after {
+					t.Errorf("launch time %d not within the run [%d, %d]: %s", v, before, after, c)
+				}
+				if !strings.HasSuffix(c, "stream=(nil)") || i+1 >= len(calls) || !strings.Contains(calls[i+1], "cuLaunchKernel f=0x5000") {
+					t.Errorf("launch time not enqueued on the launch's stream right before the launch: %q", calls[i:min(i+2, len(calls))])
+				}
+			}
+			if writes != 2 {
+				t.Errorf("%d launch-time writes for 2 launches: %q", writes, calls)
+			}
+		})
 	}
 }

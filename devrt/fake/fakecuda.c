@@ -606,6 +606,49 @@ static CUresult fake_get_global(const char *api, CUdeviceptr *dptr, size_t *byte
 	return CUDA_SUCCESS;
 }
 
+/* the launch in these tests always uses f=0x5000: it belongs to the newest image of that kind */
+static CUresult fake_newest(uintptr_t base, uintptr_t *out)
+{
+	for (int i = fake_nimages - 1; i >= 0; i--)
+		if ((fake_images[i].handle & ~(uintptr_t)0xfffff) == base) {
+			*out = fake_images[i].handle;
+			return CUDA_SUCCESS;
+		}
+	return 400; /* CUDA_ERROR_INVALID_HANDLE */
+}
+
+FAKE_API CUresult cuKernelGetLibrary(CUlibrary *lib, CUkernel k)
+{
+	uintptr_t h = 0;
+	CUresult r = fake_newest(0x100000, &h);
+
+	(void)k;
+	if (r == CUDA_SUCCESS && lib)
+		*lib = (CUlibrary)h;
+	return r;
+}
+
+FAKE_API CUresult cuFuncGetModule(CUmodule *mod, CUfunction f)
+{
+	uintptr_t h = 0;
+	CUresult r = fake_newest(0x200000, &h);
+
+	(void)f;
+	if (r == CUDA_SUCCESS && mod)
+		*mod = (CUmodule)h;
+	return r;
+}
+
+FAKE_API CUresult cuStreamWriteValue64_v2(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
+{
+	pthread_mutex_lock(&fake_mu);
+	memcpy((void *)(uintptr_t)addr, &value, 8);
+	pthread_mutex_unlock(&fake_mu);
+	fake_log("cuStreamWriteValue64_v2 dst=%s value=%llu flags=%u stream=%p", fake_global_at(addr),
+		 (unsigned long long)value, flags, (void *)s);
+	return CUDA_SUCCESS;
+}
+
 FAKE_API CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary lib, const char *name)
 {
 	return fake_get_global("cuLibraryGetGlobal", dptr, bytes, (uintptr_t)lib, name);

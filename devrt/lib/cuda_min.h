@@ -35,6 +35,8 @@ typedef int CUlibraryOption;
 
 /* device probes: what the interposer calls around a patched image load */
 typedef struct gx_CUctx_st *CUcontext;
+typedef struct gx_CUkern_st *CUkernel;
+#define GX_CU_STREAM_PER_THREAD ((CUstream)0x2) /* CU_STREAM_PER_THREAD */
 #define CU_JIT_ERROR_LOG_BUFFER 5
 #define CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES 6
 #define CU_STREAM_NON_BLOCKING 1

@@ -98,7 +98,13 @@ void gx_launch_gate(void);
  */
 typedef CUresult (*gx_load_fn)(void *arg, const void *image, char *errlog, size_t errlog_size, void **handle);
 CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_load_fn load, void *arg);
-void gx_probe_before_launch(void); /* binds images loaded before a context was current; cheap otherwise */
+/*
+ * Before every launch: binds images loaded before a context was current and,
+ * with launch_time, enqueues the launch time for f's module on the launch's
+ * stream (ptsz: the per-thread default stream variant). One atomic load when
+ * neither applies. f NULL (graphs): binding only.
+ */
+void gx_probe_before_launch(CUfunction f, CUstream stream, int ptsz);
 void gx_probe_after_fork(void);
 /* A libcuda.so.1 function the interposer calls but does not hook (by the real dlsym), or NULL. */
 void *gx_driver_sym(const char *name);

@@ -51,7 +51,11 @@
 	X(cuMemcpyDtoHAsync_v2, (void *dst, CUdeviceptr src, size_t bytes, CUstream stream))       \
 	X(cuMemcpyHtoDAsync_v2, (CUdeviceptr dst, const void *src, size_t bytes, CUstream stream)) \
 	X(cuLibraryGetGlobal, (CUdeviceptr * dptr, size_t *bytes, CUlibrary lib, const char *name)) \
-	X(cuModuleGetGlobal_v2, (CUdeviceptr * dptr, size_t *bytes, CUmodule mod, const char *name))
+	X(cuModuleGetGlobal_v2, (CUdeviceptr * dptr, size_t *bytes, CUmodule mod, const char *name)) \
+	X(cuLibraryGetModule, (CUmodule * mod, CUlibrary lib))                                      \
+	X(cuKernelGetLibrary, (CUlibrary * lib, CUkernel kernel))                                   \
+	X(cuFuncGetModule, (CUmodule * mod, CUfunction f))                                          \
+	X(cuStreamWriteValue64_v2, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags))
 
 #define GX_DRV_TYPE(name, params) typedef CUresult (*gx_drv_##name) params;
 GX_DRIVER_CALLS(GX_DRV_TYPE)
@@ -64,6 +68,8 @@ static struct {
 } gx_drv;
 
 #define GX_SYM_TENANT "__gpuext_tenant_id"
+#define GX_SYM_LAUNCH_NS "__gpuext_launch_ns"
+#define GX_LAUNCH_CACHE 256
 #define GX_PROBE_MAX_IMAGES 1024
 #define GX_MAPS_MAGIC "GXPMAPS\0"
 #define GX_MAPS_VERSION 1
@@ -75,7 +81,10 @@ struct gx_pimage {
 	int is_library;
 	void *handle;      /* CUlibrary or CUmodule */
 	int bound;         /* symbols looked up in ctx */
+	char *ptx;         /* the patched text: kept for the process's life (the driver may load lazily from it) */
 	CUcontext ctx;
+	CUmodule ctx_module; /* a library's module in ctx (launch time: CUfunction -> image) */
+	CUdeviceptr launch_ns; /* __gpuext_launch_ns in ctx, 0 if none */
 	CUstream stream;   /* non-blocking, ours */
 	CUdeviceptr map_ptr[GX_CONF_MAX_MAPS];
 	size_t map_bytes[GX_CONF_MAX_MAPS];
@@ -92,6 +101,8 @@ static struct {
 	char dir[PATH_MAX];  /* $GPUEXT_TENANT_ACCT/probes, "" if unusable */
 	_Atomic int next_index;
 	_Atomic int pending;  /* patched images not yet bound to a context */
+	_Atomic int launch_time; /* 1 while launch times are written */
+	_Atomic uint64_t launch_cache[GX_LAUNCH_CACHE]; /* f << 16 | (image slot + 1), 0xffff: none */
 	int exit_registered, thread_started, stopping;
 	struct gx_pimage *images[GX_PROBE_MAX_IMAGES];
 	int nimages;
@@ -201,6 +212,8 @@ static void gx_probe_init_once(void)
 #define GX_DRV_LOAD(name, params) gx_drv.name = (gx_drv_##name)gx_driver_sym(#name);
 	GX_DRIVER_CALLS(GX_DRV_LOAD)
 #undef GX_DRV_LOAD
+	if (!gx_drv.cuStreamWriteValue64_v2) /* drivers that export only the unversioned name */
+		gx_drv.cuStreamWriteValue64_v2 = (gx_drv_cuStreamWriteValue64_v2)gx_driver_sym("cuStreamWriteValue64");
 	gx_pr.on = 1;
 	GX_DEBUG("device probes on: %zu maps, %zu kernels listed, min ptx %d.%d, min target sm_%d, status in %s",
 		 gx_pr.conf.nmaps, gx_pr.conf.opts.nkernels, gx_pr.conf.opts.min_ptx_major,
@@ -273,6 +286,17 @@ static int gx_bind(struct gx_pimage *im)
 	im->host = total ? malloc(total) : NULL;
 	if (total && !im->host)
 		im->stream = NULL; /* no copy-out; the probes still run */
+	if (gx_pr.conf.launch_time) {
+		size_t lb = 0;
+
+		if (gx_get_global(im, GX_SYM_LAUNCH_NS, &im->launch_ns, &lb) != CUDA_SUCCESS || lb < 8)
+			im->launch_ns = 0;
+		if (im->is_library && gx_drv.cuLibraryGetModule &&
+		    gx_drv.cuLibraryGetModule(&im->ctx_module, (CUlibrary)im->handle) != CUDA_SUCCESS)
+			im->ctx_module = NULL;
+		if (im->launch_ns && gx_drv.cuStreamWriteValue64_v2)
+			atomic_store(&gx_pr.launch_time, 1);
+	}
 	if (gx_get_global(im, GX_SYM_TENANT, &tid, &tid_bytes) == CUDA_SUCCESS && tid && tid_bytes >= 4 &&
 	    gx_drv.cuMemcpyHtoDAsync_v2 &&
 	    gx_drv.cuMemcpyHtoDAsync_v2(tid, &tenant, sizeof(tenant), im->stream) == CUDA_SUCCESS)
@@ -421,7 +445,7 @@ CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_lo
 	char errlog[4096];
 	void *handle = NULL;
 	struct timespec t0, t1;
-	double ms;
+	double ms, bind_ms;
 	int index;
 	CUresult r;
 
@@ -450,8 +474,8 @@ CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_lo
 	r = load(arg, res.text, errlog, sizeof(errlog), &handle);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
-	free(res.text);
 	if (r != CUDA_SUCCESS) {
+		free(res.text);
 		errlog[sizeof(errlog) - 1] = 0;
 		gx_sanitize(errlog);
 		gx_log("device probes: image %d (%s): patched load failed (CUresult %d)%s%s; loading the original", index,
@@ -462,39 +486,102 @@ CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_lo
 		gx_image_release(&img);
 		return load(arg, image, NULL, 0, &handle);
 	}
-	gx_status("image=%d state=patched reason=ok kernels=%d/%d jit_ms=%.3f api=%s kind=%s ptx_arch=%d target=%s",
-		  index, res.probed, res.entries, ms, api, gx_image_kind_name(img.kind), img.ptx_arch, res.target_text);
 	GX_DEBUG("probes: image %d (%s) patched: %d of %d kernels, %.3f ms", index, api, res.probed, res.entries, ms);
-	gx_image_release(&img);
 	im = calloc(1, sizeof(*im));
-	if (!im)
-		return r; /* the probes run; nothing is copied out */
-	im->index = index;
-	im->is_library = is_library;
-	im->handle = handle;
+	if (im) {
+		im->index = index;
+		im->is_library = is_library;
+		im->handle = handle;
+		im->ptx = res.text;
+	}
+	bind_ms = 0;
 	pthread_mutex_lock(&gx_probe_mu);
-	if (gx_pr.nimages < GX_PROBE_MAX_IMAGES) {
+	if (im && gx_pr.nimages < GX_PROBE_MAX_IMAGES) {
 		gx_pr.images[gx_pr.nimages++] = im;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 		if (gx_bind(im) != 0)
 			atomic_fetch_add(&gx_pr.pending, 1);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		bind_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
 		gx_start_copy_out();
 	} else {
-		free(im);
+		free(im); /* the probes run; nothing is copied out; res.text stays (the driver may read it) */
 	}
+	/* the status line after binding: with lazy loading the JIT may happen in the first symbol lookup */
+	gx_status("image=%d state=patched reason=ok kernels=%d/%d jit_ms=%.3f bind_ms=%.3f api=%s kind=%s ptx_arch=%d "
+		  "target=%s",
+		  index, res.probed, res.entries, ms, bind_ms, api, gx_image_kind_name(img.kind), img.ptx_arch,
+		  res.target_text);
 	pthread_mutex_unlock(&gx_probe_mu);
+	gx_image_release(&img);
 	return r;
 }
 
-void gx_probe_before_launch(void)
+/* The bound image whose module f belongs to, in the current context; NULL if none. */
+static struct gx_pimage *gx_image_of(CUfunction f)
 {
-	if (!atomic_load_explicit(&gx_pr.pending, memory_order_relaxed))
-		return;
+	uintptr_t key = (uintptr_t)f;
+	size_t slot = (key >> 4) % GX_LAUNCH_CACHE;
+	uint64_t c = atomic_load_explicit(&gx_pr.launch_cache[slot], memory_order_acquire);
+	CUlibrary lib = NULL;
+	CUmodule mod = NULL;
+	int found = -1;
+
+	if (c && (c >> 16) == key) {
+		unsigned idx = (unsigned)(c & 0xffff);
+
+		return idx == 0xffff ? NULL : gx_pr.images[idx - 1];
+	}
 	if (pthread_mutex_trylock(&gx_probe_mu) != 0)
-		return; /* never make a launch wait: try again at the next one */
-	for (int i = 0; i < gx_pr.nimages; i++)
-		if (!gx_pr.images[i]->bound && gx_bind(gx_pr.images[i]) == 0)
-			atomic_fetch_sub(&gx_pr.pending, 1);
+		return NULL; /* this launch goes without a time; never wait */
+	if (gx_drv.cuKernelGetLibrary && gx_drv.cuKernelGetLibrary(&lib, (CUkernel)f) == CUDA_SUCCESS && lib) {
+		for (int i = 0; i < gx_pr.nimages && found < 0; i++)
+			if (gx_pr.images[i]->is_library && gx_pr.images[i]->handle == (void *)lib)
+				found = i;
+	} else if (gx_drv.cuFuncGetModule && gx_drv.cuFuncGetModule(&mod, f) == CUDA_SUCCESS && mod) {
+		for (int i = 0; i < gx_pr.nimages && found < 0; i++)
+			if (gx_pr.images[i]->handle == (void *)mod || gx_pr.images[i]->ctx_module == mod)
+				found = i;
+	}
+	if (key < (1ull << 48))
+		atomic_store_explicit(&gx_pr.launch_cache[slot], ((uint64_t)key << 16) | (found < 0 ? 0xffffu : (unsigned)found + 1),
+				      memory_order_release);
 	pthread_mutex_unlock(&gx_probe_mu);
+	return found < 0 ? NULL : gx_pr.images[found];
+}
+
+static void gx_launch_time(CUfunction f, CUstream stream, int ptsz)
+{
+	struct gx_pimage *im = gx_image_of(f);
+	CUcontext ctx = NULL;
+	struct timespec ts;
+	CUresult r;
+
+	if (!im || !im->launch_ns || !gx_drv.cuCtxGetCurrent || gx_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS ||
+	    ctx != im->ctx)
+		return; /* not a probed module, or another context's instance of it */
+	if (ptsz && !stream)
+		stream = GX_CU_STREAM_PER_THREAD;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	r = gx_drv.cuStreamWriteValue64_v2(stream, im->launch_ns,
+					   (cuuint64_t)ts.tv_sec * 1000000000ull + (cuuint64_t)ts.tv_nsec, 0);
+	if (r != CUDA_SUCCESS && atomic_exchange(&gx_pr.launch_time, 0)) {
+		gx_log("device probes: launch time off: cuStreamWriteValue64 failed (CUresult %d)", r);
+		gx_status("image=- launch_time=off reason=stream-write-failed:%d", r);
+	}
+}
+
+void gx_probe_before_launch(CUfunction f, CUstream stream, int ptsz)
+{
+	if (atomic_load_explicit(&gx_pr.pending, memory_order_relaxed) &&
+	    pthread_mutex_trylock(&gx_probe_mu) == 0) { /* never make a launch wait: try again at the next one */
+		for (int i = 0; i < gx_pr.nimages; i++)
+			if (!gx_pr.images[i]->bound && gx_bind(gx_pr.images[i]) == 0)
+				atomic_fetch_sub(&gx_pr.pending, 1);
+		pthread_mutex_unlock(&gx_probe_mu);
+	}
+	if (f && atomic_load_explicit(&gx_pr.launch_time, memory_order_relaxed))
+		gx_launch_time(f, stream, ptsz);
 }
 
 /* The child of a fork has no copy thread and none of the parent's contexts. */
@@ -504,4 +591,7 @@ void gx_probe_after_fork(void)
 	gx_pr.nimages = 0;
 	gx_pr.thread_started = 0;
 	atomic_store(&gx_pr.pending, 0);
+	atomic_store(&gx_pr.launch_time, 0);
+	for (int i = 0; i < GX_LAUNCH_CACHE; i++)
+		atomic_store(&gx_pr.launch_cache[i], 0);
 }

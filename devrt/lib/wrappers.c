@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include <limits.h>
+#include <string.h>
 
 #include "devrt.h"
 
@@ -232,6 +233,19 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
 	return r;
 }
 
+/*
+ * The stream of a CUlaunchConfig (documented layout: seven unsigned ints -
+ * grid, block, shared memory - then the CUstream at offset 32).
+ */
+static CUstream gx_config_stream(const CUlaunchConfig *config)
+{
+	CUstream s = NULL;
+
+	if (config)
+		memcpy(&s, (const char *)config + 32, sizeof(s));
+	return s;
+}
+
 /* launches: the priority gate, then the variant's own driver entry */
 CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
 			unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
@@ -239,7 +253,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
 {
 	GX_REAL_OR(cuLaunchKernel, CUDA_ERROR_NOT_INITIALIZED);
 	gx_launch_gate();
-	gx_probe_before_launch();
+	gx_probe_before_launch(f, hStream, 0);
 	return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
 		    kernelParams, extra);
 }
@@ -250,7 +264,7 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int g
 {
 	GX_REAL_OR(cuLaunchKernel_ptsz, CUDA_ERROR_NOT_INITIALIZED);
 	gx_launch_gate();
-	gx_probe_before_launch();
+	gx_probe_before_launch(f, hStream, 1);
 	return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
 		    kernelParams, extra);
 }
@@ -259,7 +273,7 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **ker
 {
 	GX_REAL_OR(cuLaunchKernelEx, CUDA_ERROR_NOT_INITIALIZED);
 	gx_launch_gate();
-	gx_probe_before_launch();
+	gx_probe_before_launch(f, gx_config_stream(config), 0);
 	return real(config, f, kernelParams, extra);
 }
 
@@ -267,7 +281,7 @@ CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void 
 {
 	GX_REAL_OR(cuLaunchKernelEx_ptsz, CUDA_ERROR_NOT_INITIALIZED);
 	gx_launch_gate();
-	gx_probe_before_launch();
+	gx_probe_before_launch(f, gx_config_stream(config), 1);
 	return real(config, f, kernelParams, extra);
 }
 
@@ -275,7 +289,7 @@ CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
 	GX_REAL_OR(cuGraphLaunch, CUDA_ERROR_NOT_INITIALIZED);
 	gx_launch_gate();
-	gx_probe_before_launch();
+	gx_probe_before_launch(NULL, hStream, 0);
 	return real(hGraphExec, hStream);
 }
 
@@ -283,7 +297,7 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
 	GX_REAL_OR(cuGraphLaunch_ptsz, CUDA_ERROR_NOT_INITIALIZED);
 	gx_launch_gate();
-	gx_probe_before_launch();
+	gx_probe_before_launch(NULL, hStream, 1);
 	return real(hGraphExec, hStream);
 }
 
