@@ -1,7 +1,9 @@
 package difftest_test
 
 import (
+	"bytes"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,3 +58,43 @@ func TestCorpusDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// The GPU corpus round-trips: corpus.ptx and corpus.txt, written and read
+// back, pass the Go twin of probe_diff.cu, and a wrong expectation is
+// reported as a mismatch.
+func TestGPUCorpusSelfCheck(t *testing.T) {
+	privtest.RequireRoot(t)
+	module, exp, err := difftest.BuildCorpus(difftest.Corpus(48), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := difftest.WriteCorpus(&buf, exp); err != nil {
+		t.Fatal(err)
+	}
+	back, err := difftest.ParseCorpus(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != 48 {
+		t.Fatalf("read back %d programs, want 48", len(back))
+	}
+	bad, err := difftest.CheckCorpus(module, back, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bad) > 0 {
+		t.Fatalf("corpus self-check: %d mismatches:\n%s", len(bad), strings.Join(bad, "\n"))
+	}
+	back[5].CtxOut[CtxRegsForTest] ^= 1
+	back[4].Maps[0].Entries += " 00:00"
+	bad, err = difftest.CheckCorpus(module, back, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bad) != 2 || !strings.Contains(bad[0], back[4].Name) || !strings.Contains(bad[1], back[5].Name) {
+		t.Errorf("two corrupted expectations reported as %q", bad)
+	}
+}
+
+const CtxRegsForTest = difftest.CtxRegs
