@@ -194,7 +194,7 @@ func (v *verifier) helper(st *state, pc int, id int32, name string) (reg, error)
 func (v *verifier) mapArg(st *state, pc int, name string, ringbuf bool) (*mapRef, bool, error) {
 	r := st.r[asm.R1]
 	if r.k != kMapPtr {
-		return nil, false, v.errAt(pc, ErrHelper, "%s: r1 must be a map pointer, is a %s", name, r.k)
+		return nil, false, v.errAt(pc, ErrHelper, "%s: r1 must be a map pointer, is %s", name, r.k.article())
 	}
 	m := v.maps[r.m]
 	if ringbuf && m.spec.Type != ebpf.RingBuf {
@@ -209,7 +209,7 @@ func (v *verifier) mapArg(st *state, pc int, name string, ringbuf bool) (*mapRef
 func (v *verifier) scalarArg(st *state, pc int, name string, r asm.Register, what string) (reg, error) {
 	x := st.r[r]
 	if x.k != kScalar {
-		return reg{}, v.errAt(pc, ErrHelper, "%s: %s (r%d) must be a scalar, is a %s", name, what, r, x.k)
+		return reg{}, v.errAt(pc, ErrHelper, "%s: %s (r%d) must be a scalar, is %s", name, what, r, x.k.article())
 	}
 	return x, nil
 }
@@ -236,5 +236,5 @@ func (v *verifier) memArg(st *state, pc int, name string, r asm.Register, what s
 	case kMapValueOrNull:
 		return false, v.errAt(pc, ErrMemory, "%s %s (r%d) may be null: check the map_lookup_elem result against 0 first", name, what, r)
 	}
-	return false, v.errAt(pc, ErrHelper, "%s: %s (r%d) must point to the stack or a map value, is a %s", name, what, r, p.k)
+	return false, v.errAt(pc, ErrHelper, "%s: %s (r%d) must point to the stack or a map value, is %s", name, what, r, p.k.article())
 }

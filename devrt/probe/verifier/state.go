@@ -33,6 +33,14 @@ func (k kind) String() string {
 	return "?"
 }
 
+// article is k with its indefinite article, for messages.
+func (k kind) article() string {
+	if k == kNone {
+		return "not set (uninitialised register)"
+	}
+	return "a " + k.String()
+}
+
 func (k kind) isPtr() bool { return k >= kCtx }
 
 // leaderTag marks a scalar that is exactly the value of a helper whose

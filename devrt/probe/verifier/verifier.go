@@ -16,8 +16,9 @@ import (
 
 // maxExplored is the budget of instructions the exploration may step
 // through, over all paths of one program. Running out of it means a loop
-// was not proven bounded (or the program has too many paths).
-const maxExplored = 200_000
+// was not proven bounded (or the program has too many paths). A variable
+// only so tests can lower it.
+var maxExplored = 200_000
 
 // maxCheckpoints caps the states kept per join point for pruning.
 const maxCheckpoints = 64
