@@ -16,6 +16,9 @@ type cfg struct {
 	target []bool // a jump lands here: paths join (checkpoints)
 	ipdom  []int  // immediate post-dominator, -1 = the exit
 	wsets  map[int]*writeSet
+	// mayStack[pc]: registers that may hold a stack pointer before pc runs
+	// (a flow-insensitive over-approximation, for write sets).
+	mayStack []uint16
 }
 
 // writeSet is what the insns of a divergent region may write: the lanes
@@ -149,7 +152,81 @@ func buildCFG(insns asm.Instructions) (*cfg, *cfgError) {
 	if e := g.postDominators(); e != nil {
 		return nil, e
 	}
+	g.stackPointers()
 	return g, nil
+}
+
+// stackPointers computes mayStack by a forward dataflow to a fixpoint:
+// r10 is a stack pointer, a move or constant add/sub keeps one, a load from
+// the stack may return a spilled one (if any insn spills one), everything
+// else writes a non-pointer or some other pointer.
+func (g *cfg) stackPointers() {
+	const fp = 1 << asm.R10
+	g.mayStack = make([]uint16, g.n)
+	spilled := false
+	for changed := true; changed; {
+		changed = false
+		for i := range g.mayStack {
+			g.mayStack[i] = 0
+		}
+		g.mayStack[0] = fp
+		work := []int{0}
+		queued := make([]bool, g.n)
+		queued[0] = true
+		for len(work) > 0 {
+			pc := work[len(work)-1]
+			work = work[:len(work)-1]
+			queued[pc] = false
+			in := g.mayStack[pc] | fp
+			out := in
+			ins := g.ins[pc]
+			cls := ins.OpCode.Class()
+			dst := uint16(1) << ins.Dst
+			switch {
+			case cls.IsALU():
+				op := ins.OpCode.ALUOp()
+				src := ins.OpCode.Source() == asm.RegSource
+				switch {
+				case op == asm.Mov && src && cls == asm.ALU64Class:
+					out = out&^dst | (in>>ins.Src&1)<<ins.Dst
+				case (op == asm.Add || op == asm.Sub) && cls == asm.ALU64Class:
+					if src && in&(1<<ins.Src) != 0 {
+						out |= dst
+					}
+				default:
+					out &^= dst
+				}
+			case cls == asm.LdXClass:
+				if spilled && in&(1<<ins.Src) != 0 {
+					out |= dst
+				} else {
+					out &^= dst
+				}
+			case cls == asm.LdClass:
+				out &^= dst
+			case cls == asm.StXClass:
+				if in&(1<<ins.Src) != 0 && ins.OpCode.Mode() == asm.MemMode && !spilled {
+					spilled = true
+					changed = true
+				}
+				if ins.OpCode.Mode() == asm.AtomicMode {
+					out &^= 1<<ins.Src | 1
+				}
+			case cls.IsJump() && ins.OpCode.JumpOp() == asm.Call:
+				out &^= 0x3f
+			}
+			out |= fp
+			for _, s := range g.succ[pc] {
+				if g.mayStack[s]|out != g.mayStack[s] {
+					g.mayStack[s] |= out
+					if !queued[s] {
+						queued[s] = true
+						work = append(work, s)
+					}
+				}
+			}
+		}
+	}
 }
 
 type cfgError struct {
@@ -286,7 +363,7 @@ func (g *cfg) writeSetOf(b int) *writeSet {
 				if off >= 0 && off < stackSize {
 					w.slots |= 1 << (off / 8)
 				}
-			} else {
+			} else if g.mayStack[pc]&(1<<ins.Dst) != 0 {
 				w.indirect = true
 			}
 			if ins.OpCode.Mode() == asm.AtomicMode {
