@@ -222,10 +222,18 @@ func ptxEntry(t *testing.T, file string, arch uint32) fbEntry {
 	return fbEntry{kind: 1, arch: arch, payload: append(text, 0)}
 }
 
-// sassEntry is a stand-in cubin: an ELF header the inspection recognises, nothing a driver could run.
+// sassEntry is a stand-in cubin with code (a .text. section name), nothing a driver could run.
 func sassEntry(arch uint32) fbEntry {
-	elf := append([]byte("\x7fELF\x02\x01\x01"), make([]byte, 120)...)
-	return fbEntry{kind: 2, arch: arch, payload: elf}
+	elf := append([]byte("\x7fELF\x02\x01\x01"), make([]byte, 56)...)
+	elf = append(elf, "\x00.shstrtab\x00.text._Z3foov\x00.nv.info\x00"...)
+	return fbEntry{kind: 2, arch: arch, payload: append(elf, make([]byte, 40)...)}
+}
+
+// helperEntry is the code-less cubin CUDA 13's nvcc puts in a container of its own before a unit's container.
+func helperEntry(arch uint32) fbEntry {
+	elf := append([]byte("\x7fELF\x02\x01\x01"), make([]byte, 56)...)
+	elf = append(elf, "\x00.shstrtab\x00.nv.rel.action\x00.nv.callgraph\x00"...)
+	return fbEntry{kind: 2, arch: arch, payload: append(elf, make([]byte, 40)...)}
 }
 
 // lz4Literals is a valid LZ4 block holding data as one run of literals.
@@ -622,5 +630,99 @@ func TestProbesLaunchTime(t *testing.T) {
 				t.Errorf("%d launch-time writes for 2 launches: %q", writes, calls)
 			}
 		})
+	}
+}
+
+// ptxpatch_cli -i says what an image holds, the way the interposer sees it;
+// on the real nvcc samples in testdata/fatbin (README there) every image with
+// PTX must patch.
+func TestPtxpatchCLIInspect(t *testing.T) {
+	cli := filepath.Join(built(t), "ptxpatch_cli")
+	fb := writeTemp(t, "x.fatbin", fatbin(sassEntry(90), ptxEntry(t, "vecadd.ptx", 80), ptxEntry(t, "multi.ptx", 90)))
+	multi, _ := os.ReadFile(filepath.Join("testdata", "ptx", "multi.ptx"))
+	out, err := exec.Command(cli, "-i", fb).CombinedOutput()
+	if want := fmt.Sprintf("kind=fatbin ptx=2 ptx_compressed=0 elf=1 usable=1 arch=90 compressed=0 ptx_bytes=%d", len(multi)); err != nil || strings.TrimSpace(string(out)) != want {
+		t.Errorf("-i: %v %s, want %s", err, out, want)
+	}
+	out, _ = exec.Command(cli, "-i", "-a", "86", fb).CombinedOutput()
+	if !strings.Contains(string(out), "usable=1 arch=80") {
+		t.Errorf("-i -a 86: %s", out)
+	}
+	sass := writeTemp(t, "s.fatbin", fatbin(sassEntry(90)))
+	out, _ = exec.Command(cli, "-i", sass).CombinedOutput()
+	if !strings.Contains(string(out), "usable=0 reason=sass-only") {
+		t.Errorf("-i sass: %s", out)
+	}
+	// CUDA 13 layout: a helper container, then the unit's; the next unit's container is never read
+	other := fatbin(ptxEntry(t, "vecadd.ptx", 90))
+	unit := append(fatbin(helperEntry(90)), fatbin(sassEntry(90), ptxEntry(t, "multi.ptx", 90))...)
+	out, _ = exec.Command(cli, "-i", writeTemp(t, "u.fatbin", append(unit, other...))).CombinedOutput()
+	if want := fmt.Sprintf("usable=1 arch=90 compressed=0 ptx_bytes=%d", len(multi)); !strings.Contains(string(out), want) {
+		t.Errorf("-i helper+unit: %s, want %s", out, want)
+	}
+	sassUnit := append(fatbin(helperEntry(90)), fatbin(sassEntry(90))...)
+	out, _ = exec.Command(cli, "-i", writeTemp(t, "su.fatbin", append(sassUnit, other...))).CombinedOutput()
+	if !strings.Contains(string(out), "usable=0 reason=sass-only") {
+		t.Errorf("-i SASS-only unit followed by another unit with PTX: %s", out)
+	}
+
+	samples, _ := filepath.Glob(filepath.Join("testdata", "fatbin", "*.fatbin"))
+	if len(samples) == 0 {
+		t.Log("no nvcc samples in testdata/fatbin")
+	}
+	for _, s := range samples {
+		out, err := exec.Command(cli, "-i", s).CombinedOutput()
+		if err != nil {
+			t.Errorf("%s: %v %s", s, err, out)
+			continue
+		}
+		t.Logf("%s: %s", s, strings.TrimSpace(string(out)))
+		if !strings.Contains(string(out), "usable=1") {
+			continue
+		}
+		got := patchFile(t, filepath.Join("testdata", "ptx", "fragment.conf"), filepath.Join("testdata", "ptx", "fragment.ptx"), s)
+		if strings.HasPrefix(got, "unpatched") {
+			t.Errorf("%s has PTX but did not patch: %s", s, got)
+		} else if strings.Count(got, "call.uni __gpuext_probe_entry") != strings.Count(got, ".entry ") {
+			t.Errorf("%s: not every .entry got the entry call", s)
+		}
+	}
+}
+
+// The lead's nvcc 13 images (testdata/fatbin) through the interposer: the
+// zstd-compressed PTX of the -arch=sm_90 image is unpacked and patched in
+// both kernels; the SASS-only image reaches the driver byte for byte.
+func TestProbesRealNvccFatbin(t *testing.T) {
+	sm90 := filepath.Join("testdata", "fatbin", "vecadd_sm90.fatbin")
+	sass := filepath.Join("testdata", "fatbin", "vecadd_sass_only.fatbin")
+	for _, f := range []string{sm90, sass} {
+		if _, err := os.Stat(f); err != nil {
+			t.Skipf("no nvcc sample %s", f)
+		}
+	}
+	tn := probeTenant(t, 28, true)
+	r := tn.runImages(nil, "lib", sm90, "lib", sass, "launch", "1")
+	wantLines(t, r.lines, "lib vecadd_sm90.fatbin ok", "lib vecadd_sass_only.fatbin ok", "launch 1 ok")
+	st := r.status(t)
+	if len(st) != 2 {
+		t.Fatalf("status: %v", st)
+	}
+	if st[0]["state"] != "patched" || st[0]["kernels"] != "2/2" || st[0]["ptx_arch"] != "90" || st[0]["target"] != "sm_90" {
+		t.Errorf("sm_90 image: %v (zstd needs libzstd.so.1)", st[0])
+	}
+	if st[0]["state"] == "patched" {
+		got := string(r.image(t, "image-0.ptx"))
+		for _, e := range []string{"_Z4vaddPKfS0_Pfi", "_Z6vscalePffi"} {
+			if b := entryBodies(got)[e]; !strings.Contains(b, "call.uni __gpuext_probe_entry") || !strings.Contains(b, "call __gpuext_probe_exit") {
+				t.Errorf("%s not probed:\n%s", e, b)
+			}
+		}
+	}
+	if st[1]["state"] != "unpatched" || st[1]["reason"] != "sass-only" {
+		t.Errorf("SASS-only image: %v", st[1])
+	}
+	orig, _ := os.ReadFile(sass)
+	if got := r.image(t, "image-1.fatbin"); !bytes.Equal(got, orig) {
+		t.Errorf("the SASS-only image changed on its way to the driver (%d bytes, want %d)", len(got), len(orig))
 	}
 }

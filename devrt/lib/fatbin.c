@@ -8,6 +8,9 @@
  *             u64 pointer to the container, u64 pointer (filename / fatbins)
  *   container u32 magic 0xBA55ED50, u16 version (1), u16 header size (16),
  *             u64 body size; the body is a run of entries
+ *   nvcc 13 puts a container with a code-less cubin (a link helper) in
+ *             front of the translation unit's container; other units'
+ *             containers may follow in memory, so only the unit's one is read
  *   entry     u16 kind (1 PTX, 2 ELF), u16 (0x0101), u32 entry header size
  *             (64, larger with extensions), u64 padded payload size,
  *             u32 payload size (the compressed size when compressed),
@@ -92,9 +95,11 @@ static char *decompress(const unsigned char *src, size_t n, uint64_t flags, uint
 	if (flags & GX_FATBIN_FLAG_ZSTD) {
 		typedef size_t (*zd_fn)(void *, size_t, const void *, size_t);
 		typedef unsigned (*ze_fn)(size_t);
+		typedef size_t (*zf_fn)(const void *, size_t);
 		void *h = dlopen("libzstd.so.1", RTLD_NOW | RTLD_LOCAL);
 		zd_fn zd = h ? (zd_fn)dlsym(h, "ZSTD_decompress") : NULL;
 		ze_fn ze = h ? (ze_fn)dlsym(h, "ZSTD_isError") : NULL;
+		zf_fn zf = h ? (zf_fn)dlsym(h, "ZSTD_findFrameCompressedSize") : NULL;
 		size_t r;
 
 		if (!zd || !ze) {
@@ -102,6 +107,9 @@ static char *decompress(const unsigned char *src, size_t n, uint64_t flags, uint
 			free(dst);
 			return NULL;
 		}
+		/* the payload is padded to 8 bytes: decompress exactly the frame */
+		if (zf && !ze(r = zf(src, n)) && r <= n)
+			n = r;
 		r = zd(dst, out_size, src, n);
 		if (ze(r) || r != out_size) {
 			snprintf(reason, rlen, "compressed-ptx:zstd-failed");
@@ -135,6 +143,55 @@ static char *decompress(const unsigned char *src, size_t n, uint64_t flags, uint
 	return dst;
 }
 
+/* A container header we can trust: its size, or 0. */
+static uint64_t container_size(const unsigned char *c)
+{
+	uint64_t body;
+
+	if (rd32(c) != GX_FATBIN_MAGIC || rd16(c + 6) < 16 || (body = rd64(c + 8)) > GX_FATBIN_MAX_SIZE)
+		return 0;
+	return rd16(c + 6) + body;
+}
+
+/*
+ * A container holding only cubins without code (no ".text." section): what
+ * CUDA 13's nvcc puts in front of a translation unit's real container (a
+ * relocation/link helper). -1: cannot tell (compressed, no decompressor).
+ */
+static int container_is_helper(const unsigned char *c, uint64_t size, char *reason, size_t rlen)
+{
+	int entries = 0;
+
+	for (uint64_t off = rd16(c + 6); off + GX_FATBIN_ENTRY_MIN <= size;) {
+		const unsigned char *e = c + off;
+		uint32_t hsize = rd32(e + 4);
+		uint64_t padded = rd64(e + 8), flags = rd64(e + 40), usize = rd64(e + 56), psize = rd32(e + 16);
+		const unsigned char *payload = e + hsize;
+		int code;
+
+		if (hsize < GX_FATBIN_ENTRY_MIN || off + hsize + padded > size || rd16(e) != GX_FATBIN_KIND_ELF)
+			return 0;
+		if (flags & (GX_FATBIN_FLAG_LZ4 | GX_FATBIN_FLAG_ZSTD)) {
+			char *d;
+
+			if (usize > (1u << 20))
+				return 0; /* a helper is small */
+			d = decompress(payload, psize && psize <= padded ? psize : padded, flags, usize, reason, rlen);
+			if (!d)
+				return -1;
+			code = memmem(d, usize, ".text.", 6) != NULL;
+			free(d);
+		} else {
+			code = memmem(payload, padded, ".text.", 6) != NULL;
+		}
+		if (code)
+			return 0;
+		entries++;
+		off += hsize + padded;
+	}
+	return entries > 0;
+}
+
 static int inspect_container(const unsigned char *fb, int max_arch, struct gx_image *img)
 {
 	uint64_t body, off;
@@ -150,7 +207,6 @@ static int inspect_container(const unsigned char *fb, int max_arch, struct gx_im
 		snprintf(img->reason, sizeof(img->reason), "fatbin:bad-header");
 		return -1;
 	}
-	img->fatbin = fb;
 	img->fatbin_size = rd16(fb + 6) + body;
 	for (off = rd16(fb + 6); off + GX_FATBIN_ENTRY_MIN <= img->fatbin_size;) {
 		const unsigned char *e = fb + off;
@@ -206,6 +262,35 @@ static int inspect_container(const unsigned char *fb, int max_arch, struct gx_im
 	return 0;
 }
 
+/*
+ * The image's containers: leading helper containers (see container_is_helper)
+ * are skipped and the next container is the translation unit's. Nothing past
+ * that is read: containers of other translation units may follow in memory.
+ */
+static int inspect_region(const unsigned char *fb, int max_arch, struct gx_image *img)
+{
+	const unsigned char *c = fb;
+	uint64_t size;
+	int r;
+
+	for (int n = 0; n < 4; n++) {
+		if (!(size = container_size(c))) {
+			snprintf(img->reason, sizeof(img->reason), n ? "fatbin:helper-only" : "fatbin:bad-header");
+			return -1;
+		}
+		r = container_is_helper(c, size, img->reason, sizeof(img->reason));
+		if (r < 0)
+			return -1;
+		if (r == 0)
+			break;
+		c += size;
+	}
+	r = inspect_container(c, max_arch, img);
+	img->fatbin = fb;
+	img->fatbin_size += (size_t)(c - fb);
+	return r;
+}
+
 int gx_image_inspect(const void *image, int max_arch, struct gx_image *img)
 {
 	const unsigned char *p = image;
@@ -230,11 +315,11 @@ int gx_image_inspect(const void *image, int max_arch, struct gx_image *img)
 			snprintf(img->reason, sizeof(img->reason), "wrapper:no-data");
 			return -1;
 		}
-		return inspect_container(fb, max_arch, img);
+		return inspect_region(fb, max_arch, img);
 	}
 	if (p[0] == 0x50 && rd32(p) == GX_FATBIN_MAGIC) {
 		img->kind = GX_IMAGE_FATBIN;
-		return inspect_container(p, max_arch, img);
+		return inspect_region(p, max_arch, img);
 	}
 	if (p[0] == 0x7f && p[1] == 'E' && p[1] && p[2] == 'L' && p[3] == 'F') {
 		img->kind = GX_IMAGE_ELF;

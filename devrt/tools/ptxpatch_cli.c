@@ -6,6 +6,8 @@
  *   ptxpatch_cli [-c module.conf] FRAGMENT INPUT   patched PTX on stdout (exit 0),
  *                                                 or "unpatched REASON" (exit 3)
  *   ptxpatch_cli -i [-a ARCH] INPUT               what the image holds, key=value
+ *   ptxpatch_cli -m FILE.maps                     a copied-out maps file: header, then per map
+ *                                                 its name, size and first 64 u64 words
  *
  * INPUT is PTX text, a fatbin container, or a cubin. Without -c: min_ptx 7.8,
  * min_target 70, every .entry.
@@ -50,6 +52,46 @@ static char *slurp(const char *path, size_t *len)
 	return buf;
 }
 
+static uint64_t le64(const unsigned char *p)
+{
+	uint64_t v = 0;
+
+	for (int k = 7; k >= 0; k--)
+		v = (v << 8) | p[k];
+	return v;
+}
+
+static int dump_maps(const char *path)
+{
+	size_t n, off = 48;
+	unsigned char *b = (unsigned char *)slurp(path, &n);
+	uint32_t count;
+
+	if (!b || n < 48 || memcmp(b, "GXPMAPS\0", 8) != 0) {
+		fprintf(stderr, "%s: not a maps file\n", path);
+		return 2;
+	}
+	count = (uint32_t)le64(b + 20);
+	printf("maps version=%u pid=%u image=%u count=%u seq=%llu time_ns=%llu tenant=%u final=%u\n",
+	       (unsigned)(le64(b + 8) & 0xffffffffu), (unsigned)(le64(b + 12) & 0xffffffffu),
+	       (unsigned)(le64(b + 16) & 0xffffffffu), count & 0xffffffffu, (unsigned long long)le64(b + 24),
+	       (unsigned long long)le64(b + 32), (unsigned)(le64(b + 40) & 0xffffffffu),
+	       (unsigned)(le64(b + 44) & 0xffffffffu));
+	for (uint32_t i = 0; i < (count & 0xffffffffu) && off + 72 <= n; i++) {
+		uint64_t sz = le64(b + off + 64);
+
+		printf("map name=%.64s bytes=%llu\n", (const char *)b + off, (unsigned long long)sz);
+		off += 72;
+		printf("  u64:");
+		for (uint64_t k = 0; k + 8 <= sz && k < 64 * 8 && off + k + 8 <= n; k += 8)
+			printf(" %llu", (unsigned long long)le64(b + off + k));
+		printf("\n");
+		off += (sz + 7) & ~7ull;
+	}
+	free(b);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *conf_path = NULL;
@@ -61,18 +103,20 @@ int main(int argc, char **argv)
 	char *frag = NULL, *in;
 	size_t frag_len = 0, in_len;
 
+	if (argc == 3 && !strcmp(argv[1], "-m"))
+		return dump_maps(argv[2]);
 	while ((opt = getopt(argc, argv, "c:ia:")) != -1) {
 		switch (opt) {
 		case 'c': conf_path = optarg; break;
 		case 'i': info = 1; break;
 		case 'a': max_arch = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: %s [-c module.conf] FRAGMENT INPUT | -i [-a ARCH] INPUT\n", argv[0]);
+			fprintf(stderr, "usage: %s [-c module.conf] FRAGMENT INPUT | -i [-a ARCH] INPUT | -m FILE.maps\n", argv[0]);
 			return 2;
 		}
 	}
 	if (argc - optind != (info ? 1 : 2)) {
-		fprintf(stderr, "usage: %s [-c module.conf] FRAGMENT INPUT | -i [-a ARCH] INPUT\n", argv[0]);
+		fprintf(stderr, "usage: %s [-c module.conf] FRAGMENT INPUT | -i [-a ARCH] INPUT | -m FILE.maps\n", argv[0]);
 		return 2;
 	}
 	in = slurp(argv[argc - 1], &in_len);
