@@ -15,11 +15,13 @@ import (
 // exact SIMT cases.
 
 var testMaps = map[string]*ebpf.MapSpec{
-	"arr":  {Name: "arr", Type: ebpf.Array, KeySize: 4, ValueSize: 64, MaxEntries: 4},
-	"hash": {Name: "hash", Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: 16},
-	"ring": {Name: "ring", Type: ebpf.RingBuf, MaxEntries: 4096},
-	"lru":  {Name: "lru", Type: ebpf.LRUHash, KeySize: 8, ValueSize: 8, MaxEntries: 16},
-	"big":  {Name: "big", Type: ebpf.Array, KeySize: 4, ValueSize: 1 << 20, MaxEntries: 4096},
+	"arr":     {Name: "arr", Type: ebpf.Array, KeySize: 4, ValueSize: 64, MaxEntries: 4},
+	"hash":    {Name: "hash", Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: 16},
+	"ring":    {Name: "ring", Type: ebpf.RingBuf, MaxEntries: 4096},
+	"lru":     {Name: "lru", Type: ebpf.LRUHash, KeySize: 8, ValueSize: 8, MaxEntries: 16},
+	"big":     {Name: "big", Type: ebpf.Array, KeySize: 4, ValueSize: 1 << 20, MaxEntries: 4096},
+	".bss":    {Name: ".bss", Type: ebpf.Array, KeySize: 4, ValueSize: 16, MaxEntries: 1},
+	".rodata": {Name: ".rodata", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1, Flags: rdonlyProg},
 }
 
 // stImm is a store of an immediate (asm.StoreImm refuses DWord, which BPF
@@ -162,7 +164,20 @@ func TestAsm(t *testing.T) {
 		{"unknown map", prog(is(mapPtr(asm.R1, "nope"), asm.Mov.Imm(asm.R0, 0), asm.Return())), "unknown map \"nope\"", ErrMap, 0, 0},
 		{"lru map", prog(is(mapPtr(asm.R1, "lru"), asm.Mov.Imm(asm.R0, 0), asm.Return())), "map \"lru\" has type LRUHash", ErrMap, 0, 0},
 		{"map too big for the device", prog(is(mapPtr(asm.R1, "big"), asm.Mov.Imm(asm.R0, 0), asm.Return())), "more than 1 GiB", ErrMap, 0, 0},
-		{"global variable", is(asm.LoadMapValue(asm.R1, 0, 0).WithReference(".bss"), asm.Mov.Imm(asm.R0, 0), asm.Return()), "globals are not supported", ErrMap, 0, 0},
+		{"global variable counted by the leader", prog(is(
+			call(probe.HelperLaneID), asm.JNE.Imm(asm.R0, 0, "out"),
+			asm.LoadMapValue(asm.R2, 0, 8).WithReference(".bss"),
+			asm.Mov.Imm(asm.R1, 1),
+			asm.AddAtomic.Mem(asm.R2, asm.R1, asm.DWord, 0)), ret("out")), "", nil, 0, 0},
+		{"global past its value", prog(is(
+			asm.LoadMapValue(asm.R2, 0, 8).WithReference(".bss"),
+			asm.LoadMem(asm.R0, asm.R2, 8, asm.DWord),
+			asm.Return())), "out of bounds: bytes [16, 24)", ErrMemory, 2, 0},
+		{"direct value of a multi-entry array", is(asm.LoadMapValue(asm.R1, 0, 0).WithReference("arr"), asm.Mov.Imm(asm.R0, 0), asm.Return()), "only single-entry arrays", ErrMap, 0, 0},
+		{"write to a const global", prog(is(
+			call(probe.HelperLaneID), asm.JNE.Imm(asm.R0, 0, "out"),
+			asm.LoadMapValue(asm.R2, 0, 0).WithReference(".rodata"),
+			stImm(asm.R2, 0, 1, asm.DWord)), ret("out")), "write to read-only map \".rodata\"", ErrMemory, 4, 0},
 		{"bounded variable offset into map value", prog(leaderLookup(), is(
 			asm.LoadMem(asm.R2, asm.R9, 8, asm.Word),
 			asm.And.Imm(asm.R2, 7),

@@ -45,8 +45,10 @@
 //     map value (a leak) and r0 is a scalar at exit.
 //   - Maps: Array, Hash, PerCPUArray (per-warp on the device) and RingBuf,
 //     with a layout probe.Layout accepts; ring buffers only for
-//     ringbuf_output, delete only on hashes. Globals (.data/.bss/.rodata)
-//     are rejected. Only maps a program references are checked.
+//     ringbuf_output, delete only on hashes. Global variables are direct
+//     pointers into the value of a single-entry array (.bss, .data,
+//     .rodata); .rodata (BPF_F_RDONLY_PROG) is never written. Only maps a
+//     program references are checked.
 //   - Helpers: the attach point's whitelist (probe.HelperNames), with
 //     argument checks; kernel helpers that need the host (trace_printk,
 //     perf_event_output, probe_read*, get_current_*) are named as such.
@@ -81,6 +83,6 @@
 // Memory-access attach points (probes on the kernel's loads and stores)
 // are optional in the design and not implemented: only kernel_entry and
 // kernel_exit verify. Variable offsets into the stack or ctx, pointer
-// subtraction, signed division results, BPF-to-BPF calls and global data
-// are rejected rather than analysed.
+// subtraction, signed division results and BPF-to-BPF calls are rejected
+// or left unknown rather than analysed.
 package verifier

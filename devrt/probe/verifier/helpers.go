@@ -109,6 +109,9 @@ func (v *verifier) helper(st *state, pc int, id int32, name string) (reg, error)
 		if err != nil {
 			return reg{}, err
 		}
+		if err := v.writable(pc, reg{m: v.mapIdx[m.name]}); err != nil {
+			return reg{}, err
+		}
 		kdiv, err := v.memArg(st, pc, name, asm.R2, "key", int64(m.spec.KeySize))
 		if err != nil {
 			return reg{}, err

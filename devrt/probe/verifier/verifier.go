@@ -408,7 +408,22 @@ func (v *verifier) ldImm(st *state, pc int, ins *asm.Instruction) error {
 		}
 		return v.write(st, pc, ins.Dst, reg{k: kMapPtr, m: m})
 	case asm.PseudoMapValue:
-		return v.errAt(pc, ErrMap, "global variable in %q: globals are not supported in device probes, use a map", ins.Reference())
+		// A global variable: a direct pointer into the value of a
+		// single-entry array (.bss, .data, .rodata).
+		name := ins.Reference()
+		m, err := v.mapRef(pc, name)
+		if err != nil {
+			return err
+		}
+		spec := v.maps[m].spec
+		off := int64(uint32(uint64(ins.Constant) >> 32))
+		if spec.Type != ebpf.Array || spec.MaxEntries != 1 {
+			return v.errAt(pc, ErrMap, "direct value access to map %q: only single-entry arrays (globals) have one", name)
+		}
+		if off >= int64(spec.ValueSize) {
+			return v.errAt(pc, ErrMemory, "direct value access to map %q at offset %d: beyond its %d-byte value", name, off, spec.ValueSize)
+		}
+		return v.write(st, pc, ins.Dst, reg{k: kMapValue, m: m, off: off})
 	}
 	return v.errAt(pc, ErrProgram, "unsupported ld_imm64 source %v", ins.Src)
 }
@@ -806,6 +821,9 @@ func (v *verifier) store(st *state, pc int, ins *asm.Instruction) error {
 		return v.writeStack(st, pc, base.off+int64(ins.Offset), size, val)
 	case kMapValue:
 		name := v.maps[base.m].name
+		if err := v.writable(pc, base); err != nil {
+			return err
+		}
 		if val.k.isPtr() {
 			return v.errAt(pc, ErrMemory, "pointer leak: storing a %s into map %q", val.k, name)
 		}
@@ -839,6 +857,9 @@ func (v *verifier) atomic(st *state, pc int, ins *asm.Instruction, base, val reg
 		return v.derefError(pc, base, "atomic "+name)
 	}
 	m := v.maps[base.m].name
+	if err := v.writable(pc, base); err != nil {
+		return err
+	}
 	if val.k.isPtr() {
 		return v.errAt(pc, ErrMemory, "pointer leak: atomic %s of a %s into map %q", name, val.k, m)
 	}
@@ -862,6 +883,19 @@ func (v *verifier) atomic(st *state, pc int, ins *asm.Instruction, base, val reg
 		return v.write(st, pc, asm.R0, fetched)
 	case asm.FetchAdd, asm.FetchAnd, asm.FetchOr, asm.FetchXor, asm.Xchg:
 		return v.write(st, pc, ins.Src, fetched)
+	}
+	return nil
+}
+
+// rdonlyProg is BPF_F_RDONLY_PROG: the program may not write the map
+// (clang's .rodata).
+const rdonlyProg = 1 << 7
+
+// writable rejects writes into a read-only map (const globals).
+func (v *verifier) writable(pc int, base reg) error {
+	m := v.maps[base.m]
+	if m.spec.Flags&rdonlyProg != 0 || strings.HasPrefix(m.name, ".rodata") {
+		return v.errAt(pc, ErrMemory, "write to read-only map %q", m.name)
 	}
 	return nil
 }
