@@ -391,7 +391,7 @@ func readMaps(t *testing.T, path string) mapsFile {
 }
 
 // The descriptor of fragment.ptx's "counts" map, as the fragment initialises it.
-var countsDescriptor = []byte{1, 0, 0, 0, 4, 0, 0, 0, 8, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 16, 0, 0, 0, 32, 0, 0, 0, 0, 0, 0, 0}
+var countsDescriptor = []byte{1, 0, 0, 0, 4, 0, 0, 0, 8, 0, 0, 0, 3, 0, 0, 0, 3, 0, 0, 0, 16, 0, 0, 0, 48, 0, 0, 0, 0, 0, 0, 0}
 
 func writeTemp(t *testing.T, name string, data []byte) string {
 	t.Helper()
@@ -443,7 +443,7 @@ func TestProbesPatchFatbinImage(t *testing.T) {
 	}
 	m := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0.maps", r.pid)))
 	counts := m.maps["counts"]
-	if m.pid != uint32(r.pid) || m.image != 0 || m.count != 1 || m.tenant != 21 || m.final != 1 || len(counts) != 64 {
+	if m.pid != uint32(r.pid) || m.image != 0 || m.count != 1 || m.tenant != 21 || m.final != 1 || len(counts) != 80 {
 		t.Fatalf("maps file: %+v", m)
 	}
 	if !bytes.Equal(counts[:32], countsDescriptor) || binary.LittleEndian.Uint64(counts[40:]) != 3 {

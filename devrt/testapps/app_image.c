@@ -12,6 +12,12 @@
  *   launch N      N x cuLaunchKernel   -> "launch N ok"
  *   ctx           cuCtxSetCurrent(the context)   -> "ctx ok"
  *   sleep MS      -> "sleep MS"
+ * Real driver only (the GPU check; the fake has no device memory):
+ *   primary       cuDevicePrimaryCtxRetain(device 0) made current -> "primary ok"
+ *   vadd N K      K launches of _Z4vaddPKfS0_Pfi (testdata/fatbin/vecadd_sm90.fatbin:
+ *                 c = a + b over N floats) from the last library loaded, through
+ *                 cuLibraryGetKernel like cudart, then the result is checked
+ *                 -> "vadd N K ok" | "vadd N K mismatch at I" | "vadd ... rc=N"
  * The lines do not depend on whether the images were patched: the
  * application sees no difference.
  */
@@ -33,6 +39,18 @@ struct fatbin_wrapper {
 };
 
 static gpa_fn gpa;
+
+/* entry points only the GPU steps use (NULL in the fake: the step says so) */
+static struct {
+	CUresult (*device_get)(CUdevice *, int);
+	CUresult (*primary_retain)(CUcontext *, CUdevice);
+	CUresult (*get_kernel)(CUkernel *, CUlibrary, const char *);
+	CUresult (*alloc)(CUdeviceptr *, size_t);
+	CUresult (*free_)(CUdeviceptr);
+	CUresult (*htod)(CUdeviceptr, const void *, size_t);
+	CUresult (*dtoh)(void *, CUdeviceptr, size_t);
+	CUresult (*sync)(void);
+} gpu;
 
 static void *resolve(const char *name)
 {
@@ -98,6 +116,14 @@ int main(int argc, char **argv)
 	ctx_set = (CUresult (*)(CUcontext))resolve("cuCtxSetCurrent");
 	launch = (CUresult (*)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
 			       unsigned int, unsigned int, CUstream, void **, void **))resolve("cuLaunchKernel");
+	gpu.device_get = (CUresult (*)(CUdevice *, int))resolve("cuDeviceGet");
+	gpu.primary_retain = (CUresult (*)(CUcontext *, CUdevice))resolve("cuDevicePrimaryCtxRetain");
+	gpu.get_kernel = (CUresult (*)(CUkernel *, CUlibrary, const char *))resolve("cuLibraryGetKernel");
+	gpu.alloc = (CUresult (*)(CUdeviceptr *, size_t))resolve("cuMemAlloc");
+	gpu.free_ = (CUresult (*)(CUdeviceptr))resolve("cuMemFree");
+	gpu.htod = (CUresult (*)(CUdeviceptr, const void *, size_t))resolve("cuMemcpyHtoD");
+	gpu.dtoh = (CUresult (*)(void *, CUdeviceptr, size_t))resolve("cuMemcpyDtoH");
+	gpu.sync = (CUresult (*)(void))resolve("cuCtxSynchronize");
 	if (!init || !library_load || !module_load || !module_load_ex || !ctx_set || !launch) {
 		printf("lookup failed\n");
 		return 1;
@@ -109,6 +135,7 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		const char *v = argv[i];
 		CUresult r;
+		static CUlibrary last_lib;
 
 		if (!strcmp(v, "launch") && i + 1 < argc) {
 			int n = atoi(argv[++i]);
@@ -123,6 +150,55 @@ int main(int argc, char **argv)
 
 			nanosleep(&ts, NULL);
 			printf("sleep %d\n", ms);
+		} else if (!strcmp(v, "primary")) {
+			CUdevice dev;
+			CUcontext ctx;
+
+			r = gpu.device_get && gpu.primary_retain ? gpu.device_get(&dev, 0) : CUDA_ERROR_NOT_FOUND;
+			if (r == CUDA_SUCCESS)
+				r = gpu.primary_retain(&ctx, dev);
+			if (r == CUDA_SUCCESS)
+				r = ctx_set(ctx);
+			printf("primary %s\n", r == CUDA_SUCCESS ? "ok" : "failed");
+		} else if (!strcmp(v, "vadd") && i + 2 < argc) {
+			int n = atoi(argv[i + 1]), k = atoi(argv[i + 2]), bad = -1;
+			size_t bytes = (size_t)n * sizeof(float);
+			float *a = malloc(bytes), *b = malloc(bytes), *c = malloc(bytes);
+			CUdeviceptr da = 0, db = 0, dc = 0;
+			CUkernel kern = NULL;
+			void *params[4] = {&da, &db, &dc, &n};
+
+			i += 2;
+			r = gpu.get_kernel && gpu.alloc && gpu.free_ && gpu.htod && gpu.dtoh && gpu.sync && a && b && c && last_lib
+				    ? gpu.get_kernel(&kern, last_lib, "_Z4vaddPKfS0_Pfi")
+				    : CUDA_ERROR_NOT_FOUND;
+			for (int j = 0; j < n && a && b; j++)
+				a[j] = (float)j, b[j] = (float)(2 * j);
+			if (r == CUDA_SUCCESS && (r = gpu.alloc(&da, bytes)) == CUDA_SUCCESS && (r = gpu.alloc(&db, bytes)) == CUDA_SUCCESS &&
+			    (r = gpu.alloc(&dc, bytes)) == CUDA_SUCCESS && (r = gpu.htod(da, a, bytes)) == CUDA_SUCCESS &&
+			    (r = gpu.htod(db, b, bytes)) == CUDA_SUCCESS) {
+				for (int j = 0; j < k && r == CUDA_SUCCESS; j++)
+					r = launch((CUfunction)kern, (unsigned)(n + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, params, NULL);
+				if (r == CUDA_SUCCESS && (r = gpu.sync()) == CUDA_SUCCESS && (r = gpu.dtoh(c, dc, bytes)) == CUDA_SUCCESS)
+					for (int j = 0; j < n && bad < 0; j++)
+						if (c[j] != (float)(3 * j))
+							bad = j;
+			}
+			if (r != CUDA_SUCCESS)
+				printf("vadd %d %d rc=%d\n", n, k, r);
+			else if (bad >= 0)
+				printf("vadd %d %d mismatch at %d\n", n, k, bad);
+			else
+				printf("vadd %d %d ok\n", n, k);
+			if (da)
+				gpu.free_(da);
+			if (db)
+				gpu.free_(db);
+			if (dc)
+				gpu.free_(dc);
+			free(a);
+			free(b);
+			free(c);
 		} else if (!strcmp(v, "ctx")) {
 			r = ctx_set((CUcontext)0x4000);
 			printf("ctx %s\n", r == CUDA_SUCCESS ? "ok" : "failed");
@@ -143,6 +219,8 @@ int main(int argc, char **argv)
 				image = &w;
 			if (!strcmp(v, "lib") || !strcmp(v, "libraw")) {
 				r = library_load(&lib, image, NULL, NULL, 0, NULL, NULL, 0);
+				if (r == CUDA_SUCCESS)
+					last_lib = lib;
 			} else if (!strcmp(v, "mod")) {
 				r = module_load(&mod, image);
 			} else {
