@@ -2,6 +2,7 @@ package verifier
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -74,6 +75,22 @@ func prog(parts ...asm.Instructions) asm.Instructions {
 	return p
 }
 
+// manyBranches is n blocks "if (ctx->tenant_id <= i) r(3 + i%6) = i":
+// the paths hold about (n/6)^6 different register files, unless paths that
+// differ only in registers never read again (r3-r8) are pruned.
+func manyBranches(n int) asm.Instructions {
+	p := is(asm.Mov.Reg(asm.R9, asm.R1))
+	for i := 0; i < n; i++ {
+		l := fmt.Sprintf("j%d", i)
+		p = append(p,
+			asm.LoadMem(asm.R2, asm.R9, 8, asm.Word),
+			asm.JGT.Imm(asm.R2, int32(i), l),
+			asm.Mov.Imm(asm.R3+asm.Register(i%6), int32(i)),
+			asm.Mov.Imm(asm.R4, 0).WithSymbol(l))
+	}
+	return append(p, asm.Mov.Imm(asm.R0, 0), asm.Return())
+}
+
 func is(x ...asm.Instruction) asm.Instructions { return x }
 
 func TestAsm(t *testing.T) {
@@ -114,6 +131,8 @@ func TestAsm(t *testing.T) {
 			asm.Add.Imm(asm.R0, 1).WithSymbol("top"),
 			asm.JLT.Reg(asm.R0, asm.R2, "top"),
 			asm.Return())), "unbounded loop: back-edge to insn 2", ErrUnboundedLoop, 3, 0},
+
+		{"twenty-four sequential branches prune", manyBranches(24), "", nil, 0, 0},
 
 		// Stack.
 		{"stack below 512", is(stImm(asm.R10, -520, 1, asm.DWord), asm.Mov.Imm(asm.R0, 0), asm.Return()), "outside [-512, 0)", ErrStack, 0, 0},

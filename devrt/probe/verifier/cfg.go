@@ -19,6 +19,9 @@ type cfg struct {
 	// mayStack[pc]: registers that may hold a stack pointer before pc runs
 	// (a flow-insensitive over-approximation, for write sets).
 	mayStack []uint16
+	// live[pc]: registers some path from pc may read before writing them.
+	// Pruning ignores the others.
+	live []uint16
 }
 
 // writeSet is what the insns of a divergent region may write: the lanes
@@ -153,7 +156,75 @@ func buildCFG(insns asm.Instructions) (*cfg, *cfgError) {
 		return nil, e
 	}
 	g.stackPointers()
+	g.liveness()
 	return g, nil
+}
+
+// useDef is what insn reads and writes among r0-r10.
+func useDef(ins *asm.Instruction) (use, def uint16) {
+	cls := ins.OpCode.Class()
+	d, s := uint16(1)<<ins.Dst, uint16(1)<<ins.Src
+	regSrc := ins.OpCode.Source() == asm.RegSource
+	switch {
+	case cls.IsALU():
+		if ins.OpCode.ALUOp()&^0x0300 != asm.Mov || ins.OpCode.ALUOp() == asm.Swap {
+			use |= d
+		}
+		if regSrc && ins.OpCode.ALUOp() != asm.Swap {
+			use |= s
+		}
+		def = d
+	case cls == asm.LdXClass:
+		use, def = s, d
+	case cls == asm.LdClass:
+		def = d
+	case cls == asm.StClass:
+		use = d
+	case cls == asm.StXClass:
+		use = d | s
+		if ins.OpCode.Mode() == asm.AtomicMode {
+			use |= 1 // cmpxchg compares r0
+			def = s | 1
+		}
+	case cls.IsJump():
+		switch ins.OpCode.JumpOp() {
+		case asm.Exit:
+			use = 1
+		case asm.Call:
+			use, def = 0x3e, 0x3f
+		case asm.Ja:
+		default:
+			use = d
+			if regSrc {
+				use |= s
+			}
+		}
+	}
+	return use, def
+}
+
+// liveness is the backward dataflow of live registers, to a fixpoint.
+func (g *cfg) liveness() {
+	g.live = make([]uint16, g.n)
+	for changed := true; changed; {
+		changed = false
+		for pc := g.n - 1; pc >= 0; pc-- {
+			ins := g.ins[pc]
+			if ins == nil {
+				continue
+			}
+			var out uint16
+			for _, s := range g.succ[pc] {
+				out |= g.live[s]
+			}
+			use, def := useDef(ins)
+			in := use | out&^def
+			if in != g.live[pc] {
+				g.live[pc] = in
+				changed = true
+			}
+		}
+	}
 }
 
 // stackPointers computes mayStack by a forward dataflow to a fixpoint:

@@ -199,8 +199,9 @@ func slotCovers(o, n slot, ids *idMap) bool {
 }
 
 // covers reports whether the path o, already explored from the same insn,
-// covers n: then n needs no exploring.
-func covers(o, n *state) bool {
+// covers n: then n needs no exploring. Registers not in live are never read
+// again before being written, so their values do not matter.
+func covers(o, n *state, live uint16) bool {
 	if o.ctrl != n.ctrl || o.tidZero != n.tidZero || len(o.regions) != len(n.regions) {
 		return false
 	}
@@ -211,6 +212,9 @@ func covers(o, n *state) bool {
 	}
 	var ids idMap
 	for i := range o.r {
+		if live&(1<<i) == 0 {
+			continue
+		}
 		if !regCovers(o.r[i], n.r[i], &ids) {
 			return false
 		}

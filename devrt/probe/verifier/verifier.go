@@ -291,7 +291,7 @@ func (v *verifier) budgetError(pc int) error {
 func (v *verifier) checkpoint(st *state) (bool, error) {
 	cps := v.checkpoints[st.pc]
 	for _, cp := range cps {
-		if !covers(cp.st, st) {
+		if !covers(cp.st, st, v.g.live[st.pc]) {
 			continue
 		}
 		if cp.done {
