@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/internal/privtest"
 )
 
 var update = flag.Bool("update", false, "rewrite devrt/testdata/ptx/*.golden")
@@ -724,5 +725,38 @@ func TestProbesRealNvccFatbin(t *testing.T) {
 	orig, _ := os.ReadFile(sass)
 	if got := r.image(t, "image-1.fatbin"); !bytes.Equal(got, orig) {
 		t.Errorf("the SASS-only image changed on its way to the driver (%d bytes, want %d)", len(got), len(orig))
+	}
+}
+
+// Containers of a pod share the tenant's probes directory but each has its
+// own pid 1: two such processes keep separate status and maps files. Needs
+// root (unshare).
+func TestProbesPidNamespacesKeepSeparateFiles(t *testing.T) {
+	privtest.RequireRoot(t)
+	fb := writeTemp(t, "app.fatbin", fatbin(sassEntry(90), ptxEntry(t, "vecadd.ptx", 90)))
+	tn := probeTenant(t, 29, true)
+	for i := 1; i <= 2; i++ {
+		c := exec.Command("unshare", "--pid", "--fork", "--kill-child", filepath.Join(tn.bin, "fake", "app_image"), "lib", fb, "launch", fmt.Sprint(i))
+		c.Env = tn.env()
+		if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	dir := filepath.Join(tn.acct, "probes")
+	for _, key := range []int{1, 1 + 1<<22} {
+		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("%d.status", key))); err != nil {
+			t.Errorf("status of key %d: %v", key, err)
+		}
+	}
+	launches := map[uint64]bool{}
+	for _, key := range []int{1, 1 + 1<<22} {
+		m := readMaps(t, filepath.Join(dir, fmt.Sprintf("%d-0.maps", key)))
+		if m.pid != uint32(key) {
+			t.Errorf("maps of key %d says pid %d", key, m.pid)
+		}
+		launches[binary.LittleEndian.Uint64(m.maps["counts"][40:])] = true
+	}
+	if !launches[1] || !launches[2] {
+		t.Errorf("the two processes' counts were not kept apart: %v", launches)
 	}
 }

@@ -8,7 +8,8 @@
  * image, with the caller's options. Anything that goes wrong - no PTX,
  * compressed PTX that cannot be unpacked, target too low, JIT failure -
  * loads the caller's image unchanged; the reason goes to the status file
- * $GPUEXT_TENANT_ACCT/probes/<pid>.status, one line per image.
+ * $GPUEXT_TENANT_ACCT/probes/<pid>.status, one line per image (<pid>: the
+ * process's key, see gx_key).
  *
  * After a patched load, in a context: the map symbols and
  * __gpuext_tenant_id are looked up (cuLibraryGetGlobal /
@@ -100,6 +101,7 @@ static struct {
 	size_t frag_len;
 	char dir[PATH_MAX];  /* $GPUEXT_TENANT_ACCT/probes, "" if unusable */
 	_Atomic int next_index;
+	_Atomic int key;      /* names this process's files: its pid, or pid + n << 22 if taken (0: not yet) */
 	_Atomic int pending;  /* patched images not yet bound to a context */
 	_Atomic int launch_time; /* 1 while launch times are written */
 	_Atomic uint64_t launch_cache[GX_LAUNCH_CACHE]; /* f << 16 | (image slot + 1), 0xffff: none */
@@ -137,6 +139,40 @@ static char *gx_read_file_at(int dirfd, const char *name, size_t *len)
 	return buf;
 }
 
+/*
+ * The number naming this process's files. Containers of a pod share the
+ * directory but not a pid namespace (each has a pid 1), and a restarted
+ * process may reuse a pid: the first free name among pid, pid + 1 << 22,
+ * pid + 2 << 22, ... is claimed with O_EXCL (pids are below 1 << 22).
+ */
+static int gx_key(void)
+{
+	int key = atomic_load(&gx_pr.key), expected = 0;
+	char path[PATH_MAX + 32];
+
+	if (key)
+		return key;
+	if (!gx_pr.dir[0])
+		return (int)getpid();
+	for (int n = 0; n < 256; n++) {
+		int fd;
+
+		key = (int)getpid() + (n << 22);
+		snprintf(path, sizeof(path), "%s/%d.status", gx_pr.dir, key);
+		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (fd < 0 && errno == EEXIST)
+			continue;
+		if (fd >= 0)
+			close(fd);
+		break; /* claimed, or an error the writes will meet too */
+	}
+	if (!atomic_compare_exchange_strong(&gx_pr.key, &expected, key)) {
+		unlink(path); /* another thread claimed one first */
+		return expected;
+	}
+	return key;
+}
+
 static void gx_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void gx_status(const char *fmt, ...)
 {
@@ -154,7 +190,7 @@ static void gx_status(const char *fmt, ...)
 	if (n > (int)sizeof(line) - 2)
 		n = (int)sizeof(line) - 2;
 	line[n++] = '\n';
-	snprintf(path, sizeof(path), "%s/%d.status", gx_pr.dir, (int)getpid());
+	snprintf(path, sizeof(path), "%s/%d.status", gx_pr.dir, gx_key());
 	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return;
@@ -336,15 +372,15 @@ static void gx_copy_out(struct gx_pimage *im, int final)
 		return;
 	}
 	im->seq++;
-	snprintf(path, sizeof(path), "%s/%d-%d.maps", gx_pr.dir, (int)getpid(), im->index);
-	snprintf(tmp, sizeof(tmp), "%s/.%d-%d.maps.tmp", gx_pr.dir, (int)getpid(), im->index);
+	snprintf(path, sizeof(path), "%s/%d-%d.maps", gx_pr.dir, gx_key(), im->index);
+	snprintf(tmp, sizeof(tmp), "%s/.%d-%d.maps.tmp", gx_pr.dir, gx_key(), im->index);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return;
 	memset(hdr, 0, sizeof(hdr));
 	memcpy(hdr, GX_MAPS_MAGIC, 8);
 	u32 = GX_MAPS_VERSION, memcpy(hdr + 8, &u32, 4);
-	u32 = (uint32_t)getpid(), memcpy(hdr + 12, &u32, 4);
+	u32 = (uint32_t)gx_key(), memcpy(hdr + 12, &u32, 4);
 	u32 = (uint32_t)im->index, memcpy(hdr + 16, &u32, 4);
 	u32 = (uint32_t)gx_pr.conf.nmaps, memcpy(hdr + 20, &u32, 4);
 	memcpy(hdr + 24, &im->seq, 8);
@@ -590,6 +626,7 @@ void gx_probe_after_fork(void)
 	pthread_mutex_init(&gx_probe_mu, NULL);
 	gx_pr.nimages = 0;
 	gx_pr.thread_started = 0;
+	atomic_store(&gx_pr.key, 0);
 	atomic_store(&gx_pr.pending, 0);
 	atomic_store(&gx_pr.launch_time, 0);
 	for (int i = 0; i < GX_LAUNCH_CACHE; i++)
