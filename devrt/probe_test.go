@@ -540,6 +540,11 @@ func TestProbesFatbinPTXChoice(t *testing.T) {
 	if st[0]["ptx_arch"] != "90" || st[0]["state"] != "patched" {
 		t.Errorf("status: %v", st[0])
 	}
+	// before any context is current, device 0 decides
+	r0 := tn.runImages([]string{"FAKECUDA_CC=90", "FAKECUDA_NO_CONTEXT=1"}, "lib", fb)
+	if st0 := r0.status(t); st0[0]["ptx_arch"] != "90" || st0[0]["state"] != "patched" {
+		t.Errorf("no context: %v", st0[0])
+	}
 	for i, lib := range []string{"liblz4.so.1", "libzstd.so.1"} {
 		if st[i+1]["state"] == "patched" {
 			if got := string(r.image(t, fmt.Sprintf("image-%d.ptx", i+1))); !strings.Contains(got, "call.uni __gpuext_probe_entry") {

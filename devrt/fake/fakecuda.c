@@ -532,6 +532,14 @@ FAKE_API CUresult cuCtxGetDevice(CUdevice *dev)
 	return CUDA_SUCCESS;
 }
 
+FAKE_API CUresult cuDeviceGet(CUdevice *dev, int ordinal)
+{
+	if (!dev || ordinal != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*dev = 0;
+	return CUDA_SUCCESS;
+}
+
 FAKE_API CUresult cuDeviceGetAttribute(int *v, int attrib, CUdevice dev)
 {
 	const char *s = getenv("FAKECUDA_CC");

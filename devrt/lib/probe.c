@@ -46,6 +46,7 @@
 	X(cuCtxSetCurrent, (CUcontext ctx))                                                        \
 	X(cuCtxSynchronize, (void))                                                                \
 	X(cuCtxGetDevice, (CUdevice * dev))                                                        \
+	X(cuDeviceGet, (CUdevice * dev, int ordinal))                                              \
 	X(cuDeviceGetAttribute, (int *value, int attrib, CUdevice dev))                            \
 	X(cuStreamCreate, (CUstream * stream, unsigned int flags))                                 \
 	X(cuStreamSynchronize, (CUstream stream))                                                  \
@@ -256,16 +257,21 @@ static void gx_probe_init_once(void)
 		 gx_pr.conf.opts.min_ptx_minor, gx_pr.conf.opts.min_target, gx_pr.dir[0] ? gx_pr.dir : "(nowhere)");
 }
 
-/* The current device's sm_XX, 0 if unknown (no context yet). */
+/* The current device's sm_XX (device 0's before any context is current), 0 if unknown. */
 static int gx_device_arch(void)
 {
 	CUcontext ctx = NULL;
 	CUdevice dev;
 	int major = 0, minor = 0;
 
-	if (!gx_drv.cuCtxGetCurrent || !gx_drv.cuCtxGetDevice || !gx_drv.cuDeviceGetAttribute ||
-	    gx_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx || gx_drv.cuCtxGetDevice(&dev) != CUDA_SUCCESS ||
-	    gx_drv.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
+	if (!gx_drv.cuCtxGetCurrent || !gx_drv.cuDeviceGetAttribute)
+		return 0;
+	if (gx_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx || !gx_drv.cuCtxGetDevice ||
+	    gx_drv.cuCtxGetDevice(&dev) != CUDA_SUCCESS) {
+		if (!gx_drv.cuDeviceGet || gx_drv.cuDeviceGet(&dev, 0) != CUDA_SUCCESS)
+			return 0;
+	}
+	if (gx_drv.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
 	    gx_drv.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS)
 		return 0;
 	return major * 10 + minor;
@@ -511,11 +517,15 @@ CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_lo
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
 	if (r != CUDA_SUCCESS) {
+		static _Atomic int logged;
+
 		free(res.text);
 		errlog[sizeof(errlog) - 1] = 0;
 		gx_sanitize(errlog);
-		gx_log("device probes: image %d (%s): patched load failed (CUresult %d)%s%s; loading the original", index,
-		       api, r, errlog[0] ? ": " : "", errlog);
+		/* the first few always (the app's stderr), the rest in the status file and the debug log */
+		if (atomic_fetch_add(&logged, 1) < 3 || gx_cfg.debug)
+			gx_log("device probes: image %d (%s): patched load failed (CUresult %d)%s%s; loading the original",
+			       index, api, r, errlog[0] ? ": " : "", errlog);
 		gx_status("image=%d state=unpatched reason=jit-failed:%d kernels=0 jit_ms=%.3f api=%s kind=%s ptx_arch=%d "
 			  "target=%s",
 			  index, r, ms, api, gx_image_kind_name(img.kind), img.ptx_arch, res.target_text);
