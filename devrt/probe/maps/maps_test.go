@@ -127,7 +127,8 @@ func TestParseStatus(t *testing.T) {
 		"image=1 state=patched reason=ok kernels=2/2 jit_ms=3.1 api=cuLibraryLoadData kind=fatbin ptx_arch=80 target=sm_80\n" +
 		"image=1 state=patched reason=no-copy-stream\n" +
 		"garbage line\n" +
-		"image=- state=off reason=module.ptx-unreadable\n"
+		"image=- state=off reason=module.ptx-unreadable\n" +
+		"image=- launch_time=off reason=stream-write-failed:1\n"
 	imgs, off := ParseStatus(77, text)
 	if len(imgs) != 2 || imgs[0].State != "unpatched" || imgs[0].Reason != "sass-only" || imgs[1].Reason != "no-copy-stream" {
 		t.Fatalf("images %+v", imgs)
@@ -135,7 +136,7 @@ func TestParseStatus(t *testing.T) {
 	if imgs[0].Fields["kind"] != "cubin" || imgs[0].PID != 77 {
 		t.Errorf("fields %+v", imgs[0])
 	}
-	if len(off) != 1 || off[0] != "module.ptx-unreadable" {
+	if len(off) != 2 || off[0] != "module.ptx-unreadable" || off[1] != "launch_time=off:stream-write-failed:1" {
 		t.Errorf("off %v", off)
 	}
 }

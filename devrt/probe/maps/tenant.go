@@ -24,11 +24,13 @@ type ImageState struct {
 	Fields map[string]string `json:"fields,omitempty"`
 }
 
-// ParseStatus reads one <pid>.status file: lines of key=value pairs, one per
-// event of an image (image=N state=patched|unpatched reason=... ...), or
-// image=- state=off for a process whose probes did not start. The last line
-// of an image wins. It returns the images, ordered, and the reasons probes
-// were off in the process.
+// ParseStatus reads one <pid>.status file (docs/device-probes.md): lines of
+// key=value pairs, one per event of an image (image=N
+// state=patched|unpatched reason=... ...), image=- state=off for a process
+// whose probes did not start, image=- launch_time=off when launch times
+// could not be written. The last line of an image wins. It returns the
+// images, ordered, and the process-wide events ("REASON", or
+// "launch_time=off:REASON").
 func ParseStatus(pid int, text string) (images []ImageState, off []string) {
 	byIndex := map[int]ImageState{}
 	sc := bufio.NewScanner(strings.NewReader(text))
@@ -44,8 +46,12 @@ func ParseStatus(pid int, text string) (images []ImageState, off []string) {
 		delete(kv, "image")
 		delete(kv, "state")
 		delete(kv, "reason")
-		if state == "off" || img == "-" {
-			off = append(off, reason)
+		if img == "-" {
+			if lt, ok := kv["launch_time"]; ok && state == "" {
+				off = append(off, "launch_time="+lt+":"+reason) // probes on, launch times not written
+			} else {
+				off = append(off, reason)
+			}
 			continue
 		}
 		idx, err := strconv.Atoi(img)
