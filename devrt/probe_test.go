@@ -130,8 +130,8 @@ func TestPTXPatchGolden(t *testing.T) {
 			origBodies := entryBodies(string(orig))
 			for _, e := range tc.probed {
 				b := bodies[e]
-				id := fmt.Sprintf("0x%016x", probe.KernelID(e))
-				if strings.Count(b, "call.uni __gpuext_probe_entry") != 1 || !strings.Contains(b, "[__gpuext_kid], "+id+";") {
+				id := fmt.Sprintf("0x%016xU", probe.KernelID(e))
+				if strings.Count(b, "call.uni __gpuext_probe_entry") != 1 || !strings.Contains(b, "mov.b64 %__gpuext_kid, "+id+";") {
 					t.Errorf("%s: no entry call with kernel id %s:\n%s", e, id, b)
 				}
 				if strings.Count(b, "call __gpuext_probe_exit") != 1 || strings.Count(b, "$__gpuext_exit:") != 1 {

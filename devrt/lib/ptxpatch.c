@@ -161,6 +161,12 @@ static int probe_this(const struct gx_ptx_opts *o, const char *name, size_t n)
 	return 0;
 }
 
+/* the kernel id into the call's parameter, through a register (st takes no immediate everywhere) */
+#define GX_PTX_REG_FMT "%%__gpuext_kid" /* GX_PTX_REG in a printf format */
+#define GX_PTX_CALL_SETUP                                                                        \
+	".reg .b64 " GX_PTX_REG_FMT "; .param .b64 " GX_PTX_PARAM "; mov.b64 " GX_PTX_REG_FMT        \
+	", 0x%016llxU; st.param.b64 [" GX_PTX_PARAM "], " GX_PTX_REG_FMT ";"
+
 static void emit_entry_call(struct gx_patch *p, uint64_t kid)
 {
 	const char *ind;
@@ -172,8 +178,8 @@ static void emit_entry_call(struct gx_patch *p, uint64_t kid)
 	memcpy(indent, ind, nind);
 	indent[nind] = 0;
 	out_printf(&p->out,
-		   "{ .param .b64 " GX_PTX_PARAM "; st.param.b64 [" GX_PTX_PARAM "], 0x%016llx; call.uni " GX_PTX_FUNC_ENTRY
-		   ", (" GX_PTX_PARAM "); } // gpuext probe: kernel entry\n%s",
+		   "{ " GX_PTX_CALL_SETUP " call.uni " GX_PTX_FUNC_ENTRY ", (" GX_PTX_PARAM
+		   "); } // gpuext probe: kernel entry\n%s",
 		   (unsigned long long)kid, indent);
 }
 
@@ -188,8 +194,7 @@ static void emit_exit_block(struct gx_patch *p, uint64_t kid)
 	}
 	out_printf(&p->out,
 		   GX_PTX_EXIT_LABEL ": // gpuext probe: kernel exit\n"
-		   "\t{ .param .b64 " GX_PTX_PARAM "; st.param.b64 [" GX_PTX_PARAM "], 0x%016llx; call " GX_PTX_FUNC_EXIT
-		   ", (" GX_PTX_PARAM "); }\n"
+		   "\t{ " GX_PTX_CALL_SETUP " call " GX_PTX_FUNC_EXIT ", (" GX_PTX_PARAM "); }\n"
 		   "\tret;\n",
 		   (unsigned long long)kid);
 }

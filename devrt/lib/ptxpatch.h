@@ -78,6 +78,7 @@ void gx_probe_conf_free(struct gx_probe_conf *c);
 /* Labels and names the splice introduces (documented; the fragment must not use them). */
 #define GX_PTX_EXIT_LABEL "$__gpuext_exit"
 #define GX_PTX_PARAM "__gpuext_kid"
+#define GX_PTX_REG "%__gpuext_kid"
 #define GX_PTX_FUNC_ENTRY "__gpuext_probe_entry"
 #define GX_PTX_FUNC_EXIT "__gpuext_probe_exit"
 
