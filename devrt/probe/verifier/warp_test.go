@@ -27,10 +27,10 @@ type warpConfig struct {
 type effect struct{ off, val uint64 }
 
 type warpRun struct {
-	value   [64]byte            // arr[0]
-	atomics map[int][]int       // pc -> lanes that ran it
-	stores  map[int][][]effect  // pc -> per lane, the stores it made there
-	updates map[int][][]effect  // pc -> per lane, the (key, value) it wrote
+	value   [64]byte           // arr[0]
+	atomics map[int][]int      // pc -> lanes that ran it
+	stores  map[int][][]effect // pc -> per lane, the stores it made there
+	updates map[int][][]effect // pc -> per lane, the (key, value) it wrote
 }
 
 func (w *warpRun) lane(g *cfg, cfgw warpConfig, lane int, ctx []byte) error {
