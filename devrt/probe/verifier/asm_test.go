@@ -213,6 +213,13 @@ func TestAsm(t *testing.T) {
 			asm.Add.Reg(asm.R6, asm.R2),
 			stImm(asm.R6, 0, 1, asm.Byte)), ret("out")), "unbounded offset", ErrMemory, 13, 0},
 		{"negative offset into map value", prog(leaderLookup(), is(stImm(asm.R6, -8, 1, asm.DWord)), ret("out")), "out of bounds", ErrMemory, 11, 0},
+		{"spilled pointer passed as map data", prog(is(
+			asm.StoreMem(asm.R10, -8, asm.R10, asm.DWord),
+			asm.StoreMem(asm.R10, -16, asm.R1, asm.DWord),
+			asm.Mov.Reg(asm.R2, asm.R10), asm.Add.Imm(asm.R2, -8),
+			asm.Mov.Reg(asm.R3, asm.R10), asm.Add.Imm(asm.R3, -16),
+			mapPtr(asm.R1, "hash"), asm.Mov.Imm(asm.R4, 0),
+			call(probe.HelperMapUpdateElem)), ret("out")), "pointer leak: map_update_elem key (r2) holds a spilled stack pointer", ErrMemory, 9, 0},
 		{"stack pointer leaked into map", prog(leaderLookup(), is(asm.StoreMem(asm.R6, 0, asm.R10, asm.DWord)), ret("out")), "pointer leak", ErrMemory, 11, 0},
 
 		// Helpers.

@@ -790,6 +790,9 @@ func (v *verifier) stackRange(st *state, pc int, off int64, n int64, what string
 		if sl.init&(1<<b) == 0 {
 			return false, v.errAt(pc, ErrStack, "%s: read of uninitialised stack at fp%+d", what, a)
 		}
+		if sl.spill && sl.r.k.isPtr() {
+			return false, v.errAt(pc, ErrMemory, "pointer leak: %s holds a spilled %s at fp%+d", what, sl.r.k, a)
+		}
 		div = div || sl.div || (sl.spill && sl.r.div)
 	}
 	return div, nil
