@@ -201,9 +201,12 @@ static char *decode_map(const uint8_t *img, size_t len, char *why, size_t whylen
 		snprintf(why, whylen, "descriptor data_size %llu beyond the symbol", (unsigned long long)dsize);
 		return NULL;
 	}
-	uint32_t n = type == 1 ? max : nb;
+	uint32_t n = type == 2 ? nb : max;
+	if (type == 4)
+		n = max / 8 + 1; /* at most this many records */
 	char **ents = (char **)calloc(n ? n : 1, sizeof *ents);
 	int k = 0;
+	uint64_t rpos = 0, head = type == 4 ? le64(d) : 0;
 	for (uint32_t i = 0; i < n; i++) {
 		char *s;
 		if (type == 1) { /* ARRAY: [u64 seq][value] */
@@ -220,8 +223,41 @@ static char *decode_map(const uint8_t *img, size_t len, char *why, size_t whylen
 			char *p = hex(b + 8, ks, s);
 			*p++ = ':';
 			hex(b + 8 + ((ks + 7) & ~7u), vs, p);
+		} else if (type == 3) { /* PER_WARP: slots x max x [value r8]; the host sums the u64 words */
+			uint8_t key[4] = {(uint8_t)i, (uint8_t)(i >> 8), (uint8_t)(i >> 16), (uint8_t)(i >> 24)};
+			uint8_t *sum = (uint8_t *)calloc(1, stride);
+			for (uint64_t slot = 0; slot < nb; slot++) {
+				const uint8_t *v = d + (slot * max + i) * stride;
+				for (uint32_t w = 0; w + 8 <= stride; w += 8) {
+					uint64_t x = le64(sum + w) + le64(v + w);
+					for (int b = 0; b < 8; b++)
+						sum[w + b] = (uint8_t)(x >> (8 * b));
+				}
+			}
+			s = (char *)malloc(2 * (4 + vs) + 2);
+			char *p = hex(key, 4, s);
+			*p++ = ':';
+			hex(sum, vs, p);
+			free(sum);
+		} else if (type == 4) { /* RINGBUF: [u64 head][u64 dropped][records]; key = record number */
+			if (rpos + 8 > head || rpos + 8 > max)
+				break;
+			uint32_t rl = le32(d + 16 + rpos);
+			if (rpos + 8 + rl > max) {
+				snprintf(why, whylen, "ringbuf record at %llu overruns the log", (unsigned long long)rpos);
+				free(ents);
+				return NULL;
+			}
+			uint8_t key[8];
+			for (int b = 0; b < 8; b++)
+				key[b] = (uint8_t)((uint64_t)i >> (8 * b));
+			s = (char *)malloc(2 * (8 + rl) + 2);
+			char *p = hex(key, 8, s);
+			*p++ = ':';
+			hex(d + 16 + rpos + 8, rl, p);
+			rpos += 8 + ((rl + 7) & ~7u);
 		} else {
-			snprintf(why, whylen, "map type %u is not in the corpus decoder", type);
+			snprintf(why, whylen, "map type %u is not a device map type", type);
 			free(ents);
 			return NULL;
 		}

@@ -349,7 +349,7 @@ func generate(i int) Case {
 	g := &gen{r: rand.New(rand.NewPCG(uint64(i), 0x9e3779b97f4a7c15)), labels: map[int]int{}, maps: map[string]*ebpf.MapSpec{}, counter: noReg}
 	var kind string
 	g.prologue()
-	switch i % 8 {
+	switch i % 10 {
 	case 0, 1, 2:
 		kind = "alu"
 		g.block(10 + g.r.IntN(30))
@@ -367,7 +367,13 @@ func generate(i int) Case {
 		g.mapProgram(ebpf.Hash, false)
 	case 7:
 		kind = "atomic"
-		g.mapProgram([]ebpf.MapType{ebpf.Array, ebpf.Hash}[g.r.IntN(2)], true)
+		g.mapProgram([]ebpf.MapType{ebpf.Array, ebpf.Hash, ebpf.PerCPUArray}[g.r.IntN(3)], true)
+	case 8:
+		kind = "percpu"
+		g.mapProgram(ebpf.PerCPUArray, g.r.IntN(2) == 0)
+	case 9:
+		kind = "ringbuf"
+		g.ringbufProgram()
 	}
 	g.epilogue()
 	ctx := make([]byte, CtxSize)

@@ -17,6 +17,19 @@ func (g *gen) newMap(t ebpf.MapType) *mapGen {
 	mg := &mapGen{name: "m" + string(rune('a'+len(g.maps)))}
 	ms := &ebpf.MapSpec{Name: mg.name, Type: t}
 	switch t {
+	case ebpf.RingBuf:
+		ms.MaxEntries = 4096 // the kernel's smallest ring: one page
+		mg.spec = ms
+		g.maps[mg.name] = ms
+		return mg
+	case ebpf.PerCPUArray:
+		ms.KeySize = 4
+		ms.ValueSize = []uint32{4, 8, 16}[g.r.IntN(3)]
+		ms.MaxEntries = []uint32{1, 4}[g.r.IntN(2)]
+		// No initial contents: the kernel would need one value per CPU.
+		mg.spec = ms
+		g.maps[mg.name] = ms
+		return mg
 	case ebpf.Array:
 		ms.KeySize = 4
 		ms.ValueSize = []uint32{4, 8, 12, 16, 24}[g.r.IntN(5)]
@@ -60,7 +73,7 @@ func (g *gen) newMap(t ebpf.MapType) *mapGen {
 
 // key writes a key to the stack at keyOff.
 func (g *gen) key(mg *mapGen) {
-	if mg.spec.Type == ebpf.Array {
+	if mg.spec.Type != ebpf.Hash {
 		if g.r.IntN(3) == 0 {
 			g.emit(asm.Mov.Reg(asm.R1, []asm.Register{asm.R6, asm.R7}[g.r.IntN(2)]))
 			g.emit(asm.And.Imm(asm.R1, 7))
@@ -212,4 +225,32 @@ func atomicIns(op asm.AtomicOp, dst, src asm.Register, sz asm.Size, off int16) a
 	in := op.Mem(dst, src, sz, off)
 	in.Constant = int64(op >> 8)
 	return in
+}
+
+// ringbufProgram: bursts of ringbuf_output from the stack, in loops long
+// enough to fill the 4096-byte ring, so both the records and the -EAGAIN
+// of a full ring are compared.
+func (g *gen) ringbufProgram() {
+	mg := g.newMap(ebpf.RingBuf)
+	for j := 0; j < 2+g.r.IntN(3); j++ {
+		size := []int32{0, 1, 4, 8, 13, 24, 40, 64}[g.r.IntN(8)]
+		count := []int32{2, 20, 60, 70}[g.r.IntN(4)]
+		g.counter = asm.R8
+		g.emit(asm.Mov.Imm(asm.R8, count))
+		top := g.newLabel()
+		g.mark(top)
+		g.emit(asm.Mul.Imm(asm.R6, 5), asm.Add.Imm(asm.R6, 1))
+		g.emit(asm.StoreMem(asm.RFP, -int16(8*(1+g.r.IntN(8))), asm.R6, asm.DWord))
+		g.mapPtr(mg, asm.R1)
+		g.emit(asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -stackScratch))
+		g.emit(asm.Mov.Imm(asm.R3, size))
+		g.emit(asm.Mov.Imm(asm.R4, []int32{0, 0, 1, 2, 4}[g.r.IntN(5)]))
+		g.emit(asm.FnRingbufOutput.Call())
+		g.emit(asm.LSh.Imm(asm.R7, 1), asm.Add.Reg(asm.R7, asm.R0))
+		g.reinit(true)
+		g.emit(asm.Sub.Imm(asm.R8, 1))
+		g.jump(asm.JNE.Imm(asm.R8, 0, ""), top)
+		g.counter = noReg
+		g.alu(false)
+	}
 }

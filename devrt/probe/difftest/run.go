@@ -5,10 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
 	"github.com/gpuext/gpuext/devrt/probe/ptxinterp"
@@ -62,6 +65,39 @@ func dumpKernelMap(m *ebpf.Map) ([]ptx.Entry, error) {
 				return nil, err
 			}
 			out = append(out, ptx.Entry{Key: binary.LittleEndian.AppendUint32(nil, i), Value: v})
+		}
+	case ebpf.PerCPUArray:
+		// The host's view: per index, the u64 words summed over CPUs.
+		stride := (int(m.ValueSize()) + 7) &^ 7
+		for i := uint32(0); i < m.MaxEntries(); i++ {
+			all, err := m.LookupBytes(i)
+			if err != nil {
+				return nil, err
+			}
+			sum := make([]byte, stride)
+			for c := 0; c+stride <= len(all); c += stride {
+				for w := 0; w < stride; w += 8 {
+					binary.LittleEndian.PutUint64(sum[w:], binary.LittleEndian.Uint64(sum[w:])+binary.LittleEndian.Uint64(all[c+w:]))
+				}
+			}
+			out = append(out, ptx.Entry{Key: binary.LittleEndian.AppendUint32(nil, i), Value: sum[:m.ValueSize()]})
+		}
+	case ebpf.RingBuf:
+		rd, err := ringbuf.NewReader(m)
+		if err != nil {
+			return nil, err
+		}
+		defer rd.Close()
+		rd.SetDeadline(time.Now())
+		for n := uint64(0); ; n++ {
+			rec, err := rd.Read()
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				break
+			}
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ptx.Entry{Key: binary.LittleEndian.AppendUint64(nil, n), Value: rec.RawSample})
 		}
 	case ebpf.Hash:
 		var k, v []byte

@@ -57,11 +57,18 @@ func SpecLayout(ms *ebpf.MapSpec) (probe.MapLayout, error) {
 	if err != nil {
 		return probe.MapLayout{}, fmt.Errorf("map %q: %w", ms.Name, err)
 	}
-	ks, vs := ms.KeySize, ms.ValueSize
+	ks, vs, max := ms.KeySize, ms.ValueSize, ms.MaxEntries
 	if t == probe.MapRingbuf {
+		// The kernel's ring keeps its producer at most max_entries-1 bytes
+		// ahead of the consumer (records are multiples of 8), so it holds
+		// max_entries-8 bytes of records; the device log gets exactly that
+		// capacity, and a full ring refuses the same record in both.
 		ks, vs = 0, 0
+		if max > 8 {
+			max = (max - 1) &^ 7
+		}
 	}
-	l, err := probe.Layout(t, ks, vs, ms.MaxEntries)
+	l, err := probe.Layout(t, ks, vs, max)
 	if err != nil {
 		return l, fmt.Errorf("map %q: %w", ms.Name, err)
 	}
