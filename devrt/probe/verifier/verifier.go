@@ -912,7 +912,7 @@ func (v *verifier) idempotent(st *state, pc int, what string, divOperands bool) 
 	case st.ctrl == cDivergent:
 		return v.errAt(pc, ErrDivergent, "%s under divergent control (branch at insn %d): only some lanes run it; guard it with gpuext_lane_id() == 0 or branch on warp-uniform values", what, st.divergedAt())
 	case divOperands:
-		return v.errAt(pc, ErrDivergent, "%s with divergent operands: lanes would write different values; guard it with gpuext_lane_id() == 0", what)
+		return v.errAt(pc, ErrDivergent, "%s with divergent operands (they may differ between lanes: per-thread ids, timers, or loads from a map the probes write): lanes would write different values; guard it with gpuext_lane_id() == 0", what)
 	}
 	return nil
 }
