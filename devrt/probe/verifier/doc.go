@@ -25,8 +25,9 @@
 // back-edge is allowed when every path through it ends, which the
 // exploration shows by running out of paths within a budget of 200,000
 // stepped instructions. Paths meeting at a jump target are pruned when a
-// finished path covers them; a path that comes back around a loop to a
-// state it already had is rejected at once. Running out of budget rejects
+// finished path covers them (ignoring registers a liveness pass finds dead
+// there); a path that comes back around a loop to a state it already had
+// is rejected at once. Running out of budget rejects
 // the most-taken back-edge as "unbounded loop".
 //
 // # Rules
@@ -42,7 +43,8 @@
 //     misaligned access), variable offsets only when the range analysis
 //     bounds them. Pointer arithmetic is pointer +/- scalar only; pointers
 //     compare only against 0 (the null check); no pointer is stored into a
-//     map value (a leak) and r0 is a scalar at exit.
+//     map value or handed to a helper as data (a leak: the host reads maps)
+//     and r0 is a scalar at exit.
 //   - Maps: Array, Hash, PerCPUArray (per-warp on the device) and RingBuf,
 //     with a layout probe.Layout accepts; ring buffers only for
 //     ringbuf_output, delete only on hashes. Global variables are direct
@@ -76,7 +78,10 @@
 // effect is allowed. Outside a leader guard a side effect must be
 // warp-uniform (uniform control and operands) and idempotent: a plain
 // store or map_update_elem/map_delete_elem is; atomics and ringbuf_output
-// are not (32 lanes would apply them 32 times).
+// are not (32 lanes would apply them 32 times). Uniform means uniform
+// within a warp: a store of the SM id or warp id by every lane is accepted,
+// and different warps then race to write their own value (last writer
+// wins).
 //
 // # Not done
 //
