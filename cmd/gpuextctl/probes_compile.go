@@ -1,0 +1,61 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/gpuext/gpuext/devrt/probe/compile"
+)
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// probesCompileCmd is `gpuextctl probes compile`: verify and translate a
+// probe set into the files admission puts in a tenant's probes/ directory,
+// without a container (to check a set, or to carry to a GPU host).
+func probesCompileCmd(args []string, out io.Writer) error {
+	fset := flag.NewFlagSet("probes compile", flag.ContinueOnError)
+	fset.SetOutput(out)
+	dir := fset.String("out", "", "directory to write module.ptx, module.conf and manifest.json into (required)")
+	var kernels stringList
+	fset.Var(&kernels, "kernel", "probe only this .entry (mangled name); repeatable; none = every kernel")
+	fset.Usage = func() {
+		fmt.Fprintln(out, "Usage: gpuextctl probes compile --out DIR [--kernel NAME]... PROBE[,PROBE...]")
+		fmt.Fprintln(out, "\nVerifies and translates catalog probes (policies/probes) into a probe module.")
+		fset.PrintDefaults()
+	}
+	if err := fset.Parse(args); err != nil {
+		return err
+	}
+	if *dir == "" || fset.NArg() != 1 {
+		fset.Usage()
+		return fmt.Errorf("probes compile: want --out DIR and one probe list, got %d arguments", fset.NArg())
+	}
+	var names []string
+	for _, n := range strings.Split(fset.Arg(0), ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	b, err := compile.Compile(names)
+	if err != nil {
+		return fmt.Errorf("probes compile %s: %w", fset.Arg(0), err)
+	}
+	if len(kernels) > 0 {
+		nb := *b // the compiler caches bundles: change a copy
+		nb.Manifest.Kernels = append([]string(nil), kernels...)
+		nb.Conf = compile.Conf(nb.Manifest)
+		b = &nb
+	}
+	if err := b.WriteDir(*dir); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "wrote %s: probes %s, %d programs, %d maps, PTX ISA >= %s, sm_%d+, %d bytes of PTX\n", *dir,
+		strings.Join(b.Probes, ","), len(b.Manifest.Programs), len(b.Manifest.Maps), b.Manifest.MinPTX, b.Manifest.MinTarget, len(b.PTX))
+	return nil
+}
