@@ -13,7 +13,7 @@ export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 GOTEST_FLAGS ?= -count=1 -timeout 45m
 
 STATIC_BINS := gpuext-nri-plugin gpuext-oci-hook gpuext-runc
-.PHONY: help deps generate build test test-unit test-e2e demo bench kernel-test gpu-test lint clean
+.PHONY: help deps generate build test test-unit test-e2e demo bench kernel-test gpu-prep gpu-test lint clean
 
 help: ## list targets
 	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -56,7 +56,10 @@ bench: deps build ## admission latency, crictl with/without the plugin (bench/re
 kernel-test: ## boot Debian's 6.12 kernel in qemu with gpuext.ko + gpusim.ko and run the guest tests (cached in .cache/kernel)
 	@test/kernel/lab.sh all
 
-gpu-test: ## on the GPU machine (not CI): the device runtime with real CUDA apps; one PASS/FAIL line per check
+gpu-prep: build ## here, as root (needs Go and BPF_PROG_TEST_RUN): what gpu-test carries: bin/ (static gpuextctl) and out/gpu/corpus (the differential corpus with the kernel's own results)
+	$(GO) run ./devrt/probe/cmd/gpuext-probe-corpus --out out/gpu/corpus
+
+gpu-test: ## on the GPU machine (not CI, no Go there; carry bin/ and out/gpu from gpu-prep): the device runtime and device probes with real CUDA apps; one PASS/FAIL line per check
 	@bash test/gpu/gpu-test.sh
 
 lint: ## gofmt, go vet, generated files up to date

@@ -15,8 +15,8 @@ ok() { echo "PASS $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
 info() { echo "INFO $*"; }
 GiB=$((1 << 30))
-# GPUEXT_GPU_SECTIONS picks sections (default all): unchanged quota overhead priority
-want() { [[ " ${GPUEXT_GPU_SECTIONS:-unchanged quota overhead priority} " == *" $1 "* ]]; }
+# GPUEXT_GPU_SECTIONS picks sections (default all): unchanged quota overhead priority probes
+want() { [[ " ${GPUEXT_GPU_SECTIONS:-unchanged quota overhead priority probes} " == *" $1 "* ]]; }
 
 echo "[gpu] $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
 
@@ -244,5 +244,16 @@ else
 fi
 
 fi # priority
+# 6. Device probes (test/gpu/probes.sh): spliced into real apps, counted
+# exactly, outputs unchanged; the differential corpus on the GPU; overhead.
+if want probes; then
+	if [[ -x $REPO/bin/gpuextctl ]]; then
+		# shellcheck source=test/gpu/probes.sh
+		source "$REPO/test/gpu/probes.sh"
+	else
+		bad probes "needs bin/gpuextctl (make gpu-prep here, carry bin)"
+	fi
+fi
+
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

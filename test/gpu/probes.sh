@@ -1,0 +1,136 @@
+# probes.sh - the device-probe checks of make gpu-test, sourced by gpu-test.sh
+# (uses its ok/bad/info, $W, $OUT, $REPO, $LIB). On the H200: real nvcc apps,
+# the interposer splicing probes compiled by gpuextctl (a static Go binary
+# carried in bin/), counts read back with `gpuextctl probes --json`.
+#
+# Checks (PASS/FAIL):
+#   probes-unchanged-APP   output identical with the probes spliced in
+#   probes-count-APP       launch-stats counts exactly the launches and blocks
+#                          the app launched; sm-histogram's total = blocks
+#   probes-sass-only       a SASS-only image loads unmodified, reported sass-only
+#   probe-diff             the differential corpus on the GPU = the kernel's eBPF
+# Measurements (INFO): probe overhead on a ~5 us kernel and on a large GEMM,
+# load-time patch + JIT cost per module.
+GX=$REPO/bin/gpuextctl
+PT=$W/probes
+NVCCP=(nvcc -O2 -arch=sm_90)
+
+info "libzstd for nvcc 13's compressed PTX: $(ldconfig -p | grep -c 'libzstd.so.1 ') found"
+pbuild() { # name args...
+	local name=$1; shift
+	if "${NVCCP[@]}" -o "$W/$name" "$@" >>"$OUT/build-probes.log" 2>&1; then ok "build-$name"; else bad "build-$name" "nvcc failed (build-probes.log)"; fi
+}
+pbuild vecadd "$REPO/test/gpu/vecadd.cu"
+pbuild vecadd_nc "$REPO/test/gpu/vecadd.cu" --compress-mode=none
+NVCCP=(nvcc -O2 -gencode arch=compute_90,code=sm_90) pbuild vecadd_sass "$REPO/test/gpu/vecadd.cu"
+pbuild probeapps "$REPO/test/gpu/probeapps.cu"
+
+# ptenant ID PROBES [--kernel NAME...]: a tenant dir with compiled probes
+ptenant() {
+	local id=$1 set=$2; shift 2
+	mkdir -p "$PT/tenants/$id" "$PT/acct/$id"
+	chmod 1777 "$PT/acct/$id"
+	rm -rf "$PT/acct/$id/probes"
+	printf '{"tenantId":%d,"tenantKey":"gpu-test/%d","policy":"gpu-test","priorityClass":"standard","quotaBytes":0,"probes":["%s"]}\n' \
+		"$id" "$id" "${set//,/\",\"}" >"$PT/tenants/$id/config.json"
+	"$GX" probes compile --out "$PT/tenants/$id/probes" "$@" "$set" >>"$OUT/probes-compile.log" 2>&1 ||
+		{ bad "probes-compile-$id" "gpuextctl probes compile failed (probes-compile.log)"; return 1; }
+}
+prun() { # ID cmd... : run with the interposer and tenant ID's probes
+	local id=$1; shift
+	env LD_PRELOAD="$LIB" GPUEXT_TENANT_ID="$id" GPUEXT_TENANT_DIR="$PT/tenants/$id" \
+		GPUEXT_TENANT_CONFIG="$PT/tenants/$id/config.json" GPUEXT_TENANT_ACCT="$PT/acct/$id" "$@"
+}
+pfield() { # ID jq-like path over gpuextctl probes --json: prints the value for tenant ID
+	"$GX" probes --state-dir "$PT" --json | python3 -c '
+import json, sys
+rows = {r["tenant"]: r for r in json.load(sys.stdin)}
+r = rows.get(int(sys.argv[1]), {})
+for k in sys.argv[2].split("."):
+    r = r.get(k) if isinstance(r, dict) else None
+print("" if r is None else (json.dumps(r) if isinstance(r, (dict, list)) else r))' "$1" "$2"
+}
+# pcheck NAME ID WANT_LAUNCHES WANT_BLOCKS
+pcheck() {
+	local name=$1 id=$2 wl=$3 wb=$4 l b t p
+	l=$(pfield "$id" launches); b=$(pfield "$id" blocks); t=$(pfield "$id" sms.total); p=$(pfield "$id" patched)
+	"$GX" probes --state-dir "$PT" >"$OUT/probes-$name.txt" 2>&1
+	cat "$PT/acct/$id/probes/"*.status >>"$OUT/probes-$name.txt" 2>/dev/null
+	if [[ $l == "$wl" && $b == "$wb" && ( -z $t || $t == "$wb" ) && ${p:-0} -ge 1 ]]; then
+		ok "probes-count-$name"
+	else
+		bad "probes-count-$name" "launches=$l (want $wl) blocks=$b (want $wb) sm-total=$t patched=$p (probes-$name.txt)"
+	fi
+}
+punchanged() { # NAME want got
+	if [[ -n $2 && $2 == "$3" ]]; then ok "probes-unchanged-$1"; else bad "probes-unchanged-$1" "without: '$2' with: '$3'"; fi
+}
+
+# vector add: 10 x (vadd + vscale), 4096 blocks each
+for app in vecadd vecadd_nc; do
+	[[ -x $W/$app ]] || continue
+	id=$([[ $app == vecadd ]] && echo 31 || echo 32)
+	ptenant "$id" launch-stats,sm-histogram || continue
+	want=$("$W/$app" 1048576 10 | head -1); got=$(prun "$id" "$W/$app" 1048576 10 2>"$OUT/probes-$app.err" | head -1)
+	punchanged "$app" "$want" "$got"
+	pcheck "$app" "$id" 20 $((4096 * 20))
+done
+# SASS-only: loads unmodified, reported
+if [[ -x $W/vecadd_sass ]] && ptenant 33 launch-stats; then
+	want=$("$W/vecadd_sass" 1048576 2 | head -1); got=$(prun 33 "$W/vecadd_sass" 1048576 2 2>/dev/null | head -1)
+	reasons=$(pfield 33 unpatchedReasons)
+	if [[ -n $want && $want == "$got" && $reasons == *sass* && -z $(pfield 33 launches | grep -v '^0*$') ]]; then ok probes-sass-only
+	else bad probes-sass-only "without '$want' with '$got' unpatched=$reasons launches=$(pfield 33 launches)"; fi
+fi
+# a GEMM: 1024 x 1024 tiled SGEMM, 32 x 32 blocks, 5 launches
+if [[ -x $W/probeapps ]] && ptenant 34 launch-stats,sm-histogram; then
+	want=$("$W/probeapps" sgemm 1024 5 | head -1); got=$(prun 34 "$W/probeapps" sgemm 1024 5 2>"$OUT/probes-sgemm.err" | head -1)
+	punchanged sgemm "$want" "$got"
+	pcheck sgemm 34 5 $((32 * 32 * 5))
+fi
+# PyTorch: three kernels of an extension built with nvcc -arch=sm_90 (its
+# fatbin carries PTX), called from a torch script; the probes are limited to
+# the extension's kernels (--kernel), so torch's own images load as they are.
+if python3 -c 'import torch' 2>/dev/null; then
+	mkdir -p "$W/torchext"
+	want=$(python3 "$REPO/test/gpu/torch_probes.py" "$W/torchext" 2>"$OUT/torch-probes-build.log" | grep '^torch_probes')
+	kern=(--kernel _Z5k_addPKfS0_Pfi --kernel _Z6k_reluPfi --kernel _Z7k_scalePffi)
+	if ptenant 35 launch-stats,sm-histogram "${kern[@]}"; then
+		got=$(prun 35 python3 "$REPO/test/gpu/torch_probes.py" "$W/torchext" 2>"$OUT/probes-torch.err" | grep '^torch_probes')
+		punchanged torch "$(echo "$want" | grep checksum)" "$(echo "$got" | grep checksum)"
+		read -r launches blocks < <(echo "$want" | awk '/torch_probes_grid/ {for (i = 2; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]} print v["launches"], v["blocks"]}')
+		pcheck torch 35 "$launches" "$blocks"
+	fi
+fi
+
+# Overhead: launch-stats (entry + exit probe) on a ~5 us kernel and on a
+# 4096 x 4096 SGEMM; GPU time per kernel, with / without, order alternated.
+if [[ -x $W/probeapps ]] && ptenant 36 launch-stats; then
+	for round in 1 2 3; do
+		for what in "small 20000" "gemm 4096 20"; do
+			if (( round % 2 )); then
+				a=$("$W/probeapps" bench $what | awk '{print $2}'); b=$(prun 36 "$W/probeapps" bench $what 2>/dev/null | awk '{print $2}')
+			else
+				b=$(prun 36 "$W/probeapps" bench $what 2>/dev/null | awk '{print $2}'); a=$("$W/probeapps" bench $what | awk '{print $2}')
+			fi
+			info "probe_overhead kernel=${what%% *} round=$round without_us=$a with_us=$b ratio=$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.4f", b/a}')"
+		done
+	done | tee "$OUT/probe-overhead.txt"
+	grep -h 'state=patched' "$PT/acct/36/probes/"*.status | head -2 | sed 's/^/INFO probe_overhead status /'
+fi
+# Load-time cost: the patch + JIT of each patched module, from the status files.
+cat "$PT"/acct/*/probes/*.status 2>/dev/null | awk '/state=patched/ {print "INFO probe_load", $0}' | sort -u | head -12
+
+# The differential corpus (built here by `make gpu-prep`: the kernel's own
+# eBPF results) through the translator's PTX on the GPU.
+if [[ -f $REPO/out/gpu/corpus/corpus.txt ]]; then
+	if nvcc -O2 -arch=sm_90 -o "$W/probe_diff" "$REPO/test/gpu/probe_diff.cu" -lcuda >>"$OUT/build-probes.log" 2>&1; then
+		"$W/probe_diff" "$REPO/out/gpu/corpus" >"$OUT/probe-diff.txt" 2>&1
+		if grep -q '^PASS probe-diff' "$OUT/probe-diff.txt"; then ok "probe-diff ($(grep '^PASS' "$OUT/probe-diff.txt" | cut -d' ' -f3-))"
+		else bad probe-diff "$(grep -m3 -v '^PASS' "$OUT/probe-diff.txt" | tr '\n' ' ')"; fi
+	else
+		bad probe-diff "nvcc failed (build-probes.log)"
+	fi
+else
+	bad probe-diff "no out/gpu/corpus: run make gpu-prep on a machine with Go (as root) and carry out/gpu"
+fi
