@@ -42,6 +42,10 @@ Commands:
   probes [--json] [--state-dir DIR]  device probes per tenant (from the tenant dirs and the interposer's copy-outs):
                                      probes, processes, images patched/unpatched (and why), launches, blocks,
                                      mean block time, SMs used (fewest..most blocks), launch latency p50/p99
+  probes compile --out DIR [--kernel NAME]... PROBE[,PROBE...]
+                                     verify and translate catalog probes into a probes/ directory by hand
+  probes read [--json] [--manifest FILE] DIR
+                                     what one accounting probes/ directory (.status, .maps files) counted
   board [--interval 1ms]             publish the device runtime's priority board (the NRI plugin does this
                                      itself; run it on Docker/podman hosts)
   gc [--grace 10m] [--all]           drop registry entries whose cgroup is gone (OCI hook path; --all: every

@@ -57,6 +57,9 @@ func probesCmd(cfg config.Config, args []string, out io.Writer) error {
 	if len(args) > 0 && args[0] == "compile" {
 		return probesCompileCmd(args[1:], out)
 	}
+	if len(args) > 0 && args[0] == "read" {
+		return probesReadCmd(args[1:], out)
+	}
 	fset := flag.NewFlagSet("probes", flag.ContinueOnError)
 	asJSON := fset.Bool("json", false, "print JSON")
 	stateDir := fset.String("state-dir", cfg.StateDir, "the admission state directory (tenants/, acct/)")

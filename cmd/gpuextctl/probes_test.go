@@ -110,3 +110,23 @@ func TestProbesEmptyStateDir(t *testing.T) {
 		t.Errorf("no tenants: %q", out.String())
 	}
 }
+
+// probes read: one accounting directory, as a program run by hand leaves it.
+func TestProbesReadDir(t *testing.T) {
+	state := probeState(t)
+	var out bytes.Buffer
+	err := run([]string{"probes", "read", "--manifest", filepath.Join(state, "tenants", "7", "probes", "manifest.json"),
+		filepath.Join(state, "acct", "7", "probes")}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + out.String())
+	for _, want := range []string{"processes 2, images patched 2, unpatched 1 (1 sass-only)",
+		"launch-stats: blockExits=40 blockNs=100000 blocks=40 launches=10 meanBlockNs=2500.0",
+		"sm-histogram: smsUsed=3 minBlocks=10(sm2) maxBlocks=16(sm0)",
+		"launch-latency: clockBehind=0 noLaunchTime=0 lat_hist: count=20 p50=3185ns p99=16384ns"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("probes read lacks %q", want)
+		}
+	}
+}

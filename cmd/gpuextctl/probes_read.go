@@ -1,0 +1,98 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+
+	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/devrt/probe/maps"
+	"github.com/gpuext/gpuext/policies/probes"
+)
+
+// probesReadCmd is `gpuextctl probes read [--json] [--manifest FILE] DIR`:
+// what one accounting probes directory (the interposer's .status and .maps
+// files, $GPUEXT_TENANT_ACCT/probes) holds, without a state dir - for a
+// program run by hand with a bundle from `probes compile`.
+func probesReadCmd(args []string, out io.Writer) error {
+	fset := flag.NewFlagSet("probes read", flag.ContinueOnError)
+	fset.SetOutput(out)
+	asJSON := fset.Bool("json", false, "print JSON")
+	manifestPath := fset.String("manifest", "", "the module's manifest.json: count only its maps and name its probes (default: every map, every catalog probe)")
+	if err := fset.Parse(args); err != nil {
+		return err
+	}
+	if fset.NArg() != 1 {
+		return fmt.Errorf("usage: gpuextctl probes read [--json] [--manifest FILE] DIR")
+	}
+	var manifest *probe.Manifest
+	names := probes.Builtin().Names()
+	if *manifestPath != "" {
+		b, err := os.ReadFile(*manifestPath)
+		if err != nil {
+			return err
+		}
+		manifest = &probe.Manifest{}
+		if err := json.Unmarshal(b, manifest); err != nil {
+			return fmt.Errorf("%s: %w", *manifestPath, err)
+		}
+		names = manifest.Probes
+	}
+	ten, err := maps.ReadTenant(fset.Arg(0), manifest)
+	if err != nil {
+		return err
+	}
+	sum := maps.Summarize(ten, probes.Builtin(), names)
+	if *asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			Tenant *maps.Tenant        `json:"tenant"`
+			Probes []maps.ProbeSummary `json:"probes"`
+		}{ten, sum})
+	}
+	fmt.Fprintf(out, "processes %d, images patched %d, unpatched %d", ten.Processes, ten.Patched, ten.Unpatched)
+	if len(ten.Reasons) > 0 {
+		fmt.Fprintf(out, " (%s)", reasonList(ten.Reasons))
+	}
+	if len(ten.Off) > 0 {
+		fmt.Fprintf(out, "; off: %s", reasonList(ten.Off))
+	}
+	fmt.Fprintln(out)
+	for _, s := range sum {
+		if s.Counters == nil && s.SMs == nil && s.Histograms == nil {
+			continue // no file had this probe's maps
+		}
+		fmt.Fprintf(out, "%s:", s.Name)
+		for _, k := range sortedKeys(s.Counters) {
+			fmt.Fprintf(out, " %s=%d", k, s.Counters[k])
+		}
+		for _, k := range sortedKeys(s.Means) {
+			fmt.Fprintf(out, " %s=%.1f", k, s.Means[k])
+		}
+		if sm := s.SMs; sm != nil {
+			fmt.Fprintf(out, " smsUsed=%d minBlocks=%d(sm%d) maxBlocks=%d(sm%d)", sm.Used, sm.Min, sm.MinSM, sm.Max, sm.MaxSM)
+		}
+		for _, m := range sortedKeys(s.Histograms) {
+			h := s.Histograms[m]
+			fmt.Fprintf(out, " %s: count=%d p50=%d%s p99=%d%s", m, h.Count, h.P50, h.Unit, h.P99, h.Unit)
+		}
+		fmt.Fprintln(out)
+	}
+	for _, s := range ten.Skipped {
+		fmt.Fprintf(out, "not counted: %s\n", s)
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
