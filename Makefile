@@ -58,6 +58,7 @@ kernel-test: ## boot Debian's 6.12 kernel in qemu with gpuext.ko + gpusim.ko and
 
 gpu-prep: build ## here, as root (needs Go and BPF_PROG_TEST_RUN): what gpu-test carries: bin/ (static gpuextctl) and out/gpu/corpus (the differential corpus with the kernel's own results)
 	$(GO) run ./devrt/probe/cmd/gpuext-probe-corpus --out out/gpu/corpus
+	gzip -f out/gpu/corpus/corpus.txt out/gpu/corpus/corpus.ptx  # ~100 MB of mostly-zero map images -> ~1 MB
 
 gpu-test: ## on the GPU machine (not CI, no Go there; carry bin/ and out/gpu from gpu-prep): the device runtime and device probes with real CUDA apps; one PASS/FAIL line per check
 	@bash test/gpu/gpu-test.sh

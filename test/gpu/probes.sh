@@ -123,9 +123,11 @@ cat "$PT"/acct/*/probes/*.status 2>/dev/null | awk '/state=patched/ {print "INFO
 
 # The differential corpus (built here by `make gpu-prep`: the kernel's own
 # eBPF results) through the translator's PTX on the GPU.
-if [[ -f $REPO/out/gpu/corpus/corpus.txt ]]; then
+if [[ -f $REPO/out/gpu/corpus/corpus.txt.gz ]]; then
+	mkdir -p "$W/corpus"
+	for f in corpus.txt corpus.ptx; do gunzip -c "$REPO/out/gpu/corpus/$f.gz" >"$W/corpus/$f"; done
 	if nvcc -O2 -arch=sm_90 -o "$W/probe_diff" "$REPO/test/gpu/probe_diff.cu" -lcuda >>"$OUT/build-probes.log" 2>&1; then
-		"$W/probe_diff" "$REPO/out/gpu/corpus" >"$OUT/probe-diff.txt" 2>&1
+		"$W/probe_diff" "$W/corpus" >"$OUT/probe-diff.txt" 2>&1
 		if grep -q '^PASS probe-diff' "$OUT/probe-diff.txt"; then ok "probe-diff ($(grep '^PASS' "$OUT/probe-diff.txt" | cut -d' ' -f3-))"
 		else bad probe-diff "$(grep -m3 -v '^PASS' "$OUT/probe-diff.txt" | tr '\n' ' ')"; fi
 	else
