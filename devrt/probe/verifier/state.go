@@ -226,3 +226,105 @@ func covers(o, n *state, live uint16) bool {
 	}
 	return true
 }
+
+// joinScalar is the smallest scalar holding the values of both.
+func joinScalar(a, b scalar) scalar {
+	m := a.t.m | b.t.m | (a.t.v ^ b.t.v)
+	return scalar{
+		umin: min(a.umin, b.umin), umax: max(a.umax, b.umax),
+		smin: min(a.smin, b.smin), smax: max(a.smax, b.smax),
+		t: tnum{a.t.v &^ m, m},
+	}
+}
+
+// joinReg joins two registers of one kind; ok is false when they cannot
+// be joined without losing what safety depends on (kinds, maps, fixed
+// offsets, null-check ids).
+func joinReg(a, b reg, ids *idMap) (reg, bool) {
+	if a.k != b.k {
+		return reg{}, false
+	}
+	r := a
+	r.div = a.div || b.div
+	if a.tag != b.tag || a.shifted != b.shifted {
+		r.tag, r.shifted = tagNone, false
+	}
+	switch a.k {
+	case kNone:
+	case kScalar:
+		r.s = joinScalar(a.s, b.s)
+		if a.id != b.id {
+			r.id = 0
+		}
+	case kCtx, kStack:
+		if a.off != b.off {
+			return reg{}, false
+		}
+	case kMapPtr:
+		if a.m != b.m {
+			return reg{}, false
+		}
+	case kMapValue, kMapValueOrNull:
+		if a.m != b.m || a.off != b.off {
+			return reg{}, false
+		}
+		if a.k == kMapValueOrNull && !ids.match(a.id, b.id) {
+			return reg{}, false
+		}
+		r.s = joinScalar(a.s, b.s)
+	}
+	return r, true
+}
+
+// join merges path n into o, the state a finished path had at the same
+// insn, when they agree on control, on every live register's kind and on
+// every live scalar known exactly (a loop counter keeps iterations apart);
+// ranges are widened to hold both. The result covers n, so exploring it
+// instead of n is sound; it saves exploring one path per combination of
+// ranges (a running maximum, a sum) at every join point.
+func join(o, n *state, live uint16) (*state, bool) {
+	if o.ctrl != n.ctrl || o.tidZero != n.tidZero || len(o.regions) != len(n.regions) {
+		return nil, false
+	}
+	for i := range o.regions {
+		if o.regions[i] != n.regions[i] {
+			return nil, false
+		}
+	}
+	j := n.clone()
+	var ids idMap
+	for i := range o.r {
+		if live&(1<<i) == 0 && i != 10 {
+			j.r[i] = reg{}
+			continue
+		}
+		a, b := o.r[i], n.r[i]
+		if a.k == kScalar && b.k == kScalar && (a.s.isConst() || b.s.isConst()) && a.s.t.v != b.s.t.v {
+			return nil, false
+		}
+		r, ok := joinReg(a, b, &ids)
+		if !ok {
+			return nil, false
+		}
+		j.r[i] = r
+	}
+	for i := range o.stk {
+		a, b := o.stk[i], n.stk[i]
+		switch {
+		case a.spill && b.spill:
+			if a.r.k == kScalar && b.r.k == kScalar && (a.r.s.isConst() || b.r.s.isConst()) && a.r.s.t.v != b.r.s.t.v {
+				return nil, false
+			}
+			r, ok := joinReg(a.r, b.r, &ids)
+			if !ok {
+				return nil, false
+			}
+			j.stk[i].r = r
+		case a.init == b.init && !a.spill && !b.spill:
+			j.stk[i].div = a.div || b.div
+		default:
+			return nil, false
+		}
+	}
+	return j, true
+}

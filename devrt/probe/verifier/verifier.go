@@ -303,6 +303,20 @@ func (v *verifier) checkpoint(st *state) (bool, error) {
 		}
 		return false, v.errAt(at, ErrUnboundedLoop, "unbounded loop: back-edge to insn %d not proven bounded (the loop can repeat a state)", st.pc)
 	}
+	live := v.g.live[st.pc]
+	for i, cp := range cps {
+		if !cp.done {
+			continue
+		}
+		if j, ok := join(cp.st, st, live); ok {
+			j.pc, j.prev = st.pc, st.prev
+			*st = *j
+			// The joined state covers the finished one: it takes its place.
+			cps = append(cps[:i:i], cps[i+1:]...)
+			v.checkpoints[st.pc] = cps
+			break
+		}
+	}
 	if len(cps) < maxCheckpoints {
 		cp := &checkpoint{st: st.clone(), wl: len(v.work)}
 		v.checkpoints[st.pc] = append(cps, cp)
