@@ -26,8 +26,10 @@
 // exploration shows by running out of paths within a budget of 200,000
 // stepped instructions. Paths meeting at a jump target are pruned when a
 // finished path covers them (ignoring registers a liveness pass finds dead
-// there); a path that comes back around a loop to a state it already had
-// is rejected at once. Running out of budget rejects
+// there), and joined with one when they differ only in ranges that are not
+// exact constants (a running sum or maximum; a loop counter stays exact,
+// so iterations stay apart); a path that comes back around a loop to a
+// state it already had is rejected at once. Running out of budget rejects
 // the most-taken back-edge as "unbounded loop".
 //
 // # Rules
