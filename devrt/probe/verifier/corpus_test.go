@@ -17,9 +17,9 @@ import (
 // wantRe matches `// want: "substring" at line N` (the substring Go-quoted).
 var wantRe = regexp.MustCompile(`// want: ("(?:[^"\\]|\\.)*") at line (\d+)`)
 
-func compileCorpus(t *testing.T, file string) *ebpf.CollectionSpec {
+func compileCorpus(t *testing.T, file string, flags ...string) *ebpf.CollectionSpec {
 	t.Helper()
-	obj := bpfc.Compile(t, file, "testdata", bpfc.ABIIncludeDir(t))
+	obj := bpfc.CompileFlags(t, file, flags, "testdata", bpfc.ABIIncludeDir(t))
 	spec, err := ebpf.LoadCollectionSpec(obj)
 	if err != nil {
 		t.Fatalf("load %s: %v", obj, err)
@@ -36,6 +36,7 @@ func TestCorpusAccept(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
+			t.Parallel()
 			spec := compileCorpus(t, f)
 			rep, err := VerifyCollection(spec)
 			if err != nil {
@@ -63,6 +64,7 @@ func TestCorpusReject(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
+			t.Parallel()
 			src, err := os.ReadFile(f)
 			if err != nil {
 				t.Fatal(err)
@@ -97,5 +99,31 @@ func TestCorpusReject(t *testing.T) {
 			}
 			t.Log(err)
 		})
+	}
+}
+
+// The corpus built for BPF v3 (32-bit ALU and jumps, as -mcpu=v3 emits):
+// the same verdicts and messages (lines may move, so they are not checked).
+func TestCorpusV3(t *testing.T) {
+	for _, dir := range []string{"accept", "reject"} {
+		files, _ := filepath.Glob("testdata/" + dir + "/*.bpf.c")
+		for _, f := range files {
+			t.Run(dir+"/"+filepath.Base(f), func(t *testing.T) {
+				t.Parallel()
+				_, err := VerifyCollection(compileCorpus(t, f, "-mcpu=v3"))
+				if dir == "accept" {
+					if err != nil {
+						t.Fatalf("rejected: %v", err)
+					}
+					return
+				}
+				src, _ := os.ReadFile(f)
+				m := wantRe.FindStringSubmatch(string(src))
+				want, _ := strconv.Unquote(m[1])
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("got %v, want %q", err, want)
+				}
+			})
+		}
 	}
 }

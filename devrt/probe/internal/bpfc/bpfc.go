@@ -20,9 +20,16 @@ var Flags = []string{"-target", "bpf", "-O2", "-g", "-Wall", "-Wno-unused-functi
 // output.
 func Compile(t testing.TB, cfile string, includeDirs ...string) string {
 	t.Helper()
+	return CompileFlags(t, cfile, nil, includeDirs...)
+}
+
+// CompileFlags is Compile with extra clang flags after Flags (e.g.
+// -mcpu=v3 for 32-bit ALU and jump instructions).
+func CompileFlags(t testing.TB, cfile string, extra []string, includeDirs ...string) string {
+	t.Helper()
 	clang := requireClang(t)
 	out := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(cfile), ".c")+".o")
-	args := append([]string{}, Flags...)
+	args := append(append([]string{}, Flags...), extra...)
 	for _, d := range includeDirs {
 		args = append(args, "-I", d)
 	}
