@@ -328,7 +328,9 @@ int main(int argc, char **argv)
 	CUmodule mod;
 	CK(cuInit(0));
 	CK(cuDeviceGet(&dev, 0));
-	CK(cuCtxCreate(&ctx, 0, dev));
+	/* the primary context: cuCtxCreate changed its signature in CUDA 13 */
+	CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+	CK(cuCtxSetCurrent(ctx));
 	static char errlog[1 << 16], infolog[1 << 16];
 	CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
 			       CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};

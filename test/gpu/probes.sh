@@ -22,7 +22,7 @@ pbuild() { # name args...
 }
 pbuild vecadd "$REPO/test/gpu/vecadd.cu"
 pbuild vecadd_nc "$REPO/test/gpu/vecadd.cu" --compress-mode=none
-NVCCP=(nvcc -O2 -gencode arch=compute_90,code=sm_90) pbuild vecadd_sass "$REPO/test/gpu/vecadd.cu"
+NVCCP=(nvcc -O2 -gencode arch=compute_90,code=sm_90); pbuild vecadd_sass "$REPO/test/gpu/vecadd.cu"; NVCCP=(nvcc -O2 -arch=sm_90)
 pbuild probeapps "$REPO/test/gpu/probeapps.cu"
 
 # ptenant ID PROBES [--kernel NAME...]: a tenant dir with compiled probes
