@@ -59,3 +59,20 @@ func TestUnsupportedAttach(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// The ctx the verifier allows reads of is struct gpuext_probe_ctx: four
+// fields covering its probe.CtxSize bytes.
+func TestCtxFields(t *testing.T) {
+	want := []struct{ off, size int64 }{{0, 8}, {8, 4}, {12, 4}, {16, 8}}
+	if len(ctxFields) != len(want) {
+		t.Fatalf("ctx fields %v, want %v", ctxFields, want)
+	}
+	for i := range want {
+		if ctxFields[i] != want[i] {
+			t.Fatalf("ctx fields %v, want %v", ctxFields, want)
+		}
+	}
+	if last := ctxFields[len(ctxFields)-1]; last.off+last.size != probe.CtxSize {
+		t.Fatalf("ctx fields end at %d, CtxSize is %d", last.off+last.size, probe.CtxSize)
+	}
+}

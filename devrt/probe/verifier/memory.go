@@ -2,6 +2,7 @@ package verifier
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/cilium/ebpf/asm"
@@ -12,8 +13,17 @@ import (
 // Loads, stores and atomics: ctx, stack and map value accesses, and the
 // side-effect rules for writes into maps.
 
-// ctxFields: offset -> size of struct gpuext_probe_ctx's fields.
-var ctxFields = []struct{ off, size int64 }{{0, 8}, {8, 4}, {12, 4}, {16, 8}}
+// ctxFields are the fields of struct gpuext_probe_ctx (offset, size),
+// taken from its Go mirror probe.Ctx.
+var ctxFields = func() []struct{ off, size int64 } {
+	var fs []struct{ off, size int64 }
+	t := reflect.TypeOf(probe.Ctx{})
+	for i := range t.NumField() {
+		f := t.Field(i)
+		fs = append(fs, struct{ off, size int64 }{int64(f.Offset), int64(f.Type.Size())})
+	}
+	return fs
+}()
 
 func (v *verifier) load(st *state, pc int, ins *asm.Instruction) error {
 	mode := ins.OpCode.Mode()
