@@ -2,8 +2,10 @@ package verifier
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -79,9 +81,10 @@ func (v *verifier) call(st *state, pc int, ins *asm.Instruction) error {
 }
 
 func deviceHelperList() string {
-	var ns []string
-	for _, id := range []int32{1, 2, 3, 5, 8, 130, 2001, 2002, 2003, 2004, 2005, 2006, 2007, 2008, 2009, 2010} {
-		ns = append(ns, probe.HelperNames[id])
+	ids := slices.Sorted(maps.Keys(probe.HelperNames))
+	ns := make([]string, len(ids))
+	for i, id := range ids {
+		ns[i] = probe.HelperNames[id]
 	}
 	return strings.Join(ns, ", ")
 }
