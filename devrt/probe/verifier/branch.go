@@ -66,19 +66,12 @@ func (v *verifier) jump(st *state, pc int, ins *asm.Instruction) (bool, error) {
 			}
 			s.ctrl = cDivergent
 		}
-		if (op == asm.JEq || op == asm.JNE) && !regSrc && ins.Constant == 0 && a.tag != tagNone && !a.shifted {
-			eq := taken
-			if op == asm.JNE {
-				eq = fall
-			}
-			switch a.tag {
-			case tagLane, tagThreadLinear:
-				eq.ctrl = cLeader
-			default:
-				eq.tidZero |= 1 << (a.tag - tagTidX)
-				if eq.tidZero == 7 {
-					eq.ctrl = cLeader
-				}
+		// A leader guard: the side where lane_id(), thread_linear_id() or
+		// thread_idx(d) is proven 0, however the comparison is written.
+		for _, s := range []*state{taken, fall} {
+			leaderSide(s, ins.Dst)
+			if regSrc {
+				leaderSide(s, ins.Src)
 			}
 		}
 	}
@@ -99,6 +92,24 @@ func (v *verifier) jump(st *state, pc int, ins *asm.Instruction) (bool, error) {
 		return false, nil
 	}
 	return true, nil
+}
+
+// leaderSide makes s a leader path when register r holds a leader value
+// (lane_id, thread_linear_id, thread_idx) narrowed to exactly 0 there.
+func leaderSide(s *state, r asm.Register) {
+	x := s.r[r]
+	if x.k != kScalar || x.tag == tagNone || x.shifted || !x.s.isConst() || x.s.t.v != 0 {
+		return
+	}
+	switch x.tag {
+	case tagLane, tagThreadLinear:
+		s.ctrl = cLeader
+	default:
+		s.tidZero |= 1 << (x.tag - tagTidX)
+		if s.tidZero == 7 {
+			s.ctrl = cLeader
+		}
+	}
 }
 
 func hasRegion(s *state, branch int) bool {

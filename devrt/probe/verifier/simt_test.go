@@ -91,6 +91,22 @@ func TestSIMT(t *testing.T) {
 			asm.JNE.Imm(asm.R0, 0, "out"),
 			asm.Mov.Imm(asm.R1, 1),
 			atomicAdd(asm.R6)), ret("out")), ""},
+		{"lane_id() > 0 exits: the rest is a leader", prog(uniformLookup("arr", asm.R6), is(
+			call(probe.HelperLaneID),
+			asm.JGT.Imm(asm.R0, 0, "out"),
+			asm.Mov.Imm(asm.R1, 1),
+			atomicAdd(asm.R6)), ret("out")), ""},
+		{"lane_id() > 1 exits: two lanes remain", prog(uniformLookup("arr", asm.R6), is(
+			call(probe.HelperLaneID),
+			asm.JGT.Imm(asm.R0, 1, "out"),
+			asm.Mov.Imm(asm.R1, 1),
+			atomicAdd(asm.R6)), ret("out")), "by every lane"},
+		{"0 == thread_linear_id() with a register", prog(uniformLookup("arr", asm.R6), is(
+			call(probe.HelperThreadLinearID),
+			asm.Mov.Imm(asm.R1, 0),
+			asm.JNE.Reg(asm.R1, asm.R0, "out"),
+			asm.Mov.Imm(asm.R1, 1),
+			atomicAdd(asm.R6)), ret("out")), ""},
 		{"lane_id changed before the test is no guard", prog(uniformLookup("arr", asm.R6), is(
 			call(probe.HelperLaneID),
 			asm.RSh.Imm(asm.R0, 1),
