@@ -74,10 +74,12 @@
 // A branch on a divergent value makes control divergent until the branch's
 // immediate post-dominator, where the lanes reconverge; there, whatever the
 // region may have written becomes divergent. The exception is a leader
-// guard: on the "== 0" side of lane_id() (one lane per warp),
-// thread_linear_id() (one thread per block), or thread_idx(0), (1) and (2)
-// all proven 0 (one thread per block), exactly one thread runs and any side
-// effect is allowed. Outside a leader guard a side effect must be
+// guard: on the side of a branch where lane_id() (one lane per warp),
+// thread_linear_id() (one thread per block), or each of thread_idx(0), (1)
+// and (2) (one thread per block) is proven 0 (== 0, != 0 return, > 0
+// return ...), exactly one thread runs and any side effect is allowed. A
+// value stays a leader value through copies, spills and clang's
+// zero-extension of a u32, not through other arithmetic. Outside a leader guard a side effect must be
 // warp-uniform (uniform control and operands) and idempotent: a plain
 // store or map_update_elem/map_delete_elem is; atomics and ringbuf_output
 // are not (32 lanes would apply them 32 times). Uniform means uniform
