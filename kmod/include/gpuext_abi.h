@@ -362,7 +362,6 @@ struct gpuext_dmap {
 	__u32 nbuckets;    /* HASH: buckets; PER_WARP: slots; else max_entries */
 	__u32 stride;      /* bytes per entry (bucket, slot row) */
 	__u64 data_size;   /* bytes after the descriptor */
-	__u64 reserved;
-};
+};                         /* GPUEXT_DMAP_HDR_SIZE bytes */
 
 #endif /* GPUEXT_ABI_H */

@@ -20,12 +20,27 @@
 #define LS_BLOCK_EXITS 3
 #define LS_NCOUNTERS 4
 
+/*
+ * Per-warp counters (PERCPU_ARRAY on the device: one copy per SM warp slot,
+ * summed by the host). Every block's thread 0 counts, so a shared array
+ * would take one contended atomic per block per counter on the same L2
+ * line; a warp's own slot takes a plain add (the slot belongs to the warp
+ * for as long as it runs, and only its leader thread writes it).
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
 	__type(value, __u64);
 	__uint(max_entries, LS_NCOUNTERS);
 } ls_counters SEC(".maps");
+
+#define ls_count(idx, n)                                                   \
+	do {                                                               \
+		__u32 __k = (idx);                                         \
+		__u64 *__v = bpf_map_lookup_elem(&ls_counters, &__k);     \
+		if (__v)                                                   \
+			*__v += (n);                                       \
+	} while (0)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -45,9 +60,9 @@ int launch_stats_entry(struct gpuext_probe_ctx *ctx)
 	start = bpf_map_lookup_elem(&ls_start, &zero);
 	if (start)
 		*start = gpuext_globaltimer();
-	gpuext_count(&ls_counters, LS_BLOCKS, 1);
+	ls_count(LS_BLOCKS, 1);
 	if (gpuext_block_linear_id() == 0)
-		gpuext_count(&ls_counters, LS_LAUNCHES, 1);
+		ls_count(LS_LAUNCHES, 1);
 	return 0;
 }
 
@@ -66,8 +81,8 @@ int launch_stats_exit(struct gpuext_probe_ctx *ctx)
 	now = gpuext_globaltimer();
 	if (t0 == 0 || now < t0)
 		return 0;
-	gpuext_count(&ls_counters, LS_BLOCK_NS, now - t0);
-	gpuext_count(&ls_counters, LS_BLOCK_EXITS, 1);
+	ls_count(LS_BLOCK_NS, now - t0);
+	ls_count(LS_BLOCK_EXITS, 1);
 	return 0;
 }
 

@@ -52,9 +52,9 @@ func TestCompileMergesProbes(t *testing.T) {
 	if strings.Contains(b.PTX, ".version") || strings.Contains(b.PTX, ".target") {
 		t.Error("module.ptx is a fragment: no .version/.target")
 	}
-	// ls_counters: 4 entries x (8 seq + 8 value) + 32; ls_start: per-warp 16384 slots x 8.
+	// ls_counters: per-warp, 16384 slots x 4 x 8 + 32; ls_start: per-warp 16384 slots x 8 + 32.
 	wantConf := "version 1\nmin_ptx 6.0\nmin_target 70\nlaunch_time 0\n" +
-		"map ls_counters __gpuext_map_ls_counters 96\n" +
+		"map ls_counters __gpuext_map_ls_counters 524320\n" +
 		"map ls_start __gpuext_map_ls_start 131104\n" +
 		"map smh_counts __gpuext_map_smh_counts 4128\n"
 	if b.Conf != wantConf {
