@@ -118,6 +118,13 @@ if [[ -x $W/probeapps ]] && ptenant 36 launch-stats; then
 	done | tee "$OUT/probe-overhead.txt"
 	grep -h 'state=patched' "$PT/acct/36/probes/"*.status | head -2 | sed 's/^/INFO probe_overhead status /'
 fi
+# What the splice costs in resources: ptxas -v on the apps' PTX with and without it.
+if [[ -d $PT/tenants/36/probes ]] && nvcc -arch=sm_90 -ptx -o "$W/probeapps.ptx" "$REPO/test/gpu/probeapps.cu" 2>>"$OUT/build-probes.log" &&
+	"$W/devrt/ptxpatch_cli" -c "$PT/tenants/36/probes/module.conf" "$PT/tenants/36/probes/module.ptx" "$W/probeapps.ptx" >"$W/probeapps.patched.ptx" 2>>"$OUT/build-probes.log"; then
+	for f in probeapps probeapps.patched; do
+		ptxas -v -arch=sm_90 -o /dev/null "$W/$f.ptx" 2>&1 | awk -v f="$f" '/Compiling entry function/ {e = $NF} /Used/ {print "INFO probe_resources " f " " e " " $0}' | sed "s/'//g"
+	done | tee "$OUT/probe-resources.txt"
+fi
 # Load-time cost: the patch + JIT of each patched module, from the status files.
 cat "$PT"/acct/*/probes/*.status 2>/dev/null | awk '/state=patched/ {print "INFO probe_load", $0}' | sort -u | head -12
 
