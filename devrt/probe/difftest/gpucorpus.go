@@ -169,10 +169,13 @@ const CorpusHeader = "# gpuext probe corpus v1"
 //	ctx HEX
 //	r0 HEX32
 //	ctxout HEX
-//	map SYMBOL INIT-HEX
+//	map SYMBOL LEN OFF:HEX...        (initial bytes: LEN, zero but for the runs)
 //	expect SYMBOL N KEY:VALUE...     (N entries; hex; ordered by key)
-//	image SYMBOL HEX
+//	image SYMBOL LEN OFF:HEX...      (bytes after the run per the device map spec)
 //	end
+//
+// Map bytes are sparse (a per-warp map is megabytes of zeros): LEN bytes,
+// zero except for the listed runs, OFF in decimal.
 func WriteCorpus(w io.Writer, exp []Expect) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, "%s\n# %d programs; see devrt/probe/difftest/gpucorpus.go\n", CorpusHeader, len(exp))
@@ -183,7 +186,7 @@ func WriteCorpus(w io.Writer, exp []Expect) error {
 			if m.Entries != "" {
 				n = len(strings.Fields(m.Entries))
 			}
-			fmt.Fprintf(bw, "map %s %x\nexpect %s %d %s\nimage %s %x\n", m.Symbol, m.Init, m.Symbol, n, m.Entries, m.Symbol, m.Image)
+			fmt.Fprintf(bw, "map %s %s\nexpect %s %d %s\nimage %s %s\n", m.Symbol, sparse(m.Init), m.Symbol, n, m.Entries, m.Symbol, sparse(m.Image))
 		}
 		fmt.Fprintf(bw, "end\n")
 	}
@@ -228,15 +231,23 @@ func ParseCorpus(r io.Reader) ([]Expect, error) {
 				return nil, bad(err)
 			}
 			cur.R0 = uint32(v)
-		case f[0] == "map" && len(f) == 3:
-			cur.Maps = append(cur.Maps, MapExpect{Symbol: f[1], Init: hx(f[2])})
-		case (f[0] == "expect" && len(f) >= 3) || (f[0] == "image" && len(f) == 3):
+		case f[0] == "map" && len(f) >= 3:
+			b, err := unsparse(f[2:])
+			if err != nil {
+				return nil, bad(err)
+			}
+			cur.Maps = append(cur.Maps, MapExpect{Symbol: f[1], Init: b})
+		case (f[0] == "expect" && len(f) >= 3) || (f[0] == "image" && len(f) >= 3):
 			if len(cur.Maps) == 0 || cur.Maps[len(cur.Maps)-1].Symbol != f[1] {
 				return nil, bad(fmt.Errorf("%s %s does not follow its map line", f[0], f[1]))
 			}
 			m := &cur.Maps[len(cur.Maps)-1]
 			if f[0] == "image" {
-				m.Image = hx(f[2])
+				b, err := unsparse(f[2:])
+				if err != nil {
+					return nil, bad(err)
+				}
+				m.Image = b
 			} else {
 				n, err := strconv.Atoi(f[2])
 				if err != nil || n != len(f)-3 {
@@ -320,4 +331,51 @@ func layoutOf(img []byte) (probe.MapLayout, error) {
 	}
 	le := binary.LittleEndian
 	return probe.Layout(probe.MapType(le.Uint32(img)), le.Uint32(img[4:]), le.Uint32(img[8:]), le.Uint32(img[12:]))
+}
+
+// sparse writes b as "LEN OFF:HEX ...": the runs of b that are not zero
+// (runs closer than 16 zero bytes merged).
+func sparse(b []byte) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%d", len(b))
+	for i := 0; i < len(b); {
+		if b[i] == 0 {
+			i++
+			continue
+		}
+		j, zeros := i, 0
+		for j < len(b) && zeros < 16 {
+			if b[j] == 0 {
+				zeros++
+			} else {
+				zeros = 0
+			}
+			j++
+		}
+		end := j - zeros
+		fmt.Fprintf(&sb, " %d:%x", i, b[i:end])
+		i = j
+	}
+	return sb.String()
+}
+
+func unsparse(f []string) ([]byte, error) {
+	n, err := strconv.Atoi(f[0])
+	if err != nil || n < 0 || n > 1<<30 {
+		return nil, fmt.Errorf("bad length %q", f[0])
+	}
+	b := make([]byte, n)
+	for _, seg := range f[1:] {
+		o, h, ok := strings.Cut(seg, ":")
+		off, err := strconv.Atoi(o)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("bad run %q", seg)
+		}
+		d, err := hex.DecodeString(h)
+		if err != nil || off < 0 || off+len(d) > n {
+			return nil, fmt.Errorf("bad run %q", seg)
+		}
+		copy(b[off:], d)
+	}
+	return b, nil
 }
