@@ -64,6 +64,11 @@ type gen struct {
 	// else noReg.
 	counter asm.Register
 	depth   int
+	// regs are the scalar registers the code being emitted may use; inSub
+	// while a subprogram is emitted (no ctx, no loop counter there).
+	regs  []asm.Register
+	inSub bool
+	subs  []subprog
 }
 
 type fixup struct{ idx, pos, label int }
@@ -116,7 +121,7 @@ const noReg = asm.Register(0xff)
 
 var valueRegs = []asm.Register{asm.R0, asm.R1, asm.R2, asm.R3, asm.R4, asm.R5, asm.R6, asm.R7, asm.R8}
 
-func (g *gen) src() asm.Register { return valueRegs[g.r.IntN(len(valueRegs))] }
+func (g *gen) src() asm.Register { return g.regs[g.r.IntN(len(g.regs))] }
 
 func (g *gen) dst() asm.Register {
 	for {
@@ -284,13 +289,13 @@ func (g *gen) op(budget int) {
 		g.special()
 	case k < 14:
 		g.stack()
-	case k < 15:
+	case k < 15 && !g.inSub:
 		g.ctx()
 	case k < 18 && budget > 3 && g.depth < 3:
 		g.depth++
 		g.branch(budget - 1)
 		g.depth--
-	case k < 19 && budget > 3:
+	case k < 19 && budget > 3 && !g.inSub:
 		g.loop(budget / 2)
 	default:
 		g.alu(g.r.IntN(2) == 0)
@@ -346,7 +351,7 @@ func (g *gen) epilogue() {
 }
 
 func generate(i int) Case {
-	g := &gen{r: rand.New(rand.NewPCG(uint64(i), 0x9e3779b97f4a7c15)), labels: map[int]int{}, maps: map[string]*ebpf.MapSpec{}, counter: noReg}
+	g := &gen{r: rand.New(rand.NewPCG(uint64(i), 0x9e3779b97f4a7c15)), labels: map[int]int{}, maps: map[string]*ebpf.MapSpec{}, counter: noReg, regs: valueRegs}
 	var kind string
 	g.prologue()
 	switch i % 10 {
@@ -354,6 +359,11 @@ func generate(i int) Case {
 		kind = "alu"
 		g.block(10 + g.r.IntN(30))
 	case 3:
+		if i%20 == 13 {
+			kind = "call"
+			g.callProgram()
+			break
+		}
 		kind = "flow"
 		for j := 0; j < 4; j++ {
 			g.branch(6)
@@ -376,6 +386,7 @@ func generate(i int) Case {
 		g.ringbufProgram()
 	}
 	g.epilogue()
+	g.subprograms()
 	ctx := make([]byte, CtxSize)
 	for off := CtxInput; off < CtxRegs; off += 8 {
 		binary.LittleEndian.PutUint64(ctx[off:], g.value())
@@ -401,4 +412,50 @@ func generate(i int) Case {
 // imm; asm.StoreImm refuses it).
 func stImm(dst asm.Register, off int16, v int64, size asm.Size) asm.Instruction {
 	return asm.Instruction{OpCode: asm.StoreImmOp(size), Dst: dst, Offset: off, Constant: v}
+}
+
+type subprog struct {
+	name string
+	ptr  bool // r1 points into the caller's stack
+}
+
+// callProgram: bpf-to-bpf calls from the main program, with scalar
+// arguments or a pointer into the caller's stack.
+func (g *gen) callProgram() {
+	for j := 0; j < 1+g.r.IntN(3); j++ {
+		sp := subprog{name: fmt.Sprintf("sub%d", len(g.subs)), ptr: g.r.IntN(2) == 0}
+		g.subs = append(g.subs, sp)
+		if sp.ptr {
+			g.emit(asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -32))
+		}
+		g.emit(asm.Call.Label(sp.name))
+		g.emit(asm.Xor.Reg(asm.R6, asm.R0))
+		g.reinit(true)
+		g.block(2 + g.r.IntN(4))
+	}
+}
+
+// subprograms emits the bodies of the functions callProgram called.
+func (g *gen) subprograms() {
+	for _, sp := range g.subs {
+		g.inSub = true
+		g.regs = []asm.Register{asm.R0, asm.R2, asm.R3, asm.R4, asm.R5}
+		if !sp.ptr {
+			g.regs = append(g.regs, asm.R1)
+		}
+		g.emit(stImm(asm.RFP, -8, 0, asm.DWord).WithSymbol(sp.name))
+		for off := int16(-16); off >= -stackScratch; off -= 8 {
+			g.emit(stImm(asm.RFP, off, 0, asm.DWord))
+		}
+		g.emit(asm.Mov.Reg(asm.R0, asm.R2))
+		g.block(4 + g.r.IntN(12))
+		if sp.ptr {
+			g.emit(asm.LoadMem(asm.R3, asm.R1, 8, asm.DWord))
+			g.emit(asm.StoreMem(asm.R1, 0, asm.R0, asm.DWord))
+			g.emit(asm.Add.Reg(asm.R0, asm.R3))
+		}
+		g.emit(asm.Return())
+		g.inSub = false
+		g.regs = valueRegs
+	}
 }

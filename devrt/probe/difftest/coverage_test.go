@@ -11,6 +11,9 @@ import (
 
 // coverageKey names what an instruction exercises.
 func coverageKey(ins asm.Instruction) string {
+	if ins.IsFunctionCall() {
+		return "bpf-to-bpf call"
+	}
 	op := ins.OpCode
 	src := "imm"
 	if op.Source() == asm.RegSource {
@@ -34,7 +37,8 @@ func coverageKey(ins asm.Instruction) string {
 
 // TestCorpusCoverage: the corpus exercises every ALU op in both widths and
 // both source kinds, every condition of JMP and JMP32, every atomic in both
-// sizes, sign-extending loads, all store widths and byte swaps.
+// sizes, sign-extending loads, all store widths, byte swaps and
+// bpf-to-bpf calls.
 func TestCorpusCoverage(t *testing.T) {
 	seen := map[string]int{}
 	for _, c := range difftest.Corpus(0) {
@@ -78,6 +82,7 @@ func TestCorpusCoverage(t *testing.T) {
 			want = append(want, fmt.Sprintf("%v %v %v", asm.LdXClass, asm.MemSXMode, sz))
 		}
 	}
+	want = append(want, "bpf-to-bpf call")
 	for _, w := range want {
 		if seen[w] == 0 {
 			t.Errorf("the corpus never exercises %s", w)

@@ -2,6 +2,7 @@ package ptx
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -57,8 +58,41 @@ func (t *progTranslator) translate(insns asm.Instructions) error {
 	for _, r := range raw {
 		valid[r] = true
 	}
-	targets := map[int]bool{}
+	// Subprograms: every target of a bpf-to-bpf call starts a function
+	// that runs to the next one; the main program starts at 0.
+	starts := map[int]bool{0: true}
 	jumpTarget := make([]int, len(insns))
+	for i, ins := range insns {
+		if !ins.IsFunctionCall() {
+			continue
+		}
+		tgt := raw[i] + 1 + int(ins.Constant)
+		if ref := ins.Reference(); ref != "" {
+			p, ok := symbols[ref]
+			if !ok {
+				return fmt.Errorf("insn %d: call to unknown function %q", i, ref)
+			}
+			tgt = p
+		}
+		if !valid[tgt] || tgt == 0 {
+			return fmt.Errorf("insn %d: call to %d, not a subprogram", i, tgt)
+		}
+		starts[tgt] = true
+		jumpTarget[i] = tgt
+	}
+	funcOf := make([]int, len(insns)) // raw start of each instruction's function
+	for i := range insns {
+		if starts[raw[i]] {
+			funcOf[i] = raw[i]
+		} else if i > 0 {
+			funcOf[i] = funcOf[i-1]
+		}
+	}
+	startOf := map[int]int{}
+	for i := range insns {
+		startOf[raw[i]] = funcOf[i]
+	}
+	targets := map[int]bool{}
 	for i, ins := range insns {
 		op := ins.OpCode
 		cls := op.Class()
@@ -80,30 +114,70 @@ func (t *progTranslator) translate(insns asm.Instructions) error {
 		if !valid[tgt] {
 			return fmt.Errorf("insn %d: jump to %d, not an instruction", i, tgt)
 		}
+		if startOf[tgt] != funcOf[i] {
+			return fmt.Errorf("insn %d: jump to %d, into another function", i, tgt)
+		}
 		targets[tgt] = true
 		jumpTarget[i] = tgt
 	}
 	t.insns = len(insns)
 
-	fmt.Fprintf(&t.out, ".func (.param .b64 __ret) %s(.param .b64 __ctx)\n{\n", t.fn)
-	fmt.Fprintf(&t.out, "\t.local .align 8 .b8 __stack[%d];\n", StackSize)
-	t.out.WriteString("\t.reg .b64 %r<11>;\n\t.reg .b64 %t<2>;\n\t.reg .b32 %w<3>;\n\t.reg .pred %p<3>;\n")
-	t.emit("ld.param.u64 %%r1, [__ctx]")
-	t.emit("mov.u64 %%r10, __stack")
-	t.emit("cvta.local.u64 %%r10, %%r10")
-	t.emit("add.u64 %%r10, %%r10, %d", StackSize)
-	for i, ins := range insns {
-		if targets[raw[i]] {
-			t.out.WriteString(label(raw[i]) + ":\n")
-		}
-		fmt.Fprintf(&t.out, "\t// %d: %v\n", raw[i], ins)
-		if err := t.insn(ins, jumpTarget[i]); err != nil {
-			return fmt.Errorf("insn %d (%v): %w", raw[i], ins, err)
+	// Subprograms are declared first (a call needs the prototype), then
+	// defined after the main program: .func (.param .b64 __ret)
+	// <fn>__sub<raw>(.param .b64 __a1 .. __a5), r1-r5 the arguments, an
+	// own 512-byte stack, r6-r9 callee-saved by construction (PTX
+	// registers are per function).
+	var subs []int
+	for st := range starts {
+		if st != 0 {
+			subs = append(subs, st)
 		}
 	}
-	t.out.WriteString("}\n\n")
+	sort.Ints(subs)
+	for _, st := range subs {
+		fmt.Fprintf(&t.out, ".func (.param .b64 __ret) %s(%s);\n", t.subName(st), subParams)
+	}
+	if len(subs) > 0 {
+		t.out.WriteString("\n")
+	}
+	for _, st := range append([]int{0}, subs...) {
+		if st == 0 {
+			fmt.Fprintf(&t.out, ".func (.param .b64 __ret) %s(.param .b64 __ctx)\n{\n", t.fn)
+		} else {
+			fmt.Fprintf(&t.out, ".func (.param .b64 __ret) %s(%s)\n{\n", t.subName(st), subParams)
+		}
+		fmt.Fprintf(&t.out, "\t.local .align 8 .b8 __stack[%d];\n", StackSize)
+		t.out.WriteString("\t.reg .b64 %r<11>;\n\t.reg .b64 %t<2>;\n\t.reg .b32 %w<3>;\n\t.reg .pred %p<3>;\n")
+		if st == 0 {
+			t.emit("ld.param.u64 %%r1, [__ctx]")
+		} else {
+			for a := 1; a <= 5; a++ {
+				t.emit("ld.param.u64 %%r%d, [__a%d]", a, a)
+			}
+		}
+		t.emit("mov.u64 %%r10, __stack")
+		t.emit("cvta.local.u64 %%r10, %%r10")
+		t.emit("add.u64 %%r10, %%r10, %d", StackSize)
+		for i, ins := range insns {
+			if funcOf[i] != st {
+				continue
+			}
+			if targets[raw[i]] {
+				t.out.WriteString(label(raw[i]) + ":\n")
+			}
+			fmt.Fprintf(&t.out, "\t// %d: %v\n", raw[i], ins)
+			if err := t.insn(ins, jumpTarget[i]); err != nil {
+				return fmt.Errorf("insn %d (%v): %w", raw[i], ins, err)
+			}
+		}
+		t.out.WriteString("}\n\n")
+	}
 	return nil
 }
+
+const subParams = ".param .b64 __a1, .param .b64 __a2, .param .b64 __a3, .param .b64 __a4, .param .b64 __a5"
+
+func (t *progTranslator) subName(raw int) string { return t.fn + "__sub" + strconv.Itoa(raw) }
 
 func (t *progTranslator) insn(ins asm.Instruction, tgt int) error {
 	op := ins.OpCode
@@ -419,7 +493,7 @@ func (t *progTranslator) jump(ins asm.Instruction, tgt int) error {
 		t.emit("ret")
 		return nil
 	case asm.Call:
-		return t.call(ins)
+		return t.call(ins, tgt)
 	case asm.Ja:
 		t.emit("bra %s", label(tgt))
 		return nil
@@ -498,9 +572,20 @@ func (t *progTranslator) linear(idx, dim string) {
 	t.emit("mad.lo.u32 %%w0, %%w0, %%w1, %%w2")
 }
 
-func (t *progTranslator) call(ins asm.Instruction) error {
+func (t *progTranslator) call(ins asm.Instruction, tgt int) error {
 	if ins.IsFunctionCall() {
-		return fmt.Errorf("bpf-to-bpf call: %w", ErrUnsupported)
+		t.out.WriteString("\t{\n")
+		var names []string
+		for a := 1; a <= 5; a++ {
+			fmt.Fprintf(&t.out, "\t.param .b64 __c%d;\n", a)
+			t.emit("st.param.b64 [__c%d], %%r%d", a, a)
+			names = append(names, fmt.Sprintf("__c%d", a))
+		}
+		t.out.WriteString("\t.param .b64 __cr;\n")
+		t.emit("call (__cr), %s, (%s)", t.subName(tgt), strings.Join(names, ", "))
+		t.emit("ld.param.b64 %%r0, [__cr]")
+		t.out.WriteString("\t}\n")
+		return nil
 	}
 	if !ins.IsBuiltinCall() {
 		return fmt.Errorf("kfunc or special call: %w", ErrUnsupported)

@@ -155,15 +155,61 @@ func TestHelpersSpliced(t *testing.T) {
 }
 
 func TestRejects(t *testing.T) {
-	for name, insns := range map[string]asm.Instructions{
-		"bpf-to-bpf call": {asm.Call.Label("f"), asm.Return(), asm.Mov.Imm(asm.R0, 0).WithSymbol("f"), asm.Return()},
-		"unknown helper":  {asm.FnTracePrintk.Call(), asm.Return()},
+	for name, tc := range map[string]struct {
+		insns asm.Instructions
+		want  string
+	}{
+		"unknown helper":     {asm.Instructions{asm.FnTracePrintk.Call(), asm.Return()}, "not supported"},
+		"legacy packet load": {asm.Instructions{asm.LoadAbs(0, asm.Byte), asm.Return()}, "not supported"},
+		"jump across functions": {asm.Instructions{
+			asm.Call.Label("f"), asm.Ja.Label("g"), asm.Return(),
+			asm.Mov.Imm(asm.R0, 0).WithSymbol("f"), asm.Mov.Imm(asm.R0, 1).WithSymbol("g"), asm.Return(),
+		}, "into another function"},
 	} {
-		spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"p": {Name: "p", Instructions: insns}}}
+		spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"p": {Name: "p", Instructions: tc.insns}}}
 		if _, err := ptx.Translate(spec, nil, ptx.Options{}); err == nil {
 			t.Errorf("%s: translated, want an error", name)
-		} else if !strings.Contains(err.Error(), "not supported") {
-			t.Errorf("%s: %v", name, err)
+		} else if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", name, err, tc.want)
 		}
+	}
+}
+
+// A bpf-to-bpf call: the subprogram gets r1-r5, its own stack, writes
+// through a pointer into the caller's stack, and the caller's r6-r9
+// survive it.
+func TestSubprogramCall(t *testing.T) {
+	spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"p": {Name: "p", Instructions: asm.Instructions{
+		asm.Mov.Imm(asm.R6, 100),
+		asm.StoreImm(asm.RFP, -8, 0, asm.Word),
+		asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -8),
+		asm.Mov.Imm(asm.R2, 7),
+		asm.Call.Label("sub"),
+		asm.LoadMem(asm.R1, asm.RFP, -8, asm.Word), // 7*3 written by sub
+		asm.Add.Reg(asm.R0, asm.R1),                // + sub's r0 (7+1)
+		asm.Add.Reg(asm.R0, asm.R6),                // + 100: r6 kept
+		asm.Return(),
+		asm.Mov.Imm(asm.R6, 5).WithSymbol("sub"), // the callee's own r6
+		asm.StoreMem(asm.RFP, -8, asm.R6, asm.DWord),
+		asm.Mov.Reg(asm.R3, asm.R2), asm.Mul.Imm(asm.R3, 3),
+		asm.StoreMem(asm.R1, 0, asm.R3, asm.Word),
+		asm.Mov.Reg(asm.R0, asm.R2), asm.Add.Imm(asm.R0, 1),
+		asm.Return(),
+	}}}}
+	m, err := ptx.Translate(spec, nil, ptx.Options{Harness: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := ptxinterp.Load(m.Standalone("7.0", 70))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ret := vm.Alloc(make([]byte, 8))
+	if _, err := vm.Call(ptx.HarnessEntry("p"), ptxinterp.Thread0(), vm.Alloc(make([]byte, 8)), ret); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := vm.Read(ret, 8)
+	if got := binary.LittleEndian.Uint64(b); got != 21+8+100 {
+		t.Errorf("r0 = %d, want 129", got)
 	}
 }
