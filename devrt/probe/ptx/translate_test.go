@@ -200,6 +200,7 @@ func TestSubprogramCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	golden(t, "subprog.ptx", m.PTX)
 	vm, err := ptxinterp.Load(m.Standalone("7.0", 70))
 	if err != nil {
 		t.Fatal(err)
