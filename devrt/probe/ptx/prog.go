@@ -23,7 +23,30 @@ type progTranslator struct {
 
 func reg(r asm.Register) string { return "%r" + strconv.Itoa(int(r)) }
 
+// Immediates: signed decimal for .s types, unsigned decimal of the value
+// truncated to the width for .u and .b types (PTX integer literals are
+// non-negative; a negative one is an expression), so no .u/.b
+// instruction carries a negative literal.
 func imm(v int64) string { return strconv.FormatInt(v, 10) }
+
+func uimm(v int64, bits int) string {
+	u := uint64(v)
+	if bits < 64 {
+		u &= 1<<bits - 1
+	}
+	if u > 1<<63-1 {
+		return fmt.Sprintf("0x%016X", u) // beyond .s64: an unsigned literal
+	}
+	return strconv.FormatUint(u, 10)
+}
+
+func simm(v int64, bits int) string {
+	if bits < 64 {
+		s := 64 - uint(bits)
+		v = v << s >> s
+	}
+	return strconv.FormatInt(v, 10)
+}
 
 func (t *progTranslator) emit(format string, args ...any) {
 	t.out.WriteString("\t")
@@ -207,7 +230,7 @@ func (t *progTranslator) insn(ins asm.Instruction, tgt int) error {
 		if op.Mode() != asm.MemMode {
 			return fmt.Errorf("store mode %v: %w", op.Mode(), ErrUnsupported)
 		}
-		t.emit("mov.u64 %%t0, %s", imm(ins.Constant))
+		t.emit("mov.u64 %%t0, %s", uimm(ins.Constant, 64))
 		t.emit("st.u%d %s, %%t0", sizeBits[op.Size()], addr(ins.Dst, ins.Offset))
 	case asm.StXClass:
 		switch op.Mode() {
@@ -231,7 +254,7 @@ func (t *progTranslator) ldImm(ins asm.Instruction) error {
 	d := reg(ins.Dst)
 	switch ins.Src {
 	case asm.R0:
-		t.emit("mov.u64 %s, %s", d, imm(ins.Constant))
+		t.emit("mov.u64 %s, %s", d, uimm(ins.Constant, 64))
 		return nil
 	case asm.PseudoMapFD, asm.PseudoMapValue:
 	default:
@@ -280,19 +303,23 @@ func (t *progTranslator) alu64(ins asm.Instruction) error {
 	d := reg(ins.Dst)
 	s, isImm := src64(ins)
 	k := ins.Constant
+	us := s // the source for .u/.b instructions
+	if isImm {
+		us = uimm(k, 64)
+	}
 	switch op := ins.OpCode.ALUOp(); op {
 	case asm.Add:
-		t.emit("add.u64 %s, %s, %s", d, d, s)
+		t.emit("add.s64 %s, %s, %s", d, d, s)
 	case asm.Sub:
-		t.emit("sub.u64 %s, %s, %s", d, d, s)
+		t.emit("sub.s64 %s, %s, %s", d, d, s)
 	case asm.Mul:
-		t.emit("mul.lo.u64 %s, %s, %s", d, d, s)
+		t.emit("mul.lo.s64 %s, %s, %s", d, d, s)
 	case asm.Or:
-		t.emit("or.b64 %s, %s, %s", d, d, s)
+		t.emit("or.b64 %s, %s, %s", d, d, us)
 	case asm.And:
-		t.emit("and.b64 %s, %s, %s", d, d, s)
+		t.emit("and.b64 %s, %s, %s", d, d, us)
 	case asm.Xor:
-		t.emit("xor.b64 %s, %s, %s", d, d, s)
+		t.emit("xor.b64 %s, %s, %s", d, d, us)
 	case asm.Neg:
 		t.emit("neg.s64 %s, %s", d, d)
 	case asm.LSh, asm.RSh, asm.ArSh:
@@ -305,7 +332,7 @@ func (t *progTranslator) alu64(ins asm.Instruction) error {
 			t.emit("%s %s, %s, %%w0", ptxop, d, d)
 		}
 	case asm.Mov:
-		t.emit("mov.u64 %s, %s", d, s)
+		t.emit("mov.u64 %s, %s", d, us)
 	case asm.MovSX8, asm.MovSX16, asm.MovSX32:
 		if isImm {
 			return fmt.Errorf("movsx with an immediate")
@@ -342,13 +369,13 @@ func (t *progTranslator) divmod(op asm.ALUOp, bits int, dst, a, b string, isImm 
 		case k == -1 && op == asm.SMod:
 			movz()
 		case op == asm.Div:
-			t.emit("div.%s %s, %s, %s", u, dst, a, imm(k))
+			t.emit("div.%s %s, %s, %s", u, dst, a, uimm(k, bits))
 		case op == asm.Mod:
-			t.emit("rem.%s %s, %s, %s", u, dst, a, imm(k))
+			t.emit("rem.%s %s, %s, %s", u, dst, a, uimm(k, bits))
 		case op == asm.SDiv:
-			t.emit("div.%s %s, %s, %s", s, dst, a, imm(k))
+			t.emit("div.%s %s, %s, %s", s, dst, a, simm(k, bits))
 		case op == asm.SMod:
-			t.emit("rem.%s %s, %s, %s", s, dst, a, imm(k))
+			t.emit("rem.%s %s, %s, %s", s, dst, a, simm(k, bits))
 		}
 		return
 	}
@@ -426,9 +453,9 @@ func (t *progTranslator) alu32(ins asm.Instruction) error {
 	}
 	isImm := ins.OpCode.Source() == asm.ImmSource
 	k := int64(int32(ins.Constant))
-	b := "%w1"
+	b, ub := "%w1", "%w1" // for .s32 and for .u32/.b32 instructions
 	if isImm {
-		b = imm(k)
+		b, ub = simm(k, 32), uimm(k, 32)
 	} else {
 		t.emit("cvt.u32.u64 %%w1, %s", reg(ins.Src))
 	}
@@ -437,17 +464,17 @@ func (t *progTranslator) alu32(ins asm.Instruction) error {
 	}
 	switch op {
 	case asm.Add:
-		t.emit("add.u32 %%w0, %%w0, %s", b)
+		t.emit("add.s32 %%w0, %%w0, %s", b)
 	case asm.Sub:
-		t.emit("sub.u32 %%w0, %%w0, %s", b)
+		t.emit("sub.s32 %%w0, %%w0, %s", b)
 	case asm.Mul:
-		t.emit("mul.lo.u32 %%w0, %%w0, %s", b)
+		t.emit("mul.lo.s32 %%w0, %%w0, %s", b)
 	case asm.Or:
-		t.emit("or.b32 %%w0, %%w0, %s", b)
+		t.emit("or.b32 %%w0, %%w0, %s", ub)
 	case asm.And:
-		t.emit("and.b32 %%w0, %%w0, %s", b)
+		t.emit("and.b32 %%w0, %%w0, %s", ub)
 	case asm.Xor:
-		t.emit("xor.b32 %%w0, %%w0, %s", b)
+		t.emit("xor.b32 %%w0, %%w0, %s", ub)
 	case asm.Neg:
 		t.emit("neg.s32 %%w0, %%w0")
 	case asm.LSh, asm.RSh, asm.ArSh:
@@ -460,7 +487,7 @@ func (t *progTranslator) alu32(ins asm.Instruction) error {
 		}
 	case asm.Mov:
 		if isImm {
-			t.emit("mov.u32 %%w0, %s", b)
+			t.emit("mov.u32 %%w0, %s", ub)
 		} else {
 			t.emit("mov.u32 %%w0, %%w1")
 		}
@@ -499,30 +526,37 @@ func (t *progTranslator) jump(ins asm.Instruction, tgt int) error {
 		return nil
 	}
 	is32 := ins.OpCode.Class() == asm.Jump32Class
-	a, b := reg(ins.Dst), ""
+	a := reg(ins.Dst)
 	isImm := ins.OpCode.Source() == asm.ImmSource
 	bits := 64
+	k := ins.Constant
+	var b string
 	if is32 {
 		bits = 32
 		t.emit("cvt.u32.u64 %%w0, %s", a)
 		a = "%w0"
-		if isImm {
-			b = imm(int64(int32(ins.Constant)))
-		} else {
+		if !isImm {
 			t.emit("cvt.u32.u64 %%w1, %s", reg(ins.Src))
 			b = "%w1"
 		}
-	} else if isImm {
-		b = imm(ins.Constant)
-	} else {
+	} else if !isImm {
 		b = reg(ins.Src)
+	}
+	lit := func(signed bool) string {
+		if !isImm {
+			return b
+		}
+		if signed {
+			return simm(k, bits)
+		}
+		return uimm(k, bits)
 	}
 	if op == asm.JSet {
 		if is32 {
-			t.emit("and.b32 %%w0, %s, %s", a, b)
+			t.emit("and.b32 %%w0, %s, %s", a, lit(false))
 			t.emit("setp.ne.u32 %%p0, %%w0, 0")
 		} else {
-			t.emit("and.b64 %%t0, %s, %s", a, b)
+			t.emit("and.b64 %%t0, %s, %s", a, lit(false))
 			t.emit("setp.ne.u64 %%p0, %%t0, 0")
 		}
 	} else {
@@ -530,7 +564,7 @@ func (t *progTranslator) jump(ins asm.Instruction, tgt int) error {
 		if !ok {
 			return fmt.Errorf("jump op %v: %w", op, ErrUnsupported)
 		}
-		t.emit("setp.%s.%s%d %%p0, %s, %s", c.cmp, c.sign, bits, a, b)
+		t.emit("setp.%s.%s%d %%p0, %s, %s", c.cmp, c.sign, bits, a, lit(c.sign == "s"))
 	}
 	t.emit("@%%p0 bra %s", label(tgt))
 	return nil
@@ -643,7 +677,7 @@ func (t *progTranslator) atomic(ins asm.Instruction) error {
 		return fmt.Errorf("atomic of size %v: %w", size, ErrUnsupported)
 	}
 	bits := sizeBits[size]
-	t.emit("add.u64 %%t1, %s, %d", reg(ins.Dst), ins.Offset)
+	t.emit("add.s64 %%t1, %s, %d", reg(ins.Dst), ins.Offset)
 	s := reg(ins.Src)
 	v, old := s, "%t0"
 	if bits == 32 {

@@ -22,8 +22,9 @@ type Options struct {
 	// functions are not (ptxinterp provides them natively).
 	Helpers string
 	// Harness also emits, per program, .entry __gpuext_harness_<prog>
-	// (.param .u64 ctx, .param .u64 ret): each thread runs the program
-	// with r1 = ctx and thread (0,0) stores r0 to *ret.
+	// (.param .u64 ctx, .param .u64 ret) (parameters named __hctx,
+	// __hret): each thread runs the program with r1 = ctx and thread
+	// (0,0,0) of block (0,0,0) stores r0 to *ret.
 	Harness bool
 }
 
@@ -127,10 +128,11 @@ func Translate(spec *ebpf.CollectionSpec, progs []string, opt Options) (*Module,
 	b.WriteString("\n")
 	if opt.Helpers == "" {
 		for _, h := range []string{probe.FuncMapLookup, probe.FuncMapDelete} {
-			fmt.Fprintf(&b, ".extern .func (.param .b64 r) %s(.param .b64 map, .param .b64 key);\n", h)
+			fmt.Fprintf(&b, ".extern .func (.param .b64 __r) %s(.param .b64 __p0, .param .b64 __p1);\n", h)
 		}
-		fmt.Fprintf(&b, ".extern .func (.param .b64 r) %s(.param .b64 map, .param .b64 key, .param .b64 value, .param .b64 flags);\n", probe.FuncMapUpdate)
-		fmt.Fprintf(&b, ".extern .func (.param .b64 r) %s(.param .b64 map, .param .b64 data, .param .b64 size, .param .b64 flags);\n", probe.FuncRingbufOut)
+		for _, h := range []string{probe.FuncMapUpdate, probe.FuncRingbufOut} {
+			fmt.Fprintf(&b, ".extern .func (.param .b64 __r) %s(.param .b64 __p0, .param .b64 __p1, .param .b64 __p2, .param .b64 __p3);\n", h)
+		}
 	} else {
 		body, ver, target := stripHeader(opt.Helpers)
 		if ver != "" && versionLess(m.Manifest.MinPTX, ver) {
@@ -245,13 +247,13 @@ func writeCall(b *strings.Builder, fn, arg, ret string) {
 }
 
 func writeHarness(b *strings.Builder, name string) {
-	fmt.Fprintf(b, ".visible .entry %s(.param .u64 ctx, .param .u64 ret)\n{\n", HarnessEntry(name))
+	fmt.Fprintf(b, ".visible .entry %s(.param .u64 __hctx, .param .u64 __hret)\n{\n", HarnessEntry(name))
 	b.WriteString("\t.reg .b64 %d<3>;\n\t.reg .b32 %e<3>;\n\t.reg .pred %q;\n")
-	b.WriteString("\tld.param.u64 %d0, [ctx];\n")
+	b.WriteString("\tld.param.u64 %d0, [__hctx];\n")
 	writeCall(b, ProgFunction(name), "%d0", "%d1")
 	b.WriteString("\tmov.u32 %e0, %tid.x;\n\tmov.u32 %e1, %ctaid.x;\n\tor.b32 %e0, %e0, %e1;\n")
 	b.WriteString("\tmov.u32 %e1, %tid.y;\n\tor.b32 %e0, %e0, %e1;\n\tmov.u32 %e1, %tid.z;\n\tor.b32 %e0, %e0, %e1;\n")
 	b.WriteString("\tmov.u32 %e1, %ctaid.y;\n\tor.b32 %e0, %e0, %e1;\n\tmov.u32 %e1, %ctaid.z;\n\tor.b32 %e0, %e0, %e1;\n")
 	b.WriteString("\tsetp.ne.u32 %q, %e0, 0;\n\t@%q bra $L__done;\n")
-	b.WriteString("\tld.param.u64 %d2, [ret];\n\tst.u64 [%d2], %d1;\n$L__done:\n\tret;\n}\n\n")
+	b.WriteString("\tld.param.u64 %d2, [__hret];\n\tst.u64 [%d2], %d1;\n$L__done:\n\tret;\n}\n\n")
 }

@@ -137,9 +137,9 @@ func parseImm(s string) (uint64, error) {
 	if strings.HasPrefix(t, "0x") || strings.HasPrefix(t, "0X") {
 		v, err = strconv.ParseUint(t[2:], 16, 64)
 	} else {
-		v, err = strconv.ParseUint(t, 10, 64)
-		if err == nil && !neg && v > 1<<63-1 {
-			err = fmt.Errorf("decimal literal beyond int64")
+		v, err = strconv.ParseUint(t, 10, 64) // beyond .s64: a .u64 literal
+		if err == nil && neg && v > 1<<63 {
+			err = fmt.Errorf("negative literal beyond int64")
 		}
 	}
 	if err != nil {
