@@ -1,6 +1,6 @@
 /* maps.c - BTF-defined array and hash maps: a bounded loop of lookups
  * with atomic adds, insert-or-update of a struct value, compare-and-swap,
- * delete. */
+ * delete; global data in .bss and .rodata. */
 #include "io.h"
 
 struct val {
@@ -23,10 +23,15 @@ struct {
 	__type(value, struct val);
 } table SEC(".maps");
 
+/* Global data: .bss and .rodata maps, reached by direct value loads. */
+__u64 calls = 0;
+volatile const __u64 bias = 5;
+
 SEC("syscall")
 int prog(struct io *c)
 {
 	__u64 in0 = c->in[0];
+	__sync_fetch_and_add(&calls, 1);
 #pragma nounroll
 	for (__u32 i = 0; i < 8; i++) {
 		__u32 k = (in0 >> (i * 4)) & 7;
@@ -52,6 +57,7 @@ int prog(struct io *c)
 	__u64 dk = 2;
 	c->out[5] = bpf_map_delete_elem(&table, &dk);
 	c->out[6] = bpf_map_delete_elem(&table, &dk);
+	c->out[7] = calls * 1000 + bias;
 	return 0;
 }
 
