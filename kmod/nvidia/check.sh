@@ -16,7 +16,8 @@ copied to $WORK and never modified.
 Environment:
   MODULES          "nvidia-uvm" (default, about 2 min on 2 cores) or
                    "nvidia nvidia-uvm" (also the RM core and nvidia.ko; the
-                   scheduling call sites; about 6-10 min on 2 cores)
+                   scheduling call sites; about 20 min of CPU time, so
+                   about 10 min on 2 idle cores)
   NV_HOST_COMPAT=1 needed for nvidia.ko against the kernel lab's Debian
                    6.12.117+deb12 headers.  Those headers carry a 6.12.y
                    stable change that gave pci_resize_resource() a fourth
