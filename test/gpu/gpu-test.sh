@@ -125,7 +125,8 @@ fi # quota
 if want overhead; then
 if [[ -x "$W/apps_static" ]]; then
 	tenant 0 standard
-	for round in 1 2 3 4; do # alternate which runs first
+	ROUNDS=${GPUEXT_OVERHEAD_ROUNDS:-4}
+	for round in $(seq "$ROUNDS"); do # alternate which runs first
 		if (( round % 2 )); then
 			a=$("$W/apps_static" launches 100000 | cut -d' ' -f2); b=$(run_with "$W/apps_static" launches 100000 | cut -d' ' -f2)
 		else
@@ -134,7 +135,7 @@ if [[ -x "$W/apps_static" ]]; then
 		info "launch_overhead round=$round without_us=$a with_us=$b ratio=$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", b/a}')"
 	done | tee "$OUT/launch-overhead.txt"
 	tenant $((64 * GiB)) standard # a quota, so every allocation is accounted
-	for round in 1 2 3 4; do
+	for round in $(seq "$ROUNDS"); do
 		if (( round % 2 )); then
 			a=$("$W/apps_static" allocs 10000 | cut -d' ' -f2); b=$(run_with "$W/apps_static" allocs 10000 | cut -d' ' -f2)
 		else
@@ -142,6 +143,9 @@ if [[ -x "$W/apps_static" ]]; then
 		fi
 		info "alloc_overhead round=$round without_us=$a with_us=$b ratio=$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.3f", b/a}')"
 	done | tee "$OUT/alloc-overhead.txt"
+	for f in launch alloc; do # the median of the per-round ratios (a round pairs the two side by side)
+		info "${f}_overhead median ratio over $ROUNDS rounds: $(sed 's/.*ratio=//' "$OUT/$f-overhead.txt" | sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}')"
+	done
 fi
 
 fi # overhead
