@@ -28,6 +28,8 @@ u64 gpuext_ctx_cgroup_id(const struct gpuext_ctx *gctx);
  * apply its stock order (no policy, policy declined, erred or was refused;
  * cand is then unchanged), or a negative errno for a malformed ectx.
  * Copies the name of the ops that ran (or "") into ops_name when non-NULL.
+ * May sleep (it allocates with GFP_KERNEL): never call it under a spinlock
+ * or with preemption disabled (kmod/nvidia 0004 drops pmm->list_lock for it).
  */
 int gpuext_evict_prepare(struct gpuext_ctx *gctx, struct gpuext_evict_ctx *ectx,
 			 char ops_name[GPUEXT_OPS_NAME_LEN]);
