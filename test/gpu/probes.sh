@@ -8,6 +8,7 @@
 #   probes-count-APP       launch-stats counts exactly the launches and blocks
 #                          the app launched; sm-histogram's total = blocks
 #   probes-sass-only       a SASS-only image loads unmodified, reported sass-only
+#   probes-launch-latency  every launch measured (host launch time -> first block)
 #   probe-diff             the differential corpus on the GPU = the kernel's eBPF
 # Measurements (INFO): probe overhead on a ~5 us kernel and on a large GEMM,
 # load-time patch + JIT cost per module.
@@ -75,6 +76,21 @@ for app in vecadd vecadd_nc; do
 	punchanged "$app" "$want" "$got"
 	pcheck "$app" "$id" 20 $((4096 * 20))
 done
+# launch-latency: the interposer writes the host launch time before each
+# launch (cuStreamWriteValue64); every launch is measured or counted as
+# unmeasurable (device clock behind the host's).
+if [[ -x $W/vecadd_nc ]] && ptenant 37 launch-latency; then
+	prun 37 "$W/vecadd_nc" 1048576 10 >/dev/null 2>"$OUT/probes-latency.err"
+	"$GX" probes --state-dir "$PT" --json >"$OUT/probes-latency.json" 2>&1
+	read -r n nolt behind p50 p99 < <(python3 -c '
+import json, sys
+r = [x for x in json.load(open(sys.argv[1])) if x["tenant"] == 37][0]
+d = [p for p in r["details"] if p["name"] == "launch-latency"][0]
+h, c = d.get("histograms", {}).get("lat_hist", {}), d.get("counters", {})
+print(h.get("count", 0), c.get("noLaunchTime", 0), c.get("clockBehind", 0), h.get("p50", 0), h.get("p99", 0))' "$OUT/probes-latency.json")
+	info "launch_latency launches=20 measured=$n no_launch_time=$nolt clock_behind=$behind p50_ns=$p50 p99_ns=$p99"
+	if [[ $((n + nolt + behind)) == 20 && $nolt == 0 ]]; then ok probes-launch-latency; else bad probes-launch-latency "measured=$n no_launch_time=$nolt clock_behind=$behind of 20 launches (probes-latency.json)"; fi
+fi
 # SASS-only: loads unmodified, reported
 if [[ -x $W/vecadd_sass ]] && ptenant 33 launch-stats; then
 	want=$("$W/vecadd_sass" 1048576 2 | head -1); got=$(prun 33 "$W/vecadd_sass" 1048576 2 2>/dev/null | head -1)
