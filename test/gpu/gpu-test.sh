@@ -15,8 +15,8 @@ ok() { echo "PASS $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
 info() { echo "INFO $*"; }
 GiB=$((1 << 30))
-# GPUEXT_GPU_SECTIONS picks sections (default all): unchanged quota overhead priority probes
-want() { [[ " ${GPUEXT_GPU_SECTIONS:-unchanged quota overhead priority probes} " == *" $1 "* ]]; }
+# GPUEXT_GPU_SECTIONS picks sections (default all): unchanged quota overhead priority gpuview probes
+want() { [[ " ${GPUEXT_GPU_SECTIONS:-unchanged quota overhead priority gpuview probes} " == *" $1 "* ]]; }
 
 echo "[gpu] $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
 
@@ -248,6 +248,39 @@ else
 fi
 
 fi # priority
+# 7. gpuext-gpuview end to end on the GPU host: a CUDA process in its own
+# cgroup, registered as a tenant by the OCI hook (the state runc would pass
+# it), shows up in gpuext-gpuview (NVML) with its device memory and tenant.
+if want gpuview; then
+	HOOK=$REPO/bin/gpuext-oci-hook GV=$REPO/bin/gpuext-gpuview
+	if [[ -x $HOOK && -x $GV && -x $W/apps_static ]]; then
+		G=$W/gv; rm -rf "$G"; mkdir -p "$G/bundle" "$G/state"
+		mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null
+		printf '{"pinDir":"/sys/fs/bpf/gpuext-gputest","stateDir":"%s","devrtDir":"%s","logFile":"%s"}\n' "$G/state" "$W/devrt" "$OUT/gpuview-hook.log" >"$G/config.json"
+		CG=$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)/gpuext-gputest; mkdir -p "$CG"
+		printf '{"ociVersion":"1.0.2","annotations":{"policy.gpuext.io":"batch"},"linux":{"cgroupsPath":"/gpuext-gputest"},"process":{"args":["apps"],"cwd":"/"},"root":{"path":"/"}}\n' >"$G/bundle/config.json"
+		sh -c "echo \$\$ > $CG/cgroup.procs && exec $W/apps_static alloc $((2 * GiB)) hold" >"$OUT/gpuview-holder.txt" 2>&1 &
+		gpid=$!
+		sleep 3
+		printf '{"ociVersion":"1.0.2","id":"gputest","status":"created","pid":%d,"bundle":"%s"}' "$gpid" "$G/bundle" |
+			"$HOOK" --config "$G/config.json" prestart >>"$OUT/gpuview-hook.log" 2>&1
+		"$GV" --config "$G/config.json" --json >"$OUT/gpuview-tenant.json" 2>&1
+		if python3 -c '
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1])) if r["pid"] == int(sys.argv[2])]
+sys.exit(0 if rows and rows[0]["tenant"] != 0 and rows[0].get("policy") == "batch" and rows[0]["usedBytes"] >= 2 << 30 else 1)' "$OUT/gpuview-tenant.json" "$gpid"; then
+			ok gpuview-tenant-mapping
+		else
+			bad gpuview-tenant-mapping "pid $gpid not mapped to a batch tenant with >= 2GiB: $(head -c 400 "$OUT/gpuview-tenant.json"; tail -3 "$OUT/gpuview-hook.log")"
+		fi
+		kill "$gpid" 2>/dev/null; wait "$gpid" 2>/dev/null
+		printf '{"ociVersion":"1.0.2","id":"gputest","status":"stopped","pid":0,"bundle":"%s"}' "$G/bundle" | "$HOOK" --config "$G/config.json" poststop >>"$OUT/gpuview-hook.log" 2>&1
+		rmdir "$CG" 2>/dev/null; rm -rf /sys/fs/bpf/gpuext-gputest
+	else
+		bad gpuview-tenant-mapping "needs bin/gpuext-oci-hook, bin/gpuext-gpuview (make build here, carry bin)"
+	fi
+fi
+
 # 6. Device probes (test/gpu/probes.sh): spliced into real apps, counted
 # exactly, outputs unchanged; the differential corpus on the GPU; overhead.
 if want probes; then
