@@ -77,6 +77,10 @@ func TestPTXPatchGolden(t *testing.T) {
 	}
 	cases := []struct {
 		name      string
+		input     string   // testdata/ptx/INPUT.ptx (default name)
+		conf      string   // testdata/ptx/CONF.conf (default name, else fragment)
+		guard     bool     // the conf asks for the thread-0 site guard at entry
+		guardExit bool     // ... and at exit
 		probed    []string // entries that must carry the probe calls
 		unprobed  []string
 		unpatched string // reason prefix when the module must stay as it is
@@ -87,11 +91,20 @@ func TestPTXPatchGolden(t *testing.T) {
 		{name: "multi", probed: []string{"_Z4fillPii", "_Z5emptyv"}, unprobed: []string{"_Z4skipPi"}, version: ".version 9.0"},
 		{name: "version70", probed: []string{"_Z3incPi"}, version: ".version 7.8"},
 		{name: "sm52", unpatched: "target-too-low:sm_52<sm_70"},
+		{name: "predret_guard", input: "predret", conf: "guard", guard: true, guardExit: true, probed: []string{"_Z5scalePfif"}, version: ".version 8.5"},
+		{name: "multi_guard", input: "multi", conf: "multi_guard", guard: true, probed: []string{"_Z4fillPii", "_Z5emptyv"}, unprobed: []string{"_Z4skipPi"}, version: ".version 9.0"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			in := filepath.Join("testdata", "ptx", tc.name+".ptx")
-			conf := filepath.Join("testdata", "ptx", tc.name+".conf")
+			input, confName := tc.input, tc.conf
+			if input == "" {
+				input = tc.name
+			}
+			if confName == "" {
+				confName = tc.name
+			}
+			in := filepath.Join("testdata", "ptx", input+".ptx")
+			conf := filepath.Join("testdata", "ptx", confName+".conf")
 			if _, err := os.Stat(conf); err != nil {
 				conf = filepath.Join("testdata", "ptx", "fragment.conf")
 			}
@@ -131,7 +144,23 @@ func TestPTXPatchGolden(t *testing.T) {
 			for _, e := range tc.probed {
 				b := bodies[e]
 				id := fmt.Sprintf("0x%016xU", probe.KernelID(e))
-				if strings.Count(b, "call.uni __gpuext_probe_entry") != 1 || !strings.Contains(b, "mov.b64 %__gpuext_kid, "+id+";") {
+				entryCall := "call.uni __gpuext_probe_entry"
+				if tc.guard {
+					// only thread 0 of the block calls: a plain call, branched around by the others
+					entryCall = "call __gpuext_probe_entry"
+					for skip, want := range map[string]bool{"$__gpuext_skip_entry": true, "$__gpuext_skip_exit": tc.guardExit} {
+						n := 0
+						if want {
+							n = 1
+						}
+						if strings.Count(b, "@%__gpuext_g bra "+skip+";") != n || strings.Count(b, skip+":") != n {
+							t.Errorf("%s: want %d guard(s) branching to %s:\n%s", e, n, skip, b)
+						}
+					}
+				} else if strings.Contains(b, "__gpuext_g") {
+					t.Errorf("%s: a guard without guard_* in module.conf:\n%s", e, b)
+				}
+				if strings.Count(b, entryCall) != 1 || !strings.Contains(b, "mov.b64 %__gpuext_kid, "+id+";") {
 					t.Errorf("%s: no entry call with kernel id %s:\n%s", e, id, b)
 				}
 				if strings.Count(b, "call __gpuext_probe_exit") != 1 || strings.Count(b, "$__gpuext_exit:") != 1 {
@@ -146,7 +175,7 @@ func TestPTXPatchGolden(t *testing.T) {
 					t.Errorf("%s: a ret/exit escaped the exit block:\n%s", e, b)
 				}
 				// the entry call runs before the first instruction of the original body
-				callAt := strings.Index(b, "call.uni __gpuext_probe_entry")
+				callAt := strings.Index(b, "__gpuext_probe_entry")
 				for _, line := range strings.Split(origBodies[e], "\n")[1:] {
 					l := strings.TrimSpace(line)
 					if l == "" || strings.HasPrefix(l, ".reg") || strings.HasPrefix(l, ".local") || strings.HasPrefix(l, "//") {

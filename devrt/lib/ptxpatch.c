@@ -71,16 +71,18 @@ static void out_puts(struct gx_out *b, const char *s)
 static void out_printf(struct gx_out *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void out_printf(struct gx_out *b, const char *fmt, ...)
 {
-	char tmp[512];
+	char tmp[2048];
 	va_list ap;
 	int n;
 
 	va_start(ap, fmt);
 	n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
 	va_end(ap);
-	if (n < 0)
+	if (n < 0 || (size_t)n >= sizeof(tmp)) {
+		b->oom = 1; /* never emit a cut statement: the image stays unpatched */
 		return;
-	out_put(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+	}
+	out_put(b, tmp, (size_t)n);
 }
 
 /* The whitespace that ends the output (the indentation of the statement about to be written). */
@@ -163,9 +165,22 @@ static int probe_this(const struct gx_ptx_opts *o, const char *name, size_t n)
 
 /* the kernel id into the call's parameter, through a register (st takes no immediate everywhere) */
 #define GX_PTX_REG_FMT "%%__gpuext_kid" /* GX_PTX_REG in a printf format */
-#define GX_PTX_CALL_SETUP                                                                        \
-	".reg .b64 " GX_PTX_REG_FMT "; .param .b64 " GX_PTX_PARAM "; mov.b64 " GX_PTX_REG_FMT        \
-	", 0x%016llxU; st.param.b64 [" GX_PTX_PARAM "], " GX_PTX_REG_FMT ";"
+#define GX_PTX_CALL_DECL ".reg .b64 " GX_PTX_REG_FMT "; .param .b64 " GX_PTX_PARAM ";"
+#define GX_PTX_CALL_CODE "mov.b64 " GX_PTX_REG_FMT ", 0x%016llxU; st.param.b64 [" GX_PTX_PARAM "], " GX_PTX_REG_FMT ";"
+#define GX_PTX_CALL_SETUP GX_PTX_CALL_DECL " " GX_PTX_CALL_CODE
+
+/*
+ * The site guard (module.conf guard_*): threads other than linear id 0 of
+ * the block branch around the site. Linear id 0 <=> %tid.x|%tid.y|%tid.z == 0.
+ * The call is then a plain call: only some threads of warp 0 make it.
+ */
+#define GX_GP "%%__gpuext_g" /* GX_PTX_GUARD_PRED in a printf format */
+#define GX_GT "%%__gpuext_t" /* GX_PTX_GUARD_TMP in a printf format */
+#define GX_PTX_GUARD_DECL ".reg .pred " GX_GP "; .reg .b32 " GX_GT "<2>;"
+#define GX_PTX_GUARD(skip)                                                                                    \
+	"mov.u32 " GX_GT "0, %%tid.x; mov.u32 " GX_GT "1, %%tid.y; "                                               \
+	"or.b32 " GX_GT "0, " GX_GT "0, " GX_GT "1; mov.u32 " GX_GT "1, %%tid.z; or.b32 " GX_GT "0, " GX_GT        \
+	"0, " GX_GT "1; setp.ne.u32 " GX_GP ", " GX_GT "0, 0; @" GX_GP " bra " skip ";"
 
 static void emit_entry_call(struct gx_patch *p, uint64_t kid)
 {
@@ -177,10 +192,16 @@ static void emit_entry_call(struct gx_patch *p, uint64_t kid)
 		nind = sizeof(indent) - 1;
 	memcpy(indent, ind, nind);
 	indent[nind] = 0;
-	out_printf(&p->out,
-		   "{ " GX_PTX_CALL_SETUP " call.uni " GX_PTX_FUNC_ENTRY ", (" GX_PTX_PARAM
-		   "); } // gpuext probe: kernel entry\n%s",
-		   (unsigned long long)kid, indent);
+	if (p->o->guard_entry == GX_GUARD_THREAD0)
+		out_printf(&p->out,
+			   "{ " GX_PTX_GUARD_DECL " " GX_PTX_CALL_DECL " " GX_PTX_GUARD(GX_PTX_SKIP_ENTRY) " " GX_PTX_CALL_CODE " call " GX_PTX_FUNC_ENTRY
+			   ", (" GX_PTX_PARAM "); " GX_PTX_SKIP_ENTRY ": } // gpuext probe: kernel entry, thread 0 of the block\n%s",
+			   (unsigned long long)kid, indent);
+	else
+		out_printf(&p->out,
+			   "{ " GX_PTX_CALL_SETUP " call.uni " GX_PTX_FUNC_ENTRY ", (" GX_PTX_PARAM
+			   "); } // gpuext probe: kernel entry\n%s",
+			   (unsigned long long)kid, indent);
 }
 
 static void emit_exit_block(struct gx_patch *p, uint64_t kid)
@@ -192,11 +213,19 @@ static void emit_exit_block(struct gx_patch *p, uint64_t kid)
 		if (p->out.len && p->out.p[p->out.len - 1] != '\n')
 			out_puts(&p->out, "\n");
 	}
-	out_printf(&p->out,
-		   GX_PTX_EXIT_LABEL ": // gpuext probe: kernel exit\n"
-		   "\t{ " GX_PTX_CALL_SETUP " call " GX_PTX_FUNC_EXIT ", (" GX_PTX_PARAM "); }\n"
-		   "\tret;\n",
-		   (unsigned long long)kid);
+	if (p->o->guard_exit == GX_GUARD_THREAD0)
+		out_printf(&p->out,
+			   GX_PTX_EXIT_LABEL ": // gpuext probe: kernel exit, thread 0 of the block\n"
+			   "\t{ " GX_PTX_GUARD_DECL " " GX_PTX_CALL_DECL " " GX_PTX_GUARD(GX_PTX_SKIP_EXIT) " " GX_PTX_CALL_CODE " call " GX_PTX_FUNC_EXIT
+			   ", (" GX_PTX_PARAM "); " GX_PTX_SKIP_EXIT ": }\n"
+			   "\tret;\n",
+			   (unsigned long long)kid);
+	else
+		out_printf(&p->out,
+			   GX_PTX_EXIT_LABEL ": // gpuext probe: kernel exit\n"
+			   "\t{ " GX_PTX_CALL_SETUP " call " GX_PTX_FUNC_EXIT ", (" GX_PTX_PARAM "); }\n"
+			   "\tret;\n",
+			   (unsigned long long)kid);
 }
 
 static int is_decl(const char *w, size_t n)
@@ -570,6 +599,14 @@ int gx_probe_conf_parse(const char *text, size_t len, struct gx_probe_conf *c, c
 			if (*end || !m->bytes || m->bytes > (1ull << 31))
 				return conf_err(c, err, errlen, line, "bad-map-size");
 			c->nmaps++;
+		} else if ((!strcmp(tok[0], "guard_entry") || !strcmp(tok[0], "guard_exit")) && nt == 2) {
+			/* an unknown value from a newer host is "none": always correct */
+			int g = !strcmp(tok[1], "thread0") ? GX_GUARD_THREAD0 : GX_GUARD_NONE;
+
+			if (!strcmp(tok[0], "guard_entry"))
+				c->opts.guard_entry = g;
+			else
+				c->opts.guard_exit = g;
 		} else if (!strcmp(tok[0], "version") || !strcmp(tok[0], "min_ptx") || !strcmp(tok[0], "min_target") ||
 			   !strcmp(tok[0], "launch_time") || !strcmp(tok[0], "kernel") || !strcmp(tok[0], "map")) {
 			return conf_err(c, err, errlen, line, "wrong-argument-count");

@@ -17,7 +17,12 @@ struct gx_ptx_opts {
 	int min_target;                   /* the fragment's minimum sm_XX; a module below it stays unpatched */
 	const char *const *kernels;       /* .entry names to probe; nkernels == 0: every .entry */
 	size_t nkernels;
+	int guard_entry, guard_exit;      /* GX_GUARD_*: which threads run the probes at that site */
 };
+
+/* module.conf guard_entry / guard_exit: who needs to run the attach point's programs */
+#define GX_GUARD_NONE 0    /* every thread (always correct) */
+#define GX_GUARD_THREAD0 1 /* only the thread of linear id 0 of each block: the others branch around */
 
 struct gx_ptx_result {
 	char *text;        /* malloc'd, NUL-terminated patched module; NULL when unpatched */
@@ -50,6 +55,8 @@ uint64_t gx_kernel_id(const char *name, size_t n);
  *   launch_time 0|1
  *   kernel NAME                    (zero or more; none: every .entry)
  *   map NAME SYMBOL TOTAL_BYTES    (zero or more; TOTAL_BYTES = descriptor + data)
+ *   guard_entry thread0|none       (default none; an unknown value is none)
+ *   guard_exit thread0|none
  * Unknown directives are ignored (newer hosts may add some); a bad known one
  * makes the whole file invalid (probes off for the process, reported).
  */
@@ -81,5 +88,9 @@ void gx_probe_conf_free(struct gx_probe_conf *c);
 #define GX_PTX_REG "%__gpuext_kid"
 #define GX_PTX_FUNC_ENTRY "__gpuext_probe_entry"
 #define GX_PTX_FUNC_EXIT "__gpuext_probe_exit"
+#define GX_PTX_GUARD_PRED "%__gpuext_g"
+#define GX_PTX_GUARD_TMP "%__gpuext_t"
+#define GX_PTX_SKIP_ENTRY "$__gpuext_skip_entry"
+#define GX_PTX_SKIP_EXIT "$__gpuext_skip_exit"
 
 #endif /* GPUEXT_PTXPATCH_H */

@@ -33,8 +33,13 @@ type Bundle struct {
 	Manifest probe.Manifest
 	// PTX is module.ptx: the fragment the interposer splices (no .version/.target).
 	PTX string
-	// Conf is module.conf.
+	// Conf is the base of module.conf (Conf(Manifest)); module.conf is
+	// Conf followed by Splice.
 	Conf string
+	// Splice is the rest of module.conf: how the patcher splices the probes
+	// in (guard_entry, guard_exit; see SpliceConf). Kept apart from Conf so
+	// a caller that re-renders Conf (another kernel list) keeps it.
+	Splice string
 }
 
 // Compiler compiles probe sets of one catalog with one helper library and
@@ -154,7 +159,27 @@ func (c *Compiler) compile(set []string) (*Bundle, error) {
 	m.Probes = set
 	m.Kernels = kernels
 	m.LaunchTime = launchTime
-	return &Bundle{Probes: set, Manifest: m, PTX: mod.PTX, Conf: Conf(m)}, nil
+	return &Bundle{Probes: set, Manifest: m, PTX: mod.PTX, Conf: Conf(m), Splice: SpliceConf(mod)}, nil
+}
+
+// SpliceConf renders the module.conf lines that tell the patcher how to
+// splice a translated module in (docs/device-probes.md). An older
+// interposer ignores them (unknown directives) and calls the dispatch
+// functions in every thread, which is always correct:
+//
+//	guard_entry thread0|none   thread0: every kernel_entry program acts only in
+//	guard_exit thread0|none    the thread of linear id 0 of its block, so only
+//	                           that thread needs to run the attach point
+func SpliceConf(mod *ptx.Module) string {
+	var b strings.Builder
+	for _, a := range []probe.Attach{probe.KernelEntry, probe.KernelExit} {
+		g := "none"
+		if mod.Guard[a] {
+			g = "thread0"
+		}
+		fmt.Fprintf(&b, "guard_%s %s\n", strings.TrimPrefix(a.String(), "kernel_"), g)
+	}
+	return b.String()
 }
 
 // Conf renders module.conf, the line format the C side of the interposer
@@ -201,7 +226,7 @@ func (b *Bundle) Files() map[string][]byte {
 	return map[string][]byte{
 		probe.ModuleFile:   []byte(b.PTX),
 		probe.ManifestFile: b.ManifestJSON(),
-		ConfFile:           []byte(b.Conf),
+		ConfFile:           []byte(b.Conf + b.Splice),
 	}
 }
 

@@ -118,7 +118,7 @@ func TestWriteDirSwapsWholeBundles(t *testing.T) {
 	if err := a.WriteDir(dir); err != nil {
 		t.Fatal(err)
 	}
-	if got := readProbeFile(t, dir, ConfFile); got != a.Conf {
+	if got := readProbeFile(t, dir, ConfFile); got != a.Conf+a.Splice {
 		t.Fatalf("module.conf = %q", got)
 	}
 	if got := readProbeFile(t, dir, probe.ModuleFile); got != a.PTX {
@@ -130,7 +130,7 @@ func TestWriteDirSwapsWholeBundles(t *testing.T) {
 	if err := b.WriteDir(dir); err != nil {
 		t.Fatal(err)
 	}
-	if got := readProbeFile(t, dir, ConfFile); got != b.Conf {
+	if got := readProbeFile(t, dir, ConfFile); got != b.Conf+b.Splice {
 		t.Fatalf("after the swap module.conf = %q", got)
 	}
 	var m probe.Manifest
@@ -218,4 +218,27 @@ func TestVerifierRejectionNamesProbeAndLine(t *testing.T) {
 		}
 	}
 	t.Log(err)
+}
+
+// The site guard: every catalog probe starts with "thread_linear_id() != 0:
+// return" (launch-latency has no exit program: nothing to run there). The
+// shapes LeaderOnly refuses are in devrt/probe/ptx's TestLeaderOnly.
+// module.conf is Conf + Splice.
+func TestCompileSiteGuard(t *testing.T) {
+	c := testCompiler()
+	for set, want := range map[string]string{
+		"launch-stats": "guard_entry thread0\nguard_exit thread0\n",
+		"launch-latency,launch-stats,sm-histogram": "guard_entry thread0\nguard_exit thread0\n",
+	} {
+		b, err := c.Compile(strings.Split(set, ","))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(b.Splice, want) {
+			t.Errorf("%s: splice directives\n%s\nwant them to start with\n%s", set, b.Splice, want)
+		}
+		if got := string(b.Files()[ConfFile]); got != b.Conf+b.Splice {
+			t.Errorf("%s: module.conf is not Conf + Splice:\n%s", set, got)
+		}
+	}
 }

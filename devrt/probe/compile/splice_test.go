@@ -68,7 +68,8 @@ func TestBundleSplicesWithTheInterposer(t *testing.T) {
 		t.Fatalf("patch vecadd.ptx: %v\n%s", err, out)
 	}
 	for _, want := range []string{
-		"call.uni " + probe.FuncEntry, probe.FuncExit,
+		// every catalog probe acts in thread 0 of the block: the guarded (plain) call
+		"@%__gpuext_g bra $__gpuext_skip_entry;", "call " + probe.FuncEntry + ", ", "call " + probe.FuncExit + ", ",
 		".visible .func " + probe.FuncEntry,
 		"__gpuext_map_ls_counters", "__gpuext_map_smh_counts", "__gpuext_map_lat_hist",
 	} {

@@ -33,6 +33,10 @@ type Module struct {
 	// PTX is the fragment the patcher splices: no .version/.target lines.
 	PTX      string
 	Manifest probe.Manifest
+	// Guard[a]: every program of attach point a acts only in the thread
+	// with linear id 0 of its block (LeaderOnly; vacuously true without
+	// programs), so the patcher may let only that thread run it.
+	Guard map[probe.Attach]bool
 }
 
 // Minimum PTX ISA and target of the fragment without a helper library:
@@ -75,7 +79,10 @@ func Translate(spec *ebpf.CollectionSpec, progs []string, opt Options) (*Module,
 		}
 		sort.Strings(progs)
 	}
-	m := &Module{Manifest: probe.Manifest{Version: probe.ManifestVersion, MinPTX: baseMinPTX, MinTarget: baseMinTarget}}
+	m := &Module{
+		Manifest: probe.Manifest{Version: probe.ManifestVersion, MinPTX: baseMinPTX, MinTarget: baseMinTarget},
+		Guard:    map[probe.Attach]bool{probe.KernelEntry: true, probe.KernelExit: true},
+	}
 	var funcs strings.Builder
 	usedMaps := map[string]bool{}
 	var mapOrder []string
@@ -106,6 +113,7 @@ func Translate(spec *ebpf.CollectionSpec, progs []string, opt Options) (*Module,
 		if a, ok := probe.AttachOfSection(ps.SectionName); ok {
 			pi.Attach = a.String()
 			byAttach[a] = append(byAttach[a], name)
+			m.Guard[a] = m.Guard[a] && LeaderOnly(ps.Instructions)
 		}
 		m.Manifest.Programs = append(m.Manifest.Programs, pi)
 	}
