@@ -176,6 +176,7 @@ func (p *ctdPod) containerSpec(name string, annotations, labels map[string]strin
 		envs = append(envs, map[string]string{"key": k, "value": v})
 	}
 	script := `echo "== env"; env; echo "== devrt"; ls /run/gpuext/devrt; echo "== tenant"; cat /run/gpuext/tenant/config.json; ` +
+		`echo "== probes"; cat /run/gpuext/tenant/probes/module.conf 2>&1; ` +
 		`echo "== mounts"; grep /run/gpuext /proc/self/mounts; echo "== end"; exec sleep 300`
 	return fmt.Sprintf("%s", mustJSON(map[string]any{
 		"metadata":    map[string]any{"name": name},
@@ -254,6 +255,23 @@ func (p *ctdPod) start(t *testing.T, name string, annotations, labels, env map[s
 		}
 	}
 	return c
+}
+
+// sectionOf returns the lines of a container's output after header, up to
+// the next "== " header.
+func sectionOf(output, header string) string {
+	var b strings.Builder
+	in := false
+	for _, line := range strings.Split(output, "\n") {
+		if strings.HasPrefix(line, "== ") {
+			in = line == header
+			continue
+		}
+		if in {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
 }
 
 // cgroupInode is the inode of the container's cgroup v2 directory, read
@@ -368,7 +386,7 @@ func TestContainerdPodTwoContainers(t *testing.T) {
 		"policy.gpuext.io/container.bad": "no-such-policy",
 	})
 	web := pod.start(t, "web", nil, nil, map[string]string{"LD_PRELOAD": "/lib/libexisting.so"})
-	worker := pod.start(t, "worker", map[string]string{"quota.gpuext.io": "2GiB"}, nil, nil)
+	worker := pod.start(t, "worker", map[string]string{"quota.gpuext.io": "2GiB", "probes.gpuext.io": "launch-stats"}, nil, nil)
 	bad := pod.start(t, "bad", nil, nil, nil)
 
 	tw := assertSees(t, l, web, "latency-critical", 0, "/lib/libexisting.so:"+preloadLib)
@@ -376,6 +394,18 @@ func TestContainerdPodTwoContainers(t *testing.T) {
 		t.Errorf("web: priority class %d in the kernel-facing config", tw.Config.PriorityClass)
 	}
 	assertSees(t, l, worker, "batch", 2<<30, preloadLib)
+	// The worker selected a device probe: the compiled module is in its
+	// read-only tenant dir, where the device runtime reads it; the batch
+	// policy's SM share reaches its config. The web container has no probes.
+	if probes := sectionOf(worker.output, "== probes"); !strings.Contains(probes, "map ls_counters __gpuext_map_ls_counters") {
+		t.Errorf("worker: module.conf of launch-stats not in the tenant dir:\n%s", probes)
+	}
+	if cfg := sectionOf(worker.output, "== tenant"); !strings.Contains(cfg, `"smPercent": 40`) || !strings.Contains(cfg, `"launch-stats"`) {
+		t.Errorf("worker: config.json lacks the batch SM share or the probe:\n%s", cfg)
+	}
+	if probes := sectionOf(web.output, "== probes"); strings.Contains(probes, "map ") {
+		t.Errorf("web selected no probes but has a module:\n%s", probes)
+	}
 	tb := assertSees(t, l, bad, "default", 0, preloadLib)
 	if tb.Config.Flags&uint32(bpf.TenantFlagFailOpen) == 0 {
 		t.Errorf("bad: fail-open flag not set in the registry")
