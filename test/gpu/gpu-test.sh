@@ -28,8 +28,10 @@ else
 fi
 LIB="$W/devrt/libgpuext-devrt.so"
 NVCC=(nvcc -O2 -arch=sm_90)
+# GPUEXT_GPU_BUILD picks the apps to build (default all four)
 build() { # name args...
 	local name=$1; shift
+	[[ " ${GPUEXT_GPU_BUILD:-apps_static apps_shared apps_ptsz gemm} " == *" $name "* ]] || return 0
 	if "${NVCC[@]}" -o "$W/$name" "$@" >>"$OUT/build-cuda.log" 2>&1; then ok "build-$name"; else bad "build-$name" "nvcc failed (build-cuda.log)"; fi
 }
 build apps_static "$REPO/test/gpu/apps.cu" -cudart static

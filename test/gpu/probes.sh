@@ -14,6 +14,8 @@
 # load-time patch + JIT cost per module.
 GX=$REPO/bin/gpuextctl
 PT=$W/probes
+# GPUEXT_PROBE_CHECKS picks checks (default all)
+pwant() { [[ " ${GPUEXT_PROBE_CHECKS:-vecadd latency sass sgemm torch overhead resources diff} " == *" $1 "* ]]; }
 NVCCP=(nvcc -O2 -arch=sm_90)
 
 info "libzstd for nvcc 13's compressed PTX: $(ldconfig -p | grep -c 'libzstd.so.1 ') found"
@@ -69,6 +71,7 @@ punchanged() { # NAME want got
 
 # vector add: 10 x (vadd + vscale), 4096 blocks each
 for app in vecadd vecadd_nc; do
+	pwant vecadd || continue
 	[[ -x $W/$app ]] || continue
 	id=$([[ $app == vecadd ]] && echo 31 || echo 32)
 	ptenant "$id" launch-stats,sm-histogram || continue
@@ -79,7 +82,7 @@ done
 # launch-latency: the interposer writes the host launch time before each
 # launch (cuStreamWriteValue64); every launch is measured or counted as
 # unmeasurable (device clock behind the host's).
-if [[ -x $W/vecadd_nc ]] && ptenant 37 launch-latency; then
+if pwant latency && [[ -x $W/vecadd_nc ]] && ptenant 37 launch-latency; then
 	prun 37 "$W/vecadd_nc" 1048576 10 >/dev/null 2>"$OUT/probes-latency.err"
 	"$GX" probes --state-dir "$PT" --json >"$OUT/probes-latency.json" 2>&1
 	read -r n nolt behind p50 p99 < <(python3 -c '
@@ -92,14 +95,14 @@ print(h.get("count", 0), c.get("noLaunchTime", 0), c.get("clockBehind", 0), h.ge
 	if [[ $((n + nolt + behind)) == 20 && $nolt == 0 ]]; then ok probes-launch-latency; else bad probes-launch-latency "measured=$n no_launch_time=$nolt clock_behind=$behind of 20 launches (probes-latency.json)"; fi
 fi
 # SASS-only: loads unmodified, reported
-if [[ -x $W/vecadd_sass ]] && ptenant 33 launch-stats; then
+if pwant sass && [[ -x $W/vecadd_sass ]] && ptenant 33 launch-stats; then
 	want=$("$W/vecadd_sass" 1048576 2 | head -1); got=$(prun 33 "$W/vecadd_sass" 1048576 2 2>/dev/null | head -1)
 	reasons=$(pfield 33 unpatchedReasons)
 	if [[ -n $want && $want == "$got" && $reasons == *sass* && -z $(pfield 33 launches | grep -v '^0*$') ]]; then ok probes-sass-only
 	else bad probes-sass-only "without '$want' with '$got' unpatched=$reasons launches=$(pfield 33 launches)"; fi
 fi
 # a GEMM: 1024 x 1024 tiled SGEMM, 32 x 32 blocks, 5 launches
-if [[ -x $W/probeapps ]] && ptenant 34 launch-stats,sm-histogram; then
+if pwant sgemm && [[ -x $W/probeapps ]] && ptenant 34 launch-stats,sm-histogram; then
 	want=$("$W/probeapps" sgemm 1024 5 | head -1); got=$(prun 34 "$W/probeapps" sgemm 1024 5 2>"$OUT/probes-sgemm.err" | head -1)
 	punchanged sgemm "$want" "$got"
 	pcheck sgemm 34 5 $((32 * 32 * 5))
@@ -107,7 +110,7 @@ fi
 # PyTorch: three kernels of an extension built with nvcc -arch=sm_90 (its
 # fatbin carries PTX), called from a torch script; the probes are limited to
 # the extension's kernels (--kernel), so torch's own images load as they are.
-if python3 -c 'import torch' 2>/dev/null; then
+if pwant torch && python3 -c 'import torch' 2>/dev/null; then
 	mkdir -p "$W/torchext"
 	want=$(python3 "$REPO/test/gpu/torch_probes.py" "$W/torchext" 2>"$OUT/torch-probes-build.log" | grep '^torch_probes')
 	kern=(--kernel _Z5k_addPKfS0_Pfi --kernel _Z6k_reluPfi --kernel _Z7k_scalePffi)
@@ -121,7 +124,7 @@ fi
 
 # Overhead: launch-stats (entry + exit probe) on a ~5 us kernel and on a
 # 4096 x 4096 SGEMM; GPU time per kernel, with / without, order alternated.
-if [[ -x $W/probeapps ]] && ptenant 36 launch-stats; then
+if pwant overhead && [[ -x $W/probeapps ]] && ptenant 36 launch-stats; then
 	for round in 1 2 3; do
 		for what in "small 20000" "gemm 4096 20"; do
 			if (( round % 2 )); then
@@ -135,7 +138,7 @@ if [[ -x $W/probeapps ]] && ptenant 36 launch-stats; then
 	grep -h 'state=patched' "$PT/acct/36/probes/"*.status | head -2 | sed 's/^/INFO probe_overhead status /'
 fi
 # What the splice costs in resources: ptxas -v on the apps' PTX with and without it.
-if [[ -d $PT/tenants/36/probes ]] && nvcc -arch=sm_90 -ptx -o "$W/probeapps.ptx" "$REPO/test/gpu/probeapps.cu" 2>>"$OUT/build-probes.log" &&
+if pwant resources && [[ -d $PT/tenants/36/probes ]] && nvcc -arch=sm_90 -ptx -o "$W/probeapps.ptx" "$REPO/test/gpu/probeapps.cu" 2>>"$OUT/build-probes.log" &&
 	"$W/devrt/ptxpatch_cli" -c "$PT/tenants/36/probes/module.conf" "$PT/tenants/36/probes/module.ptx" "$W/probeapps.ptx" >"$W/probeapps.patched.ptx" 2>>"$OUT/build-probes.log"; then
 	for f in probeapps probeapps.patched; do
 		ptxas -v -arch=sm_90 -o /dev/null "$W/$f.ptx" 2>&1 | awk -v f="$f" '/Compiling entry function/ {e = $NF} /Used/ {print "INFO probe_resources " f " " e " " $0}' | sed "s/'//g"
@@ -146,7 +149,9 @@ cat "$PT"/acct/*/probes/*.status 2>/dev/null | awk '/state=patched/ {print "INFO
 
 # The differential corpus (built here by `make gpu-prep`: the kernel's own
 # eBPF results) through the translator's PTX on the GPU.
-if [[ -f $REPO/out/gpu/corpus/corpus.txt.gz ]]; then
+if ! pwant diff; then
+	:
+elif [[ -f $REPO/out/gpu/corpus/corpus.txt.gz ]]; then
 	mkdir -p "$W/corpus"
 	for f in corpus.txt corpus.ptx; do gunzip -c "$REPO/out/gpu/corpus/$f.gz" >"$W/corpus/$f"; done
 	if nvcc -O2 -arch=sm_90 -o "$W/probe_diff" "$REPO/test/gpu/probe_diff.cu" -lcuda >>"$OUT/build-probes.log" 2>&1; then
