@@ -81,6 +81,7 @@ func TestPTXPatchGolden(t *testing.T) {
 		conf      string   // testdata/ptx/CONF.conf (default name, else fragment)
 		guard     bool     // the conf asks for the thread-0 site guard at entry
 		guardExit bool     // ... and at exit
+		inline    bool     // the conf asks for the inline form (testdata/ptx/inline_*.ptx)
 		probed    []string // entries that must carry the probe calls
 		unprobed  []string
 		unpatched string // reason prefix when the module must stay as it is
@@ -93,6 +94,8 @@ func TestPTXPatchGolden(t *testing.T) {
 		{name: "sm52", unpatched: "target-too-low:sm_52<sm_70"},
 		{name: "predret_guard", input: "predret", conf: "guard", guard: true, guardExit: true, probed: []string{"_Z5scalePfif"}, version: ".version 8.5"},
 		{name: "multi_guard", input: "multi", conf: "multi_guard", guard: true, probed: []string{"_Z4fillPii", "_Z5emptyv"}, unprobed: []string{"_Z4skipPi"}, version: ".version 9.0"},
+		{name: "predret_inline", input: "predret", conf: "inline_guard", guard: true, guardExit: true, inline: true, probed: []string{"_Z5scalePfif"}, version: ".version 8.5"},
+		{name: "multi_inline", input: "multi", conf: "multi_inline", inline: true, probed: []string{"_Z4fillPii", "_Z5emptyv"}, unprobed: []string{"_Z4skipPi"}, version: ".version 9.0"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -160,10 +163,20 @@ func TestPTXPatchGolden(t *testing.T) {
 				} else if strings.Contains(b, "__gpuext_g") {
 					t.Errorf("%s: a guard without guard_* in module.conf:\n%s", e, b)
 				}
-				if strings.Count(b, entryCall) != 1 || !strings.Contains(b, "mov.b64 %__gpuext_kid, "+id+";") {
-					t.Errorf("%s: no entry call with kernel id %s:\n%s", e, id, b)
+				exitCall := "call __gpuext_probe_exit"
+				if tc.inline {
+					// the blocks instead of the calls: the template's labels, made unique per site, and the kernel id
+					if strings.Contains(b, "__gpuext_probe_") || strings.Contains(b, "@GX") || strings.Count(b, "mov.b64 %__gxd0, "+id+";") != 2 {
+						t.Errorf("%s: not the inline form with kernel id %s:\n%s", e, id, b)
+					}
+					entryCall, exitCall = "$__gpuext_i", "_exit_done:"
+				} else if !strings.Contains(b, "mov.b64 %__gpuext_kid, "+id+";") {
+					t.Errorf("%s: no kernel id %s:\n%s", e, id, b)
 				}
-				if strings.Count(b, "call __gpuext_probe_exit") != 1 || strings.Count(b, "$__gpuext_exit:") != 1 {
+				if strings.Count(b, entryCall+"") < 1 || (!tc.inline && strings.Count(b, entryCall) != 1) {
+					t.Errorf("%s: no entry site:\n%s", e, b)
+				}
+				if strings.Count(b, exitCall) != 1 || strings.Count(b, "$__gpuext_exit:") != 1 {
 					t.Errorf("%s: not exactly one exit block:\n%s", e, b)
 				}
 				// every ret/exit of the original became a branch to the exit block, whose ret is the only one left
@@ -176,6 +189,9 @@ func TestPTXPatchGolden(t *testing.T) {
 				}
 				// the entry call runs before the first instruction of the original body
 				callAt := strings.Index(b, "__gpuext_probe_entry")
+				if tc.inline {
+					callAt = strings.Index(b, "_entry_done:")
+				}
 				for _, line := range strings.Split(origBodies[e], "\n")[1:] {
 					l := strings.TrimSpace(line)
 					if l == "" || strings.HasPrefix(l, ".reg") || strings.HasPrefix(l, ".local") || strings.HasPrefix(l, "//") {

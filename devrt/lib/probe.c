@@ -239,10 +239,29 @@ static void gx_probe_init_once(void)
 	}
 	free(ctext);
 	gx_pr.frag = gx_read_file_at(dirfd, "module.ptx", &gx_pr.frag_len);
+	if (gx_pr.conf.inline_form) {
+		/* the inline form (both files or neither); without it the dispatch calls are spliced */
+		size_t le = 0, lx = 0;
+		char *ie = gx_read_file_at(dirfd, "inline_entry.ptx", &le);
+		char *ix = gx_read_file_at(dirfd, "inline_exit.ptx", &lx);
+
+		if (ie && ix && le && lx) {
+			gx_pr.conf.opts.inline_entry = ie;
+			gx_pr.conf.opts.inline_entry_len = le;
+			gx_pr.conf.opts.inline_exit = ix;
+			gx_pr.conf.opts.inline_exit_len = lx;
+		} else {
+			gx_log("device probes: inline form unreadable, calling the dispatch functions");
+			free(ie);
+			free(ix);
+		}
+	}
 	close(dirfd);
 	if (!gx_pr.frag || !gx_pr.frag_len) {
 		gx_log("device probes off: %s/module.ptx unreadable", path);
 		gx_status("image=- state=off reason=module.ptx-unreadable");
+		free((char *)gx_pr.conf.opts.inline_entry);
+		free((char *)gx_pr.conf.opts.inline_exit);
 		gx_probe_conf_free(&gx_pr.conf);
 		return;
 	}
@@ -555,9 +574,11 @@ CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_lo
 	}
 	/* the status line after binding: with lazy loading the JIT may happen in the first symbol lookup */
 	gx_status("image=%d state=patched reason=ok kernels=%d/%d jit_ms=%.3f bind_ms=%.3f api=%s kind=%s ptx_arch=%d "
-		  "target=%s",
+		  "target=%s splice=%s guard=%s,%s",
 		  index, res.probed, res.entries, ms, bind_ms, api, gx_image_kind_name(img.kind), img.ptx_arch,
-		  res.target_text);
+		  res.target_text, gx_pr.conf.opts.inline_entry ? "inline" : "call",
+		  gx_pr.conf.opts.guard_entry == GX_GUARD_THREAD0 ? "thread0" : "none",
+		  gx_pr.conf.opts.guard_exit == GX_GUARD_THREAD0 ? "thread0" : "none");
 	pthread_mutex_unlock(&gx_probe_mu);
 	gx_image_release(&img);
 	return r;

@@ -114,6 +114,7 @@ struct gx_patch {
 	const struct gx_ptx_opts *o;
 	struct gx_ptx_result *res;
 	int failed;
+	int site; /* the probed .entry being patched, from 0: names the inline sites */
 };
 
 static int fail(struct gx_patch *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -182,20 +183,114 @@ static int probe_this(const struct gx_ptx_opts *o, const char *name, size_t n)
 	"or.b32 " GX_GT "0, " GX_GT "0, " GX_GT "1; mov.u32 " GX_GT "1, %%tid.z; or.b32 " GX_GT "0, " GX_GT        \
 	"0, " GX_GT "1; setp.ne.u32 " GX_GP ", " GX_GT "0, 0; @" GX_GP " bra " skip ";"
 
+/* Copies t[0..n) with the inline placeholders replaced. */
+static void emit_subst(struct gx_patch *p, const char *t, size_t n, int site, uint64_t kid)
+{
+	size_t ls = strlen(GX_PTX_INLINE_SITE), lk = strlen(GX_PTX_INLINE_KID);
+
+	for (size_t i = 0; i < n;) {
+		const char *at = memchr(t + i, '@', n - i);
+		size_t k = at ? (size_t)(at - t) : n;
+
+		out_put(&p->out, t + i, k - i);
+		i = k;
+		if (i >= n)
+			break;
+		if (n - i >= ls && !memcmp(t + i, GX_PTX_INLINE_SITE, ls)) {
+			out_printf(&p->out, "%d", site);
+			i += ls;
+		} else if (n - i >= lk && !memcmp(t + i, GX_PTX_INLINE_KID, lk)) {
+			out_printf(&p->out, "0x%016llxU", (unsigned long long)kid);
+			i += lk;
+		} else {
+			out_put(&p->out, t + i, 1);
+			i++;
+		}
+	}
+	if (n && t[n - 1] != '\n')
+		out_puts(&p->out, "\n");
+}
+
+/* Where a template's block starts: the first line whose first non-blank is '{'. */
+static size_t template_block(const char *t, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		size_t j = i;
+
+		while (j < n && (t[j] == ' ' || t[j] == '\t'))
+			j++;
+		if (j < n && t[j] == '{')
+			return i;
+		while (i < n && t[i] != '\n')
+			i++;
+		i++;
+	}
+	return n;
+}
+
+/* The block of a template, inside the site guard when there is one. */
+static void emit_inline(struct gx_patch *p, const char *t, size_t n, int guard, int entry, int site, uint64_t kid)
+{
+	size_t b = template_block(t, n);
+
+	if (guard && entry)
+		out_printf(&p->out, "{ " GX_PTX_GUARD_DECL " " GX_PTX_GUARD(GX_PTX_SKIP_ENTRY) "\n");
+	else if (guard)
+		out_printf(&p->out, "{ " GX_PTX_GUARD_DECL " " GX_PTX_GUARD(GX_PTX_SKIP_EXIT) "\n");
+	emit_subst(p, t + b, n - b, site, kid);
+	if (guard)
+		out_printf(&p->out, "%s: }\n", entry ? GX_PTX_SKIP_ENTRY : GX_PTX_SKIP_EXIT);
+}
+
+/* The declarations of a template (before its block), without comment and blank lines. */
+static void emit_decls(struct gx_patch *p, const char *t, size_t n, int site, uint64_t kid)
+{
+	size_t end = template_block(t, n);
+
+	for (size_t i = 0; i < end;) {
+		size_t j = i, e = i;
+
+		while (e < end && t[e] != '\n')
+			e++;
+		while (j < e && (t[j] == ' ' || t[j] == '\t' || t[j] == '\r'))
+			j++;
+		if (j < e && !(e - j >= 2 && t[j] == '/' && t[j + 1] == '/'))
+			emit_subst(p, t + i, e - i, site, kid);
+		i = e + 1;
+	}
+}
+
+static int use_inline(const struct gx_ptx_opts *o)
+{
+	return o->inline_entry && o->inline_exit && o->inline_entry_len && o->inline_exit_len;
+}
+
 static void emit_entry_call(struct gx_patch *p, uint64_t kid)
 {
 	const char *ind;
 	size_t nind = out_indent(&p->out, &ind);
 	char indent[64];
+	const struct gx_ptx_opts *o = p->o;
 
 	if (nind >= sizeof(indent))
 		nind = sizeof(indent) - 1;
 	memcpy(indent, ind, nind);
 	indent[nind] = 0;
-	if (p->o->guard_entry == GX_GUARD_THREAD0)
+	if (use_inline(o)) {
+		/* both sites' function-scope declarations, then the entry block */
+		out_printf(&p->out, "// gpuext probe: kernel entry, inline (site %d)%s\n", p->site,
+			   o->guard_entry == GX_GUARD_THREAD0 ? ", thread 0 of the block" : "");
+		emit_decls(p, o->inline_entry, o->inline_entry_len, p->site, kid);
+		emit_decls(p, o->inline_exit, o->inline_exit_len, p->site, kid);
+		emit_inline(p, o->inline_entry, o->inline_entry_len, o->guard_entry == GX_GUARD_THREAD0, 1, p->site, kid);
+		out_puts(&p->out, indent);
+		return;
+	}
+	if (o->guard_entry == GX_GUARD_THREAD0)
 		out_printf(&p->out,
-			   "{ " GX_PTX_GUARD_DECL " " GX_PTX_CALL_DECL " " GX_PTX_GUARD(GX_PTX_SKIP_ENTRY) " " GX_PTX_CALL_CODE " call " GX_PTX_FUNC_ENTRY
-			   ", (" GX_PTX_PARAM "); " GX_PTX_SKIP_ENTRY ": } // gpuext probe: kernel entry, thread 0 of the block\n%s",
+			   "{ " GX_PTX_GUARD_DECL " " GX_PTX_CALL_DECL " " GX_PTX_GUARD(GX_PTX_SKIP_ENTRY) " " GX_PTX_CALL_CODE
+			   " call " GX_PTX_FUNC_ENTRY ", (" GX_PTX_PARAM "); " GX_PTX_SKIP_ENTRY
+			   ": } // gpuext probe: kernel entry, thread 0 of the block\n%s",
 			   (unsigned long long)kid, indent);
 	else
 		out_printf(&p->out,
@@ -206,6 +301,8 @@ static void emit_entry_call(struct gx_patch *p, uint64_t kid)
 
 static void emit_exit_block(struct gx_patch *p, uint64_t kid)
 {
+	const struct gx_ptx_opts *o = p->o;
+
 	if (p->out.len && p->out.p[p->out.len - 1] != '\n') {
 		/* drop the closing brace's indentation, then start a fresh line */
 		while (p->out.len && (p->out.p[p->out.len - 1] == ' ' || p->out.p[p->out.len - 1] == '\t'))
@@ -213,11 +310,18 @@ static void emit_exit_block(struct gx_patch *p, uint64_t kid)
 		if (p->out.len && p->out.p[p->out.len - 1] != '\n')
 			out_puts(&p->out, "\n");
 	}
-	if (p->o->guard_exit == GX_GUARD_THREAD0)
+	if (use_inline(o)) {
+		out_printf(&p->out, GX_PTX_EXIT_LABEL ": // gpuext probe: kernel exit, inline (site %d)%s\n", p->site,
+			   o->guard_exit == GX_GUARD_THREAD0 ? ", thread 0 of the block" : "");
+		emit_inline(p, o->inline_exit, o->inline_exit_len, o->guard_exit == GX_GUARD_THREAD0, 0, p->site, kid);
+		out_puts(&p->out, "\tret;\n");
+		return;
+	}
+	if (o->guard_exit == GX_GUARD_THREAD0)
 		out_printf(&p->out,
 			   GX_PTX_EXIT_LABEL ": // gpuext probe: kernel exit, thread 0 of the block\n"
-			   "\t{ " GX_PTX_GUARD_DECL " " GX_PTX_CALL_DECL " " GX_PTX_GUARD(GX_PTX_SKIP_EXIT) " " GX_PTX_CALL_CODE " call " GX_PTX_FUNC_EXIT
-			   ", (" GX_PTX_PARAM "); " GX_PTX_SKIP_EXIT ": }\n"
+			   "\t{ " GX_PTX_GUARD_DECL " " GX_PTX_CALL_DECL " " GX_PTX_GUARD(GX_PTX_SKIP_EXIT) " " GX_PTX_CALL_CODE
+			   " call " GX_PTX_FUNC_EXIT ", (" GX_PTX_PARAM "); " GX_PTX_SKIP_EXIT ": }\n"
 			   "\tret;\n",
 			   (unsigned long long)kid);
 	else
@@ -448,6 +552,7 @@ int gx_ptx_patch(const char *ptx, size_t len, const char *frag, size_t frag_len,
 			}
 			if (in_body && depth == 1) {
 				emit_exit_block(&p, kid);
+				p.site++;
 				res->probed++;
 				in_body = 0;
 			}
@@ -599,6 +704,8 @@ int gx_probe_conf_parse(const char *text, size_t len, struct gx_probe_conf *c, c
 			if (*end || !m->bytes || m->bytes > (1ull << 31))
 				return conf_err(c, err, errlen, line, "bad-map-size");
 			c->nmaps++;
+		} else if (!strcmp(tok[0], "inline") && nt == 2) {
+			c->inline_form = atoi(tok[1]) == 1;
 		} else if ((!strcmp(tok[0], "guard_entry") || !strcmp(tok[0], "guard_exit")) && nt == 2) {
 			/* an unknown value from a newer host is "none": always correct */
 			int g = !strcmp(tok[1], "thread0") ? GX_GUARD_THREAD0 : GX_GUARD_NONE;

@@ -18,7 +18,21 @@ struct gx_ptx_opts {
 	const char *const *kernels;       /* .entry names to probe; nkernels == 0: every .entry */
 	size_t nkernels;
 	int guard_entry, guard_exit;      /* GX_GUARD_*: which threads run the probes at that site */
+	/*
+	 * Inline form (module.conf "inline 1"; inline_entry.ptx, inline_exit.ptx):
+	 * templates pasted at the sites instead of the dispatch calls. Both or
+	 * neither. Lines before the first line starting with '{' are
+	 * declarations, hoisted to the entry's leading declarations; the rest is
+	 * the block. GX_PTX_INLINE_SITE / GX_PTX_INLINE_KID are replaced by the
+	 * site number (per probed .entry of the module) and the kernel id.
+	 */
+	const char *inline_entry, *inline_exit;
+	size_t inline_entry_len, inline_exit_len;
 };
+
+#define GX_PTX_INLINE_SITE "@GXSITE@"
+#define GX_PTX_INLINE_KID "@GXKID@"
+
 
 /* module.conf guard_entry / guard_exit: who needs to run the attach point's programs */
 #define GX_GUARD_NONE 0    /* every thread (always correct) */
@@ -57,6 +71,7 @@ uint64_t gx_kernel_id(const char *name, size_t n);
  *   map NAME SYMBOL TOTAL_BYTES    (zero or more; TOTAL_BYTES = descriptor + data)
  *   guard_entry thread0|none       (default none; an unknown value is none)
  *   guard_exit thread0|none
+ *   inline 0|1                     (default 0)
  * Unknown directives are ignored (newer hosts may add some); a bad known one
  * makes the whole file invalid (probes off for the process, reported).
  */
@@ -73,6 +88,7 @@ struct gx_probe_map {
 struct gx_probe_conf {
 	struct gx_ptx_opts opts; /* opts.kernels points into kernel_names */
 	int launch_time;
+	int inline_form; /* "inline 1": the bundle has inline_entry.ptx and inline_exit.ptx */
 	char **kernel_names;
 	struct gx_probe_map *maps;
 	size_t nmaps;

@@ -3,8 +3,11 @@
  * (devrt/lib/fatbin.c, devrt/lib/ptxpatch.c, the same sources) on files, for
  * the golden tests and for checking real nvcc output by hand.
  *
- *   ptxpatch_cli [-c module.conf] FRAGMENT INPUT   patched PTX on stdout (exit 0),
+ *   ptxpatch_cli [-c module.conf [-C]] FRAGMENT INPUT   patched PTX on stdout (exit 0),
  *                                                 or "unpatched REASON" (exit 3)
+ *                                                 With "inline 1" in module.conf, inline_entry.ptx and
+ *                                                 inline_exit.ptx are read from its directory, as the
+ *                                                 interposer does; -C ignores them (the call form).
  *   ptxpatch_cli -i [-a ARCH] INPUT               what the image holds, key=value
  *   ptxpatch_cli -m FILE.maps                     a copied-out maps file: header, then per map
  *                                                 its name, size and first 64 u64 words
@@ -95,7 +98,8 @@ static int dump_maps(const char *path)
 int main(int argc, char **argv)
 {
 	const char *conf_path = NULL;
-	int info = 0, max_arch = 0, opt;
+	int info = 0, max_arch = 0, opt, call_form = 0;
+	char *inl[2] = {NULL, NULL};
 	struct gx_probe_conf conf;
 	struct gx_image img;
 	struct gx_ptx_result res;
@@ -105,18 +109,19 @@ int main(int argc, char **argv)
 
 	if (argc == 3 && !strcmp(argv[1], "-m"))
 		return dump_maps(argv[2]);
-	while ((opt = getopt(argc, argv, "c:ia:")) != -1) {
+	while ((opt = getopt(argc, argv, "c:ia:C")) != -1) {
 		switch (opt) {
 		case 'c': conf_path = optarg; break;
+		case 'C': call_form = 1; break;
 		case 'i': info = 1; break;
 		case 'a': max_arch = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: %s [-c module.conf] FRAGMENT INPUT | -i [-a ARCH] INPUT | -m FILE.maps\n", argv[0]);
+			fprintf(stderr, "usage: %s [-c module.conf [-C]] FRAGMENT INPUT | -i [-a ARCH] INPUT | -m FILE.maps\n", argv[0]);
 			return 2;
 		}
 	}
 	if (argc - optind != (info ? 1 : 2)) {
-		fprintf(stderr, "usage: %s [-c module.conf] FRAGMENT INPUT | -i [-a ARCH] INPUT | -m FILE.maps\n", argv[0]);
+		fprintf(stderr, "usage: %s [-c module.conf [-C]] FRAGMENT INPUT | -i [-a ARCH] INPUT | -m FILE.maps\n", argv[0]);
 		return 2;
 	}
 	in = slurp(argv[argc - 1], &in_len);
@@ -148,6 +153,25 @@ int main(int argc, char **argv)
 			return 3;
 		}
 		free(ct);
+		if (conf.inline_form && !call_form) {
+			static const char *const names[2] = {"inline_entry.ptx", "inline_exit.ptx"};
+			const char *slash = strrchr(conf_path, '/');
+			size_t dl = slash ? (size_t)(slash - conf_path) + 1 : 0, il[2] = {0, 0};
+
+			for (int k = 0; k < 2; k++) {
+				char path[4096];
+
+				snprintf(path, sizeof(path), "%.*s%s", (int)dl, conf_path, names[k]);
+				if (!(inl[k] = slurp(path, &il[k]))) {
+					perror(path);
+					return 2;
+				}
+			}
+			conf.opts.inline_entry = inl[0];
+			conf.opts.inline_entry_len = il[0];
+			conf.opts.inline_exit = inl[1];
+			conf.opts.inline_exit_len = il[1];
+		}
 	} else {
 		memset(&conf, 0, sizeof(conf));
 		conf.opts.min_ptx_major = 7;
@@ -167,6 +191,8 @@ int main(int argc, char **argv)
 	free(res.text);
 	gx_image_release(&img);
 	gx_probe_conf_free(&conf);
+	free(inl[0]);
+	free(inl[1]);
 	free(frag);
 	free(in);
 	return 0;

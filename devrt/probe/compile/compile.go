@@ -40,6 +40,9 @@ type Bundle struct {
 	// in (guard_entry, guard_exit; see SpliceConf). Kept apart from Conf so
 	// a caller that re-renders Conf (another kernel list) keeps it.
 	Splice string
+	// Inline: the inline form of each attach point (ptx.InlineFile names
+	// the file); module.conf says "inline 1" when they are there.
+	Inline map[probe.Attach]string
 }
 
 // Compiler compiles probe sets of one catalog with one helper library and
@@ -159,7 +162,7 @@ func (c *Compiler) compile(set []string) (*Bundle, error) {
 	m.Probes = set
 	m.Kernels = kernels
 	m.LaunchTime = launchTime
-	return &Bundle{Probes: set, Manifest: m, PTX: mod.PTX, Conf: Conf(m), Splice: SpliceConf(mod)}, nil
+	return &Bundle{Probes: set, Manifest: m, PTX: mod.PTX, Conf: Conf(m), Splice: SpliceConf(mod), Inline: mod.Inline}, nil
 }
 
 // SpliceConf renders the module.conf lines that tell the patcher how to
@@ -170,8 +173,14 @@ func (c *Compiler) compile(set []string) (*Bundle, error) {
 //	guard_entry thread0|none   thread0: every kernel_entry program acts only in
 //	guard_exit thread0|none    the thread of linear id 0 of its block, so only
 //	                           that thread needs to run the attach point
+//	inline 1                   the bundle holds inline_entry.ptx and
+//	                           inline_exit.ptx (ptx.InlineFile): paste them
+//	                           at the sites instead of calling the dispatch
 func SpliceConf(mod *ptx.Module) string {
 	var b strings.Builder
+	if len(mod.Inline) == 2 {
+		b.WriteString("inline 1\n")
+	}
 	for _, a := range []probe.Attach{probe.KernelEntry, probe.KernelExit} {
 		g := "none"
 		if mod.Guard[a] {
@@ -223,11 +232,15 @@ func (b *Bundle) ManifestJSON() []byte {
 
 // Files are the bundle's files by name.
 func (b *Bundle) Files() map[string][]byte {
-	return map[string][]byte{
+	files := map[string][]byte{
 		probe.ModuleFile:   []byte(b.PTX),
 		probe.ManifestFile: b.ManifestJSON(),
 		ConfFile:           []byte(b.Conf + b.Splice),
 	}
+	for a, text := range b.Inline {
+		files[ptx.InlineFile(a)] = []byte(text)
+	}
+	return files
 }
 
 func versionLess(a, b string) bool {

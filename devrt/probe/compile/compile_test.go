@@ -227,8 +227,8 @@ func TestVerifierRejectionNamesProbeAndLine(t *testing.T) {
 func TestCompileSiteGuard(t *testing.T) {
 	c := testCompiler()
 	for set, want := range map[string]string{
-		"launch-stats": "guard_entry thread0\nguard_exit thread0\n",
-		"launch-latency,launch-stats,sm-histogram": "guard_entry thread0\nguard_exit thread0\n",
+		"launch-stats": "inline 1\nguard_entry thread0\nguard_exit thread0\n",
+		"launch-latency,launch-stats,sm-histogram": "inline 1\nguard_entry thread0\nguard_exit thread0\n",
 	} {
 		b, err := c.Compile(strings.Split(set, ","))
 		if err != nil {

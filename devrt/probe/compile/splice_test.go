@@ -68,14 +68,19 @@ func TestBundleSplicesWithTheInterposer(t *testing.T) {
 		t.Fatalf("patch vecadd.ptx: %v\n%s", err, out)
 	}
 	for _, want := range []string{
-		// every catalog probe acts in thread 0 of the block: the guarded (plain) call
-		"@%__gpuext_g bra $__gpuext_skip_entry;", "call " + probe.FuncEntry + ", ", "call " + probe.FuncExit + ", ",
+		// every catalog probe acts in thread 0 of the block (the guard), and the
+		// bundle has the inline form: the programs' blocks instead of the calls
+		"@%__gpuext_g bra $__gpuext_skip_entry;", "@%__gpuext_g bra $__gpuext_skip_exit;",
+		"$__gpuext_i0_entry_p0_end:", "$__gpuext_i0_exit_p0_end:",
 		".visible .func " + probe.FuncEntry,
 		"__gpuext_map_ls_counters", "__gpuext_map_smh_counts", "__gpuext_map_lat_hist",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("patched image lacks %q", want)
 		}
+	}
+	if strings.Contains(out, "call __gpuext_probe_") || strings.Contains(out, "call.uni __gpuext_probe_") {
+		t.Errorf("inline bundle, yet the kernel calls the dispatch")
 	}
 	version := ""
 	for _, line := range strings.Split(out, "\n") {

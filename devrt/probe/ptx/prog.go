@@ -19,6 +19,14 @@ type progTranslator struct {
 	out   strings.Builder
 	maps  []string
 	insns int
+
+	// Inline form (inline.go): only the main function, as a block whose
+	// exits branch to endLabel; lookups of statically known ARRAY and
+	// PER_WARP maps become address arithmetic.
+	inline   bool
+	endLabel string
+	cur      int               // index of the instruction being translated
+	lookups  map[int]inlineKey // lookup calls with a known map (by index)
 }
 
 func reg(r asm.Register) string { return "%r" + strconv.Itoa(int(r)) }
@@ -157,6 +165,23 @@ func (t *progTranslator) translate(insns asm.Instructions) error {
 		}
 	}
 	sort.Ints(subs)
+	if t.inline {
+		t.lookups = knownLookups(t.spec, insns, raw, targets, funcOf)
+		for i, ins := range insns {
+			if funcOf[i] != 0 {
+				continue
+			}
+			if targets[raw[i]] {
+				t.out.WriteString(label(raw[i]) + ":\n")
+			}
+			fmt.Fprintf(&t.out, "\t// %d: %v\n", raw[i], ins)
+			t.cur = i
+			if err := t.insn(ins, jumpTarget[i]); err != nil {
+				return fmt.Errorf("insn %d (%v): %w", raw[i], ins, err)
+			}
+		}
+		return nil
+	}
 	for _, st := range subs {
 		fmt.Fprintf(&t.out, ".func (.param .b64 __ret) %s(%s);\n", t.subName(st), subParams)
 	}
@@ -516,6 +541,10 @@ func (t *progTranslator) jump(ins asm.Instruction, tgt int) error {
 	op := ins.OpCode.JumpOp()
 	switch op {
 	case asm.Exit:
+		if t.inline {
+			t.emit("bra %s", t.endLabel) // r0, the return value, is not used
+			return nil
+		}
 		t.emit("st.param.b64 [__ret], %%r0")
 		t.emit("ret")
 		return nil
@@ -627,6 +656,9 @@ func (t *progTranslator) call(ins asm.Instruction, tgt int) error {
 	id := ins.Constant
 	switch id {
 	case probe.HelperMapLookupElem:
+		if k, ok := t.lookups[t.cur]; ok && t.inline {
+			return t.inlineLookup(k)
+		}
 		t.helperCall(probe.FuncMapLookup, 2)
 	case probe.HelperMapUpdateElem:
 		t.helperCall(probe.FuncMapUpdate, 4)

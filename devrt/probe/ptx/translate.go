@@ -37,6 +37,9 @@ type Module struct {
 	// with linear id 0 of its block (LeaderOnly; vacuously true without
 	// programs), so the patcher may let only that thread run it.
 	Guard map[probe.Attach]bool
+	// Inline[a] is the inline form of attach point a (inline.go): the
+	// template the patcher pastes at the site instead of the call.
+	Inline map[probe.Attach]string
 }
 
 // Minimum PTX ISA and target of the fragment without a helper library:
@@ -159,6 +162,14 @@ func Translate(spec *ebpf.CollectionSpec, progs []string, opt Options) (*Module,
 	b.WriteString(funcs.String())
 	writeDispatch(&b, probe.FuncEntry, probe.KernelEntry, byAttach[probe.KernelEntry])
 	writeDispatch(&b, probe.FuncExit, probe.KernelExit, byAttach[probe.KernelExit])
+	m.Inline = map[probe.Attach]string{}
+	for _, a := range []probe.Attach{probe.KernelEntry, probe.KernelExit} {
+		in, err := inlineAttach(spec, a, byAttach[a])
+		if err != nil {
+			return nil, err
+		}
+		m.Inline[a] = in
+	}
 	if opt.Harness {
 		for _, name := range progs {
 			writeHarness(&b, name)

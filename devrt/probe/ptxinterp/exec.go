@@ -169,7 +169,9 @@ func (m *Machine) special(name string) (uint64, int, bool) {
 	case "%smid":
 		return uint64(t.SMID), 32, true
 	case "%globaltimer":
-		return t.Globaltimer, 64, true
+		v := t.Globaltimer
+		t.Globaltimer += t.GlobaltimerStep
+		return v, 64, true
 	}
 	return 0, 0, false
 }

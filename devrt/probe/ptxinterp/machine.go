@@ -33,6 +33,10 @@ type ThreadRegs struct {
 	WarpID                   uint32 // %warpid (hardware warp slot on the SM)
 	SMID                     uint32 // %smid
 	Globaltimer              uint64 // %globaltimer
+	// GlobaltimerStep is added to Globaltimer after each read of
+	// %globaltimer (0: the timer stands still during the call), so a
+	// kernel run as one Call sees time pass between its entry and exit.
+	GlobaltimerStep uint64
 }
 
 // Thread0 is thread (0,0,0) of block (0,0,0) of a 1x1 launch.

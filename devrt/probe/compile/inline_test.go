@@ -1,0 +1,136 @@
+package compile
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/devrt/probe/ptxinterp"
+)
+
+// The executable check of the splice forms (no GPU here): the launch-stats
+// bundle is spliced by the interposer's own patcher (ptxpatch_cli) into
+// testdata/ptx/grid.ptx in four forms - dispatch call in every thread, call
+// under the thread-0 guard, inline, inline under the guard - and each
+// patched module runs in the PTX interpreter over a grid of blocks x
+// threads (2-D blocks, several warps, early exit/ret paths). The counts must
+// be exact (1 launch, one block and one block exit per block) and every
+// form must leave the same bytes in every map and in the kernel's output.
+func TestSplicedKernelCountsExact(t *testing.T) {
+	cli := spliceCLI(t)
+	b, err := testCompiler().Compile([]string{"launch-stats"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.Splice, "inline 1\n") || !strings.Contains(b.Splice, "guard_entry thread0\n") ||
+		!strings.Contains(b.Splice, "guard_exit thread0\n") {
+		t.Fatalf("launch-stats should splice inline under the thread-0 guard:\n%s", b.Splice)
+	}
+	dir := filepath.Join(t.TempDir(), "probes")
+	if err := b.WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	guard := "guard_entry thread0\nguard_exit thread0\n"
+	forms := []struct {
+		name, conf string
+	}{
+		{"call", b.Conf},
+		{"call+guard", b.Conf + guard},
+		{"inline", b.Conf + "inline 1\n"},
+		{"inline+guard", b.Conf + b.Splice},
+	}
+	kernel := filepath.Join("..", "..", "testdata", "ptx", "grid.ptx")
+	const blocks, ntx, nty = 5, 40, 2 // 80 threads a block: 3 warps
+	var ref map[string][]byte
+	var refForm string
+	for _, f := range forms {
+		conf := filepath.Join(dir, f.name+".conf") // next to inline_*.ptx, where the patcher looks
+		if err := os.WriteFile(conf, []byte(f.conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var out, stderr bytes.Buffer
+		cmd := exec.Command(cli, "-c", conf, filepath.Join(dir, probe.ModuleFile), kernel)
+		cmd.Stdout, cmd.Stderr = &out, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s: ptxpatch_cli: %v\n%s%s", f.name, err, out.String(), stderr.String())
+		}
+		patched := out.String()
+		inline := strings.Contains(f.name, "inline")
+		if got := strings.Contains(patched, "call __gpuext_probe_entry") || strings.Contains(patched, "call.uni __gpuext_probe_entry"); got == inline {
+			t.Errorf("%s: dispatch call in the kernel = %v", f.name, got)
+		}
+		if got := strings.Contains(patched, "bra $__gpuext_skip_entry;"); got != strings.Contains(f.name, "guard") {
+			t.Errorf("%s: guard in the kernel = %v", f.name, got)
+		}
+		m, err := ptxinterp.Load(patched)
+		if err != nil {
+			t.Fatalf("%s: load: %v", f.name, err)
+		}
+		res := m.Alloc(make([]byte, 4*blocks*ntx*nty))
+		for bx := uint32(0); bx < blocks; bx++ {
+			for ty := uint32(0); ty < nty; ty++ {
+				for tx := uint32(0); tx < ntx; tx++ {
+					lin := ty*ntx + tx
+					th := ptxinterp.ThreadRegs{
+						Tid: [3]uint32{tx, ty, 0}, Ctaid: [3]uint32{bx, 0, 0},
+						Ntid: [3]uint32{ntx, nty, 1}, Nctaid: [3]uint32{blocks, 1, 1},
+						LaneID: lin % 32, WarpID: 4*bx + lin/32, SMID: bx % 2,
+						Globaltimer: 1_000_000 + uint64(bx)*1000 + uint64(lin), GlobaltimerStep: 7 + uint64(bx),
+					}
+					if _, err := m.Call("_Z4gridPj", th, res); err != nil {
+						t.Fatalf("%s: block %d thread (%d,%d): %v", f.name, bx, tx, ty, err)
+					}
+				}
+			}
+		}
+		state := map[string][]byte{}
+		for _, mi := range b.Manifest.Maps {
+			state[mi.Name] = bytes.Clone(m.Global(mi.Symbol))
+		}
+		state["out"], _ = m.Read(res, 4*blocks*ntx*nty)
+		// out[i] = i, except the threads with tid.x == 3, which left first
+		for i := uint32(0); i < blocks*ntx*nty; i++ {
+			want := i
+			if (i%(ntx*nty))%ntx == 3 {
+				want = 0
+			}
+			if got := binary.LittleEndian.Uint32(state["out"][4*i:]); got != want {
+				t.Fatalf("%s: out[%d] = %d, want %d", f.name, i, got, want)
+			}
+		}
+		im := &ptx.Image{Layout: b.Manifest.Maps[0].Layout, Bytes: state["ls_counters"]}
+		ents, err := im.Entries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var counts []uint64
+		for _, e := range ents {
+			counts = append(counts, binary.LittleEndian.Uint64(e.Value))
+		}
+		// launches, blocks, block_ns, block_exits: thread 0 of block bx reads
+		// the timer once at entry and once at exit, 7+bx apart
+		blockNs := uint64(0)
+		for bx := uint64(0); bx < blocks; bx++ {
+			blockNs += 7 + bx
+		}
+		if got, want := fmt.Sprint(counts), fmt.Sprint([]uint64{1, blocks, blockNs, blocks}); got != want {
+			t.Errorf("%s: ls_counters = %s, want %s", f.name, got, want)
+		}
+		if ref == nil {
+			ref, refForm = state, f.name
+			continue
+		}
+		for name, want := range ref {
+			if !bytes.Equal(state[name], want) {
+				t.Errorf("%s: %s differs from the %s form", f.name, name, refForm)
+			}
+		}
+	}
+}

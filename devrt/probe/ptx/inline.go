@@ -1,0 +1,207 @@
+package ptx
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpuext/gpuext/devrt/probe"
+)
+
+// The inline form of an attach point (docs/device-probes.md, "Inline
+// splice"): the programs of the attach point as one PTX block the patcher
+// pastes at the site instead of the call to the dispatch function, so the
+// kernel sees straight-line code and no call ABI. The text is a template:
+//
+//	// comments
+//	.local ...;          declarations the patcher hoists to the entry's
+//	                     leading declarations (function scope)
+//	{                    the block, from the first line that is "{"
+//	...
+//	}
+//
+// with two placeholders the patcher replaces: InlineSite (a number unique
+// per site of the module, so every label and .local name is unique) and
+// InlineKernelID (the kernel id, an unsigned hex literal). Registers are
+// declared inside the block and named %__gx*, labels $__gpuext_i<site>_*,
+// so nothing collides with the kernel's own names ($L__..., %r, %rd, ...).
+// A program's exit is a branch to the end of its own block; its return
+// value is not used (as in the dispatch).
+const (
+	InlineSite     = "@GXSITE@"
+	InlineKernelID = "@GXKID@"
+)
+
+// InlineFile is the bundle file of an attach point's inline form.
+func InlineFile(a probe.Attach) string {
+	return "inline_" + strings.TrimPrefix(a.String(), "kernel_") + ".ptx"
+}
+
+// inlineKey is a map_lookup_elem whose map is known statically.
+type inlineKey struct {
+	mapName string
+	keyOff  int64 // r2 = r10 + keyOff
+	keyKnow bool  // keyOff is known
+}
+
+// knownLookups finds the lookup calls of the main function whose r1 holds
+// one known map (ld_imm64 of it earlier in the same basic block, possibly
+// through register copies) and whose map is an ARRAY or PER_WARP. It also
+// notes r2's stack offset when known (an aligned key loads as one word).
+// Conservative: state is forgotten at every jump target and call.
+func knownLookups(spec *ebpf.CollectionSpec, insns asm.Instructions, raw []int, targets map[int]bool, funcOf []int) map[int]inlineKey {
+	type rs struct {
+		mapName string
+		stack   bool
+		off     int64
+	}
+	var regs [11]rs
+	clear := func() { regs = [11]rs{} }
+	out := map[int]inlineKey{}
+	for i, ins := range insns {
+		if funcOf[i] != 0 {
+			continue
+		}
+		if targets[raw[i]] {
+			clear()
+		}
+		op := ins.OpCode
+		cls := op.Class()
+		src := func() rs {
+			if ins.Src == asm.R10 {
+				return rs{stack: true}
+			}
+			if ins.Src <= asm.R9 {
+				return regs[ins.Src]
+			}
+			return rs{}
+		}
+		switch {
+		case cls.IsJump():
+			if op.JumpOp() == asm.Call {
+				if ins.IsBuiltinCall() && ins.Constant == probe.HelperMapLookupElem && regs[asm.R1].mapName != "" {
+					if ms, ok := spec.Maps[regs[asm.R1].mapName]; ok {
+						if l, err := SpecLayout(ms); err == nil && (l.Type == probe.MapArray || l.Type == probe.MapPerWarp) && l.KeySize == 4 {
+							out[i] = inlineKey{mapName: regs[asm.R1].mapName, keyOff: regs[asm.R2].off, keyKnow: regs[asm.R2].stack}
+						}
+					}
+				}
+				clear()
+			}
+		case cls == asm.LdClass && op.IsDWordLoad() && ins.Dst <= asm.R9:
+			if ins.Src == asm.PseudoMapFD {
+				regs[ins.Dst] = rs{mapName: ins.Reference()}
+			} else {
+				regs[ins.Dst] = rs{}
+			}
+		case cls == asm.ALU64Class && ins.Dst <= asm.R9:
+			d := regs[ins.Dst]
+			switch {
+			case op.ALUOp() == asm.Mov && op.Source() == asm.RegSource:
+				regs[ins.Dst] = src()
+			case op.ALUOp() == asm.Add && op.Source() == asm.ImmSource && d.stack:
+				regs[ins.Dst] = rs{stack: true, off: d.off + ins.Constant}
+			default:
+				regs[ins.Dst] = rs{}
+			}
+		case (cls == asm.ALUClass || cls == asm.LdXClass) && ins.Dst <= asm.R9:
+			regs[ins.Dst] = rs{}
+		case cls == asm.StXClass && op.Mode() == asm.AtomicMode:
+			if ins.Src <= asm.R9 {
+				regs[ins.Src] = rs{}
+			}
+			regs[asm.R0] = rs{}
+		}
+	}
+	return out
+}
+
+// inlineLookup emits r0 = &value of the key at r2 in the map at r1, or 0
+// when the index is out of range: what the helper library does for ARRAY
+// (32 + idx*stride + 8) and PER_WARP (32 + (slot*max + idx)*stride, slot =
+// (%smid*64 + %warpid) % nslots), with the layout known here.
+func (t *progTranslator) inlineLookup(k inlineKey) error {
+	l, err := SpecLayout(t.spec.Maps[k.mapName])
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(&t.out, "\t// map_lookup_elem(%s) inline\n", k.mapName)
+	if k.keyKnow && k.keyOff%4 == 0 {
+		t.emit("ld.u32 %%w0, [%%r2]")
+	} else { // alignment unknown: byte by byte, little-endian
+		t.emit("ld.u8 %%w0, [%%r2]")
+		for b := 1; b < 4; b++ {
+			t.emit("ld.u8 %%w1, [%%r2+%d]", b)
+			t.emit("shl.b32 %%w1, %%w1, %d", 8*b)
+			t.emit("or.b32 %%w0, %%w0, %%w1")
+		}
+	}
+	t.emit("setp.lt.u32 %%p1, %%w0, %d", l.MaxEntries)
+	t.emit("cvt.u64.u32 %%t0, %%w0")
+	hdr := uint64(probe.MapHdrSize) + 8
+	if l.Type == probe.MapPerWarp {
+		hdr = probe.MapHdrSize
+		t.emit("mov.u32 %%w1, %%smid")
+		t.emit("mov.u32 %%w2, %%warpid")
+		t.emit("mad.lo.u32 %%w1, %%w1, 64, %%w2")
+		t.emit("rem.u32 %%w1, %%w1, %d", l.NBuckets)
+		t.emit("cvt.u64.u32 %%t1, %%w1")
+		t.emit("mad.lo.u64 %%t0, %%t1, %d, %%t0", l.MaxEntries)
+	}
+	t.emit("mul.lo.u64 %%t0, %%t0, %d", l.Stride)
+	t.emit("add.u64 %%t0, %%t0, %d", hdr)
+	t.emit("add.u64 %%t0, %%t0, %%r1")
+	t.emit("mov.u64 %%r0, 0")
+	t.emit("@%%p1 mov.u64 %%r0, %%t0")
+	return nil
+}
+
+var (
+	inlineRegRe   = regexp.MustCompile(`%([rtwp])([0-9]+)\b`)
+	inlineLabelRe = regexp.MustCompile(`\$L__pc([0-9]+)\b`)
+)
+
+// inlineAttach renders the inline template of one attach point: the
+// context (as the dispatch builds it) and each program in order.
+func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string) (string, error) {
+	tag := strings.TrimPrefix(a.String(), "kernel_")
+	pre := "__gpuext_i" + InlineSite + "_" + tag
+	ctx, stack := pre+"_ctx", pre+"_stack"
+	var b strings.Builder
+	fmt.Fprintf(&b, "// gpuext inline probe: %s (generated by devrt/probe/ptx; do not edit)\n", a)
+	fmt.Fprintf(&b, "// %s: the site number, %s: the kernel id; the patcher replaces both.\n", InlineSite, InlineKernelID)
+	if len(progs) == 0 {
+		b.WriteString("{\n}\n")
+		return b.String(), nil
+	}
+	fmt.Fprintf(&b, ".local .align 8 .b8 %s[24];\n", ctx)
+	fmt.Fprintf(&b, ".local .align 8 .b8 %s[%d];\n", stack, StackSize)
+	b.WriteString("{\n")
+	b.WriteString("\t.reg .b64 %__gxc<3>;\n\t.reg .b32 %__gxe<2>;\n")
+	fmt.Fprintf(&b, "\tmov.b64 %%__gxc0, %s;\n\tst.local.u64 [%s], %%__gxc0;\n", InlineKernelID, ctx)
+	fmt.Fprintf(&b, "\tld.global.u32 %%__gxe0, [%s];\n\tst.local.u32 [%s+8], %%__gxe0;\n", probe.SymTenantID, ctx)
+	fmt.Fprintf(&b, "\tmov.u32 %%__gxe1, %d;\n\tst.local.u32 [%s+12], %%__gxe1;\n", uint32(a), ctx)
+	fmt.Fprintf(&b, "\tld.global.u64 %%__gxc1, [%s];\n\tst.local.u64 [%s+16], %%__gxc1;\n", probe.SymLaunchNs, ctx)
+	fmt.Fprintf(&b, "\tmov.u64 %%__gxc2, %s;\n\tcvta.local.u64 %%__gxc2, %%__gxc2;\n", ctx)
+	for k, name := range progs {
+		ps := spec.Programs[name]
+		end := fmt.Sprintf("$%s_p%d_end", pre, k)
+		t := &progTranslator{spec: spec, name: name, fn: ProgFunction(name), inline: true, endLabel: end}
+		if err := t.translate(ps.Instructions); err != nil {
+			return "", fmt.Errorf("program %q (inline): %w", name, err)
+		}
+		body := inlineRegRe.ReplaceAllString(t.out.String(), "%__gx${1}${2}")
+		body = inlineLabelRe.ReplaceAllString(body, fmt.Sprintf("$$%s_p%d_pc${1}", pre, k))
+		fmt.Fprintf(&b, "\t// program %s\n\t{\n", name)
+		b.WriteString("\t.reg .b64 %__gxr<11>;\n\t.reg .b64 %__gxt<2>;\n\t.reg .b32 %__gxw<3>;\n\t.reg .pred %__gxp<3>;\n")
+		b.WriteString("\tmov.u64 %__gxr1, %__gxc2;\n")
+		fmt.Fprintf(&b, "\tmov.u64 %%__gxr10, %s;\n\tcvta.local.u64 %%__gxr10, %%__gxr10;\n\tadd.u64 %%__gxr10, %%__gxr10, %d;\n", stack, StackSize)
+		b.WriteString(body)
+		fmt.Fprintf(&b, "%s:\n\t}\n", end)
+	}
+	b.WriteString("}\n")
+	return b.String(), nil
+}
