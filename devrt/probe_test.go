@@ -448,6 +448,60 @@ func writeTemp(t *testing.T, name string, data []byte) string {
 	return p
 }
 
+// The inline form through the interposer: with "inline 1" in module.conf and
+// inline_entry.ptx / inline_exit.ptx next to it, the driver gets the blocks
+// pasted in every .entry (under the thread-0 guard the conf asks for), not
+// the dispatch calls, and the status line says so. With one of the files
+// missing, the interposer falls back to the calls.
+func TestProbesInlineSplice(t *testing.T) {
+	fb := writeTemp(t, "app.fatbin", fatbin(sassEntry(90), ptxEntry(t, "multi.ptx", 90)))
+	steps := []string{"lib", fb, "launch", "3"}
+	for _, tc := range []struct {
+		name   string
+		files  map[string]string // testdata/ptx file -> probes/ file
+		inline bool
+	}{
+		{"inline", map[string]string{"inline_entry.ptx": "inline_entry.ptx", "inline_exit.ptx": "inline_exit.ptx"}, true},
+		{"missing-exit", map[string]string{"inline_entry.ptx": "inline_entry.ptx"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tn := probeTenant(t, 23, true)
+			files := map[string]string{"inline_guard.conf": "module.conf"}
+			for k, v := range tc.files {
+				files[k] = v
+			}
+			for src, dst := range files {
+				b, err := os.ReadFile(filepath.Join("testdata", "ptx", src))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(tn.dir, "probes", dst), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := tn.runImages(nil, steps...)
+			wantLines(t, r.lines, "lib app.fatbin ok", "launch 3 ok")
+			got := string(r.image(t, "image-0.ptx"))
+			for i, e := range []string{"_Z4fillPii", "_Z5emptyv", "_Z4skipPi"} {
+				b := entryBodies(got)[e]
+				calls := strings.Contains(b, "call __gpuext_probe_entry") && strings.Contains(b, "call __gpuext_probe_exit")
+				blocks := strings.Contains(b, fmt.Sprintf("$__gpuext_i%d_entry_done:", i)) && strings.Contains(b, fmt.Sprintf("$__gpuext_i%d_exit_done:", i))
+				if blocks != tc.inline || calls == tc.inline || strings.Count(b, "bra $__gpuext_skip_") != 2 {
+					t.Errorf("entry %s: inline blocks %v, dispatch calls %v, want inline=%v under the guard:\n%s", e, blocks, calls, tc.inline, b)
+				}
+			}
+			st := r.status(t)
+			want := "call"
+			if tc.inline {
+				want = "inline"
+			}
+			if len(st) != 1 || st[0]["state"] != "patched" || st[0]["splice"] != want || st[0]["guard"] != "thread0,thread0" {
+				t.Errorf("status: %v, want splice=%s guard=thread0,thread0", st, want)
+			}
+		})
+	}
+}
+
 // A fatbin (SASS + PTX) loaded through cuGetProcAddress'd cuLibraryLoadData:
 // with probes on, the driver gets the image's PTX with the fragment and the
 // probe calls in every .entry; the tenant id is set; the maps are copied out

@@ -176,3 +176,25 @@ func TestNativeHelpers(t *testing.T) {
 		t.Errorf("per-warp sums = %v, want index 1 = 5", pw)
 	}
 }
+
+// GlobaltimerStep: each read of %globaltimer returns the time, then moves it on.
+func TestGlobaltimerStep(t *testing.T) {
+	m, err := ptxinterp.Load(fn(`.reg .b64 %a, %b;
+mov.u64 %a, %globaltimer;
+mov.u64 %b, %globaltimer;
+sub.u64 %a, %b, %a;
+st.param.b64 [r], %a;
+ret;`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	th := ptxinterp.Thread0()
+	th.Globaltimer, th.GlobaltimerStep = 1000, 25
+	if r, err := m.Call("f", th, 0); err != nil || r != 25 {
+		t.Errorf("two reads %d apart (%v), want 25", r, err)
+	}
+	th.GlobaltimerStep = 0
+	if r, _ := m.Call("f", th, 0); r != 0 {
+		t.Errorf("a standing timer moved by %d", r)
+	}
+}

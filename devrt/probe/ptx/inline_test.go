@@ -1,0 +1,182 @@
+package ptx_test
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/devrt/probe/ptxinterp"
+)
+
+func TestGoldenInline(t *testing.T) {
+	m, err := ptx.Translate(counterSpec(), nil, ptx.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "counter_inline_entry.ptx", m.Inline[probe.KernelEntry])
+	golden(t, "counter_inline_exit.ptx", m.Inline[probe.KernelExit])
+	// count_launch: the ARRAY lookup is address arithmetic; record_exit: the hash update stays a call
+	if e := m.Inline[probe.KernelEntry]; strings.Contains(e, probe.FuncMapLookup) || !strings.Contains(e, "map_lookup_elem(launches) inline") {
+		t.Errorf("entry: the launches lookup is not inline")
+	}
+	if x := m.Inline[probe.KernelExit]; !strings.Contains(x, "call (__hr), "+probe.FuncMapUpdate) {
+		t.Errorf("exit: the hash update should call the helper library")
+	}
+	if !m.Guard[probe.KernelEntry] || m.Guard[probe.KernelExit] {
+		t.Errorf("guard = %v, want entry only (record_exit runs in every thread)", m.Guard)
+	}
+}
+
+// inlineKernel wraps a module's inline forms in an .entry the way the
+// patcher does: declarations hoisted, the entry block, the exit block.
+func inlineKernel(m *ptx.Module, site int, kid uint64) string {
+	sub := strings.NewReplacer(ptx.InlineSite, strconv.Itoa(site), ptx.InlineKernelID, fmt.Sprintf("0x%016xU", kid))
+	split := func(s string) (decls, block string) {
+		i := strings.Index(s, "\n{\n")
+		if strings.HasPrefix(s, "{\n") {
+			return "", s
+		}
+		return s[:i+1], s[i+1:]
+	}
+	de, be := split(sub.Replace(m.Inline[probe.KernelEntry]))
+	dx, bx := split(sub.Replace(m.Inline[probe.KernelExit]))
+	return m.Standalone("7.0", 70) + ".visible .entry __k()\n{\n" + de + dx + be + bx + "\tret;\n}\n"
+}
+
+// runBoth runs a grid through the dispatch functions and through the inline
+// blocks, on fresh copies of the module, and returns each form's map bytes.
+func runBoth(t *testing.T, m *ptx.Module, blocks, threads uint32) (call, inline map[string][]byte) {
+	t.Helper()
+	kid := probe.KernelID("k")
+	run := func(inl bool) map[string][]byte {
+		src := m.Standalone("7.0", 70)
+		if inl {
+			src = inlineKernel(m, 3, kid)
+		}
+		vm, err := ptxinterp.Load(src)
+		if err != nil {
+			t.Fatalf("inline=%v: %v", inl, err)
+		}
+		for b := uint32(0); b < blocks; b++ {
+			for tid := uint32(0); tid < threads; tid++ {
+				th := ptxinterp.ThreadRegs{Tid: [3]uint32{tid}, Ctaid: [3]uint32{b}, Ntid: [3]uint32{threads, 1, 1},
+					Nctaid: [3]uint32{blocks, 1, 1}, LaneID: tid % 32, WarpID: tid / 32, SMID: b, Globaltimer: 100 + uint64(b)}
+				if inl {
+					if _, err := vm.Call("__k", th); err != nil {
+						t.Fatalf("inline: %v", err)
+					}
+					continue
+				}
+				for _, fn := range []string{probe.FuncEntry, probe.FuncExit} {
+					if _, err := vm.Call(fn, th, kid); err != nil {
+						t.Fatalf("%s: %v", fn, err)
+					}
+				}
+			}
+		}
+		out := map[string][]byte{}
+		for _, mi := range m.Manifest.Maps {
+			out[mi.Name] = bytes.Clone(vm.Global(mi.Symbol))
+		}
+		return out
+	}
+	return run(false), run(true)
+}
+
+func TestInlineMatchesDispatch(t *testing.T) {
+	m, err := ptx.Translate(counterSpec(), nil, ptx.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call, inl := runBoth(t, m, 2, 3)
+	for name, want := range call {
+		if !bytes.Equal(inl[name], want) {
+			t.Errorf("map %s: inline form differs from the dispatch", name)
+		}
+	}
+}
+
+// Inline lookups of ARRAY and PER_WARP maps agree with the helper library
+// for keys in and out of range, aligned and not, and a lookup whose map is
+// not known at the call (two maps reach it) stays a call.
+func TestInlineLookups(t *testing.T) {
+	bump := func(m string, keyOff int16, key int64, label string) asm.Instructions {
+		st := asm.Instructions{asm.StoreImm(asm.RFP, keyOff, key, asm.Word)}
+		if keyOff%4 != 0 { // a misaligned key, written byte by byte
+			st = nil
+			for b := int16(0); b < 4; b++ {
+				st = append(st, asm.StoreImm(asm.RFP, keyOff+b, key>>(8*b)&0xff, asm.Byte))
+			}
+		}
+		return append(st, asm.Instructions{
+			asm.LoadMapPtr(asm.R1, 0).WithReference(m),
+			asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, int32(keyOff)),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, label),
+			asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord), asm.Add.Imm(asm.R1, 1), asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
+			asm.Mov.Imm(asm.R0, 0).WithSymbol(label),
+		}...)
+	}
+	var prog asm.Instructions
+	for i, c := range []struct {
+		m   string
+		off int16
+		key int64
+	}{{"arr", -4, 2}, {"arr", -8, 3}, {"arr", -12, 9}, {"pw", -4, 1}, {"pw", -7, 2}, {"pw", -16, 5}, {"arr", -23, 0}} {
+		prog = append(prog, bump(c.m, c.off, c.key, fmt.Sprintf("l%d", i))...)
+	}
+	// r1 is arr or pw depending on the thread: not known statically at the call
+	prog = append(prog,
+		asm.StoreImm(asm.RFP, -4, 1, asm.Word),
+		asm.BuiltinFunc(probe.HelperThreadLinearID).Call(),
+		asm.LoadMapPtr(asm.R1, 0).WithReference("arr"),
+		asm.JEq.Imm(asm.R0, 0, "same"),
+		asm.LoadMapPtr(asm.R1, 0).WithReference("pw"),
+		asm.Mov.Reg(asm.R2, asm.RFP).WithSymbol("same"), asm.Add.Imm(asm.R2, -4),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "end"),
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord), asm.Add.Imm(asm.R1, 1), asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord),
+		asm.Mov.Imm(asm.R0, 0).WithSymbol("end"),
+		asm.Return(),
+	)
+	spec := &ebpf.CollectionSpec{
+		Maps: map[string]*ebpf.MapSpec{
+			"arr": {Name: "arr", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 4},
+			"pw":  {Name: "pw", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 3},
+		},
+		Programs: map[string]*ebpf.ProgramSpec{"p": {Name: "p", SectionName: probe.SecKernelEntry, Instructions: prog}},
+	}
+	m, err := ptx.Translate(spec, nil, ptx.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := m.Inline[probe.KernelEntry]
+	if n := strings.Count(e, "inline\n"); n != 7 {
+		t.Errorf("%d inline lookups, want 7", n)
+	}
+	if n := strings.Count(e, "call (__hr), "+probe.FuncMapLookup); n != 1 {
+		t.Errorf("%d lookup calls, want 1 (the map is not known there)", n)
+	}
+	if !strings.Contains(e, "ld.u8 ") {
+		t.Errorf("misaligned keys should load byte by byte")
+	}
+	call, inl := runBoth(t, m, 3, 40)
+	for name, want := range call {
+		if !bytes.Equal(inl[name], want) {
+			t.Errorf("map %s: inline form differs from the helper library", name)
+		}
+	}
+	// the counts are there at all: arr[2], arr[3] and arr[0] by every thread (3 x 40)
+	arr := ptx.Image{Layout: m.Manifest.Maps[0].Layout, Bytes: inl["arr"]}
+	ents, _ := arr.Entries()
+	if got := fmt.Sprint(ents); !strings.Contains(got, "[120 0 0 0 0 0 0 0]") {
+		t.Errorf("arr = %v", got)
+	}
+}
