@@ -129,9 +129,13 @@ func (t *progTranslator) inlineLookup(k inlineKey) error {
 		return err
 	}
 	fmt.Fprintf(&t.out, "\t// map_lookup_elem(%s) inline\n", k.mapName)
-	if k.keyKnow && k.keyOff%4 == 0 {
+	switch {
+	case k.keyKnow && t.stackSym != "" && k.keyOff < 0 && k.keyOff >= -StackSize && k.keyOff%4 == 0:
+		// the key's stack slot by name: ptxas sees the store that wrote it
+		t.emit("ld.local.u32 %%w0, [%s+%d]", t.stackSym, StackSize+k.keyOff)
+	case k.keyKnow && k.keyOff%4 == 0:
 		t.emit("ld.u32 %%w0, [%%r2]")
-	} else { // alignment unknown: byte by byte, little-endian
+	default: // alignment unknown: byte by byte, little-endian
 		t.emit("ld.u8 %%w0, [%%r2]")
 		for b := 1; b < 4; b++ {
 			t.emit("ld.u8 %%w1, [%%r2+%d]", b)
@@ -189,7 +193,7 @@ func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string) (st
 	for k, name := range progs {
 		ps := spec.Programs[name]
 		end := fmt.Sprintf("$%s_p%d_end", pre, k)
-		t := &progTranslator{spec: spec, name: name, fn: ProgFunction(name), inline: true, endLabel: end}
+		t := &progTranslator{spec: spec, name: name, fn: ProgFunction(name), inline: true, endLabel: end, stackSym: stack}
 		if err := t.translate(ps.Instructions); err != nil {
 			return "", fmt.Errorf("program %q (inline): %w", name, err)
 		}

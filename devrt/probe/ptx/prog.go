@@ -25,6 +25,7 @@ type progTranslator struct {
 	// PER_WARP maps become address arithmetic.
 	inline   bool
 	endLabel string
+	stackSym string            // the .local stack array: r10-based accesses use it directly
 	cur      int               // index of the instruction being translated
 	lookups  map[int]inlineKey // lookup calls with a known map (by index)
 }
@@ -69,6 +70,17 @@ func addr(r asm.Register, off int16) string {
 		return "[" + reg(r) + "]"
 	}
 	return "[" + reg(r) + "+" + strconv.Itoa(int(off)) + "]"
+}
+
+// maddr is the state space and operand of a load or store at r+off: in
+// the inline form an access through r10 (always the stack) names the .local
+// array, so ptxas sees a local access at a constant offset (and can keep the
+// slot in a register); anything else is a generic access.
+func (t *progTranslator) maddr(r asm.Register, off int16) (string, string) {
+	if t.inline && t.stackSym != "" && r == asm.R10 && off < 0 && int(off) >= -StackSize {
+		return ".local", fmt.Sprintf("[%s+%d]", t.stackSym, StackSize+int(off))
+	}
+	return "", addr(r, off)
 }
 
 var sizeBits = map[asm.Size]int{asm.Byte: 8, asm.Half: 16, asm.Word: 32, asm.DWord: 64}
@@ -242,12 +254,14 @@ func (t *progTranslator) insn(ins asm.Instruction, tgt int) error {
 		bits := sizeBits[op.Size()]
 		switch op.Mode() {
 		case asm.MemMode:
-			t.emit("ld.u%d %s, %s", bits, reg(ins.Dst), addr(ins.Src, ins.Offset))
+			ss, a := t.maddr(ins.Src, ins.Offset)
+			t.emit("ld%s.u%d %s, %s", ss, bits, reg(ins.Dst), a)
 		case asm.MemSXMode:
 			if bits == 64 {
 				return fmt.Errorf("64-bit sign-extending load: %w", ErrUnsupported)
 			}
-			t.emit("ld.s%d %s, %s", bits, reg(ins.Dst), addr(ins.Src, ins.Offset))
+			ss, a := t.maddr(ins.Src, ins.Offset)
+			t.emit("ld%s.s%d %s, %s", ss, bits, reg(ins.Dst), a)
 		default:
 			return fmt.Errorf("load mode %v: %w", op.Mode(), ErrUnsupported)
 		}
@@ -256,11 +270,13 @@ func (t *progTranslator) insn(ins asm.Instruction, tgt int) error {
 			return fmt.Errorf("store mode %v: %w", op.Mode(), ErrUnsupported)
 		}
 		t.emit("mov.u64 %%t0, %s", uimm(ins.Constant, 64))
-		t.emit("st.u%d %s, %%t0", sizeBits[op.Size()], addr(ins.Dst, ins.Offset))
+		ss, a := t.maddr(ins.Dst, ins.Offset)
+		t.emit("st%s.u%d %s, %%t0", ss, sizeBits[op.Size()], a)
 	case asm.StXClass:
 		switch op.Mode() {
 		case asm.MemMode:
-			t.emit("st.u%d %s, %s", sizeBits[op.Size()], addr(ins.Dst, ins.Offset), reg(ins.Src))
+			ss, a := t.maddr(ins.Dst, ins.Offset)
+			t.emit("st%s.u%d %s, %s", ss, sizeBits[op.Size()], a, reg(ins.Src))
 		case asm.AtomicMode:
 			return t.atomic(ins)
 		default:
