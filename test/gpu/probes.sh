@@ -8,7 +8,8 @@
 #   probes-count-APP       launch-stats counts exactly the launches and blocks
 #                          the app launched; sm-histogram's total = blocks
 #   probes-sass-only       a SASS-only image loads unmodified, reported sass-only
-#   probes-launch-latency  every launch measured (host launch time -> first block)
+#   probes-launch-time     every launch carries the host launch time
+#   probes-launch-latency  the latency is measured for >= 18 of 20 launches
 #   probe-diff             the differential corpus on the GPU = the kernel's eBPF
 # Measurements (INFO): probe overhead on a ~5 us kernel and on a large GEMM,
 # load-time patch + JIT cost per module.
@@ -92,7 +93,11 @@ d = [p for p in r["details"] if p["name"] == "launch-latency"][0]
 h, c = d.get("histograms", {}).get("lat_hist", {}), d.get("counters", {})
 print(h.get("count", 0), c.get("noLaunchTime", 0), c.get("clockBehind", 0), h.get("p50", 0), h.get("p99", 0))' "$OUT/probes-latency.json")
 	info "launch_latency launches=20 measured=$n no_launch_time=$nolt clock_behind=$behind p50_ns=$p50 p99_ns=$p99"
-	if [[ $((n + nolt + behind)) == 20 && $nolt == 0 ]]; then ok probes-launch-latency; else bad probes-launch-latency "measured=$n no_launch_time=$nolt clock_behind=$behind of 20 launches (probes-latency.json)"; fi
+	# every launch carried its host launch time (the interposer's part)
+	if [[ $((n + nolt + behind)) == 20 && $nolt == 0 ]]; then ok probes-launch-time; else bad probes-launch-time "measured=$n no_launch_time=$nolt clock_behind=$behind of 20 launches (probes-latency.json)"; fi
+	# and the latency could be computed for (nearly) every launch: needs the
+	# device's %globaltimer not behind the host's CLOCK_REALTIME
+	if (( n >= 18 )); then ok probes-launch-latency; else bad probes-launch-latency "only $n of 20 launches measured: the device's %globaltimer was behind the host clock for $behind (no offset calibration yet)"; fi
 fi
 # SASS-only: loads unmodified, reported
 if pwant sass && [[ -x $W/vecadd_sass ]] && ptenant 33 launch-stats; then
