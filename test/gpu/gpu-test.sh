@@ -89,6 +89,12 @@ for app in apps_static apps_shared; do
 	tot=$(grep -o 'total=[0-9]*' <<<"$out" | cut -d= -f2); fr=$(grep -o 'free=[0-9]*' <<<"$out" | cut -d= -f2)
 	if [[ "$tot" == "$Q" && "$fr" == "0" ]]; then ok "meminfo-clamped-$app"; else bad "meminfo-clamped-$app" "free=$fr total=$tot, want free=0 total=$Q"; fi
 done
+# NVML's view in the tenant's process (what vLLM-style capacity planning
+# reads): nvidia-smi run with the interposer reports the quota as the total.
+if command -v nvidia-smi >/dev/null; then
+	nt=$(run_with nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>&1 | head -1)
+	if [[ "$nt" == "$((Q >> 20))" ]]; then ok nvml-clamped-nvidia-smi; else bad nvml-clamped-nvidia-smi "memory.total=$nt MiB, want $((Q >> 20))"; fi
+fi
 # Across processes of one tenant, and a killed process gives its memory back.
 if [[ -x "$W/apps_static" ]]; then
 	tenant $Q standard
