@@ -213,6 +213,36 @@ func TestPTXPatchGolden(t *testing.T) {
 }
 
 // KernelID in C and Go agree (the host decodes ids the device wrote).
+// A kernel line holds a name of up to 512 bytes (the longest
+// probe-kernels.gpuext.io takes): the conf parser reads it whole, so the
+// listed kernel is probed and the others are not.
+func TestPTXPatchLongKernelName(t *testing.T) {
+	long := "_Z4fill" + strings.Repeat("x", 512-len("_Z4fill"))
+	in, err := os.ReadFile(filepath.Join("testdata", "ptx", "multi.ptx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ptxFile, confFile := filepath.Join(dir, "multi.ptx"), filepath.Join(dir, "module.conf")
+	if err := os.WriteFile(ptxFile, bytes.ReplaceAll(in, []byte("_Z4fillPii"), []byte(long)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conf := "version 1\nmin_ptx 7.8\nmin_target 70\nlaunch_time 0\nkernel " + long + "\nmap counts __gpuext_map_counts 80\n"
+	if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := patchFile(t, confFile, filepath.Join("testdata", "ptx", "fragment.ptx"), ptxFile)
+	bodies := entryBodies(got)
+	if !strings.Contains(bodies[long], "__gpuext_probe_entry") {
+		t.Errorf("the kernel of a 512-byte name is not probed:\n%s", got)
+	}
+	for _, e := range []string{"_Z5emptyv", "_Z4skipPi"} {
+		if b, ok := bodies[e]; !ok || strings.Contains(b, "__gpuext_probe") {
+			t.Errorf("%s (not listed) is probed or missing:\n%s", e, b)
+		}
+	}
+}
+
 func TestKernelIDMatchesGo(t *testing.T) {
 	got := patchFile(t, filepath.Join("testdata", "ptx", "fragment.conf"), filepath.Join("testdata", "ptx", "fragment.ptx"),
 		filepath.Join("testdata", "ptx", "vecadd.ptx"))

@@ -640,7 +640,8 @@ int gx_probe_conf_parse(const char *text, size_t len, struct gx_probe_conf *c, c
 	memset(c, 0, sizeof(*c));
 	snprintf(err, errlen, "ok");
 	while (i < len && text[i]) {
-		char buf[512], *tok[5], *save = NULL, *hash;
+		/* a kernel line holds a name of up to 512 bytes (probe-kernels.gpuext.io) */
+		char buf[1024], *tok[5], *save = NULL, *hash;
 		size_t j, n;
 		int nt = 0;
 
