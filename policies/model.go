@@ -23,6 +23,8 @@ const (
 var (
 	policyNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`) // fits GPUEXT_NAME_LEN
 	probeNameRE  = probes.NameRE
+	// ptxIdentRE: a kernel name as probe-kernels.gpuext.io takes it.
+	ptxIdentRE = regexp.MustCompile(`^[A-Za-z_$.][A-Za-z0-9_$.]*$`)
 )
 
 // Classes lists the priority classes, most urgent first.

@@ -22,11 +22,14 @@ const (
 	KeyTimeslice  = "timeslice." + Domain
 	KeyInterleave = "interleave." + Domain
 	KeyProbes     = "probes." + Domain
-	KeyTenant     = "tenant." + Domain
+	// KeyProbeKernels limits the container's probes to some kernels
+	// (.entry names, mangled); see Selection.ProbeKernels.
+	KeyProbeKernels = "probe-kernels." + Domain
+	KeyTenant       = "tenant." + Domain
 )
 
 // overrideKeys are the keys that change one setting of the selected policy.
-var overrideKeys = []string{KeyQuota, KeyPriority, KeyEviction, KeyPrefetch, KeyTimeslice, KeyInterleave, KeyProbes, KeyTenant}
+var overrideKeys = []string{KeyQuota, KeyPriority, KeyEviction, KeyPrefetch, KeyTimeslice, KeyInterleave, KeyProbes, KeyProbeKernels, KeyTenant}
 
 // Keys lists every key of the grammar.
 var Keys = append([]string{KeyPolicy}, overrideKeys...)
@@ -44,6 +47,11 @@ type Selection struct {
 	Policy Policy
 	// Tenant is TenantContainer or TenantPod.
 	Tenant string
+	// ProbeKernels (probe-kernels.gpuext.io) are the kernels (.entry names,
+	// mangled) that the container's probes are limited to; nil = no limit
+	// of the container's own. Set only when Policy.Probes is not empty.
+	// Compiling narrows the probes' catalog kernels with it (admission).
+	ProbeKernels []string
 	// Sources maps each base key that the request set (e.g. "quota.gpuext.io")
 	// to the key as written that won (e.g. "quota.gpuext.io/container.web").
 	Sources map[string]string
@@ -179,6 +187,15 @@ func (c *Catalog) Select(req Request) (Selection, error) {
 		}
 		sel.Sources[k] = s.key
 	}
+	if len(sel.ProbeKernels) > 0 && len(p.Probes) == 0 {
+		k := sel.Sources[KeyProbeKernels]
+		why := fmt.Sprintf("policy %q selects no device probes", name)
+		if pk := sel.Sources[KeyProbes]; pk != "" {
+			why = fmt.Sprintf("%s selects none", pk)
+		}
+		return Selection{}, &KeyError{Key: k, Value: rawValue(set, k),
+			Err: badValue(fmt.Sprintf("kernels to probe need device probes (%s): %s", KeyProbes, why))}
+	}
 	if p.Memory.Eviction.Name == "tenant-quota" && p.Memory.QuotaBytes == 0 {
 		k := firstOf(sel.Sources, KeyQuota, KeyEviction)
 		if k == "" {
@@ -266,6 +283,12 @@ func applyOverride(p *Policy, sel *Selection, key, value string) error {
 			return err
 		}
 		p.Probes = probes
+	case KeyProbeKernels:
+		kernels, err := ParseProbeKernels(value)
+		if err != nil {
+			return err
+		}
+		sel.ProbeKernels = kernels
 	case KeyTenant:
 		if value != TenantContainer && value != TenantPod {
 			return badValue(fmt.Sprintf("want %q or %q", TenantContainer, TenantPod))
@@ -273,4 +296,39 @@ func applyOverride(p *Policy, sel *Selection, key, value string) error {
 		sel.Tenant = value
 	}
 	return nil
+}
+
+// Limits of probe-kernels.gpuext.io.
+const (
+	MaxProbeKernels      = 64
+	MaxProbeKernelLength = 512 // bytes
+)
+
+// ParseProbeKernels parses a probe-kernels.gpuext.io value: kernel (.entry)
+// names, mangled, separated by commas (spaces around a name are dropped).
+// Each must be a PTX identifier (letters, digits, _, $ and ., not starting
+// with a digit); "" is no list (nil). Errors wrap ErrBadValue.
+func ParseProbeKernels(value string) ([]string, error) {
+	if strings.TrimSpace(value) == "" {
+		return nil, nil
+	}
+	kernels := strings.Split(value, ",")
+	if len(kernels) > MaxProbeKernels {
+		return nil, badValue(fmt.Sprintf("%d kernels, at most %d", len(kernels), MaxProbeKernels))
+	}
+	for i := range kernels {
+		k := strings.TrimSpace(kernels[i])
+		kernels[i] = k
+		switch {
+		case k == "":
+			return nil, badValue(fmt.Sprintf("kernel %d of %d is empty", i+1, len(kernels)))
+		case len(k) > MaxProbeKernelLength:
+			return nil, badValue(fmt.Sprintf("kernel %d is %d bytes long, at most %d", i+1, len(k), MaxProbeKernelLength))
+		case !ptxIdentRE.MatchString(k):
+			return nil, badValue(fmt.Sprintf("kernel name %q is not a PTX identifier (letters, digits, _, $ and ., not starting with a digit)", k))
+		case slices.Contains(kernels[:i], k):
+			return nil, badValue(fmt.Sprintf("kernel %q listed twice", k))
+		}
+	}
+	return kernels, nil
 }

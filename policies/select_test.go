@@ -2,6 +2,8 @@ package policies
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -15,6 +17,7 @@ func TestSelect(t *testing.T) {
 		summary string // "" = not checked
 		tenant  string
 		sources map[string]string
+		kernels []string // Selection.ProbeKernels
 	}{
 		{name: "no keys: default", req: Request{ContainerName: "web", Labels: map[string]string{"app": "web", "nvidia.com/gpu": "1"}},
 			policy: "default", summary: "class=standard quota=unlimited evict=lru prefetch=tree-threshold(threshold=51)", tenant: "container"},
@@ -53,6 +56,23 @@ func TestSelect(t *testing.T) {
 		{name: "timeslice in us", req: Request{Labels: map[string]string{"timeslice.gpuext.io": "500us"}},
 			policy: "default", summary: "class=standard quota=unlimited evict=lru prefetch=tree-threshold(threshold=51) timeslice=500us"},
 		{name: "empty probes clears", req: Request{Labels: map[string]string{"probes.gpuext.io": ""}}, policy: "default"},
+		{name: "probe kernels", req: Request{Annotations: map[string]string{"probes.gpuext.io": "launch-stats",
+			"probe-kernels.gpuext.io": " _Z4vaddPKfS0_Pfi, $x.y_1 ,_ZN2at6native29vectorized_elementwise_kernelILi4EEEviT_"}},
+			policy: "default", kernels: []string{"_Z4vaddPKfS0_Pfi", "$x.y_1", "_ZN2at6native29vectorized_elementwise_kernelILi4EEEviT_"},
+			sources: map[string]string{KeyProbes: "probes.gpuext.io", KeyProbeKernels: "probe-kernels.gpuext.io"}},
+		{name: "probe kernels: container > pod > plain", req: Request{ContainerName: "web", Annotations: map[string]string{"probes.gpuext.io": "launch-stats"},
+			PodAnnotations: map[string]string{"probe-kernels.gpuext.io": "a", "probe-kernels.gpuext.io/pod": "b", "probe-kernels.gpuext.io/container.web": "c",
+				"probe-kernels.gpuext.io/container.db": "d"}},
+			policy: "default", kernels: []string{"c"}, sources: map[string]string{KeyProbeKernels: "probe-kernels.gpuext.io/container.web"}},
+		{name: "probe kernels: annotation over label", req: Request{Labels: map[string]string{"probes.gpuext.io": "launch-stats", "probe-kernels.gpuext.io": "fromLabel"},
+			Annotations: map[string]string{"probe-kernels.gpuext.io": "fromAnnotation"}},
+			policy: "default", kernels: []string{"fromAnnotation"}},
+		{name: "probe kernels: empty is no limit", req: Request{ContainerName: "web", Labels: map[string]string{"probes.gpuext.io": "launch-stats"},
+			PodAnnotations: map[string]string{"probe-kernels.gpuext.io/pod": "k", "probe-kernels.gpuext.io/container.web": " "}},
+			policy: "default", kernels: nil},
+		{name: "probe kernels: empty without probes", req: Request{Labels: map[string]string{"probe-kernels.gpuext.io": ""}}, policy: "default"},
+		{name: "probe kernels: 64 names of 512 bytes", req: Request{Labels: map[string]string{"probes.gpuext.io": "launch-stats",
+			"probe-kernels.gpuext.io": kernelList(64, 512)}}, policy: "default", kernels: strings.Split(kernelList(64, 512), ",")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sel, err := cat.Select(tc.req)
@@ -73,11 +93,23 @@ func TestSelect(t *testing.T) {
 					t.Errorf("Sources[%s] = %q, want %q", k, sel.Sources[k], v)
 				}
 			}
+			if !slices.Equal(sel.ProbeKernels, tc.kernels) {
+				t.Errorf("ProbeKernels = %q, want %q", sel.ProbeKernels, tc.kernels)
+			}
 			if err := sel.Policy.Validate(); err != nil {
 				t.Errorf("selected policy does not validate: %v", err)
 			}
 		})
 	}
+}
+
+// kernelList is n distinct kernel names of size bytes each, comma-separated.
+func kernelList(n, size int) string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("_k%03d", i) + strings.Repeat("x", size-5)
+	}
+	return strings.Join(names, ",")
 }
 
 func TestSelectErrors(t *testing.T) {
@@ -122,6 +154,27 @@ func TestSelectErrors(t *testing.T) {
 			"probes.gpuext.io/pod", ErrBadValue, `probes.gpuext.io/pod="sm-histogramm"`},
 		{"too many probes", Request{Labels: map[string]string{"probes.gpuext.io": "a,b,c,d,e,f,g,h,i"}}, "probes.gpuext.io", ErrBadValue, "at most 8"},
 		{"tenant", Request{Labels: map[string]string{"tenant.gpuext.io": "namespace"}}, "tenant.gpuext.io", ErrBadValue, `"container" or "pod"`},
+		{"probe kernels without probes", Request{Labels: map[string]string{"probe-kernels.gpuext.io": "_Z4vaddPKfS0_Pfi"}},
+			"probe-kernels.gpuext.io", ErrBadValue, `probe-kernels.gpuext.io="_Z4vaddPKfS0_Pfi": kernels to probe need device probes (probes.gpuext.io): policy "default" selects no device probes`},
+		{"probe kernels with probes cleared", Request{ContainerName: "web", PodAnnotations: map[string]string{"policy.gpuext.io": "batch",
+			"probes.gpuext.io/container.web": "", "probe-kernels.gpuext.io/pod": "k"}},
+			"probe-kernels.gpuext.io/pod", ErrBadValue, "(probes.gpuext.io): probes.gpuext.io/container.web selects none"},
+		{"probe kernel starts with a digit", Request{Labels: map[string]string{"probes.gpuext.io": "launch-stats", "probe-kernels.gpuext.io": "ok,4vadd"}},
+			"probe-kernels.gpuext.io", ErrBadValue, `kernel name "4vadd" is not a PTX identifier`},
+		{"probe kernel with a bad character", Request{ContainerName: "web", Annotations: map[string]string{"probes.gpuext.io": "launch-stats",
+			"probe-kernels.gpuext.io/container.web": "vadd(float*)"}},
+			"probe-kernels.gpuext.io/container.web", ErrBadValue, `probe-kernels.gpuext.io/container.web="vadd(float*)": kernel name "vadd(float*)"`},
+		{"probe kernel with a space inside", Request{Labels: map[string]string{"probes.gpuext.io": "launch-stats", "probe-kernels.gpuext.io": "a b"}},
+			"probe-kernels.gpuext.io", ErrBadValue, `kernel name "a b"`},
+		{"probe kernel empty item", Request{Labels: map[string]string{"probes.gpuext.io": "launch-stats", "probe-kernels.gpuext.io": "a,,b"}},
+			"probe-kernels.gpuext.io", ErrBadValue, "kernel 2 of 3 is empty"},
+		{"probe kernel twice", Request{PodLabels: map[string]string{"probes.gpuext.io": "launch-stats", "probe-kernels.gpuext.io/pod": "a, a"}},
+			"probe-kernels.gpuext.io/pod", ErrBadValue, `kernel "a" listed twice`},
+		{"too many probe kernels", Request{Labels: map[string]string{"probes.gpuext.io": "launch-stats", "probe-kernels.gpuext.io": kernelList(65, 8)}},
+			"probe-kernels.gpuext.io", ErrBadValue, "65 kernels, at most 64"},
+		{"probe kernel too long", Request{Labels: map[string]string{"probes.gpuext.io": "launch-stats", "probe-kernels.gpuext.io": "a," + kernelList(1, 513)}},
+			"probe-kernels.gpuext.io", ErrBadValue, "kernel 2 is 513 bytes long, at most 512"},
+		{"probe kernels typo key", Request{Labels: map[string]string{"probe-kernel.gpuext.io": "a"}}, "probe-kernel.gpuext.io", ErrUnknownKey, `did you mean "probe-kernels.gpuext.io"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := cat.Select(tc.req)

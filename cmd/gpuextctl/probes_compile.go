@@ -23,7 +23,7 @@ func probesCompileCmd(args []string, out io.Writer) error {
 	fset.SetOutput(out)
 	dir := fset.String("out", "", "directory to write module.ptx, module.conf and manifest.json into (required)")
 	var kernels stringList
-	fset.Var(&kernels, "kernel", "probe only this .entry (mangled name); repeatable; none = every kernel")
+	fset.Var(&kernels, "kernel", "probe only this .entry (mangled name); repeatable; none = every kernel; narrows a probe's catalog kernels as probe-kernels.gpuext.io does")
 	fset.Usage = func() {
 		fmt.Fprintln(out, "Usage: gpuextctl probes compile --out DIR [--kernel NAME]... PROBE[,PROBE...]")
 		fmt.Fprintln(out, "\nVerifies and translates catalog probes (policies/probes) into a probe module.")
@@ -42,15 +42,11 @@ func probesCompileCmd(args []string, out io.Writer) error {
 			names = append(names, n)
 		}
 	}
-	b, err := compile.Compile(names)
+	// The bundle admission makes for a container that selects these
+	// probes and probe-kernels.gpuext.io=KERNEL,...
+	b, err := compile.CompileKernels(names, kernels)
 	if err != nil {
 		return fmt.Errorf("probes compile %s: %w", fset.Arg(0), err)
-	}
-	if len(kernels) > 0 {
-		nb := *b // the compiler caches bundles: change a copy
-		nb.Manifest.Kernels = append([]string(nil), kernels...)
-		nb.Conf = compile.Conf(nb.Manifest)
-		b = &nb
 	}
 	if err := b.WriteDir(*dir); err != nil {
 		return err

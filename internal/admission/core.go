@@ -50,10 +50,11 @@ type Core struct {
 	constraints *policies.Constraints
 	resolver    *cgroup.Resolver
 	log         *logrus.Entry
-	// compileProbes turns a probe set into the tenant's probe module
-	// (compile.Compile: cached per set, so only a set's first admission
-	// pays for verification and translation).
-	compileProbes func([]string) (*compile.Bundle, error)
+	// compileProbes turns a probe set, limited to the container's kernels
+	// (probe-kernels.gpuext.io; nil = no limit), into the tenant's probe
+	// module (compile.CompileKernels: cached per set and kernels, so only
+	// a set's first admission pays for verification and translation).
+	compileProbes func(probes, kernels []string) (*compile.Bundle, error)
 }
 
 // New returns a Core. constraints may be nil (everything allowed).
@@ -76,7 +77,7 @@ func New(cfg Config, reg *bpf.Registry, catalog *policies.Catalog, constraints *
 		return nil, fmt.Errorf("board dir: %w", err)
 	}
 	c.reg, c.catalog, c.constraints, c.resolver, c.log = reg, catalog, constraints, resolver, log
-	c.compileProbes = compile.Compile
+	c.compileProbes = compile.CompileKernels
 	go c.warmProbes()
 	return c, nil
 }
@@ -88,16 +89,17 @@ func (c *Core) warmProbes() {
 		if len(p.Probes) == 0 {
 			continue
 		}
-		if _, err := c.compileProbes(p.Probes); err != nil {
+		if _, err := c.compileProbes(p.Probes, nil); err != nil {
 			c.log.WithFields(logrus.Fields{"policy": p.Name, "probes": strings.Join(p.Probes, ",")}).WithError(err).
 				Warn("device probes of a catalog policy do not compile: its containers will run without them (fail-open) or be refused (strict)")
 		}
 	}
 }
 
-// probeBundle compiles the selected policy's probes. In fail-open mode a
-// failure drops the probes (the container runs without them) and is
-// returned as dropped; in strict mode it refuses the container.
+// probeBundle compiles the selected policy's probes, limited to the
+// container's kernels (sel.ProbeKernels). In fail-open mode a failure
+// drops the probes (the container runs without them) and is returned as
+// dropped; in strict mode it refuses the container.
 func (c *Core) probeBundle(info ContainerInfo, sel *policies.Selection, log *logrus.Entry) (b *compile.Bundle, dropped, err error) {
 	set := sel.Policy.Probes
 	if len(set) == 0 {
@@ -107,18 +109,23 @@ func (c *Core) probeBundle(info ContainerInfo, sel *policies.Selection, log *log
 	if source == "" {
 		source = "policy " + sel.Policy.Name
 	}
-	b, cerr := c.compileProbes(set)
+	b, cerr := c.compileProbes(set, sel.ProbeKernels)
 	if cerr == nil {
 		return b, nil, nil
 	}
-	cerr = fmt.Errorf("device probes %s (from %s): %w", strings.Join(set, ","), source, cerr)
 	fields := logrus.Fields{"probes": strings.Join(set, ","), "probesFrom": source, "failMode": c.cfg.FailMode}
+	if len(sel.ProbeKernels) > 0 {
+		ks := sel.Sources[policies.KeyProbeKernels]
+		source += ", kernels " + strings.Join(sel.ProbeKernels, ",") + " from " + ks
+		fields["probeKernels"], fields["probeKernelsFrom"] = strings.Join(sel.ProbeKernels, ","), ks
+	}
+	cerr = fmt.Errorf("device probes %s (from %s): %w", strings.Join(set, ","), source, cerr)
 	if c.cfg.FailMode == FailClosed {
 		log.WithFields(fields).WithError(cerr).Error("refused container: its device probes do not compile")
 		return nil, nil, fmt.Errorf("%w: container %q: %w", ErrRefused, info.Name, cerr)
 	}
 	log.WithFields(fields).WithError(cerr).Warn("device probes do not compile: container starts without them")
-	sel.Policy.Probes = nil
+	sel.Policy.Probes, sel.ProbeKernels = nil, nil
 	return nil, cerr, nil
 }
 
@@ -219,6 +226,9 @@ func (c *Core) admit(info ContainerInfo, full bool) (Decision, error) {
 	fields := logrus.Fields{"tenant": id, "tenantKey": key}
 	if len(sel.Policy.Probes) > 0 {
 		fields["probes"] = strings.Join(sel.Policy.Probes, ",")
+	}
+	if bundle != nil && len(bundle.Manifest.Kernels) > 0 {
+		fields["probeKernels"] = strings.Join(bundle.Manifest.Kernels, ",")
 	}
 	log.WithFields(fields).Info("admitted container")
 	return d, nil
@@ -448,6 +458,11 @@ type TenantFile struct {
 	Eviction  string   `json:"eviction"`
 	Prefetch  string   `json:"prefetch"`
 	Probes    []string `json:"probes"`
+	// ProbeKernels: the kernels (.entry names) the probes are limited to,
+	// as the kernel lines of probes/module.conf: the container's
+	// probe-kernels.gpuext.io narrowed by the probes' catalog kernels.
+	// Empty: every kernel (or no probes).
+	ProbeKernels []string `json:"probeKernels"`
 }
 
 // writeTenantDir writes the tenant's config.json and its probes/ directory
@@ -471,11 +486,15 @@ func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy, pr
 	if probeNames == nil {
 		probeNames = []string{}
 	}
+	probeKernels := []string{}
+	if probes != nil && len(probes.Manifest.Kernels) > 0 {
+		probeKernels = probes.Manifest.Kernels
+	}
 	tf := TenantFile{
 		ABIVersion: abiVersion, TenantID: uint32(id), TenantKey: key, Policy: p.Name,
 		Class: string(p.Priority.Class), QuotaBytes: p.Memory.QuotaBytes, TimesliceUS: p.Priority.TimesliceUS,
 		Interleave: p.Priority.Interleave, ActiveWindowUS: p.Priority.ActiveWindowUS, SMPercent: p.Priority.EffectiveSMPercent(), Eviction: p.Memory.Eviction.Name, Prefetch: p.Memory.Prefetch.Name,
-		Probes: probeNames,
+		Probes: probeNames, ProbeKernels: probeKernels,
 	}
 	b, err := json.MarshalIndent(tf, "", "  ")
 	if err != nil {

@@ -21,10 +21,10 @@ import (
 // probeCore is a Core with only what the tenant-directory path needs: a
 // state dir, a logger, and a compiler that declares the helper library
 // (the embedded one may not be built here).
-func probeCore(t *testing.T, mode FailMode, compileProbes func([]string) (*compile.Bundle, error)) (*Core, *test.Hook) {
+func probeCore(t *testing.T, mode FailMode, compileProbes func(probes, kernels []string) (*compile.Bundle, error)) (*Core, *test.Hook) {
 	logger, hook := test.NewNullLogger()
 	if compileProbes == nil {
-		compileProbes = compile.NewCompiler(probes.Builtin(), func() (helpers.Library, error) { return helpers.Library{}, nil }).Compile
+		compileProbes = compile.NewCompiler(probes.Builtin(), func() (helpers.Library, error) { return helpers.Library{}, nil }).CompileKernels
 	}
 	return &Core{cfg: Config{FailMode: mode, StateDir: t.TempDir(), DevrtDir: "/unused"}, catalog: policies.BuiltinCatalog(),
 		log: logrus.NewEntry(logger), compileProbes: compileProbes}, hook
@@ -85,6 +85,9 @@ func TestAdmitWritesProbeModule(t *testing.T) {
 	if err := json.Unmarshal(b, &tf); err != nil || strings.Join(tf.Probes, ",") != "sm-histogram,launch-latency" {
 		t.Errorf("config.json probes: %v %v", err, tf.Probes)
 	}
+	if tf.ProbeKernels == nil || len(tf.ProbeKernels) != 0 || strings.Contains(string(conf), "kernel ") {
+		t.Errorf("no kernel list: config.json probeKernels %#v, module.conf\n%s", tf.ProbeKernels, conf)
+	}
 
 	// Re-admitted without probes: the module goes, so the interposer stays off.
 	if _, _, err := admitProbes(t, c, selectFor(t, nil)); err != nil {
@@ -96,7 +99,7 @@ func TestAdmitWritesProbeModule(t *testing.T) {
 }
 
 func TestProbeCompileFailure(t *testing.T) {
-	broken := func([]string) (*compile.Bundle, error) { return nil, helpers.ErrNotBuilt }
+	broken := func(_, _ []string) (*compile.Bundle, error) { return nil, helpers.ErrNotBuilt }
 	sel := selectFor(t, map[string]string{"probes.gpuext.io/container.web": "launch-stats"})
 
 	// strict: refused, the error names the probes, the key and the cause.
@@ -131,5 +134,60 @@ func TestProbeCompileFailure(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, TenantProbesDir)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("fail-open: probes dir exists: %v", err)
+	}
+}
+
+// probe-kernels.gpuext.io: the tenant's module.conf probes only the listed
+// kernels, and config.json says which.
+func TestAdmitProbeKernels(t *testing.T) {
+	c, hook := probeCore(t, FailClosed, nil)
+	sel := selectFor(t, map[string]string{"probes.gpuext.io": "launch-stats",
+		"probe-kernels.gpuext.io/container.web": "_Z4vaddPKfS0_Pfi, _Z3sumPf"})
+	dir, dropped, err := admitProbes(t, c, sel)
+	if err != nil || dropped != nil {
+		t.Fatal(err, dropped)
+	}
+	conf, err := os.ReadFile(filepath.Join(dir, TenantProbesDir, compile.ConfFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(conf), "kernel _Z3sumPf\nkernel _Z4vaddPKfS0_Pfi\n") || strings.Count(string(conf), "kernel ") != 2 {
+		t.Errorf("module.conf lacks the kernel lines:\n%s", conf)
+	}
+	var tf TenantFile
+	b, _ := os.ReadFile(filepath.Join(dir, TenantConfigFile))
+	if err := json.Unmarshal(b, &tf); err != nil || strings.Join(tf.ProbeKernels, ",") != "_Z3sumPf,_Z4vaddPKfS0_Pfi" {
+		t.Errorf("config.json probeKernels: %v %v", err, tf.ProbeKernels)
+	}
+	if !strings.Contains(string(b), `"probeKernels": [`) {
+		t.Errorf("config.json:\n%s", b)
+	}
+
+	// Another list for the same tenant: the module is swapped to the new one.
+	sel = selectFor(t, map[string]string{"probes.gpuext.io": "launch-stats", "probe-kernels.gpuext.io": "_Z3sumPf"})
+	if _, _, err := admitProbes(t, c, sel); err != nil {
+		t.Fatal(err)
+	}
+	conf, _ = os.ReadFile(filepath.Join(dir, TenantProbesDir, compile.ConfFile))
+	if strings.Count(string(conf), "kernel ") != 1 || !strings.Contains(string(conf), "kernel _Z3sumPf\n") {
+		t.Errorf("module.conf after the new list:\n%s", conf)
+	}
+
+	// A compile failure names the kernels and where they came from, and
+	// fail-open drops them with the probes.
+	broken := func(_, _ []string) (*compile.Bundle, error) { return nil, compile.ErrNoKernelLeft }
+	c, hook = probeCore(t, FailOpen, broken)
+	sel = selectFor(t, map[string]string{"probes.gpuext.io": "launch-stats", "probe-kernels.gpuext.io/pod": "_Z3sumPf"})
+	dir, dropped, err = admitProbes(t, c, sel)
+	if err != nil || !errors.Is(dropped, compile.ErrNoKernelLeft) || !strings.Contains(dropped.Error(), "kernels _Z3sumPf from probe-kernels.gpuext.io/pod") {
+		t.Fatalf("fail-open: err %v dropped %v", err, dropped)
+	}
+	if e := hook.LastEntry(); e == nil || e.Data["probeKernels"] != "_Z3sumPf" || e.Data["probeKernelsFrom"] != "probe-kernels.gpuext.io/pod" {
+		t.Errorf("fail-open: log %+v", e)
+	}
+	tf = TenantFile{}
+	b, _ = os.ReadFile(filepath.Join(dir, TenantConfigFile))
+	if err := json.Unmarshal(b, &tf); err != nil || len(tf.Probes) != 0 || len(tf.ProbeKernels) != 0 {
+		t.Errorf("fail-open: config.json %s", b)
 	}
 }

@@ -386,7 +386,8 @@ func TestContainerdPodTwoContainers(t *testing.T) {
 		"policy.gpuext.io/container.bad": "no-such-policy",
 	})
 	web := pod.start(t, "web", nil, nil, map[string]string{"LD_PRELOAD": "/lib/libexisting.so"})
-	worker := pod.start(t, "worker", map[string]string{"quota.gpuext.io": "2GiB", "probes.gpuext.io": "launch-stats"}, nil, nil)
+	worker := pod.start(t, "worker", map[string]string{"quota.gpuext.io": "2GiB", "probes.gpuext.io": "launch-stats",
+		"probe-kernels.gpuext.io": "_Z4vaddPKfS0_Pfi"}, nil, nil)
 	bad := pod.start(t, "bad", nil, nil, nil)
 
 	tw := assertSees(t, l, web, "latency-critical", 0, "/lib/libexisting.so:"+preloadLib)
@@ -396,12 +397,15 @@ func TestContainerdPodTwoContainers(t *testing.T) {
 	assertSees(t, l, worker, "batch", 2<<30, preloadLib)
 	// The worker selected a device probe: the compiled module is in its
 	// read-only tenant dir, where the device runtime reads it; the batch
-	// policy's SM share reaches its config. The web container has no probes.
-	if probes := sectionOf(worker.output, "== probes"); !strings.Contains(probes, "map ls_counters __gpuext_map_ls_counters") {
-		t.Errorf("worker: module.conf of launch-stats not in the tenant dir:\n%s", probes)
+	// policy's SM share reaches its config. Its probe-kernels.gpuext.io
+	// limits the module to its kernel. The web container has no probes.
+	if probes := sectionOf(worker.output, "== probes"); !strings.Contains(probes, "map ls_counters __gpuext_map_ls_counters") ||
+		!strings.Contains(probes, "kernel _Z4vaddPKfS0_Pfi\n") {
+		t.Errorf("worker: module.conf of launch-stats for _Z4vaddPKfS0_Pfi not in the tenant dir:\n%s", probes)
 	}
-	if cfg := sectionOf(worker.output, "== tenant"); !strings.Contains(cfg, `"smPercent": 40`) || !strings.Contains(cfg, `"launch-stats"`) {
-		t.Errorf("worker: config.json lacks the batch SM share or the probe:\n%s", cfg)
+	if cfg := sectionOf(worker.output, "== tenant"); !strings.Contains(cfg, `"smPercent": 40`) || !strings.Contains(cfg, `"launch-stats"`) ||
+		!strings.Contains(cfg, `"_Z4vaddPKfS0_Pfi"`) {
+		t.Errorf("worker: config.json lacks the batch SM share, the probe or its kernel:\n%s", cfg)
 	}
 	if probes := sectionOf(web.output, "== probes"); strings.Contains(probes, "map ") {
 		t.Errorf("web selected no probes but has a module:\n%s", probes)

@@ -72,6 +72,67 @@ var defaultCompiler = sync.OnceValue(func() *Compiler { return NewCompiler(probe
 // helper library; bundles are cached by set.
 func Compile(names []string) (*Bundle, error) { return defaultCompiler().Compile(names) }
 
+// CompileKernels compiles a probe set of the built-in catalog limited to
+// kernels (see Compiler.CompileKernels); bundles are cached by set and kernels.
+func CompileKernels(names, kernels []string) (*Bundle, error) {
+	return defaultCompiler().CompileKernels(names, kernels)
+}
+
+// ErrNoKernelLeft: the kernels a container limits its probes to
+// (probe-kernels.gpuext.io) and those the probes' catalog entries limit
+// them to have none in common.
+var ErrNoKernelLeft = errors.New("no kernel left to probe")
+
+// CompileKernels returns the bundle of a probe set whose module.conf
+// limits the probes to kernels (.entry names; order and duplicates do not
+// matter). kernels narrows: when the probes' catalog entries name kernels,
+// the bundle probes the kernels in both lists (none in common is
+// ErrNoKernelLeft); otherwise it probes kernels. No kernels is Compile.
+// The bundle is cached by probe set and kernel list.
+func (c *Compiler) CompileKernels(names, kernels []string) (*Bundle, error) {
+	ks := slices.Clone(kernels)
+	slices.Sort(ks)
+	ks = slices.Compact(ks)
+	base, err := c.Compile(names)
+	if err != nil || len(ks) == 0 {
+		return base, err
+	}
+	key := strings.Join(base.Probes, ",") + "|" + strings.Join(ks, ",")
+	c.mu.Lock()
+	f, ok := c.cache[key]
+	if !ok {
+		f = sync.OnceValues(func() (*Bundle, error) { return limitKernels(base, ks) })
+		c.cache[key] = f
+	}
+	c.mu.Unlock()
+	b, err := f()
+	if err != nil {
+		return nil, fmt.Errorf("compile probes %s for kernels %s: %w", strings.Join(base.Probes, ","), strings.Join(ks, ","), err)
+	}
+	return b, nil
+}
+
+// limitKernels is base limited to kernels (sorted, no duplicates): a copy,
+// since base is cached.
+func limitKernels(base *Bundle, kernels []string) (*Bundle, error) {
+	limited := kernels
+	if catalog := base.Manifest.Kernels; len(catalog) > 0 {
+		limited = nil
+		for _, k := range kernels {
+			if slices.Contains(catalog, k) {
+				limited = append(limited, k)
+			}
+		}
+		if len(limited) == 0 {
+			return nil, fmt.Errorf("%w: the probes' catalog entries limit them to %s", ErrNoKernelLeft, strings.Join(catalog, ","))
+		}
+	}
+	b := *base
+	b.Manifest.Kernels = slices.Clone(limited)
+	b.Conf = Conf(b.Manifest)
+	return &b, nil
+}
+
 // Compile returns the bundle of a probe set (order and duplicates do not
 // matter), compiling it on first use.
 func (c *Compiler) Compile(names []string) (*Bundle, error) {

@@ -242,3 +242,69 @@ func TestCompileSiteGuard(t *testing.T) {
 		}
 	}
 }
+
+// A container's kernel list (probe-kernels.gpuext.io) becomes the bundle's
+// kernel lines; with catalog kernels it narrows them (intersection). Each
+// (set, kernels) is compiled once.
+func TestCompileKernels(t *testing.T) {
+	c := testCompiler()
+	b, err := c.CompileKernels([]string{"launch-stats"}, []string{"_Z4vaddPKfS0_Pfi", "_Z3sumPf", "_Z4vaddPKfS0_Pfi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.Conf, "launch_time 0\nkernel _Z3sumPf\nkernel _Z4vaddPKfS0_Pfi\nmap ") {
+		t.Errorf("module.conf lacks the kernel lines:\n%s", b.Conf)
+	}
+	if got := string(b.Files()[ConfFile]); got != b.Conf+b.Splice {
+		t.Errorf("module.conf is not Conf + Splice:\n%s", got)
+	}
+	var m probe.Manifest
+	if err := json.Unmarshal(b.ManifestJSON(), &m); err != nil || strings.Join(m.Kernels, ",") != "_Z3sumPf,_Z4vaddPKfS0_Pfi" {
+		t.Errorf("manifest.json kernels: %v %v", err, m.Kernels)
+	}
+	if b2, _ := c.CompileKernels([]string{"launch-stats"}, []string{"_Z3sumPf", "_Z4vaddPKfS0_Pfi"}); b2 != b {
+		t.Error("the same set and kernels compiled twice")
+	}
+	plain, err := c.Compile([]string{"launch-stats"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plain.Manifest.Kernels) != 0 || strings.Contains(plain.Conf, "kernel ") {
+		t.Errorf("the cached bundle of the set changed:\n%s", plain.Conf)
+	}
+	if b3, _ := c.CompileKernels([]string{"launch-stats"}, nil); b3 != plain {
+		t.Error("no kernels is not the set's bundle")
+	}
+	other, _ := c.CompileKernels([]string{"launch-stats"}, []string{"_Z3sumPf"})
+	if other == b || !strings.Contains(other.Conf, "kernel _Z3sumPf\nmap ") {
+		t.Errorf("another kernel list shares the bundle:\n%s", other.Conf)
+	}
+
+	// A catalog entry that names kernels: the container's list narrows it.
+	obj, err := os.ReadFile("../../../policies/probes/launch_stats.o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := `{"name": "vadd-stats", "description": "launch-stats of two kernels", "object": "launch_stats.o",
+		"programs": ["launch_stats_entry", "launch_stats_exit"], "kernels": ["_Z4vaddPKfS0_Pfi", "_Z4vsubPKfS0_Pfi"],
+		"views": [{"map": "ls_counters", "kind": "counters", "fields": ["launches", "blocks", "blockNs", "blockExits"]}]}`
+	cat, err := probes.Load(fstest.MapFS{"catalog/vadd-stats.json": {Data: []byte(entry)}, "launch_stats.o": {Data: obj}}, "catalog", ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := NewCompiler(cat, externHelpers)
+	b, err = cc.CompileKernels([]string{"vadd-stats"}, []string{"_Z3sumPf", "_Z4vaddPKfS0_Pfi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(b.Conf, "kernel ") != 1 || !strings.Contains(b.Conf, "kernel _Z4vaddPKfS0_Pfi\n") {
+		t.Errorf("intersection: module.conf\n%s", b.Conf)
+	}
+	_, err = cc.CompileKernels([]string{"vadd-stats"}, []string{"_Z3sumPf"})
+	if !errors.Is(err, ErrNoKernelLeft) || !strings.Contains(err.Error(), "_Z4vaddPKfS0_Pfi,_Z4vsubPKfS0_Pfi") || !strings.Contains(err.Error(), "_Z3sumPf") {
+		t.Errorf("no kernel in common: %v", err)
+	}
+	if b, err := cc.Compile([]string{"vadd-stats"}); err != nil || strings.Count(b.Conf, "kernel ") != 2 {
+		t.Errorf("catalog kernels alone: %v\n%v", err, b)
+	}
+}
