@@ -22,7 +22,7 @@ deps: ## install what the tests and demo need (apt packages, containerd, crictl;
 	@test/lab/install-deps.sh
 
 generate: ## regenerate the bpf2go bindings (clang) and the devrt layout (gcc); CI fails if they differ from the committed ones
-	$(GO) generate ./bpf/... ./devrt/board/...
+	$(GO) generate ./bpf/... ./devrt/board/... ./policies/probes
 
 build: ## build the static binaries and the device runtime (libgpuext-devrt.so) into bin/
 	@mkdir -p $(BIN)/devrt
@@ -66,7 +66,7 @@ gpu-test: ## on the GPU machine (not CI, no Go there; carry bin/ and out/gpu fro
 lint: ## gofmt, go vet, generated files up to date
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
-	@if command -v clang >/dev/null; then $(GO) generate ./bpf/... && git diff --exit-code --stat -- bpf/ || { echo "generated bpf files differ from the committed ones: run make generate and commit"; exit 1; }; fi
+	@if command -v clang >/dev/null; then $(GO) generate ./bpf/... ./policies/probes && git diff --exit-code --stat -- bpf/ policies/probes/ || { echo "generated bpf files differ from the committed ones: run make generate and commit"; exit 1; }; fi
 	@bash kmod/nvidia/check.sh --dry-run  # CI has no NVIDIA tree: patch format only, no build claimed
 	@$(GO) generate ./devrt/board && git diff --exit-code --stat -- devrt/board/ || { echo "devrt/board/layout_gen.go differs from devrt/include/gpuext_devrt_shm.h: run make generate and commit"; exit 1; }
 

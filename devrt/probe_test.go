@@ -832,7 +832,7 @@ func TestProbesRealNvccFatbin(t *testing.T) {
 	sass := filepath.Join("testdata", "fatbin", "vecadd_sass_only.fatbin")
 	for _, f := range []string{sm90, sass} {
 		if _, err := os.Stat(f); err != nil {
-			t.Skipf("no nvcc sample %s", f)
+			t.Fatalf("the committed nvcc sample %s is missing: %v", f, err)
 		}
 	}
 	tn := probeTenant(t, 28, true)

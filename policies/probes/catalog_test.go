@@ -91,7 +91,7 @@ func TestCheckNamesUnknownProbe(t *testing.T) {
 
 func TestLoadRejectsBadEntries(t *testing.T) {
 	good, _ := fs.ReadFile(builtinFS, "catalog/launch-stats.json")
-	obj, _ := fs.ReadFile(builtinFS, "launch_stats.o")
+	obj, _ := fs.ReadFile(builtinFS, "launchstats_bpfel.o")
 	for _, tc := range []struct {
 		name, json string
 		want       []string
@@ -99,7 +99,7 @@ func TestLoadRejectsBadEntries(t *testing.T) {
 		{"unknown field", strings.Replace(string(good), `"object"`, `"objekt": 1, "object"`, 1), []string{"objekt"}},
 		{"name mismatch", strings.Replace(string(good), `"name": "launch-stats"`, `"name": "other"`, 1), []string{"name", "other"}},
 		{"missing program", strings.Replace(string(good), `"launch_stats_exit"`, `"nope"`, 1), []string{"programs[1]", "nope", "launch_stats_exit"}},
-		{"missing object", strings.Replace(string(good), `"launch_stats.o"`, `"gone.o"`, 1), []string{"object", "gone.o"}},
+		{"missing object", strings.Replace(string(good), `"launchstats_bpfel.o"`, `"gone.o"`, 1), []string{"object", "gone.o"}},
 		{"unknown view map", strings.Replace(string(good), `"ls_counters"`, `"ls_countres"`, 1), []string{"views[0].map", "ls_countres"}},
 		{"unknown view kind", strings.Replace(string(good), `"counters"`, `"pie"`, 1), []string{"views[0].kind", "pie"}},
 		{"per-warp start times are not counters of 4 entries", strings.Replace(string(good), `"ls_counters"`, `"ls_start"`, 1), []string{"views[0].fields", "4 names"}},
@@ -108,7 +108,7 @@ func TestLoadRejectsBadEntries(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fsys := fstest.MapFS{
 				"c/launch-stats.json": {Data: []byte(tc.json)},
-				"launch_stats.o":      {Data: obj},
+				"launchstats_bpfel.o":      {Data: obj},
 			}
 			_, err := Load(fsys, "c", ".")
 			if err == nil {

@@ -1,10 +1,11 @@
 package probes
 
-// Regenerate with `go generate ./policies/probes` (needs clang; the .o files
-// are committed so `go build` does not). -fdebug-compilation-dir keeps the
-// objects free of machine paths; -g gives BTF maps and line info for the
-// verifier's messages.
+// Regenerate with `go generate ./policies/probes` (needs clang; the objects
+// are committed so `go build` does not, and `make lint` regenerates them and
+// fails on a difference). bpf2go keeps BTF (maps, and the line info the
+// device verifier quotes in its messages). The catalog reads the objects by
+// file name (catalog/*.json "object"); the generated loaders are unused.
 
-//go:generate clang -O2 -g -target bpf -Wall -Werror -fdebug-compilation-dir=. -I../../kmod/include -c launch_stats.bpf.c -o launch_stats.o
-//go:generate clang -O2 -g -target bpf -Wall -Werror -fdebug-compilation-dir=. -I../../kmod/include -c sm_histogram.bpf.c -o sm_histogram.o
-//go:generate clang -O2 -g -target bpf -Wall -Werror -fdebug-compilation-dir=. -I../../kmod/include -c launch_latency.bpf.c -o launch_latency.o
+//go:generate go tool bpf2go -tags linux -target bpfel -no-global-types launchstats launch_stats.bpf.c -- -I../../kmod/include
+//go:generate go tool bpf2go -tags linux -target bpfel -no-global-types smhistogram sm_histogram.bpf.c -- -I../../kmod/include
+//go:generate go tool bpf2go -tags linux -target bpfel -no-global-types launchlatency launch_latency.bpf.c -- -I../../kmod/include

@@ -281,14 +281,14 @@ func TestCompileKernels(t *testing.T) {
 	}
 
 	// A catalog entry that names kernels: the container's list narrows it.
-	obj, err := os.ReadFile("../../../policies/probes/launch_stats.o")
+	obj, err := os.ReadFile("../../../policies/probes/launchstats_bpfel.o")
 	if err != nil {
 		t.Fatal(err)
 	}
-	entry := `{"name": "vadd-stats", "description": "launch-stats of two kernels", "object": "launch_stats.o",
+	entry := `{"name": "vadd-stats", "description": "launch-stats of two kernels", "object": "launchstats_bpfel.o",
 		"programs": ["launch_stats_entry", "launch_stats_exit"], "kernels": ["_Z4vaddPKfS0_Pfi", "_Z4vsubPKfS0_Pfi"],
 		"views": [{"map": "ls_counters", "kind": "counters", "fields": ["launches", "blocks", "blockNs", "blockExits"]}]}`
-	cat, err := probes.Load(fstest.MapFS{"catalog/vadd-stats.json": {Data: []byte(entry)}, "launch_stats.o": {Data: obj}}, "catalog", ".")
+	cat, err := probes.Load(fstest.MapFS{"catalog/vadd-stats.json": {Data: []byte(entry)}, "launchstats_bpfel.o": {Data: obj}}, "catalog", ".")
 	if err != nil {
 		t.Fatal(err)
 	}
