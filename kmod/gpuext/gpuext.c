@@ -166,6 +166,21 @@ static int gpuext_mem_init(struct btf *btf)
 	return 0;
 }
 
+/*
+ * The name member of both struct_ops kinds: required, NUL terminated,
+ * [a-z0-9_]. Copies it and returns 1 (member handled), or -EINVAL.
+ */
+static int gpuext_ops_name_copy(char dst[GPUEXT_OPS_NAME_LEN], const char src[GPUEXT_OPS_NAME_LEN])
+{
+	if (!memchr(src, 0, GPUEXT_OPS_NAME_LEN) || !src[0])
+		return -EINVAL;
+	for (const char *p = src; *p; p++)
+		if (!(islower(*p) || isdigit(*p) || *p == '_'))
+			return -EINVAL;
+	memcpy(dst, src, GPUEXT_OPS_NAME_LEN);
+	return 1;
+}
+
 static int gpuext_mem_init_member(const struct btf_type *t, const struct btf_member *member,
 				  void *kdata, const void *udata)
 {
@@ -175,14 +190,7 @@ static int gpuext_mem_init_member(const struct btf_type *t, const struct btf_mem
 
 	if (moff != offsetof(struct gpuext_mem_ops, name))
 		return 0;
-	/* A name is required, NUL terminated, [a-z0-9_]. */
-	if (!memchr(uops->name, 0, GPUEXT_OPS_NAME_LEN) || !uops->name[0])
-		return -EINVAL;
-	for (const char *p = uops->name; *p; p++)
-		if (!(islower(*p) || isdigit(*p) || *p == '_'))
-			return -EINVAL;
-	memcpy(kops->name, uops->name, GPUEXT_OPS_NAME_LEN);
-	return 1;
+	return gpuext_ops_name_copy(kops->name, uops->name);
 }
 
 static const struct bpf_func_proto *gpuext_get_func_proto(enum bpf_func_id func_id,

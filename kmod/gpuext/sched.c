@@ -109,13 +109,7 @@ static int gpuext_sched_init_member(const struct btf_type *t, const struct btf_m
 		kops->classes = uops->classes;
 		return 1;
 	case offsetof(struct gpuext_sched_ops, name):
-		if (!memchr(uops->name, 0, GPUEXT_OPS_NAME_LEN) || !uops->name[0])
-			return -EINVAL;
-		for (const char *p = uops->name; *p; p++)
-			if (!(islower(*p) || isdigit(*p) || *p == '_'))
-				return -EINVAL;
-		memcpy(kops->name, uops->name, GPUEXT_OPS_NAME_LEN);
-		return 1;
+		return gpuext_ops_name_copy(kops->name, uops->name);
 	}
 	return 0;
 }
