@@ -108,7 +108,7 @@ func TestLoadRejectsBadEntries(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fsys := fstest.MapFS{
 				"c/launch-stats.json": {Data: []byte(tc.json)},
-				"launchstats_bpfel.o":      {Data: obj},
+				"launchstats_bpfel.o": {Data: obj},
 			}
 			_, err := Load(fsys, "c", ".")
 			if err == nil {
