@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -892,5 +893,76 @@ func TestProbesPidNamespacesKeepSeparateFiles(t *testing.T) {
 	}
 	if !launches[1] || !launches[2] {
 		t.Errorf("the two processes' counts were not kept apart: %v", launches)
+	}
+}
+
+// The device's %globaltimer is not the host's CLOCK_REALTIME (on the H200 it
+// ran behind by more than a launch takes). At bind the interposer measures
+// the offset with its clock kernel and writes launch times in the device's
+// clock; the status file says what it measured, and again at exit. Here
+// the fake device's clock runs an hour behind (FAKECUDA_GLOBALTIMER_OFFSET_NS),
+// and once it never starts its clock kernel at all.
+func TestProbesLaunchTimeClockOffset(t *testing.T) {
+	const skew = -3_600_000_000_000 // an hour: no unshifted launch time can pass for a shifted one
+	fb := writeTemp(t, "app.fatbin", fatbin(sassEntry(90), ptxEntry(t, "vecadd.ptx", 90)))
+	for _, tc := range []struct {
+		name     string
+		env      []string
+		wantSkew int64 // what the written launch times are off the host's clock by
+	}{
+		{"synced", []string{fmt.Sprintf("FAKECUDA_GLOBALTIMER_OFFSET_NS=%d", skew)}, skew},
+		{"clock kernel never runs", []string{fmt.Sprintf("FAKECUDA_GLOBALTIMER_OFFSET_NS=%d", skew), "FAKECUDA_CLOCK_NO_START=1"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tn := probeTenant(t, 28, true)
+			conf := filepath.Join(tn.dir, "probes", "module.conf")
+			b, _ := os.ReadFile(conf)
+			if err := os.WriteFile(conf, bytes.Replace(b, []byte("launch_time 0"), []byte("launch_time 1"), 1), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			before := time.Now().UnixNano()
+			r := tn.runImages(tc.env, "lib", fb, "launch", "3")
+			after := time.Now().UnixNano()
+			wantLines(t, r.lines, "lib "+filepath.Base(fb)+" ok", "launch 3 ok")
+			writes := 0
+			for _, c := range tn.driverCalls(r.pid) {
+				if !strings.Contains(c, "cuStreamWriteValue64_v2 dst=__gpuext_launch_ns") {
+					continue
+				}
+				writes++
+				var v int64
+				if _, err := fmt.Sscanf(c[strings.Index(c, "value="):], "value=%d", &v); err != nil ||
+					v < before+tc.wantSkew-1_000_000 || v > after+tc.wantSkew+1_000_000 {
+					t.Errorf("launch time %d not within the run [%d, %d] shifted by %d: %s", v, before, after, tc.wantSkew, c)
+				}
+			}
+			if writes != 3 {
+				t.Errorf("%d launch-time writes for 3 launches", writes)
+			}
+			var clocks []map[string]string
+			for _, kv := range r.status(t) {
+				if kv["clock"] != "" {
+					clocks = append(clocks, kv)
+				}
+			}
+			raw, _ := os.ReadFile(filepath.Join(r.probes, fmt.Sprintf("%d.status", r.pid)))
+			if tc.wantSkew == 0 {
+				if len(clocks) != 1 || clocks[0]["clock"] != "unsynced" || clocks[0]["reason"] != "kernel-did-not-start" {
+					t.Errorf("status clock lines %v, want one unsynced: kernel-did-not-start\n%s", clocks, raw)
+				}
+				return
+			}
+			if len(clocks) != 2 || clocks[0]["why"] != "bind" || clocks[1]["why"] != "exit" {
+				t.Fatalf("status clock lines %v, want a sync at bind and one at exit\n%s", clocks, raw)
+			}
+			for _, c := range clocks {
+				off, err1 := strconv.ParseInt(c["offset_ns"], 10, 64)
+				errNs, err2 := strconv.ParseInt(c["error_ns"], 10, 64)
+				// the true offset lies within offset +- error: the answer was stamped between h0 and h1
+				if c["clock"] != "synced" || err1 != nil || err2 != nil || off < skew-errNs-1 || off > skew+errNs+1 || c["rounds"] != "32" {
+					t.Errorf("clock line %v: offset not within its error of %d", c, skew)
+				}
+			}
+		})
 	}
 }

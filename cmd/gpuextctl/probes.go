@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,6 +43,9 @@ type ProbesRow struct {
 	Launches    *uint64  `json:"launches,omitempty"`
 	Blocks      *uint64  `json:"blocks,omitempty"`
 	MeanBlockNs *float64 `json:"meanBlockNs,omitempty"`
+	// BlocksRunning: the last reading was taken while blocks ran, so it
+	// has no mean block time (MEAN-BLOCK shows "running").
+	BlocksRunning bool `json:"blocksRunning,omitempty"`
 	// sm-histogram
 	SMs *maps.SMSummary `json:"sms,omitempty"`
 	// launch-latency
@@ -94,6 +98,8 @@ func probesCmd(cfg config.Config, args []string, out io.Writer) error {
 		}
 		if r.MeanBlockNs != nil {
 			mean = time.Duration(*r.MeanBlockNs).String()
+		} else if r.BlocksRunning {
+			mean = "running"
 		}
 		if s := r.SMs; s != nil && s.Used > 0 {
 			sms = fmt.Sprintf("%d used, %d..%d blocks", s.Used, s.Min, s.Max)
@@ -191,6 +197,7 @@ func probeRows(stateDir string) ([]ProbesRow, error) {
 				if v, ok := s.Means["meanBlockNs"]; ok {
 					r.MeanBlockNs = &v
 				}
+				r.BlocksRunning = slices.Contains(s.InFlight, "meanBlockNs")
 			case "sm-histogram":
 				r.SMs = s.SMs
 			case "launch-latency":

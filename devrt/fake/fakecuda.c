@@ -23,6 +23,7 @@
  * __gpuext_probe_entry) with CUDA_ERROR_INVALID_PTX and an error log;
  * FAKECUDA_NO_CONTEXT=1: no current context until cuCtxSetCurrent;
  * FAKECUDA_CC=90 sets the device's compute capability (default 90).
+ * The interposer's clock kernel: see fake_clock_launch.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -667,13 +668,117 @@ FAKE_API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodul
 	return fake_get_global("cuModuleGetGlobal_v2", dptr, bytes, (uintptr_t)mod, name);
 }
 
+/*
+ * The interposer's clock kernel (devrt/lib/probe.c, gx_clock_sync): not an
+ * application image, so not recorded as one. Launched, a thread plays it:
+ * for each round it waits for the host's round number in the mapped flag
+ * and answers with the fake %globaltimer, CLOCK_REALTIME +
+ * FAKECUDA_GLOBALTIMER_OFFSET_NS; FAKECUDA_CLOCK_NO_START=1: it never runs.
+ */
+#define FAKE_CLOCK_MODULE ((uintptr_t)0x300000)
+#define FAKE_CLOCK_FUNC ((uintptr_t)0x5c10c)
+
+static int fake_is_clock_image(const void *image)
+{
+	return image && strstr((const char *)image, ".entry __gpuext_clock_sync(") != NULL;
+}
+
+struct fake_clock_run {
+	volatile uint64_t *flag, *out;
+	unsigned int n;
+};
+
+static void *fake_clock_kernel(void *arg)
+{
+	struct fake_clock_run run = *(struct fake_clock_run *)arg;
+	const char *s = getenv("FAKECUDA_GLOBALTIMER_OFFSET_NS");
+	long long off = s ? atoll(s) : 0;
+
+	free(arg);
+	for (unsigned int i = 1; i <= run.n; i++) {
+		struct timespec ts;
+
+		while (__atomic_load_n(run.flag, __ATOMIC_ACQUIRE) < i)
+			;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		__atomic_store_n(&run.out[i - 1], (uint64_t)((long long)ts.tv_sec * 1000000000ll + ts.tv_nsec + off),
+				 __ATOMIC_RELEASE);
+	}
+	return NULL;
+}
+
+static CUresult fake_clock_launch(void **params)
+{
+	const char *s = getenv("FAKECUDA_CLOCK_NO_START");
+	struct fake_clock_run *run;
+	CUdeviceptr flag, out;
+	pthread_t th;
+
+	fake_log("cuLaunchKernel clock-sync");
+	if (s && !strcmp(s, "1"))
+		return CUDA_SUCCESS; /* queued behind work that never ends */
+	if (!params || !(run = malloc(sizeof(*run))))
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(&flag, params[0], sizeof(flag));
+	memcpy(&out, params[1], sizeof(out));
+	memcpy(&run->n, params[2], sizeof(run->n));
+	run->flag = (volatile uint64_t *)(uintptr_t)flag;
+	run->out = (volatile uint64_t *)(uintptr_t)out;
+	if (pthread_create(&th, NULL, fake_clock_kernel, run) != 0) {
+		free(run);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pthread_detach(th);
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name)
+{
+	fake_log("cuModuleGetFunction name=%s", name ? name : "");
+	if (!f || (uintptr_t)mod != FAKE_CLOCK_MODULE || !name || strcmp(name, "__gpuext_clock_sync"))
+		return CUDA_ERROR_NOT_FOUND;
+	*f = (CUfunction)FAKE_CLOCK_FUNC;
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuModuleUnload(CUmodule mod)
+{
+	fake_log("cuModuleUnload mod=%p", (void *)mod);
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned int flags)
+{
+	if (!p || !(*p = calloc(1, bytes ? bytes : 1)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	fake_log("cuMemHostAlloc bytes=%zu flags=%u", bytes, flags);
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned int flags)
+{
+	(void)flags;
+	if (!d || !p)
+		return CUDA_ERROR_INVALID_VALUE;
+	*d = (CUdeviceptr)(uintptr_t)p; /* mapped host memory: the same address on both sides (UVA) */
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuMemFreeHost(void *p)
+{
+	fake_log("cuMemFreeHost");
+	free(p);
+	return CUDA_SUCCESS;
+}
+
 #define FAKE_LAUNCH(name)                                                                                       \
 	FAKE_API CUresult name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,   \
 			       unsigned int by, unsigned int bz, unsigned int shm, CUstream hStream, void **params, \
 			       void **extra)                                                                    \
 	{                                                                                                       \
-		(void)params;                                                                                   \
 		(void)extra;                                                                                    \
+		if ((uintptr_t)f == FAKE_CLOCK_FUNC)                                                            \
+			return fake_clock_launch(params);                                                       \
 		fake_log(#name " f=%p grid=%ux%ux%u block=%ux%ux%u shm=%u stream=%p", (void *)f, gx, gy, gz, bx, \
 			 by, bz, shm, (void *)hStream);                                                         \
 		fake_kernel_time();                                                                             \
@@ -701,6 +806,12 @@ FAKE_API CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_
 
 FAKE_API CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
+	if (fake_is_clock_image(image)) {
+		fake_log("cuModuleLoadData clock-sync");
+		if (module)
+			*module = (CUmodule)FAKE_CLOCK_MODULE;
+		return CUDA_SUCCESS;
+	}
 	fake_log("cuModuleLoadData image=%p", image);
 	if (fake_patched_jit_fails(image, NULL, NULL, 0))
 		return 218;

@@ -57,7 +57,16 @@
 	X(cuLibraryGetModule, (CUmodule * mod, CUlibrary lib))                                      \
 	X(cuKernelGetLibrary, (CUlibrary * lib, CUkernel kernel))                                   \
 	X(cuFuncGetModule, (CUmodule * mod, CUfunction f))                                          \
-	X(cuStreamWriteValue64_v2, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags))
+	X(cuStreamWriteValue64_v2, (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags)) \
+	X(cuModuleLoadData, (CUmodule * mod, const void *image))                                   \
+	X(cuModuleUnload, (CUmodule mod))                                                          \
+	X(cuModuleGetFunction, (CUfunction * f, CUmodule mod, const char *name))                   \
+	X(cuLaunchKernel, (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
+			   unsigned int by, unsigned int bz, unsigned int shm, CUstream stream, void **params,   \
+			   void **extra))                                                                  \
+	X(cuMemHostAlloc, (void **p, size_t bytes, unsigned int flags))                            \
+	X(cuMemHostGetDevicePointer_v2, (CUdeviceptr * dptr, void *p, unsigned int flags))          \
+	X(cuMemFreeHost, (void *p))
 
 #define GX_DRV_TYPE(name, params) typedef CUresult (*gx_drv_##name) params;
 GX_DRIVER_CALLS(GX_DRV_TYPE)
@@ -87,6 +96,9 @@ struct gx_pimage {
 	CUcontext ctx;
 	CUmodule ctx_module; /* a library's module in ctx (launch time: CUfunction -> image) */
 	CUdeviceptr launch_ns; /* __gpuext_launch_ns in ctx, 0 if none */
+	_Atomic int64_t clock_offset; /* %globaltimer - CLOCK_REALTIME in ctx (gx_clock_sync), added to launch times */
+	int clock_synced;             /* clock_offset measured */
+	struct timespec clock_at;     /* when, CLOCK_MONOTONIC */
 	CUstream stream;   /* non-blocking, ours */
 	CUdeviceptr map_ptr[GX_CONF_MAX_MAPS];
 	size_t map_bytes[GX_CONF_MAX_MAPS];
@@ -306,6 +318,166 @@ static CUresult gx_get_global(struct gx_pimage *im, const char *name, CUdevicept
 }
 
 /*
+ * The device's %globaltimer and the host's CLOCK_REALTIME are different
+ * clocks: on the H200 the GPU's ran microseconds behind, more than a launch
+ * takes, so launch latencies came out negative. gx_clock_sync measures the
+ * offset the way NTP does, with a kernel of one thread on our own stream:
+ * per round the host stamps h0, posts the round number in mapped pinned
+ * memory, the kernel (polling it) answers with %globaltimer, and the host
+ * stamps h1 when the answer lands; offset = g - (h0 + h1) / 2, within
+ * +-(h1 - h0) / 2. The round with the shortest h1 - h0 wins (the first one
+ * also waits for the kernel to start). Launch times are then written in
+ * the device's clock: host time + offset.
+ */
+#define GX_CLOCK_ROUNDS 32
+#define GX_CLOCK_START_NS 200000000ll /* the kernel has this long to start */
+#define GX_CLOCK_ROUND_NS 5000000ll   /* then each answer this long */
+#define GX_CLOCK_RESYNC_S 30          /* the copy thread measures again this often */
+
+static const char gx_clock_ptx[] =
+	".version 6.0\n"
+	".target sm_70\n"
+	".address_size 64\n"
+	".visible .entry __gpuext_clock_sync(.param .u64 flag, .param .u64 out, .param .u32 n)\n"
+	"{\n"
+	"\t.reg .pred %p<3>;\n"
+	"\t.reg .b32 %r<3>;\n"
+	"\t.reg .b64 %rd<8>;\n"
+	"\tld.param.u64 %rd1, [flag];\n"
+	"\tld.param.u64 %rd2, [out];\n"
+	"\tld.param.u32 %r1, [n];\n"
+	"\tmov.u32 %r2, 0;\n"
+	"$Lround:\n"
+	"\tsetp.ge.u32 %p1, %r2, %r1;\n"
+	"\t@%p1 bra $Ldone;\n"
+	"\tadd.u32 %r2, %r2, 1;\n"
+	"\tcvt.u64.u32 %rd3, %r2;\n"
+	"$Lwait:\n"
+	"\tld.volatile.global.u64 %rd4, [%rd1];\n"
+	"\tsetp.lt.u64 %p2, %rd4, %rd3;\n"
+	"\t@%p2 bra $Lwait;\n"
+	"\tmov.u64 %rd5, %globaltimer;\n"
+	"\tmul.wide.u32 %rd6, %r2, 8;\n"
+	"\tadd.u64 %rd7, %rd2, %rd6;\n"
+	"\tst.volatile.global.u64 [%rd7+-8], %rd5;\n"
+	"\tmembar.sys;\n"
+	"\tbra $Lround;\n"
+	"$Ldone:\n"
+	"\tret;\n"
+	"}\n";
+
+static int64_t gx_realtime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+/*
+ * Measures im->clock_offset in im's context (current), on im->stream.
+ * gx_probe_mu held. Writes one status line. 0: measured.
+ */
+static int gx_clock_sync(struct gx_pimage *im, const char *why)
+{
+	static CUmodule mod; /* one per process: the first context's (others load their own) */
+	static CUcontext mod_ctx;
+	CUmodule m = NULL;
+	CUfunction fn = NULL;
+	volatile uint64_t *flag;
+	volatile uint64_t *out;
+	void *host = NULL;
+	CUdeviceptr dflag = 0;
+	unsigned int n = GX_CLOCK_ROUNDS;
+	int64_t best_rtt = -1, best_off = 0, prev = atomic_load(&im->clock_offset);
+	int answered = 0, started = 0;
+	CUresult r;
+	const char *fail = NULL;
+
+	if (!gx_drv.cuModuleLoadData || !gx_drv.cuModuleGetFunction || !gx_drv.cuLaunchKernel ||
+	    !gx_drv.cuMemHostAlloc || !gx_drv.cuMemHostGetDevicePointer_v2 || !im->stream) {
+		gx_status("image=%d clock=unsynced reason=driver-calls-missing", im->index);
+		return -1;
+	}
+	if (mod && mod_ctx == im->ctx) {
+		m = mod;
+	} else if ((r = gx_drv.cuModuleLoadData(&m, gx_clock_ptx)) != CUDA_SUCCESS) {
+		gx_status("image=%d clock=unsynced reason=module-load-failed:%d", im->index, r);
+		return -1;
+	} else if (!mod) {
+		mod = m, mod_ctx = im->ctx;
+	}
+	if ((r = gx_drv.cuModuleGetFunction(&fn, m, "__gpuext_clock_sync")) != CUDA_SUCCESS)
+		fail = "no-function";
+	else if ((r = gx_drv.cuMemHostAlloc(&host, (1 + GX_CLOCK_ROUNDS) * 8,
+					    CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE)) != CUDA_SUCCESS || !host)
+		fail = "host-alloc-failed";
+	else if ((r = gx_drv.cuMemHostGetDevicePointer_v2(&dflag, host, 0)) != CUDA_SUCCESS)
+		fail = "no-device-pointer";
+	if (fail) {
+		gx_status("image=%d clock=unsynced reason=%s:%d", im->index, fail, r);
+		if (host && gx_drv.cuMemFreeHost)
+			gx_drv.cuMemFreeHost(host);
+		if (m != mod && gx_drv.cuModuleUnload)
+			gx_drv.cuModuleUnload(m);
+		return -1;
+	}
+	flag = (volatile uint64_t *)host;
+	out = flag + 1;
+	memset(host, 0, (1 + GX_CLOCK_ROUNDS) * 8);
+	{
+		CUdeviceptr dout = dflag + 8;
+		void *params[] = {&dflag, &dout, &n};
+
+		r = gx_drv.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, im->stream, params, NULL);
+	}
+	if (r != CUDA_SUCCESS) {
+		gx_status("image=%d clock=unsynced reason=launch-failed:%d", im->index, r);
+		gx_drv.cuMemFreeHost(host);
+		return -1;
+	}
+	for (unsigned int i = 1; i <= n; i++) {
+		int64_t h0 = gx_realtime_ns(), h1 = h0, limit = started ? GX_CLOCK_ROUND_NS : GX_CLOCK_START_NS;
+		uint64_t g;
+
+		__atomic_store_n(flag, (uint64_t)i, __ATOMIC_SEQ_CST);
+		while ((g = __atomic_load_n(&out[i - 1], __ATOMIC_ACQUIRE)) == 0 && (h1 = gx_realtime_ns()) - h0 < limit)
+			;
+		h1 = gx_realtime_ns();
+		if (!g)
+			break;
+		started = 1;
+		answered++;
+		if (best_rtt < 0 || h1 - h0 < best_rtt) {
+			best_rtt = h1 - h0;
+			best_off = (int64_t)(g - (uint64_t)h0) - (h1 - h0) / 2;
+		}
+	}
+	if (answered < (int)n) {
+		/* the kernel has not started or stopped answering: let it finish when it runs; its memory stays */
+		__atomic_store_n(flag, UINT64_MAX, __ATOMIC_SEQ_CST);
+		gx_status("image=%d clock=%s reason=%s answered=%d/%u", im->index, answered ? "synced" : "unsynced",
+			  answered ? "slow-answers" : "kernel-did-not-start", answered, n);
+	} else {
+		gx_drv.cuStreamSynchronize(im->stream);
+		gx_drv.cuMemFreeHost(host);
+		if (m != mod && gx_drv.cuModuleUnload) /* another context's copy */
+			gx_drv.cuModuleUnload(m);
+	}
+	if (!answered)
+		return -1;
+	atomic_store(&im->clock_offset, best_off);
+	clock_gettime(CLOCK_MONOTONIC, &im->clock_at);
+	gx_status("image=%d clock=synced why=%s offset_ns=%lld error_ns=%lld rounds=%d drift_ns=%lld", im->index, why,
+		  (long long)best_off, (long long)(best_rtt + 1) / 2, answered,
+		  im->clock_synced ? (long long)(best_off - prev) : 0ll);
+	GX_DEBUG("probes: image %d: device clock - host clock = %lld ns (+-%lld, %d rounds, %s)", im->index,
+		 (long long)best_off, (long long)(best_rtt + 1) / 2, answered, why);
+	im->clock_synced = 1;
+	return 0;
+}
+
+/*
  * Looks the symbols up in the current context and writes the tenant id.
  * Called with gx_probe_mu held. 0: bound (or given up: reported); -1: no context yet.
  */
@@ -355,8 +527,19 @@ static int gx_bind(struct gx_pimage *im)
 		if (im->is_library && gx_drv.cuLibraryGetModule &&
 		    gx_drv.cuLibraryGetModule(&im->ctx_module, (CUlibrary)im->handle) != CUDA_SUCCESS)
 			im->ctx_module = NULL;
-		if (im->launch_ns && gx_drv.cuStreamWriteValue64_v2)
+		if (im->launch_ns && gx_drv.cuStreamWriteValue64_v2) {
+			/* an image of a context already measured takes its offset */
+			for (int i = 0; i < gx_pr.nimages; i++)
+				if (gx_pr.images[i] != im && gx_pr.images[i]->ctx == ctx && gx_pr.images[i]->clock_synced) {
+					atomic_store(&im->clock_offset, atomic_load(&gx_pr.images[i]->clock_offset));
+					im->clock_at = gx_pr.images[i]->clock_at;
+					im->clock_synced = 1;
+					break;
+				}
+			if (!im->clock_synced)
+				gx_clock_sync(im, "bind");
 			atomic_store(&gx_pr.launch_time, 1);
+		}
 	}
 	if (gx_get_global(im, GX_SYM_TENANT, &tid, &tid_bytes) == CUDA_SUCCESS && tid && tid_bytes >= 4 &&
 	    gx_drv.cuMemcpyHtoDAsync_v2 &&
@@ -435,6 +618,37 @@ static void gx_copy_out(struct gx_pimage *im, int final)
 	}
 }
 
+/*
+ * Measures the clock offset again in each context with launch times, once
+ * GX_CLOCK_RESYNC_S have passed since the last time (or now: final, at
+ * exit, so the status file shows the drift over the run). The images of a
+ * context share the result. gx_probe_mu held.
+ */
+static void gx_clock_resync(int final)
+{
+	struct timespec now;
+
+	if (!atomic_load(&gx_pr.launch_time) || !gx_drv.cuCtxSetCurrent)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	for (int i = 0; i < gx_pr.nimages; i++) {
+		struct gx_pimage *im = gx_pr.images[i], *first = im;
+
+		if (!im->bound || !im->launch_ns || !im->clock_synced)
+			continue;
+		for (int j = 0; j < i && first == im; j++) /* the context's first image is the one measured */
+			if (gx_pr.images[j]->ctx == im->ctx && gx_pr.images[j]->launch_ns && gx_pr.images[j]->clock_synced)
+				first = gx_pr.images[j];
+		if (first != im) {
+			atomic_store(&im->clock_offset, atomic_load(&first->clock_offset));
+			im->clock_at = first->clock_at;
+		} else if ((final || now.tv_sec - im->clock_at.tv_sec >= GX_CLOCK_RESYNC_S) &&
+			   gx_drv.cuCtxSetCurrent(im->ctx) == CUDA_SUCCESS) {
+			gx_clock_sync(im, final ? "exit" : "periodic");
+		}
+	}
+}
+
 static void *gx_copy_thread(void *arg)
 {
 	(void)arg;
@@ -449,6 +663,7 @@ static void *gx_copy_thread(void *arg)
 		}
 		for (int i = 0; i < gx_pr.nimages; i++)
 			gx_copy_out(gx_pr.images[i], 0);
+		gx_clock_resync(0);
 		pthread_mutex_unlock(&gx_probe_mu);
 	}
 }
@@ -461,6 +676,7 @@ static void gx_probe_at_exit(void)
 		gx_pr.stopping = 1;
 		for (int i = 0; i < gx_pr.nimages; i++)
 			gx_copy_out(gx_pr.images[i], 1);
+		gx_clock_resync(1);
 	}
 	pthread_mutex_unlock(&gx_probe_mu);
 }
@@ -630,8 +846,11 @@ static void gx_launch_time(CUfunction f, CUstream stream, int ptsz)
 	if (ptsz && !stream)
 		stream = GX_CU_STREAM_PER_THREAD;
 	clock_gettime(CLOCK_REALTIME, &ts);
+	/* in the device's clock (gx_clock_sync; 0 if it could not be measured) */
 	r = gx_drv.cuStreamWriteValue64_v2(stream, im->launch_ns,
-					   (cuuint64_t)ts.tv_sec * 1000000000ull + (cuuint64_t)ts.tv_nsec, 0);
+					   (cuuint64_t)ts.tv_sec * 1000000000ull + (cuuint64_t)ts.tv_nsec +
+						   (cuuint64_t)atomic_load_explicit(&im->clock_offset, memory_order_relaxed),
+					   0);
 	if (r != CUDA_SUCCESS && atomic_exchange(&gx_pr.launch_time, 0)) {
 		gx_log("device probes: launch time off: cuStreamWriteValue64 failed (CUresult %d)", r);
 		gx_status("image=- launch_time=off reason=stream-write-failed:%d", r);

@@ -84,6 +84,12 @@ type Mean struct {
 	Name  string `json:"name"`
 	Sum   string `json:"sum"`
 	Count string `json:"count"`
+	// InFlight, when set, names the field counting the starts of what
+	// Count counts the ends of, and says Sum is a sum of end stamps minus
+	// start stamps: it is a sum of durations only when nothing is in
+	// flight, so the mean exists only when InFlight equals Count and Sum,
+	// read as signed, is not negative.
+	InFlight string `json:"inFlight,omitempty"`
 }
 
 // Catalog is a set of validated probes with their objects. It is immutable.
@@ -252,6 +258,9 @@ func (v View) check(spec *ebpf.CollectionSpec) error {
 			}
 			if !slices.Contains(v.Fields, mean.Count) {
 				return bad(fmt.Sprintf("means[%d].count", i), "%q is not one of the fields", mean.Count)
+			}
+			if mean.InFlight != "" && (!slices.Contains(v.Fields, mean.InFlight) || mean.InFlight == mean.Count) {
+				return bad(fmt.Sprintf("means[%d].inFlight", i), "%q is not one of the fields other than count", mean.InFlight)
 			}
 		}
 	default:

@@ -102,7 +102,8 @@ func TestLoadRejectsBadEntries(t *testing.T) {
 		{"missing object", strings.Replace(string(good), `"launchstats_bpfel.o"`, `"gone.o"`, 1), []string{"object", "gone.o"}},
 		{"unknown view map", strings.Replace(string(good), `"ls_counters"`, `"ls_countres"`, 1), []string{"views[0].map", "ls_countres"}},
 		{"unknown view kind", strings.Replace(string(good), `"counters"`, `"pie"`, 1), []string{"views[0].kind", "pie"}},
-		{"per-warp start times are not counters of 4 entries", strings.Replace(string(good), `"ls_counters"`, `"ls_start"`, 1), []string{"views[0].fields", "4 names"}},
+		{"more names than entries", strings.Replace(string(good), `"blockExits"]`, `"blockExits", "extra"]`, 1), []string{"views[0].fields", "5 names"}},
+		{"in flight counted by the count itself", strings.Replace(string(good), `"inFlight": "blocks"`, `"inFlight": "blockExits"`, 1), []string{"views[0].means[0].inFlight", "blockExits"}},
 		{"mean of an unknown field", strings.Replace(string(good), `"sum": "blockNs"`, `"sum": "blockMs"`, 1), []string{"views[0].means[0].sum", "blockMs"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -17,7 +17,6 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	launchstatsMapLsCounters        = "ls_counters"
-	launchstatsMapLsStart           = "ls_start"
 	launchstatsProgLaunchStatsEntry = "launch_stats_entry"
 	launchstatsProgLaunchStatsExit  = "launch_stats_exit"
 )
@@ -73,7 +72,6 @@ type launchstatsProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type launchstatsMapSpecs struct {
 	LsCounters *ebpf.MapSpec `ebpf:"ls_counters"`
-	LsStart    *ebpf.MapSpec `ebpf:"ls_start"`
 }
 
 // launchstatsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -103,13 +101,11 @@ func (o *launchstatsObjects) Close() error {
 // It can be passed to loadLaunchstatsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type launchstatsMaps struct {
 	LsCounters *ebpf.Map `ebpf:"ls_counters"`
-	LsStart    *ebpf.Map `ebpf:"ls_start"`
 }
 
 func (m *launchstatsMaps) Close() error {
 	return _LaunchstatsClose(
 		m.LsCounters,
-		m.LsStart,
 	)
 }
 

@@ -38,7 +38,7 @@ func TestCompileMergesProbes(t *testing.T) {
 	for _, p := range b.Manifest.Programs {
 		progs = append(progs, p.Name+"@"+p.Attach)
 	}
-	if got := strings.Join(maps, ","); got != "ls_counters,ls_start,smh_counts" {
+	if got := strings.Join(maps, ","); got != "ls_counters,smh_counts" {
 		t.Errorf("maps = %s", got)
 	}
 	if got := strings.Join(progs, ","); got != "launch_stats_entry@kernel_entry,launch_stats_exit@kernel_exit,sm_histogram_entry@kernel_entry" {
@@ -52,10 +52,9 @@ func TestCompileMergesProbes(t *testing.T) {
 	if strings.Contains(b.PTX, ".version") || strings.Contains(b.PTX, ".target") {
 		t.Error("module.ptx is a fragment: no .version/.target")
 	}
-	// ls_counters: per-warp, 16384 slots x 4 x 8 + 32; ls_start: per-warp 16384 slots x 8 + 32.
+	// ls_counters: per-warp, 16384 slots x 4 x 8 + 32.
 	wantConf := "version 1\nmin_ptx 6.0\nmin_target 70\nlaunch_time 0\n" +
 		"map ls_counters __gpuext_map_ls_counters 524320\n" +
-		"map ls_start __gpuext_map_ls_start 131104\n" +
 		"map smh_counts __gpuext_map_smh_counts 4128\n"
 	if b.Conf != wantConf {
 		t.Errorf("module.conf =\n%s\nwant\n%s", b.Conf, wantConf)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -171,7 +172,6 @@ func TestReadTenantAndSummarize(t *testing.T) {
 
 	manifest := &probe.Manifest{Maps: []probe.MapInfo{
 		{Name: "ls_counters", Layout: layout(t, probe.MapArray, 4, 8, 4)},
-		{Name: "ls_start", Layout: layout(t, probe.MapPerWarp, 4, 8, 1)},
 		{Name: "smh_counts", Layout: layout(t, probe.MapArray, 4, 8, 256)},
 		{Name: "lat_hist", Layout: layout(t, probe.MapArray, 4, 8, 64)},
 		{Name: "lat_misc", Layout: layout(t, probe.MapArray, 4, 8, 2)},
@@ -204,6 +204,48 @@ func TestReadTenantAndSummarize(t *testing.T) {
 	}
 	if c := sum[2].Counters; c["noLaunchTime"] != 0 || len(sum[2].Missing) != 1 || sum[2].Missing[0] != "lat_misc" {
 		t.Errorf("launch-latency counters %v missing %v", c, sum[2].Missing)
+	}
+}
+
+// launch-stats sums exit stamps minus entry stamps: a reading taken while a
+// block runs holds its entry stamp alone and must show no mean block time.
+func TestMeanBlockTimeWhileBlocksRun(t *testing.T) {
+	manifest := &probe.Manifest{Maps: []probe.MapInfo{{Name: "ls_counters", Layout: layout(t, probe.MapArray, 4, 8, 4)}}}
+	t0 := uint64(1_790_000_000_000_000_000) // a %globaltimer reading (ns since 1970); a variable: the sums wrap
+	for _, tc := range []struct {
+		name          string
+		blocks, exits uint64
+		ns            uint64
+		wantMean      float64
+		wantInFlight  bool
+	}{
+		// 3 blocks of 1000, 2000 and 3000 ns, all done
+		{"settled", 3, 3, (t0 + 1000 - t0) + (t0 + 2000 - t0) + (t0 + 3000 - t0), 2000, false},
+		// the third block has entered, not exited: its -t0 is in the sum
+		{"one block running", 3, 2, 3000 - t0, 0, true},
+		// counts equal but an entry stamp landed before its count did
+		{"stamp ahead of its count", 2, 2, 3000 - t0, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, dir, "1-0.maps", Encode(&File{PID: 1, Maps: []Map{
+				mapOf("ls_counters", counterImage(t, 4, map[uint32]uint64{0: 1, 1: tc.blocks, 2: tc.ns, 3: tc.exits}))}}))
+			writeFile(t, dir, "1.status", []byte("image=0 state=patched reason=ok\n"))
+			ten, err := ReadTenant(dir, manifest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := Summarize(ten, probes.Builtin(), []string{"launch-stats"})[0]
+			mean, ok := s.Means["meanBlockNs"]
+			inFlight := slices.Contains(s.InFlight, "meanBlockNs")
+			if tc.wantInFlight {
+				if ok || !inFlight {
+					t.Errorf("mean %v (present %v), in flight %v: want no mean, in flight", mean, ok, s.InFlight)
+				}
+			} else if !ok || mean != tc.wantMean || inFlight {
+				t.Errorf("mean %v (present %v), in flight %v: want %v", mean, ok, s.InFlight, tc.wantMean)
+			}
+		})
 	}
 }
 

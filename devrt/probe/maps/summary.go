@@ -16,6 +16,9 @@ type ProbeSummary struct {
 	Counters map[string]uint64 `json:"counters,omitempty"`
 	// Means: sum/count of counters views (absent when count is 0).
 	Means map[string]float64 `json:"means,omitempty"`
+	// InFlight: means not computed because the reading was taken while
+	// what they measure was still running (Mean.InFlight).
+	InFlight []string `json:"inFlight,omitempty"`
 	// SMs: the sm-histogram view.
 	SMs *SMSummary `json:"sms,omitempty"`
 	// Histograms: log2-histogram views by map name.
@@ -72,11 +75,21 @@ func Summarize(t *Tenant, cat *probes.Catalog, names []string) []ProbeSummary {
 					}
 				}
 				for _, m := range v.Means {
-					if c := s.Counters[m.Count]; c > 0 {
+					c := s.Counters[m.Count]
+					sum := float64(s.Counters[m.Sum])
+					if m.InFlight != "" {
+						// stamps: a reading with blocks still running has no mean
+						if s.Counters[m.InFlight] != c || int64(s.Counters[m.Sum]) < 0 {
+							s.InFlight = append(s.InFlight, m.Name)
+							continue
+						}
+						sum = float64(int64(s.Counters[m.Sum]))
+					}
+					if c > 0 {
 						if s.Means == nil {
 							s.Means = map[string]float64{}
 						}
-						s.Means[m.Name] = float64(s.Counters[m.Sum]) / float64(c)
+						s.Means[m.Name] = sum / float64(c)
 					}
 				}
 			case probes.ViewSMHistogram:

@@ -181,15 +181,27 @@ func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string) (st
 		b.WriteString("{\n}\n")
 		return b.String(), nil
 	}
-	fmt.Fprintf(&b, ".local .align 8 .b8 %s[24];\n", ctx)
+	useCtx := false
+	for _, name := range progs {
+		if ps := spec.Programs[name]; ps == nil || readsCtx(ps.Instructions) {
+			useCtx = true
+		}
+	}
+	if useCtx {
+		fmt.Fprintf(&b, ".local .align 8 .b8 %s[24];\n", ctx)
+	}
 	fmt.Fprintf(&b, ".local .align 8 .b8 %s[%d];\n", stack, StackSize)
 	b.WriteString("{\n")
-	b.WriteString("\t.reg .b64 %__gxc<3>;\n\t.reg .b32 %__gxe<2>;\n")
-	fmt.Fprintf(&b, "\tmov.b64 %%__gxc0, %s;\n\tst.local.u64 [%s], %%__gxc0;\n", InlineKernelID, ctx)
-	fmt.Fprintf(&b, "\tld.global.u32 %%__gxe0, [%s];\n\tst.local.u32 [%s+8], %%__gxe0;\n", probe.SymTenantID, ctx)
-	fmt.Fprintf(&b, "\tmov.u32 %%__gxe1, %d;\n\tst.local.u32 [%s+12], %%__gxe1;\n", uint32(a), ctx)
-	fmt.Fprintf(&b, "\tld.global.u64 %%__gxc1, [%s];\n\tst.local.u64 [%s+16], %%__gxc1;\n", probe.SymLaunchNs, ctx)
-	fmt.Fprintf(&b, "\tmov.u64 %%__gxc2, %s;\n\tcvta.local.u64 %%__gxc2, %%__gxc2;\n", ctx)
+	if useCtx {
+		b.WriteString("\t.reg .b64 %__gxc<3>;\n\t.reg .b32 %__gxe<2>;\n")
+		fmt.Fprintf(&b, "\tmov.b64 %%__gxc0, %s;\n\tst.local.u64 [%s], %%__gxc0;\n", InlineKernelID, ctx)
+		fmt.Fprintf(&b, "\tld.global.u32 %%__gxe0, [%s];\n\tst.local.u32 [%s+8], %%__gxe0;\n", probe.SymTenantID, ctx)
+		fmt.Fprintf(&b, "\tmov.u32 %%__gxe1, %d;\n\tst.local.u32 [%s+12], %%__gxe1;\n", uint32(a), ctx)
+		fmt.Fprintf(&b, "\tld.global.u64 %%__gxc1, [%s];\n\tst.local.u64 [%s+16], %%__gxc1;\n", probe.SymLaunchNs, ctx)
+		fmt.Fprintf(&b, "\tmov.u64 %%__gxc2, %s;\n\tcvta.local.u64 %%__gxc2, %%__gxc2;\n", ctx)
+	} else {
+		b.WriteString("\t// no program reads its context: none is built\n")
+	}
 	for k, name := range progs {
 		ps := spec.Programs[name]
 		end := fmt.Sprintf("$%s_p%d_end", pre, k)
@@ -201,11 +213,82 @@ func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string) (st
 		body = inlineLabelRe.ReplaceAllString(body, fmt.Sprintf("$$%s_p%d_pc${1}", pre, k))
 		fmt.Fprintf(&b, "\t// program %s\n\t{\n", name)
 		b.WriteString("\t.reg .b64 %__gxr<11>;\n\t.reg .b64 %__gxt<2>;\n\t.reg .b32 %__gxw<3>;\n\t.reg .pred %__gxp<3>;\n")
-		b.WriteString("\tmov.u64 %__gxr1, %__gxc2;\n")
+		if useCtx {
+			b.WriteString("\tmov.u64 %__gxr1, %__gxc2;\n")
+		}
 		fmt.Fprintf(&b, "\tmov.u64 %%__gxr10, %s;\n\tcvta.local.u64 %%__gxr10, %%__gxr10;\n\tadd.u64 %%__gxr10, %%__gxr10, %d;\n", stack, StackSize)
 		b.WriteString(body)
 		fmt.Fprintf(&b, "%s:\n\t}\n", end)
 	}
 	b.WriteString("}\n")
 	return b.String(), nil
+}
+
+// readsCtx reports whether a program may read r1 as it was at entry (the
+// context pointer). Conservative: it follows the straight-line prefix of
+// the program and answers "no" only when r1 is overwritten (a write that
+// does not read it, or a call of an argument-less helper, which clobbers
+// r1-r5) or the program exits before any read; a jump, a call with
+// arguments or anything that reads r1 first is "yes". When no program of
+// an attach point reads it, the inline form builds no context: its two
+// global loads and four local stores would run at every probe site.
+func readsCtx(insns asm.Instructions) bool {
+	const r1 = asm.R1
+	for _, ins := range insns {
+		op := ins.OpCode
+		cls := op.Class()
+		switch {
+		case cls.IsJump():
+			switch op.JumpOp() {
+			case asm.Exit:
+				return false
+			case asm.Call:
+				if ins.IsBuiltinCall() && pureHelper(ins.Constant) && helperArgs(ins.Constant) == 0 {
+					return false
+				}
+			}
+			return true
+		case cls.IsALU():
+			if op.Source() == asm.RegSource && ins.Src == r1 {
+				return true
+			}
+			if ins.Dst == r1 {
+				return op.ALUOp() != asm.Mov
+			}
+		case cls == asm.LdClass:
+			if op.IsDWordLoad() && ins.Dst == r1 {
+				return false
+			}
+			if !op.IsDWordLoad() {
+				return true
+			}
+		case cls == asm.LdXClass:
+			if ins.Src == r1 {
+				return true
+			}
+			if ins.Dst == r1 {
+				return false
+			}
+		case cls == asm.StClass:
+			if ins.Dst == r1 {
+				return true
+			}
+		case cls == asm.StXClass:
+			if ins.Dst == r1 || ins.Src == r1 {
+				return true
+			}
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// helperArgs: the arguments of a pure helper (pureHelper).
+func helperArgs(id int64) int {
+	switch id {
+	case probe.HelperThreadIdx, probe.HelperBlockIdx, probe.HelperBlockDim, probe.HelperGridDim:
+		return 1
+	}
+	return 0
 }

@@ -757,13 +757,18 @@ func (t *progTranslator) atomic(ins asm.Instruction) error {
 	default:
 		return fmt.Errorf("atomic op %v: %w", op, ErrUnsupported)
 	}
+	if !fetch {
+		// No result wanted: a reduction, which the SM issues and does not
+		// wait for (an atom's result would hold the thread for the L2
+		// round trip).
+		t.emit("red.%s [%%t1], %s", ptxop, v)
+		return nil
+	}
 	t.emit("atom.%s %s, [%%t1], %s", ptxop, old, v)
-	if fetch {
-		if bits == 32 {
-			t.emit("cvt.u64.u32 %s, %%w0", s)
-		} else {
-			t.emit("mov.u64 %s, %%t0", s)
-		}
+	if bits == 32 {
+		t.emit("cvt.u64.u32 %s, %%w0", s)
+	} else {
+		t.emit("mov.u64 %s, %%t0", s)
 	}
 	return nil
 }

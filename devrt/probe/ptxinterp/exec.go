@@ -433,6 +433,8 @@ func (m *Machine) step(fr *frame, in *instr) (next int, done bool, err error) {
 		return -1, false, nil
 	case "atom":
 		return -1, false, m.atom(fr, in, t)
+	case "red":
+		return -1, false, m.red(fr, in, t)
 	case "setp":
 		if err := m.want(in, 3); err != nil {
 			return 0, false, err
@@ -676,6 +678,50 @@ func (m *Machine) atom(fr *frame, in *instr, t typ) error {
 	}
 	putN(mem, t.bits/8, nv)
 	return m.dst(fr, in.args[0], t.bits, false, false, old)
+}
+
+// red: red.op.type [a], b - atom without the old value (and, so, without a
+// destination operand).
+func (m *Machine) red(fr *frame, in *instr, t typ) error {
+	var op string
+	for _, x := range in.mods {
+		switch x {
+		case "add", "and", "or", "xor":
+			op = x
+		case "global", "u32", "u64", "b32", "b64", "s32", "s64":
+		default:
+			return fmt.Errorf("red modifier .%s", x)
+		}
+	}
+	if op == "" {
+		return fmt.Errorf("red without an operation")
+	}
+	if t.bits != 32 && t.bits != 64 {
+		return fmt.Errorf("red of %d bits", t.bits)
+	}
+	if err := m.want(in, 2); err != nil {
+		return err
+	}
+	mem, err := m.access(fr, in, in.args[0], t.bits/8)
+	if err != nil {
+		return err
+	}
+	b, err := m.src(fr, in.args[1], t.bits, false)
+	if err != nil {
+		return err
+	}
+	old := getN(mem, t.bits/8)
+	switch op {
+	case "add":
+		putN(mem, t.bits/8, old+b)
+	case "and":
+		putN(mem, t.bits/8, old&b)
+	case "or":
+		putN(mem, t.bits/8, old|b)
+	case "xor":
+		putN(mem, t.bits/8, old^b)
+	}
+	return nil
 }
 
 // call: call[.uni] (ret), fn, (a, b); / call fn, (a); / call fn;

@@ -397,5 +397,5 @@ var knownOps = map[string]bool{
 	"mov": true, "cvta": true, "cvt": true, "add": true, "sub": true, "mul": true, "mad": true,
 	"div": true, "rem": true, "and": true, "or": true, "xor": true, "not": true, "neg": true,
 	"shl": true, "shr": true, "prmt": true, "setp": true, "bra": true, "ld": true, "st": true,
-	"atom": true, "call": true, "ret": true, "exit": true,
+	"atom": true, "red": true, "call": true, "ret": true, "exit": true,
 }
