@@ -9,7 +9,8 @@
 #                          the app launched; sm-histogram's total = blocks
 #   probes-sass-only       a SASS-only image loads unmodified, reported sass-only
 #   probes-launch-time     every launch carries the host launch time
-#   probes-launch-latency  the latency is measured for >= 18 of 20 launches
+#   probes-launch-latency  the clock offset was measured at bind and the
+#                          latency is measured for >= 18 of 20 launches
 #   probe-diff             the differential corpus on the GPU = the kernel's eBPF
 # Measurements (INFO): probe overhead on a ~5 us kernel and on a large GEMM,
 # load-time patch + JIT cost per module.
@@ -95,9 +96,13 @@ print(h.get("count", 0), c.get("noLaunchTime", 0), c.get("clockBehind", 0), h.ge
 	info "launch_latency launches=20 measured=$n no_launch_time=$nolt clock_behind=$behind p50_ns=$p50 p99_ns=$p99"
 	# every launch carried its host launch time (the interposer's part)
 	if [[ $((n + nolt + behind)) == 20 && $nolt == 0 ]]; then ok probes-launch-time; else bad probes-launch-time "measured=$n no_launch_time=$nolt clock_behind=$behind of 20 launches (probes-latency.json)"; fi
-	# and the latency could be computed for (nearly) every launch: needs the
-	# device's %globaltimer not behind the host's CLOCK_REALTIME
-	if (( n >= 18 )); then ok probes-launch-latency; else bad probes-launch-latency "only $n of 20 launches measured: the device's %globaltimer was behind the host clock for $behind (no offset calibration yet)"; fi
+	# and the latency could be computed for (nearly) every launch: the
+	# interposer measured %globaltimer - CLOCK_REALTIME (status clock= lines)
+	# and wrote launch times in the device's clock
+	grep -h ' clock=' "$PT/acct/37/probes/"*.status | sed 's/^/INFO launch_latency /'
+	synced=$(cat "$PT/acct/37/probes/"*.status | grep -c ' clock=synced why=bind')
+	if (( n >= 18 && synced >= 1 )); then ok "probes-launch-latency ($n of 20 measured, p50 ${p50} ns)"
+	else bad probes-launch-latency "$n of 20 launches measured, $behind with the device clock behind; clock synced at bind: ${synced:-0}"; fi
 fi
 # SASS-only: loads unmodified, reported
 if pwant sass && [[ -x $W/vecadd_sass ]] && ptenant 33 launch-stats; then
@@ -130,7 +135,7 @@ fi
 # Overhead: launch-stats (entry + exit probe) on a ~5 us kernel and on a
 # 4096 x 4096 SGEMM; GPU time per kernel, with / without, order alternated.
 if pwant overhead && [[ -x $W/probeapps ]] && ptenant 36 launch-stats; then
-	for round in 1 2 3; do
+	for round in $(seq "${GPUEXT_PROBE_ROUNDS:-3}"); do
 		for what in "small 20000" "gemm 4096 20"; do
 			if (( round % 2 )); then
 				a=$("$W/probeapps" bench $what | awk '{print $2}'); b=$(prun 36 "$W/probeapps" bench $what 2>/dev/null | awk '{print $2}')
@@ -146,7 +151,12 @@ fi
 if pwant resources && [[ -d $PT/tenants/36/probes ]] && nvcc -arch=sm_90 -ptx -o "$W/probeapps.ptx" "$REPO/test/gpu/probeapps.cu" 2>>"$OUT/build-probes.log" &&
 	"$W/devrt/ptxpatch_cli" -c "$PT/tenants/36/probes/module.conf" "$PT/tenants/36/probes/module.ptx" "$W/probeapps.ptx" >"$W/probeapps.patched.ptx" 2>>"$OUT/build-probes.log"; then
 	for f in probeapps probeapps.patched; do
-		ptxas -v -arch=sm_90 -o /dev/null "$W/$f.ptx" 2>&1 | awk -v f="$f" '/Compiling entry function/ {e = $NF} /Used/ {print "INFO probe_resources " f " " e " " $0}' | sed "s/'//g"
+		ptxas -v -arch=sm_90 -o "$W/$f.cubin" "$W/$f.ptx" 2>&1 | awk -v f="$f" '/Compiling entry function/ {e = $NF} /Used/ {print "INFO probe_resources " f " " e " " $0}' | sed "s/'//g"
+		# the SASS of each kernel: instructions, and the memory operations the probe could wait on
+		cuobjdump -sass "$W/$f.cubin" >"$OUT/$f.sass" 2>&1
+		awk -v f="$f" '/Function :/ {if (k) print "INFO probe_sass " f " " k " insns=" n " LDG=" g " STG=" s " RED=" r " ATOM=" a " LDL=" ll " STL=" sl " globaltimer=" t; k=$3; n=g=s=r=a=ll=sl=t=0; next}
+			/\/\*[0-9a-f]+\*\// {n++} / LDG/ {g++} / STG/ {s++} / RED/ {r++} / ATOM/ {a++} / LDL/ {ll++} / STL/ {sl++} /GLOBALTIMER/ {t++}
+			END {if (k) print "INFO probe_sass " f " " k " insns=" n " LDG=" g " STG=" s " RED=" r " ATOM=" a " LDL=" ll " STL=" sl " globaltimer=" t}' "$OUT/$f.sass"
 	done | tee "$OUT/probe-resources.txt"
 fi
 # Load-time cost: the patch + JIT of each patched module, from the status files.
