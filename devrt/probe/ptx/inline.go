@@ -151,7 +151,11 @@ func (t *progTranslator) inlineLookup(k inlineKey) error {
 		t.emit("mov.u32 %%w1, %%smid")
 		t.emit("mov.u32 %%w2, %%warpid")
 		t.emit("mad.lo.u32 %%w1, %%w1, 64, %%w2")
-		t.emit("rem.u32 %%w1, %%w1, %d", l.NBuckets)
+		if n := l.NBuckets; n&(n-1) == 0 {
+			t.emit("and.b32 %%w1, %%w1, %d", n-1) // ptxas turns a rem by a power of two into a reciprocal
+		} else {
+			t.emit("rem.u32 %%w1, %%w1, %d", n)
+		}
 		t.emit("cvt.u64.u32 %%t1, %%w1")
 		t.emit("mad.lo.u64 %%t0, %%t1, %d, %%t0", l.MaxEntries)
 	}

@@ -725,7 +725,11 @@ func (t *progTranslator) atomic(ins asm.Instruction) error {
 		return fmt.Errorf("atomic of size %v: %w", size, ErrUnsupported)
 	}
 	bits := sizeBits[size]
+	// The verifier allows atomics on map values only, and maps live in
+	// .global: the global state space keeps ptxas from emitting a generic
+	// ATOM whose "was it global?" predicate the thread must wait for.
 	t.emit("add.s64 %%t1, %s, %d", reg(ins.Dst), ins.Offset)
+	t.emit("cvta.to.global.u64 %%t1, %%t1")
 	s := reg(ins.Src)
 	v, old := s, "%t0"
 	if bits == 32 {
@@ -748,10 +752,10 @@ func (t *progTranslator) atomic(ins asm.Instruction) error {
 	case asm.CmpXchg:
 		if bits == 32 {
 			t.emit("cvt.u32.u64 %%w2, %%r0")
-			t.emit("atom.cas.b32 %%w0, [%%t1], %%w2, %%w1")
+			t.emit("atom.global.cas.b32 %%w0, [%%t1], %%w2, %%w1")
 			t.emit("cvt.u64.u32 %%r0, %%w0")
 		} else {
-			t.emit("atom.cas.b64 %%r0, [%%t1], %%r0, %s", s)
+			t.emit("atom.global.cas.b64 %%r0, [%%t1], %%r0, %s", s)
 		}
 		return nil
 	default:
@@ -761,10 +765,10 @@ func (t *progTranslator) atomic(ins asm.Instruction) error {
 		// No result wanted: a reduction, which the SM issues and does not
 		// wait for (an atom's result would hold the thread for the L2
 		// round trip).
-		t.emit("red.%s [%%t1], %s", ptxop, v)
+		t.emit("red.global.%s [%%t1], %s", ptxop, v)
 		return nil
 	}
-	t.emit("atom.%s %s, [%%t1], %s", ptxop, old, v)
+	t.emit("atom.global.%s %s, [%%t1], %s", ptxop, old, v)
 	if bits == 32 {
 		t.emit("cvt.u64.u32 %s, %%w0", s)
 	} else {
