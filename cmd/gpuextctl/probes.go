@@ -198,6 +198,13 @@ func probeRows(stateDir string) ([]ProbesRow, error) {
 					r.MeanBlockNs = &v
 				}
 				r.BlocksRunning = slices.Contains(s.InFlight, "meanBlockNs")
+			case "launch-count": // the same counts without timing; launch-stats' win if both run
+				if v, ok := s.Counters["launches"]; ok && r.Launches == nil {
+					r.Launches = &v
+				}
+				if v, ok := s.Counters["blocks"]; ok && r.Blocks == nil {
+					r.Blocks = &v
+				}
 			case "sm-histogram":
 				r.SMs = s.SMs
 			case "launch-latency":

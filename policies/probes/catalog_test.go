@@ -29,7 +29,7 @@ func TestBuiltinCatalog(t *testing.T) {
 		}
 	}
 	c := Builtin()
-	if got, want := strings.Join(c.Names(), ","), "launch-latency,launch-stats,sm-histogram"; got != want {
+	if got, want := strings.Join(c.Names(), ","), "launch-count,launch-latency,launch-stats,sm-histogram"; got != want {
 		t.Fatalf("Names() = %s, want %s", got, want)
 	}
 	for _, name := range c.Names() {
@@ -79,10 +79,10 @@ func TestBuiltinMapsHaveDeviceLayouts(t *testing.T) {
 }
 
 func TestCheckNamesUnknownProbe(t *testing.T) {
-	err := Builtin().Check([]string{"launch-stats", "launch-count"})
-	if !errors.Is(err, ErrUnknownProbe) || !strings.Contains(err.Error(), `"launch-count"`) ||
+	err := Builtin().Check([]string{"launch-stats", "launch-counts"})
+	if !errors.Is(err, ErrUnknownProbe) || !strings.Contains(err.Error(), `"launch-counts"`) ||
 		!strings.Contains(err.Error(), "launch-stats") {
-		t.Fatalf("err = %v, want unknown probe \"launch-count\" with the known names", err)
+		t.Fatalf("err = %v, want unknown probe \"launch-counts\" with the known names", err)
 	}
 	if err := Builtin().Check([]string{"sm-histogram"}); err != nil {
 		t.Fatal(err)

@@ -7,5 +7,6 @@ package probes
 // file name (catalog/*.json "object"); the generated loaders are unused.
 
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types launchstats launch_stats.bpf.c -- -I../../kmod/include
+//go:generate go tool bpf2go -tags linux -target bpfel -no-global-types launchcount launch_count.bpf.c -- -I../../kmod/include
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types smhistogram sm_histogram.bpf.c -- -I../../kmod/include
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types launchlatency launch_latency.bpf.c -- -I../../kmod/include

@@ -12,7 +12,8 @@
 #   probes-launch-latency  the clock offset was measured at bind and the
 #                          latency is measured for >= 18 of 20 launches
 #   probe-diff             the differential corpus on the GPU = the kernel's eBPF
-# Measurements (INFO): probe overhead on a ~5 us kernel and on a large GEMM,
+# Measurements (INFO): probe overhead (launch-count, launch-stats) on a ~5 us
+# kernel and on a large GEMM,
 # load-time patch + JIT cost per module.
 GX=$REPO/bin/gpuextctl
 PT=$W/probes
@@ -132,20 +133,23 @@ if pwant torch && python3 -c 'import torch' 2>/dev/null; then
 	fi
 fi
 
-# Overhead: launch-stats (entry + exit probe) on a ~5 us kernel and on a
-# 4096 x 4096 SGEMM; GPU time per kernel, with / without, order alternated.
-if pwant overhead && [[ -x $W/probeapps ]] && ptenant 36 launch-stats; then
+# Overhead of the entry + exit probes on a ~5 us kernel and on a 4096 x 4096
+# SGEMM: launch-count (counts only) and launch-stats (counts + two timer
+# reads); GPU time per kernel, without / with, in one run, order rotated.
+if pwant overhead && [[ -x $W/probeapps ]] && ptenant 36 launch-stats && ptenant 38 launch-count; then
 	for round in $(seq "${GPUEXT_PROBE_ROUNDS:-3}"); do
 		for what in "small 20000" "gemm 4096 20"; do
-			if (( round % 2 )); then
-				a=$("$W/probeapps" bench $what | awk '{print $2}'); b=$(prun 36 "$W/probeapps" bench $what 2>/dev/null | awk '{print $2}')
-			else
-				b=$(prun 36 "$W/probeapps" bench $what 2>/dev/null | awk '{print $2}'); a=$("$W/probeapps" bench $what | awk '{print $2}')
-			fi
-			info "probe_overhead kernel=${what%% *} round=$round without_us=$a with_us=$b ratio=$(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.4f", b/a}')"
+			declare -A us=()
+			order=(none 36 38); (( round % 3 == 2 )) && order=(36 38 none); (( round % 3 == 0 )) && order=(38 none 36)
+			for t in "${order[@]}"; do
+				if [[ $t == none ]]; then us[$t]=$("$W/probeapps" bench $what | awk '{print $2}')
+				else us[$t]=$(prun "$t" "$W/probeapps" bench $what 2>/dev/null | awk '{print $2}'); fi
+			done
+			info "probe_overhead kernel=${what%% *} round=$round without_us=${us[none]} launch_count_us=${us[38]} launch_stats_us=${us[36]} count_ratio=$(awk -v a="${us[none]}" -v b="${us[38]}" 'BEGIN{printf "%.4f", b/a}') stats_ratio=$(awk -v a="${us[none]}" -v b="${us[36]}" 'BEGIN{printf "%.4f", b/a}')"
+			unset us
 		done
 	done | tee "$OUT/probe-overhead.txt"
-	grep -h 'state=patched' "$PT/acct/36/probes/"*.status | head -2 | sed 's/^/INFO probe_overhead status /'
+	grep -h 'state=patched' "$PT/acct/36/probes/"*.status "$PT/acct/38/probes/"*.status | head -2 | sed 's/^/INFO probe_overhead status /'
 fi
 # What the splice costs in resources: ptxas -v on the apps' PTX with and without it.
 if pwant resources && [[ -d $PT/tenants/36/probes ]] && nvcc -arch=sm_90 -ptx -o "$W/probeapps.ptx" "$REPO/test/gpu/probeapps.cu" 2>>"$OUT/build-probes.log" &&

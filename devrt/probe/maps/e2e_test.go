@@ -25,7 +25,7 @@ func TestProbesCountSimulatedLaunches(t *testing.T) {
 		base      = uint64(1_700_000_000_000_000_000)
 		launchGap = 1_000_000
 	)
-	set := []string{"launch-stats", "sm-histogram", "launch-latency"}
+	set := []string{"launch-count", "launch-stats", "sm-histogram", "launch-latency"}
 	c := compile.NewCompiler(probes.Builtin(), func() (helpers.Library, error) { return helpers.Library{}, nil })
 	b, err := c.Compile(set)
 	if err != nil {
@@ -101,6 +101,11 @@ func TestProbesCountSimulatedLaunches(t *testing.T) {
 	}
 	if got, want := ls.Means["meanBlockNs"], float64(wantBlockNs)/(launches*blocks); got != want {
 		t.Errorf("mean block time = %v ns, want %v", got, want)
+	}
+
+	lc := byName["launch-count"]
+	if got := lc.Counters; got["launches"] != launches || got["blocks"] != launches*blocks || got["blockExits"] != launches*blocks {
+		t.Errorf("launch-count = %v, want %d launches, %d blocks entered and exited", got, launches, launches*blocks)
 	}
 
 	smh := byName["sm-histogram"].SMs

@@ -148,9 +148,13 @@ func (t *progTranslator) inlineLookup(k inlineKey) error {
 	hdr := uint64(probe.MapHdrSize) + 8
 	if l.Type == probe.MapPerWarp {
 		hdr = probe.MapHdrSize
-		t.emit("mov.u32 %%w1, %%smid")
-		t.emit("mov.u32 %%w2, %%warpid")
-		t.emit("mad.lo.u32 %%w1, %%w1, 64, %%w2")
+		if t.slotReg {
+			t.emit("mov.u32 %%w1, %%__gxslot")
+		} else {
+			t.emit("mov.u32 %%w1, %%smid")
+			t.emit("mov.u32 %%w2, %%warpid")
+			t.emit("mad.lo.u32 %%w1, %%w1, 64, %%w2")
+		}
 		if n := l.NBuckets; n&(n-1) == 0 {
 			t.emit("and.b32 %%w1, %%w1, %d", n-1) // ptxas turns a rem by a power of two into a reciprocal
 		} else {

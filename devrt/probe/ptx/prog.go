@@ -28,6 +28,7 @@ type progTranslator struct {
 	stackSym string            // the .local stack array: r10-based accesses use it directly
 	cur      int               // index of the instruction being translated
 	lookups  map[int]inlineKey // lookup calls with a known map (by index)
+	slotReg  bool              // %__gxslot holds %smid*64 + %warpid (inline form)
 }
 
 func reg(r asm.Register) string { return "%r" + strconv.Itoa(int(r)) }
@@ -179,6 +180,16 @@ func (t *progTranslator) translate(insns asm.Instructions) error {
 	sort.Ints(subs)
 	if t.inline {
 		t.lookups = knownLookups(t.spec, insns, raw, targets, funcOf)
+		for _, k := range t.lookups {
+			if l, err := SpecLayout(t.spec.Maps[k.mapName]); err == nil && l.Type == probe.MapPerWarp {
+				// The warp's slot, read once: %smid and %warpid are
+				// special registers ptxas reads anew (S2R) at each use.
+				t.out.WriteString("\t.reg .b32 %__gxslot;\n\tmov.u32 %__gxslot, %smid;\n\tmov.u32 %w2, %warpid;\n")
+				t.out.WriteString("\tmad.lo.u32 %__gxslot, %__gxslot, 64, %w2;\n")
+				t.slotReg = true
+				break
+			}
+		}
 		for i, ins := range insns {
 			if funcOf[i] != 0 {
 				continue
