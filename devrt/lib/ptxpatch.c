@@ -260,6 +260,18 @@ static void emit_decls(struct gx_patch *p, const char *t, size_t n, int site, ui
 	}
 }
 
+/*
+ * An inline template translated for the thread-0 site guard (it takes the
+ * linear thread id as 0) says so in a comment line; it runs under the guard
+ * whatever module.conf says, or every thread would act as thread 0.
+ */
+static int inline_guard(const char *t, size_t n, int conf_guard)
+{
+	static const char mark[] = "\n" GX_INLINE_GUARD_MARK "\n";
+
+	return conf_guard == GX_GUARD_THREAD0 || (t && memmem(t, n, mark, sizeof(mark) - 1) != NULL);
+}
+
 static int use_inline(const struct gx_ptx_opts *o)
 {
 	return o->inline_entry && o->inline_exit && o->inline_entry_len && o->inline_exit_len;
@@ -278,11 +290,13 @@ static void emit_entry_call(struct gx_patch *p, uint64_t kid)
 	indent[nind] = 0;
 	if (use_inline(o)) {
 		/* both sites' function-scope declarations, then the entry block */
+		int g = inline_guard(o->inline_entry, o->inline_entry_len, o->guard_entry);
+
 		out_printf(&p->out, "// gpuext probe: kernel entry, inline (site %d)%s\n", p->site,
-			   o->guard_entry == GX_GUARD_THREAD0 ? ", thread 0 of the block" : "");
+			   g ? ", thread 0 of the block" : "");
 		emit_decls(p, o->inline_entry, o->inline_entry_len, p->site, kid);
 		emit_decls(p, o->inline_exit, o->inline_exit_len, p->site, kid);
-		emit_inline(p, o->inline_entry, o->inline_entry_len, o->guard_entry == GX_GUARD_THREAD0, 1, p->site, kid);
+		emit_inline(p, o->inline_entry, o->inline_entry_len, g, 1, p->site, kid);
 		out_puts(&p->out, indent);
 		return;
 	}
@@ -311,9 +325,11 @@ static void emit_exit_block(struct gx_patch *p, uint64_t kid)
 			out_puts(&p->out, "\n");
 	}
 	if (use_inline(o)) {
+		int g = inline_guard(o->inline_exit, o->inline_exit_len, o->guard_exit);
+
 		out_printf(&p->out, GX_PTX_EXIT_LABEL ": // gpuext probe: kernel exit, inline (site %d)%s\n", p->site,
-			   o->guard_exit == GX_GUARD_THREAD0 ? ", thread 0 of the block" : "");
-		emit_inline(p, o->inline_exit, o->inline_exit_len, o->guard_exit == GX_GUARD_THREAD0, 0, p->site, kid);
+			   g ? ", thread 0 of the block" : "");
+		emit_inline(p, o->inline_exit, o->inline_exit_len, g, 0, p->site, kid);
 		out_puts(&p->out, "\tret;\n");
 		return;
 	}

@@ -34,6 +34,9 @@ struct gx_ptx_opts {
 #define GX_PTX_INLINE_KID "@GXKID@"
 
 
+/* the comment line of an inline template translated for the thread-0 guard (devrt/probe/ptx, GuardMark) */
+#define GX_INLINE_GUARD_MARK "// gpuext: runs under the thread-0 site guard"
+
 /* module.conf guard_entry / guard_exit: who needs to run the attach point's programs */
 #define GX_GUARD_NONE 0    /* every thread (always correct) */
 #define GX_GUARD_THREAD0 1 /* only the thread of linear id 0 of each block: the others branch around */

@@ -5,9 +5,12 @@
 //   probeapps bench gemm N ITERS mean time of an N x N SGEMM over ITERS launches
 // Times come from CUDA events around the whole batch (one sync), so the
 // figure is GPU time per kernel, launch overhead hidden behind the queue.
+// Before the batch the kernel runs for at least 300 ms, so the GPU's clocks
+// have left their idle state whichever process runs first.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <vector>
 #include <cuda_runtime.h>
 
@@ -81,6 +84,13 @@ static int run_sgemm(int n, int reps)
 	return 0;
 }
 
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static int bench(const char *what, int n, int iters)
 {
 	cudaEvent_t e0, e1;
@@ -92,9 +102,11 @@ static int bench(const char *what, int n, int iters)
 		std::vector<float> h(len);
 		fill(h, 3);
 		float *d = upload(h);
-		for (int i = 0; i < 100; i++)
-			small_kernel<<<len / 256, 256>>>(d, len);
-		check(cudaDeviceSynchronize(), "warmup");
+		for (double t0 = now_s(); now_s() - t0 < 0.3;) {
+			for (int i = 0; i < 1000; i++)
+				small_kernel<<<len / 256, 256>>>(d, len);
+			check(cudaDeviceSynchronize(), "warmup");
+		}
 		cudaEventRecord(e0);
 		for (int i = 0; i < iters; i++)
 			small_kernel<<<len / 256, 256>>>(d, len);
@@ -105,8 +117,10 @@ static int bench(const char *what, int n, int iters)
 		float *da = upload(a), *dc;
 		check(cudaMalloc(&dc, a.size() * sizeof(float)), "cudaMalloc");
 		dim3 blk(TILE, TILE), grid((n + TILE - 1) / TILE, (n + TILE - 1) / TILE);
-		sgemm<<<grid, blk>>>(da, da, dc, n);
-		check(cudaDeviceSynchronize(), "warmup");
+		for (double t0 = now_s(); now_s() - t0 < 0.3;) {
+			sgemm<<<grid, blk>>>(da, da, dc, n);
+			check(cudaDeviceSynchronize(), "warmup");
+		}
 		cudaEventRecord(e0);
 		for (int i = 0; i < iters; i++)
 			sgemm<<<grid, blk>>>(da, da, dc, n);

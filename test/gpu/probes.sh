@@ -138,7 +138,7 @@ fi
 # reads); GPU time per kernel, without / with, in one run, order rotated.
 if pwant overhead && [[ -x $W/probeapps ]] && ptenant 36 launch-stats && ptenant 38 launch-count; then
 	for round in $(seq "${GPUEXT_PROBE_ROUNDS:-3}"); do
-		for what in "small 20000" "gemm 4096 20"; do
+		for what in "small ${GPUEXT_PROBE_SMALL_ITERS:-100000}" "gemm 4096 20"; do
 			declare -A us=()
 			order=(none 36 38); (( round % 3 == 2 )) && order=(36 38 none); (( round % 3 == 0 )) && order=(38 none 36)
 			for t in "${order[@]}"; do

@@ -45,9 +45,20 @@ func inlineKernel(m *ptx.Module, site int, kid uint64) string {
 		}
 		return s[:i+1], s[i+1:]
 	}
+	// the site guard (module.conf guard_* thread0): only thread 0 of the block runs the block
+	guard := func(a probe.Attach, block string) string {
+		if !m.Guard[a] {
+			return block
+		}
+		skip := "$__guard_skip_" + a.String()
+		return "{\n\t.reg .b32 %__g<3>;\n\t.reg .pred %__gp;\n" +
+			"\tmov.u32 %__g0, %tid.x;\n\tmov.u32 %__g1, %tid.y;\n\tor.b32 %__g0, %__g0, %__g1;\n" +
+			"\tmov.u32 %__g2, %tid.z;\n\tor.b32 %__g0, %__g0, %__g2;\n" +
+			"\tsetp.ne.u32 %__gp, %__g0, 0;\n\t@%__gp bra " + skip + ";\n" + block + skip + ":\n}\n"
+	}
 	de, be := split(sub.Replace(m.Inline[probe.KernelEntry]))
 	dx, bx := split(sub.Replace(m.Inline[probe.KernelExit]))
-	return m.Standalone("7.0", 70) + ".visible .entry __k()\n{\n" + de + dx + be + bx + "\tret;\n}\n"
+	return m.Standalone("7.0", 70) + ".visible .entry __k()\n{\n" + de + dx + guard(probe.KernelEntry, be) + guard(probe.KernelExit, bx) + "\tret;\n}\n"
 }
 
 // runBoth runs a grid through the dispatch functions and through the inline

@@ -29,6 +29,7 @@ type progTranslator struct {
 	cur      int               // index of the instruction being translated
 	lookups  map[int]inlineKey // lookup calls with a known map (by index)
 	slotReg  bool              // %__gxslot holds %smid*64 + %warpid (inline form)
+	thread0  bool              // inline form under the thread-0 site guard: the linear thread id is 0
 }
 
 func reg(r asm.Register) string { return "%r" + strconv.Itoa(int(r)) }
@@ -714,6 +715,11 @@ func (t *progTranslator) call(ins asm.Instruction, tgt int) error {
 		t.dimSel("%nctaid")
 		t.emit("cvt.u64.u32 %%r0, %%w0")
 	case probe.HelperThreadLinearID:
+		if t.thread0 {
+			t.out.WriteString("\t// thread_linear_id under the thread-0 site guard\n")
+			t.emit("mov.u64 %%r0, 0")
+			break
+		}
 		t.linear("%tid", "%ntid")
 		t.emit("cvt.u64.u32 %%r0, %%w0")
 	case probe.HelperWarpID:

@@ -164,7 +164,7 @@ func Translate(spec *ebpf.CollectionSpec, progs []string, opt Options) (*Module,
 	writeDispatch(&b, probe.FuncExit, probe.KernelExit, byAttach[probe.KernelExit])
 	m.Inline = map[probe.Attach]string{}
 	for _, a := range []probe.Attach{probe.KernelEntry, probe.KernelExit} {
-		in, err := inlineAttach(spec, a, byAttach[a])
+		in, err := inlineAttach(spec, a, byAttach[a], m.Guard[a])
 		if err != nil {
 			return nil, err
 		}
