@@ -176,7 +176,8 @@ func Layout(t MapType, keySize, valueSize, maxEntries uint32) (MapLayout, error)
 		}
 		l.NBuckets = n
 		l.Stride = 8 + round8(keySize) + round8(valueSize)
-		l.DataSize = uint64(l.Stride) * uint64(n)
+		// the buckets, then a u64 count of live entries (max_entries at most)
+		l.DataSize = uint64(l.Stride)*uint64(n) + 8
 	case MapPerWarp:
 		if keySize != 4 {
 			return l, fmt.Errorf("per-warp map: key size %d, want 4", keySize)

@@ -336,7 +336,8 @@ struct gpuext_probe_ctx {
  *            value larger than 8 bytes is in progress (a writer lock);
  *            values of <= 8 bytes are updated with one atomic exchange.
  *  HASH      buckets (next pow2 >= 2*max_entries) x
- *            [u32 state, u32 hash][key round8][value round8];
+ *            [u32 state, u32 hash][key round8][value round8], then a u64
+ *            count of live entries (a new key past max_entries: -E2BIG);
  *            state 0 empty, 1 being written, 2 live, 3 deleted.
  *  PER_WARP  slots x max_entries x [value round8] (no header word); a warp
  *            uses slot (%smid * 64 + %warpid) % slots; the host sums slots.

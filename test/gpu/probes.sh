@@ -11,6 +11,7 @@
 #   probes-launch-time     every launch carries the host launch time
 #   probes-launch-latency  the clock offset was measured at bind and the
 #                          latency is measured for >= 18 of 20 launches
+#   probes-hash-concurrency the helpers' hash map under contention (hash_stress.cu)
 #   probe-diff             the differential corpus on the GPU = the kernel's eBPF
 # Measurements (INFO): probe overhead (launch-count, launch-stats) on a ~5 us
 # kernel and on a large GEMM,
@@ -18,7 +19,7 @@
 GX=$REPO/bin/gpuextctl
 PT=$W/probes
 # GPUEXT_PROBE_CHECKS picks checks (default all)
-pwant() { [[ " ${GPUEXT_PROBE_CHECKS:-vecadd latency sass sgemm torch overhead resources diff} " == *" $1 "* ]]; }
+pwant() { [[ " ${GPUEXT_PROBE_CHECKS:-vecadd latency sass sgemm torch overhead resources hash diff} " == *" $1 "* ]]; }
 NVCCP=(nvcc -O2 -arch=sm_90)
 
 info "libzstd for nvcc 13's compressed PTX: $(ldconfig -p | grep -c 'libzstd.so.1 ') found"
@@ -165,6 +166,18 @@ if pwant resources && [[ -d $PT/tenants/36/probes ]] && nvcc -arch=sm_90 -ptx -o
 fi
 # Load-time cost: the patch + JIT of each patched module, from the status files.
 cat "$PT"/acct/*/probes/*.status 2>/dev/null | awk '/state=patched/ {print "INFO probe_load", $0}' | sort -u | head -12
+
+# The helper library's hash map under contention on the GPU (hash_stress.cu
+# includes helpers.cu): no key twice, the live count right, max_entries kept.
+if pwant hash; then
+	if nvcc -O2 -arch=sm_90 -I"$REPO/kmod/include" -o "$W/hash_stress" "$REPO/test/gpu/hash_stress.cu" >>"$OUT/build-probes.log" 2>&1; then
+		line=$("$W/hash_stress" "${GPUEXT_HASH_LAUNCHES:-2000}" 2>&1 | tail -1)
+		info "probe_hash $line"
+		if [[ $line == PASS* ]]; then ok probes-hash-concurrency; else bad probes-hash-concurrency "${line#FAIL hash-stress: }"; fi
+	else
+		bad probes-hash-concurrency "nvcc failed (build-probes.log)"
+	fi
+fi
 
 # The differential corpus (built here by `make gpu-prep`: the kernel's own
 # eBPF results) through the translator's PTX on the GPU.

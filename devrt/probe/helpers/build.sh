@@ -16,6 +16,10 @@ cd "$here"
 "$nvcc" -ptx -rdc=true -arch=compute_75 -O3 -std=c++14 \
 	-I../../../kmod/include \
 	-o helpers.ptx helpers.cu
+# the source it came from: TestEmbeddedLibraryIsCurrent fails when helpers.cu
+# changes and helpers.ptx is not rebuilt
+sum=$(sha256sum helpers.cu | cut -d' ' -f1)
+{ echo "// gpuext: built by build.sh from helpers.cu sha256 $sum"; cat helpers.ptx; } >helpers.ptx.tmp && mv helpers.ptx.tmp helpers.ptx
 for f in __gpuext_h_map_lookup_elem __gpuext_h_map_update_elem __gpuext_h_map_delete_elem __gpuext_h_ringbuf_output; do
 	if ! grep -q "^\.visible \.func.* $f(" helpers.ptx; then
 		echo "build.sh: helpers.ptx has no .visible .func $f" >&2

@@ -40,11 +40,15 @@
  *             bytes; larger values take the bucket 2->1 and back).  update
  *             flags: BPF_NOEXIST on a live key -EEXIST, BPF_EXIST on a
  *             missing key -ENOENT.  delete: a live key goes 2->3; a missing
- *             key -ENOENT.  The device does not count entries: a table holds
- *             up to nbuckets keys where the kernel refuses the
- *             (max_entries+1)th.  Two threads inserting the same new key
- *             while a third deletes an earlier key of the chain can leave
- *             the key twice (lookups find the first).
+ *             key -ENOENT.  A u64 after the buckets counts live entries: a
+ *             new key takes a place in it first (atomic add; past
+ *             max_entries: given back, -E2BIG, as the kernel refuses the
+ *             (max_entries+1)th) and a delete gives its place back.  Two
+ *             threads can insert one new key into two buckets when a delete
+ *             makes an earlier bucket of the sequence free between their
+ *             walks; so an inserter, once its bucket is live, walks on from
+ *             it to the next empty bucket and deletes any later copy of its
+ *             key: the earliest copy stays (lookups find it first anyway).
  *   PER_WARP  slots x max_entries x [value round8]; the warp's slot is
  *             (%smid * 64 + %warpid) % nbuckets; lookup and update use the
  *             calling warp's copy of entry key (update as for arrays, the
@@ -236,6 +240,34 @@ static __device__ __forceinline__ bool gx_bucket_has(u8 *b, u32 h32, const u8 *k
 	return *(volatile u32 *)(b + 4) == h32 && gx_key_equal(gx_bucket_key(b), key, key_size);
 }
 
+/* The live-entry count after the buckets. */
+static __device__ __forceinline__ unsigned long long *gx_hash_count(u64 map)
+{
+	const struct gpuext_dmap *d = gx_desc(map);
+	return (unsigned long long *)(gx_data(map) + (u64)d->nbuckets * d->stride);
+}
+
+/*
+ * After claiming the bucket at sequence position pos for key: later copies
+ * of the key (another inserter that walked before a delete freed our
+ * bucket) are deleted up to the first empty bucket; the earliest stays.
+ */
+static __device__ void gx_hash_dedup(u64 map, u32 h32, u32 pos, const u8 *key)
+{
+	const struct gpuext_dmap *d = gx_desc(map);
+	u32 n = d->nbuckets, mask = n - 1, ks = d->key_size;
+	u8 *data = gx_data(map);
+	for (u32 i = pos + 1; i < n; i++) {
+		u8 *b = data + (u64)((h32 + i) & mask) * d->stride;
+		u32 st = gx_wait_not_busy(b);
+		if (st == GX_HASH_EMPTY)
+			return;
+		if (st == GX_HASH_LIVE && gx_bucket_has(b, h32, key, ks) &&
+		    atomicCAS(gx_bucket_state(b), GX_HASH_LIVE, GX_HASH_DELETED) == GX_HASH_LIVE)
+			atomicAdd(gx_hash_count(map), ~0ull);
+	}
+}
+
 static __device__ u64 gx_hash_lookup(u64 map, const u8 *key)
 {
 	const struct gpuext_dmap *d = gx_desc(map);
@@ -293,7 +325,7 @@ static __device__ u64 gx_hash_update(u64 map, const u8 *key, const u8 *value, u6
 	u8 *data = gx_data(map);
 	for (;;) {
 		u8 *free_b = 0; /* first deleted (or the empty) bucket of the sequence */
-		u32 free_st = 0;
+		u32 free_st = 0, free_pos = 0;
 		int again = 0;
 		u32 i;
 		for (i = 0; i < n && !again; i++) {
@@ -313,6 +345,7 @@ static __device__ u64 gx_hash_update(u64 map, const u8 *key, const u8 *value, u6
 				if (!free_b) {
 					free_b = b;
 					free_st = GX_HASH_DELETED;
+					free_pos = i;
 				}
 				continue;
 			}
@@ -320,6 +353,7 @@ static __device__ u64 gx_hash_update(u64 map, const u8 *key, const u8 *value, u6
 			if (!free_b) {
 				free_b = b;
 				free_st = GX_HASH_EMPTY;
+				free_pos = i;
 			}
 			break;
 		}
@@ -329,8 +363,15 @@ static __device__ u64 gx_hash_update(u64 map, const u8 *key, const u8 *value, u6
 			return gx_err(GX_ENOENT);
 		if (!free_b)
 			return gx_err(GX_E2BIG);
-		if (gx_hash_claim(free_b, free_st, h32, key, value, ks, vs) == 0)
+		if (atomicAdd(gx_hash_count(map), 1ull) >= d->max_entries) {
+			atomicAdd(gx_hash_count(map), ~0ull);
+			return gx_err(GX_E2BIG);
+		}
+		if (gx_hash_claim(free_b, free_st, h32, key, value, ks, vs) == 0) {
+			gx_hash_dedup(map, h32, free_pos, key);
 			return 0;
+		}
+		atomicAdd(gx_hash_count(map), ~0ull);
 		/* Another thread took the bucket, perhaps for this very key: walk again. */
 	}
 }
@@ -349,8 +390,10 @@ static __device__ u64 gx_hash_delete(u64 map, const u8 *key)
 				return gx_err(GX_ENOENT);
 			if (st == GX_HASH_DELETED || !gx_bucket_has(b, h32, key, ks))
 				break;
-			if (atomicCAS(gx_bucket_state(b), GX_HASH_LIVE, GX_HASH_DELETED) == GX_HASH_LIVE)
+			if (atomicCAS(gx_bucket_state(b), GX_HASH_LIVE, GX_HASH_DELETED) == GX_HASH_LIVE) {
+				atomicAdd(gx_hash_count(map), ~0ull);
 				return 0;
+			}
 			/* changed under us: look again */
 		}
 	}

@@ -1,7 +1,9 @@
 package helpers
 
 import (
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -86,5 +88,25 @@ func TestEmbeddedLibrary(t *testing.T) {
 	// every GPU the runtime supports can load it.
 	if lib.Target < 70 || lib.Target > 75 {
 		t.Errorf("helpers.ptx built for sm_%d, want sm_70..sm_75 (build.sh: -arch=compute_75)", lib.Target)
+	}
+}
+
+// helpers.ptx is built from helpers.cu on a machine with nvcc (build.sh),
+// which records the source's sha256 in its first line: a change to
+// helpers.cu without a rebuild would leave every probe module carrying the
+// old library while CI's host build of helpers.cu tests the new one.
+func TestEmbeddedLibraryIsCurrent(t *testing.T) {
+	src, err := os.ReadFile("helpers.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ptxText, err := os.ReadFile("helpers.ptx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(string(ptxText), "\n")
+	want := fmt.Sprintf("// gpuext: built by build.sh from helpers.cu sha256 %x", sha256.Sum256(src))
+	if first != want {
+		t.Fatalf("helpers.ptx was not built from this helpers.cu: first line %q, want %q (run devrt/probe/helpers/build.sh where nvcc is, e.g. on the GPU machine, and commit helpers.ptx)", first, want)
 	}
 }

@@ -142,10 +142,12 @@ func Slot(smid, warpid uint32) uint32 {
 //	         missing one -> -ENOENT under BPF_EXIST, else the first EMPTY or
 //	         DELETED bucket of the probe sequence is claimed (CAS to
 //	         WRITING), h, key and value written, state set LIVE; no bucket
-//	         free -> -E2BIG. The device does not count entries: it holds up
-//	         to nbuckets (2x max_entries rounded up to a power of two),
-//	         where the kernel refuses the (max_entries+1)th. delete: the
-//	         matching LIVE bucket becomes DELETED, else -ENOENT.
+//	         free -> -E2BIG. The u64 after the buckets counts live entries:
+//	         a new key when it is max_entries -> -E2BIG (as the kernel).
+//	         delete: the matching LIVE bucket becomes DELETED and the count
+//	         drops, else -ENOENT. (Concurrent inserts of one key on the
+//	         device: the copy in the earliest bucket of the sequence stays,
+//	         a later one is deleted by its inserter, see helpers.cu.)
 //	PER_WARP as ARRAY without the seq word, in the row of the calling
 //	         warp's Slot: 32 + (slot*max_entries + index)*stride.
 //	RINGBUF  output: rec = 8 + round8(size); pos = head; pos + rec >
@@ -232,6 +234,10 @@ func (im *Image) Update(key, value []byte, flags uint64, slot uint32) int64 {
 		if flags == FlagExist {
 			return -ENOENT
 		}
+		count := d[uint64(l.NBuckets)*uint64(l.Stride):]
+		if le.Uint64(count) >= uint64(l.MaxEntries) {
+			return -E2BIG
+		}
 		h := KeyHash(key[:l.KeySize])
 		mask := l.NBuckets - 1
 		for n := uint32(0); n < l.NBuckets; n++ {
@@ -247,6 +253,7 @@ func (im *Image) Update(key, value []byte, flags uint64, slot uint32) int64 {
 				clear(v)
 				copy(v, value[:l.ValueSize])
 				le.PutUint32(b, BucketLive)
+				le.PutUint64(count, le.Uint64(count)+1)
 				return 0
 			}
 		}
@@ -266,6 +273,8 @@ func (im *Image) Delete(key []byte) int64 {
 	}
 	b := im.Bytes[off-8-uint64(round8(im.Layout.KeySize)):]
 	binary.LittleEndian.PutUint32(b, BucketDeleted)
+	count := im.data()[uint64(im.Layout.NBuckets)*uint64(im.Layout.Stride):]
+	binary.LittleEndian.PutUint64(count, binary.LittleEndian.Uint64(count)-1)
 	return 0
 }
 
