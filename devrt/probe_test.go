@@ -959,7 +959,9 @@ func TestProbesLaunchTimeClockOffset(t *testing.T) {
 				off, err1 := strconv.ParseInt(c["offset_ns"], 10, 64)
 				errNs, err2 := strconv.ParseInt(c["error_ns"], 10, 64)
 				// the true offset lies within offset +- error: the answer was stamped between h0 and h1
-				if c["clock"] != "synced" || err1 != nil || err2 != nil || off < skew-errNs-1 || off > skew+errNs+1 || c["rounds"] != "32" {
+				// rounds N/32: a loaded machine may skip late rounds, never all
+				if c["clock"] != "synced" || err1 != nil || err2 != nil || off < skew-errNs-1 || off > skew+errNs+1 ||
+					!strings.HasSuffix(c["rounds"], "/32") || strings.HasPrefix(c["rounds"], "0/") {
 					t.Errorf("clock line %v: offset not within its error of %d", c, skew)
 				}
 			}

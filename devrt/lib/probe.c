@@ -331,7 +331,8 @@ static CUresult gx_get_global(struct gx_pimage *im, const char *name, CUdevicept
  */
 #define GX_CLOCK_ROUNDS 32
 #define GX_CLOCK_START_NS 200000000ll /* the kernel has this long to start */
-#define GX_CLOCK_ROUND_NS 5000000ll   /* then each answer this long */
+#define GX_CLOCK_ROUND_NS 20000000ll  /* then each answer this long (a late one is skipped) */
+#define GX_CLOCK_MAX_MISSES 4         /* late answers before it stops */
 #define GX_CLOCK_RESYNC_S 30          /* the copy thread measures again this often */
 
 static const char gx_clock_ptx[] =
@@ -390,7 +391,7 @@ static int gx_clock_sync(struct gx_pimage *im, const char *why)
 	CUdeviceptr dflag = 0;
 	unsigned int n = GX_CLOCK_ROUNDS;
 	int64_t best_rtt = -1, best_off = 0, prev = atomic_load(&im->clock_offset);
-	int answered = 0, started = 0;
+	int answered = 0, started = 0, misses = 0;
 	CUresult r;
 	const char *fail = NULL;
 
@@ -436,7 +437,7 @@ static int gx_clock_sync(struct gx_pimage *im, const char *why)
 		gx_drv.cuMemFreeHost(host);
 		return -1;
 	}
-	for (unsigned int i = 1; i <= n; i++) {
+	for (unsigned int i = 1; i <= n && misses < GX_CLOCK_MAX_MISSES; i++) {
 		int64_t h0 = gx_realtime_ns(), h1 = h0, limit = started ? GX_CLOCK_ROUND_NS : GX_CLOCK_START_NS;
 		uint64_t g;
 
@@ -444,8 +445,17 @@ static int gx_clock_sync(struct gx_pimage *im, const char *why)
 		while ((g = __atomic_load_n(&out[i - 1], __ATOMIC_ACQUIRE)) == 0 && (h1 = gx_realtime_ns()) - h0 < limit)
 			;
 		h1 = gx_realtime_ns();
-		if (!g)
-			break;
+		if (!g) {
+			/*
+			 * Late (this thread or the GPU was busy): the round is
+			 * skipped; the kernel answers it when it can and goes on
+			 * to the next number posted. Not started at all: give up.
+			 */
+			if (!started)
+				break;
+			misses++;
+			continue;
+		}
 		started = 1;
 		answered++;
 		if (best_rtt < 0 || h1 - h0 < best_rtt) {
@@ -453,11 +463,11 @@ static int gx_clock_sync(struct gx_pimage *im, const char *why)
 			best_off = (int64_t)(g - (uint64_t)h0) - (h1 - h0) / 2;
 		}
 	}
-	if (answered < (int)n) {
-		/* the kernel has not started or stopped answering: let it finish when it runs; its memory stays */
+	if (__atomic_load_n(&out[n - 1], __ATOMIC_ACQUIRE) == 0) {
+		/* the kernel has not finished: let it finish whenever it runs; its memory stays */
 		__atomic_store_n(flag, UINT64_MAX, __ATOMIC_SEQ_CST);
-		gx_status("image=%d clock=%s reason=%s answered=%d/%u", im->index, answered ? "synced" : "unsynced",
-			  answered ? "slow-answers" : "kernel-did-not-start", answered, n);
+		if (!answered)
+			gx_status("image=%d clock=unsynced why=%s reason=kernel-did-not-start", im->index, why);
 	} else {
 		gx_drv.cuStreamSynchronize(im->stream);
 		gx_drv.cuMemFreeHost(host);
@@ -468,8 +478,8 @@ static int gx_clock_sync(struct gx_pimage *im, const char *why)
 		return -1;
 	atomic_store(&im->clock_offset, best_off);
 	clock_gettime(CLOCK_MONOTONIC, &im->clock_at);
-	gx_status("image=%d clock=synced why=%s offset_ns=%lld error_ns=%lld rounds=%d drift_ns=%lld", im->index, why,
-		  (long long)best_off, (long long)(best_rtt + 1) / 2, answered,
+	gx_status("image=%d clock=synced why=%s offset_ns=%lld error_ns=%lld rounds=%d/%u drift_ns=%lld", im->index, why,
+		  (long long)best_off, (long long)(best_rtt + 1) / 2, answered, n,
 		  im->clock_synced ? (long long)(best_off - prev) : 0ll);
 	GX_DEBUG("probes: image %d: device clock - host clock = %lld ns (+-%lld, %d rounds, %s)", im->index,
 		 (long long)best_off, (long long)(best_rtt + 1) / 2, answered, why);
