@@ -147,7 +147,7 @@ func Slot(smid, warpid uint32) uint32 {
 //	         delete: the matching LIVE bucket becomes DELETED and the count
 //	         drops, else -ENOENT. (Concurrent inserts of one key on the
 //	         device: the copy in the earliest bucket of the sequence stays,
-//	         a later one is deleted by its inserter, see helpers.cu.)
+//	         the inserters of later ones delete them, see helpers.cu.)
 //	PER_WARP as ARRAY without the seq word, in the row of the calling
 //	         warp's Slot: 32 + (slot*max_entries + index)*stride.
 //	RINGBUF  output: rec = 8 + round8(size); pos = head; pos + rec >

@@ -40,3 +40,9 @@ static inline void __threadfence(void)
 {
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
+
+/* the stress test (testdata/hoststress): yield where a race can happen */
+#ifdef GX_HOST_STRESS
+void gx_test_race_point(void);
+#define GX_TEST_RACE_POINT() gx_test_race_point()
+#endif
