@@ -138,19 +138,27 @@ fi
 # SGEMM: launch-count (counts only) and launch-stats (counts + two timer
 # reads); GPU time per kernel, without / with, in one run, order rotated.
 if pwant overhead && [[ -x $W/probeapps ]] && ptenant 36 launch-stats && ptenant 38 launch-count; then
+	# the interposer alone (a tenant without probes) beside them: its host-side hooks are not the probes' cost
+	mkdir -p "$PT/tenants/39" "$PT/acct/39" && chmod 1777 "$PT/acct/39"
+	printf '{"tenantId":39,"tenantKey":"gpu-test/39","policy":"gpu-test","priorityClass":"standard","quotaBytes":0,"probes":[]}\n' >"$PT/tenants/39/config.json"
 	for round in $(seq "${GPUEXT_PROBE_ROUNDS:-3}"); do
 		for what in "small ${GPUEXT_PROBE_SMALL_ITERS:-100000}" "gemm 4096 20"; do
 			declare -A us=()
-			order=(none 36 38); (( round % 3 == 2 )) && order=(36 38 none); (( round % 3 == 0 )) && order=(38 none 36)
+			order=(none 39 36 38); (( round % 4 == 2 )) && order=(39 36 38 none); (( round % 4 == 3 )) && order=(36 38 none 39); (( round % 4 == 0 )) && order=(38 none 39 36)
 			for t in "${order[@]}"; do
 				if [[ $t == none ]]; then us[$t]=$("$W/probeapps" bench $what | awk '{print $2}')
 				else us[$t]=$(prun "$t" "$W/probeapps" bench $what 2>/dev/null | awk '{print $2}'); fi
 			done
-			info "probe_overhead kernel=${what%% *} round=$round without_us=${us[none]} launch_count_us=${us[38]} launch_stats_us=${us[36]} count_ratio=$(awk -v a="${us[none]}" -v b="${us[38]}" 'BEGIN{printf "%.4f", b/a}') stats_ratio=$(awk -v a="${us[none]}" -v b="${us[36]}" 'BEGIN{printf "%.4f", b/a}')"
+			info "probe_overhead kernel=${what%% *} round=$round without_us=${us[none]} interposer_us=${us[39]} launch_count_us=${us[38]} launch_stats_us=${us[36]} count_ratio=$(awk -v a="${us[none]}" -v b="${us[38]}" 'BEGIN{printf "%.4f", b/a}') stats_ratio=$(awk -v a="${us[none]}" -v b="${us[36]}" 'BEGIN{printf "%.4f", b/a}')"
 			unset us
 		done
 	done | tee "$OUT/probe-overhead.txt"
 	grep -h 'state=patched' "$PT/acct/36/probes/"*.status "$PT/acct/38/probes/"*.status | head -2 | sed 's/^/INFO probe_overhead status /'
+fi
+# The probe shapes by hand, in one process (test/gpu/probe_cost.cu): what
+# each piece of an entry+exit probe costs the ~5 us kernel.
+if pwant overhead && nvcc -O2 -arch=sm_90 -o "$W/probe_cost" "$REPO/test/gpu/probe_cost.cu" >>"$OUT/build-probes.log" 2>&1; then
+	"$W/probe_cost" 12 20000 | tee -a "$OUT/probe-overhead.txt"
 fi
 # What the splice costs in resources: ptxas -v on the apps' PTX with and without it.
 if pwant resources && [[ -d $PT/tenants/36/probes ]] && nvcc -arch=sm_90 -ptx -o "$W/probeapps.ptx" "$REPO/test/gpu/probeapps.cu" 2>>"$OUT/build-probes.log" &&

@@ -1,0 +1,144 @@
+// probe_cost.cu - what an entry+exit probe costs on a ~5 us kernel, piece by
+// piece: the small kernel of probeapps.cu with hand-written probe shapes
+// (what the inline splice leaves after ptxas), all timed in one process,
+// interleaved over rounds, so the variants see the same GPU state. Prints one
+// line per variant: median us per kernel and the ratio to the plain kernel.
+//
+//   nvcc -O2 -arch=sm_90 -o probe_cost test/gpu/probe_cost.cu && ./probe_cost [ROUNDS] [ITERS]
+//
+// Variants (thread 0 of each block does the probe work; slots as the
+// per-warp maps have them):
+//   plain        no probe
+//   count        red.add at entry and exit on the warp's slot (%smid, %warpid)
+//                - the shape of launch-count
+//   count-cta    the same, the slot from the block index (no special-register reads)
+//   entry-only   the entry red.add only
+//   exit-only    the exit red.add only
+//   exit-store   entry red.add, exit a plain store (no atomic) to the slot
+//   stats        count + %globaltimer at entry and exit - the shape of launch-stats
+//   timer-only   %globaltimer at entry and exit into a register, no memory
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <vector>
+#include <cuda_runtime.h>
+
+#define SLOTS 16384
+typedef unsigned long long u64;
+
+__device__ u64 g_counts[SLOTS * 4];
+
+static __device__ __forceinline__ void red_add(u64 *p, u64 v)
+{
+	asm volatile("red.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+static __device__ __forceinline__ u64 gtimer(void)
+{
+	u64 t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+static __device__ __forceinline__ unsigned warp_slot(void)
+{
+	unsigned sm, w;
+	asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+	asm volatile("mov.u32 %0, %%warpid;" : "=r"(w));
+	return (sm * 64 + w) & (SLOTS - 1);
+}
+
+static __device__ __forceinline__ bool leader(void)
+{
+	return (threadIdx.x | threadIdx.y | threadIdx.z) == 0;
+}
+
+enum { V_PLAIN, V_COUNT, V_COUNT_CTA, V_ENTRY, V_EXIT, V_EXIT_STORE, V_STATS, V_TIMER, V_N };
+static const char *names[V_N] = {"plain", "count", "count-cta", "entry-only", "exit-only", "exit-store", "stats", "timer-only"};
+
+template <int V> __global__ void small(float *x, int n, u64 *sink)
+{
+	u64 t0 = 0;
+	if (leader()) {
+		unsigned s = V == V_COUNT_CTA ? (blockIdx.x & (SLOTS - 1)) : warp_slot();
+		if (V == V_STATS || V == V_TIMER)
+			t0 = gtimer();
+		if (V == V_COUNT || V == V_COUNT_CTA || V == V_ENTRY || V == V_EXIT_STORE || V == V_STATS)
+			red_add(&g_counts[s * 4 + 1], 1);
+		if (V == V_STATS)
+			red_add(&g_counts[s * 4 + 2], (u64)0 - t0);
+	}
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		x[i] = x[i] * 1.0001f + 0.5f;
+	if (leader()) {
+		unsigned s = V == V_COUNT_CTA ? (blockIdx.x & (SLOTS - 1)) : warp_slot();
+		if (V == V_COUNT || V == V_COUNT_CTA || V == V_EXIT || V == V_STATS)
+			red_add(&g_counts[s * 4 + 3], 1);
+		if (V == V_EXIT_STORE)
+			*(volatile u64 *)&g_counts[s * 4 + 3] = (u64)blockIdx.x;
+		if (V == V_STATS)
+			red_add(&g_counts[s * 4 + 2], gtimer());
+		if (V == V_TIMER && gtimer() - t0 == 12345)
+			*sink = 1; /* never: keeps the reads */
+	}
+}
+
+typedef void (*kern)(float *, int, u64 *);
+static kern kernels[V_N] = {small<V_PLAIN>, small<V_COUNT>, small<V_COUNT_CTA>, small<V_ENTRY>,
+			     small<V_EXIT>, small<V_EXIT_STORE>, small<V_STATS>, small<V_TIMER>};
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv)
+{
+	int rounds = argc > 1 ? atoi(argv[1]) : 10, iters = argc > 2 ? atoi(argv[2]) : 20000;
+	int len = 1 << 20;
+	float *d;
+	u64 *sink;
+	cudaMalloc(&d, len * sizeof(float));
+	cudaMalloc(&sink, 8);
+	cudaMemset(d, 0, len * sizeof(float));
+	cudaEvent_t e0, e1;
+	cudaEventCreate(&e0);
+	cudaEventCreate(&e1);
+	for (double t = now_s(); now_s() - t < 0.5;) /* clocks up */
+		for (int v = 0; v < V_N; v++) {
+			for (int i = 0; i < 200; i++)
+				kernels[v]<<<len / 256, 256>>>(d, len, sink);
+			cudaDeviceSynchronize();
+		}
+	std::vector<std::vector<float>> us(V_N);
+	for (int r = 0; r < rounds; r++)
+		for (int k = 0; k < V_N; k++) {
+			int v = (k + r) % V_N; /* rotate the order */
+			float ms = 0;
+			cudaEventRecord(e0);
+			for (int i = 0; i < iters; i++)
+				kernels[v]<<<len / 256, 256>>>(d, len, sink);
+			cudaEventRecord(e1);
+			cudaEventSynchronize(e1);
+			cudaEventElapsedTime(&ms, e0, e1);
+			us[v].push_back(ms * 1000.f / iters);
+		}
+	if (cudaGetLastError() != cudaSuccess) {
+		printf("FAIL probe-cost: %s\n", cudaGetErrorString(cudaGetLastError()));
+		return 1;
+	}
+	float base = 0;
+	for (int v = 0; v < V_N; v++) {
+		std::sort(us[v].begin(), us[v].end());
+		float med = us[v][us[v].size() / 2];
+		if (v == 0)
+			base = med;
+		printf("INFO probe_cost variant=%s median_us=%.3f min_us=%.3f max_us=%.3f ratio=%.4f\n", names[v], med, us[v].front(),
+		       us[v].back(), med / base);
+	}
+	return 0;
+}
