@@ -130,6 +130,12 @@ func TestSplicedKernelCountsExact(t *testing.T) {
 			continue
 		}
 		for name, want := range ref {
+			if name == "ls_counters" {
+				// a per-warp map updated only atomically: the inline form
+				// picks the block's slot, the call form the warp's (ptx
+				// atomicOnlyMaps); the sums, compared above, are the map
+				continue
+			}
 			if !bytes.Equal(state[name], want) {
 				t.Errorf("%s: %s differs from the %s form", f.name, name, refForm)
 			}

@@ -153,7 +153,9 @@ func (t *progTranslator) inlineLookup(k inlineKey) error {
 	hdr := uint64(probe.MapHdrSize) + 8
 	if l.Type == probe.MapPerWarp {
 		hdr = probe.MapHdrSize
-		if t.slotReg {
+		if t.blockSlot[k.mapName] {
+			t.emit("mov.u32 %%w1, %%__gxbslot")
+		} else if t.slotReg {
 			t.emit("mov.u32 %%w1, %%__gxslot")
 		} else {
 			t.emit("mov.u32 %%w1, %%smid")
@@ -188,7 +190,7 @@ var (
 // (module.conf guard_* thread0, decided with the text by the same
 // Module.Guard), so thread_linear_id is the constant 0 there: the
 // program's own leader test folds away.
-func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, guarded bool) (string, error) {
+func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, guarded bool, blockSlot map[string]bool) (string, error) {
 	tag := strings.TrimPrefix(a.String(), "kernel_")
 	pre := "__gpuext_i" + InlineSite + "_" + tag
 	ctx, stack := pre+"_ctx", pre+"_stack"
@@ -226,7 +228,7 @@ func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, gua
 	for k, name := range progs {
 		ps := spec.Programs[name]
 		end := fmt.Sprintf("$%s_p%d_end", pre, k)
-		t := &progTranslator{spec: spec, name: name, fn: ProgFunction(name), inline: true, endLabel: end, stackSym: stack, thread0: guarded}
+		t := &progTranslator{spec: spec, name: name, fn: ProgFunction(name), inline: true, endLabel: end, stackSym: stack, thread0: guarded, blockSlot: blockSlot}
 		if err := t.translate(ps.Instructions); err != nil {
 			return "", fmt.Errorf("program %q (inline): %w", name, err)
 		}

@@ -191,3 +191,59 @@ func TestInlineLookups(t *testing.T) {
 		t.Errorf("arr = %v", got)
 	}
 }
+
+// A per-warp map updated only by atomics on the looked-up value takes the
+// block's slot in the inline form (no %smid/%warpid reads); one written with
+// a plain store keeps the warp's slot, which a warp owns while it runs. The
+// sums (what the host reads) are the same either way, and equal the call
+// form's, over 3 blocks x 40 threads.
+func TestInlinePerWarpSlots(t *testing.T) {
+	bump := func(m string, atomic bool, label string) asm.Instructions {
+		upd := asm.Instructions{asm.Mov.Imm(asm.R1, 1), asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord)}
+		upd[1].OpCode = upd[1].OpCode.SetMode(asm.AtomicMode)
+		upd[1].Constant = int64(asm.AddAtomic)
+		if !atomic {
+			upd = asm.Instructions{asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord), asm.Add.Imm(asm.R1, 1), asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord)}
+		}
+		return append(append(asm.Instructions{
+			asm.StoreImm(asm.RFP, -4, 1, asm.Word),
+			asm.LoadMapPtr(asm.R1, 0).WithReference(m),
+			asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -4),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, label),
+		}, upd...), asm.Mov.Imm(asm.R0, 0).WithSymbol(label))
+	}
+	prog := append(bump("atom", true, "a"), bump("plain", false, "b")...)
+	prog = append(prog, asm.Return())
+	spec := &ebpf.CollectionSpec{
+		Maps: map[string]*ebpf.MapSpec{
+			"atom":  {Name: "atom", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 2},
+			"plain": {Name: "plain", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 2},
+		},
+		Programs: map[string]*ebpf.ProgramSpec{"p": {Name: "p", SectionName: probe.SecKernelEntry, Instructions: prog}},
+	}
+	m, err := ptx.Translate(spec, nil, ptx.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := m.Inline[probe.KernelEntry]
+	if !strings.Contains(e, "mov.u32 %__gxw1, %__gxbslot") || !strings.Contains(e, "mov.u32 %__gxw1, %__gxslot") {
+		t.Fatalf("want the block's slot for atom and the warp's for plain:\n%s", e)
+	}
+	if strings.Count(e, "%__gxbslot;") != 2 || strings.Count(e, "%smid") != 1 {
+		t.Errorf("each slot register set once")
+	}
+	call, inl := runBoth(t, m, 3, 40)
+	for i, mi := range m.Manifest.Maps {
+		sum := func(b []byte) string {
+			ents, err := (&ptx.Image{Layout: m.Manifest.Maps[i].Layout, Bytes: b}).Entries()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return fmt.Sprint(ents)
+		}
+		if got, want := sum(inl[mi.Name]), sum(call[mi.Name]); got != want || !strings.Contains(got, "[120 0 0 0 0 0 0 0]") {
+			t.Errorf("map %s: inline sums %s, call form %s, want 120 at key 1", mi.Name, got, want)
+		}
+	}
+}

@@ -29,6 +29,10 @@ type progTranslator struct {
 	cur      int               // index of the instruction being translated
 	lookups  map[int]inlineKey // lookup calls with a known map (by index)
 	slotReg  bool              // %__gxslot holds %smid*64 + %warpid (inline form)
+	bslotReg bool              // %__gxbslot holds the block's linear index (inline form)
+	// blockSlot: per-warp maps updated only atomically (atomicOnlyMaps),
+	// whose inline lookups take the block's slot
+	blockSlot map[string]bool
 	thread0  bool              // inline form under the thread-0 site guard: the linear thread id is 0
 }
 
@@ -182,13 +186,22 @@ func (t *progTranslator) translate(insns asm.Instructions) error {
 	if t.inline {
 		t.lookups = knownLookups(t.spec, insns, raw, targets, funcOf)
 		for _, k := range t.lookups {
-			if l, err := SpecLayout(t.spec.Maps[k.mapName]); err == nil && l.Type == probe.MapPerWarp {
+			if l, err := SpecLayout(t.spec.Maps[k.mapName]); err != nil || l.Type != probe.MapPerWarp {
+				continue
+			}
+			if t.blockSlot[k.mapName] && !t.bslotReg {
+				// a map updated only atomically: the block's linear index
+				// picks its slot (atomiconly.go)
+				t.out.WriteString("\t.reg .b32 %__gxbslot;\n")
+				t.linear("%ctaid", "%nctaid")
+				t.out.WriteString("\tmov.u32 %__gxbslot, %w0;\n")
+				t.bslotReg = true
+			} else if !t.blockSlot[k.mapName] && !t.slotReg {
 				// The warp's slot, read once: %smid and %warpid are
 				// special registers ptxas reads anew (S2R) at each use.
 				t.out.WriteString("\t.reg .b32 %__gxslot;\n\tmov.u32 %__gxslot, %smid;\n\tmov.u32 %w2, %warpid;\n")
 				t.out.WriteString("\tmad.lo.u32 %__gxslot, %__gxslot, 64, %w2;\n")
 				t.slotReg = true
-				break
 			}
 		}
 		for i, ins := range insns {

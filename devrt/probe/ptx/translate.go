@@ -163,8 +163,13 @@ func Translate(spec *ebpf.CollectionSpec, progs []string, opt Options) (*Module,
 	writeDispatch(&b, probe.FuncEntry, probe.KernelEntry, byAttach[probe.KernelEntry])
 	writeDispatch(&b, probe.FuncExit, probe.KernelExit, byAttach[probe.KernelExit])
 	m.Inline = map[probe.Attach]string{}
+	var all []string
 	for _, a := range []probe.Attach{probe.KernelEntry, probe.KernelExit} {
-		in, err := inlineAttach(spec, a, byAttach[a], m.Guard[a])
+		all = append(all, byAttach[a]...)
+	}
+	blockSlot := atomicOnlyMaps(spec, all)
+	for _, a := range []probe.Attach{probe.KernelEntry, probe.KernelExit} {
+		in, err := inlineAttach(spec, a, byAttach[a], m.Guard[a], blockSlot)
 		if err != nil {
 			return nil, err
 		}
