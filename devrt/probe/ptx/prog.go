@@ -33,7 +33,7 @@ type progTranslator struct {
 	// blockSlot: per-warp maps updated only atomically (atomicOnlyMaps),
 	// whose inline lookups take the block's slot
 	blockSlot map[string]bool
-	thread0  bool              // inline form under the thread-0 site guard: the linear thread id is 0
+	thread0   bool // inline form under the thread-0 site guard: the linear thread id is 0
 }
 
 func reg(r asm.Register) string { return "%r" + strconv.Itoa(int(r)) }
