@@ -163,7 +163,11 @@ fi
 # What the splice costs in resources: ptxas -v on the apps' PTX with and without it.
 if pwant resources && [[ -d $PT/tenants/36/probes ]] && nvcc -arch=sm_90 -ptx -o "$W/probeapps.ptx" "$REPO/test/gpu/probeapps.cu" 2>>"$OUT/build-probes.log" &&
 	"$W/devrt/ptxpatch_cli" -c "$PT/tenants/36/probes/module.conf" "$PT/tenants/36/probes/module.ptx" "$W/probeapps.ptx" >"$W/probeapps.patched.ptx" 2>>"$OUT/build-probes.log"; then
-	for f in probeapps probeapps.patched; do
+	fs="probeapps probeapps.patched"
+	if [[ -d $PT/tenants/38/probes ]] && "$W/devrt/ptxpatch_cli" -c "$PT/tenants/38/probes/module.conf" "$PT/tenants/38/probes/module.ptx" "$W/probeapps.ptx" >"$W/probeapps.count.ptx" 2>>"$OUT/build-probes.log"; then
+		fs="$fs probeapps.count" # launch-count's splice
+	fi
+	for f in $fs; do
 		ptxas -v -arch=sm_90 -o "$W/$f.cubin" "$W/$f.ptx" 2>&1 | awk -v f="$f" '/Compiling entry function/ {e = $NF} /Used/ {print "INFO probe_resources " f " " e " " $0}' | sed "s/'//g"
 		# the SASS of each kernel: instructions, and the memory operations the probe could wait on
 		cuobjdump -sass "$W/$f.cubin" >"$OUT/$f.sass" 2>&1
