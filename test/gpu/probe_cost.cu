@@ -17,6 +17,9 @@
 //   exit-store   entry red.add, exit a plain store (no atomic) to the slot
 //   stats        count + %globaltimer at entry and exit - the shape of launch-stats
 //   timer-only   %globaltimer at entry and exit into a register, no memory
+//   guard-only   the leader branch and the slot's special registers, no memory
+// Each variant runs as a CUDA graph of 1000 launches (GPU time, not the
+// host's launch rate).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -54,8 +57,8 @@ static __device__ __forceinline__ bool leader(void)
 	return (threadIdx.x | threadIdx.y | threadIdx.z) == 0;
 }
 
-enum { V_PLAIN, V_COUNT, V_COUNT_CTA, V_ENTRY, V_EXIT, V_EXIT_STORE, V_STATS, V_TIMER, V_N };
-static const char *names[V_N] = {"plain", "count", "count-cta", "entry-only", "exit-only", "exit-store", "stats", "timer-only"};
+enum { V_PLAIN, V_COUNT, V_COUNT_CTA, V_ENTRY, V_EXIT, V_EXIT_STORE, V_STATS, V_TIMER, V_GUARD, V_N };
+static const char *names[V_N] = {"plain", "count", "count-cta", "entry-only", "exit-only", "exit-store", "stats", "timer-only", "guard-only"};
 
 template <int V> __global__ void small(float *x, int n, u64 *sink)
 {
@@ -82,12 +85,14 @@ template <int V> __global__ void small(float *x, int n, u64 *sink)
 			red_add(&g_counts[s * 4 + 2], gtimer());
 		if (V == V_TIMER && gtimer() - t0 == 12345)
 			*sink = 1; /* never: keeps the reads */
+		if (V == V_GUARD && s == 0xffffffffu)
+			*sink = 2; /* never: the leader branch and the slot read alone */
 	}
 }
 
 typedef void (*kern)(float *, int, u64 *);
 static kern kernels[V_N] = {small<V_PLAIN>, small<V_COUNT>, small<V_COUNT_CTA>, small<V_ENTRY>,
-			     small<V_EXIT>, small<V_EXIT_STORE>, small<V_STATS>, small<V_TIMER>};
+			     small<V_EXIT>, small<V_EXIT_STORE>, small<V_STATS>, small<V_TIMER>, small<V_GUARD>};
 
 static double now_s(void)
 {
@@ -114,15 +119,28 @@ int main(int argc, char **argv)
 				kernels[v]<<<len / 256, 256>>>(d, len, sink);
 			cudaDeviceSynchronize();
 		}
+	/* each variant as a graph of 1000 launches: GPU time, not the host's launch rate */
+	cudaStream_t st;
+	cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+	cudaGraphExec_t ge[V_N];
+	for (int v = 0; v < V_N; v++) {
+		cudaGraph_t g;
+		cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+		for (int i = 0; i < 1000; i++)
+			kernels[v]<<<len / 256, 256, 0, st>>>(d, len, sink);
+		cudaStreamEndCapture(st, &g);
+		cudaGraphInstantiate(&ge[v], g, 0);
+	}
+	iters = (iters + 999) / 1000 * 1000;
 	std::vector<std::vector<float>> us(V_N);
 	for (int r = 0; r < rounds; r++)
 		for (int k = 0; k < V_N; k++) {
 			int v = (k + r) % V_N; /* rotate the order */
 			float ms = 0;
-			cudaEventRecord(e0);
-			for (int i = 0; i < iters; i++)
-				kernels[v]<<<len / 256, 256>>>(d, len, sink);
-			cudaEventRecord(e1);
+			cudaEventRecord(e0, st);
+			for (int i = 0; i < iters / 1000; i++)
+				cudaGraphLaunch(ge[v], st);
+			cudaEventRecord(e1, st);
 			cudaEventSynchronize(e1);
 			cudaEventElapsedTime(&ms, e0, e1);
 			us[v].push_back(ms * 1000.f / iters);
