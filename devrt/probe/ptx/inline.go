@@ -38,6 +38,10 @@ const (
 	// GX_INLINE_GUARD_MARK) then runs it under the guard whatever
 	// module.conf says.
 	GuardMark = "// gpuext: runs under the thread-0 site guard"
+	// SharedSlotReg is the kernel-scope register the entry block sets to
+	// the block's linear index and the exit block reads (a per-warp map
+	// updated only atomically takes its slot from it).
+	SharedSlotReg = "%__gxbs" + InlineSite
 )
 
 // InlineFile is the bundle file of an attach point's inline form.
@@ -47,9 +51,11 @@ func InlineFile(a probe.Attach) string {
 
 // inlineKey is a map_lookup_elem whose map is known statically.
 type inlineKey struct {
-	mapName string
-	keyOff  int64 // r2 = r10 + keyOff
-	keyKnow bool  // keyOff is known
+	mapName  string
+	keyOff   int64  // r2 = r10 + keyOff
+	keyKnow  bool   // keyOff is known
+	keyConst bool   // the key's 4 bytes hold a known constant
+	keyVal   uint32 // that constant
 }
 
 // knownLookups finds the lookup calls of the main function whose r1 holds
@@ -62,9 +68,23 @@ func knownLookups(spec *ebpf.CollectionSpec, insns asm.Instructions, raw []int, 
 		mapName string
 		stack   bool
 		off     int64
+		konst   bool // holds the constant kval
+		kval    int64
 	}
 	var regs [11]rs
-	clear := func() { regs = [11]rs{} }
+	slots := map[int64]uint32{} // stack offset -> the constant u32 stored there
+	clear := func() { regs = [11]rs{}; slots = map[int64]uint32{} }
+	store := func(off int64, size asm.Size, v rs) {
+		n := int64(size.Sizeof())
+		for o := range slots {
+			if o < off+n && off < o+4 {
+				delete(slots, o)
+			}
+		}
+		if v.konst && (size == asm.Word || size == asm.DWord) {
+			slots[off] = uint32(v.kval)
+		}
+	}
 	out := map[int]inlineKey{}
 	for i, ins := range insns {
 		if funcOf[i] != 0 {
@@ -90,11 +110,37 @@ func knownLookups(spec *ebpf.CollectionSpec, insns asm.Instructions, raw []int, 
 				if ins.IsBuiltinCall() && ins.Constant == probe.HelperMapLookupElem && regs[asm.R1].mapName != "" {
 					if ms, ok := spec.Maps[regs[asm.R1].mapName]; ok {
 						if l, err := SpecLayout(ms); err == nil && (l.Type == probe.MapArray || l.Type == probe.MapPerWarp) && l.KeySize == 4 {
-							out[i] = inlineKey{mapName: regs[asm.R1].mapName, keyOff: regs[asm.R2].off, keyKnow: regs[asm.R2].stack}
+							k := inlineKey{mapName: regs[asm.R1].mapName, keyOff: regs[asm.R2].off, keyKnow: regs[asm.R2].stack}
+							if v, ok := slots[k.keyOff]; ok && k.keyKnow {
+								k.keyConst, k.keyVal = true, v
+							}
+							out[i] = k
 						}
 					}
 				}
-				clear()
+				if ins.IsFunctionCall() {
+					clear()
+				} else {
+					for r := asm.R0; r <= asm.R5; r++ {
+						regs[r] = rs{}
+					}
+				}
+			}
+		case cls == asm.StClass || cls == asm.StXClass && op.Mode() == asm.MemMode:
+			// a store: to a known stack offset it sets or spoils that
+			// slot's constant; through any other pointer (it might point
+			// into the stack) it spoils them all
+			v := rs{konst: cls == asm.StClass, kval: ins.Constant}
+			if cls == asm.StXClass && ins.Src <= asm.R9 {
+				v = regs[ins.Src]
+			}
+			switch {
+			case ins.Dst == asm.R10:
+				store(int64(ins.Offset), op.Size(), v)
+			case ins.Dst <= asm.R9 && regs[ins.Dst].stack:
+				store(regs[ins.Dst].off+int64(ins.Offset), op.Size(), v)
+			default:
+				slots = map[int64]uint32{}
 			}
 		case cls == asm.LdClass && op.IsDWordLoad() && ins.Dst <= asm.R9:
 			if ins.Src == asm.PseudoMapFD {
@@ -109,9 +155,13 @@ func knownLookups(spec *ebpf.CollectionSpec, insns asm.Instructions, raw []int, 
 				regs[ins.Dst] = src()
 			case op.ALUOp() == asm.Add && op.Source() == asm.ImmSource && d.stack:
 				regs[ins.Dst] = rs{stack: true, off: d.off + ins.Constant}
+			case op.ALUOp() == asm.Mov && op.Source() == asm.ImmSource:
+				regs[ins.Dst] = rs{konst: true, kval: ins.Constant}
 			default:
 				regs[ins.Dst] = rs{}
 			}
+		case cls == asm.ALUClass && ins.Dst <= asm.R9 && op.ALUOp() == asm.Mov && op.Source() == asm.ImmSource:
+			regs[ins.Dst] = rs{konst: true, kval: int64(uint32(ins.Constant))}
 		case (cls == asm.ALUClass || cls == asm.LdXClass) && ins.Dst <= asm.R9:
 			regs[ins.Dst] = rs{}
 		case cls == asm.StXClass && op.Mode() == asm.AtomicMode:
@@ -134,6 +184,23 @@ func (t *progTranslator) inlineLookup(k inlineKey) error {
 		return err
 	}
 	fmt.Fprintf(&t.out, "\t// map_lookup_elem(%s) inline\n", k.mapName)
+	if k.keyConst && k.keyVal < l.MaxEntries {
+		// a constant key in range: an address that cannot be NULL, so
+		// the program's NULL test on it folds away (nonNullR0)
+		fmt.Fprintf(&t.out, "\t// key %d: in range\n", k.keyVal)
+		t.emit("mov.u64 %%t0, %d", k.keyVal)
+		hdr := uint64(probe.MapHdrSize) + 8
+		if l.Type == probe.MapPerWarp {
+			hdr = probe.MapHdrSize
+			t.warpSlot(k, l)
+			t.emit("mad.lo.u64 %%t0, %%t1, %d, %%t0", l.MaxEntries)
+		}
+		t.emit("mul.lo.u64 %%t0, %%t0, %d", l.Stride)
+		t.emit("add.u64 %%t0, %%t0, %d", hdr)
+		t.emit("add.u64 %%r0, %%t0, %%r1")
+		t.nonNullR0 = true
+		return nil
+	}
 	switch {
 	case k.keyKnow && t.stackSym != "" && k.keyOff < 0 && k.keyOff >= -StackSize && k.keyOff%4 == 0:
 		// the key's stack slot by name: ptxas sees the store that wrote it
@@ -153,21 +220,7 @@ func (t *progTranslator) inlineLookup(k inlineKey) error {
 	hdr := uint64(probe.MapHdrSize) + 8
 	if l.Type == probe.MapPerWarp {
 		hdr = probe.MapHdrSize
-		if t.blockSlot[k.mapName] {
-			t.emit("mov.u32 %%w1, %%__gxbslot")
-		} else if t.slotReg {
-			t.emit("mov.u32 %%w1, %%__gxslot")
-		} else {
-			t.emit("mov.u32 %%w1, %%smid")
-			t.emit("mov.u32 %%w2, %%warpid")
-			t.emit("mad.lo.u32 %%w1, %%w1, 64, %%w2")
-		}
-		if n := l.NBuckets; n&(n-1) == 0 {
-			t.emit("and.b32 %%w1, %%w1, %d", n-1) // ptxas turns a rem by a power of two into a reciprocal
-		} else {
-			t.emit("rem.u32 %%w1, %%w1, %d", n)
-		}
-		t.emit("cvt.u64.u32 %%t1, %%w1")
+		t.warpSlot(k, l)
 		t.emit("mad.lo.u64 %%t0, %%t1, %d, %%t0", l.MaxEntries)
 	}
 	t.emit("mul.lo.u64 %%t0, %%t0, %d", l.Stride)
@@ -176,6 +229,30 @@ func (t *progTranslator) inlineLookup(k inlineKey) error {
 	t.emit("mov.u64 %%r0, 0")
 	t.emit("@%%p1 mov.u64 %%r0, %%t0")
 	return nil
+}
+
+// warpSlot sets %t1 to the slot of a per-warp map: the block's (a map
+// updated only atomically) or the warp's.
+func (t *progTranslator) warpSlot(k inlineKey, l probe.MapLayout) {
+	if t.blockSlot[k.mapName] {
+		name := "%__gxbslot"
+		if t.bslotName != "" {
+			name = t.bslotName
+		}
+		t.emit("mov.u32 %%w1, %s", name)
+	} else if t.slotReg {
+		t.emit("mov.u32 %%w1, %%__gxslot")
+	} else {
+		t.emit("mov.u32 %%w1, %%smid")
+		t.emit("mov.u32 %%w2, %%warpid")
+		t.emit("mad.lo.u32 %%w1, %%w1, 64, %%w2")
+	}
+	if n := l.NBuckets; n&(n-1) == 0 {
+		t.emit("and.b32 %%w1, %%w1, %d", n-1) // ptxas turns a rem by a power of two into a reciprocal
+	} else {
+		t.emit("rem.u32 %%w1, %%w1, %d", n)
+	}
+	t.emit("cvt.u64.u32 %%t1, %%w1")
 }
 
 var (
@@ -190,7 +267,10 @@ var (
 // (module.conf guard_* thread0, decided with the text by the same
 // Module.Guard), so thread_linear_id is the constant 0 there: the
 // program's own leader test folds away.
-func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, guarded bool, blockSlot map[string]bool) (string, error) {
+//
+// sharedSlot: the entry block declares (kernel scope) and sets the block's
+// slot register SharedSlotReg; the exit block's programs read it.
+func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, guarded bool, blockSlot map[string]bool, sharedSlot bool) (string, error) {
 	tag := strings.TrimPrefix(a.String(), "kernel_")
 	pre := "__gpuext_i" + InlineSite + "_" + tag
 	ctx, stack := pre+"_ctx", pre+"_stack"
@@ -214,7 +294,17 @@ func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, gua
 		fmt.Fprintf(&b, ".local .align 8 .b8 %s[24];\n", ctx)
 	}
 	fmt.Fprintf(&b, ".local .align 8 .b8 %s[%d];\n", stack, StackSize)
+	if sharedSlot && a == probe.KernelEntry {
+		fmt.Fprintf(&b, ".reg .b32 %s;\n", SharedSlotReg)
+	}
 	b.WriteString("{\n")
+	if sharedSlot && a == probe.KernelEntry {
+		// the block's linear index, for the per-warp maps updated only atomically
+		fmt.Fprintf(&b, "\t{\n\t.reg .b32 %%__gxs<3>;\n\tmov.u32 %%__gxs0, %%ctaid.z;\n\tmov.u32 %%__gxs1, %%nctaid.y;\n")
+		fmt.Fprintf(&b, "\tmov.u32 %%__gxs2, %%ctaid.y;\n\tmad.lo.u32 %%__gxs0, %%__gxs0, %%__gxs1, %%__gxs2;\n")
+		fmt.Fprintf(&b, "\tmov.u32 %%__gxs1, %%nctaid.x;\n\tmov.u32 %%__gxs2, %%ctaid.x;\n")
+		fmt.Fprintf(&b, "\tmad.lo.u32 %s, %%__gxs0, %%__gxs1, %%__gxs2;\n\t}\n", SharedSlotReg)
+	}
 	if useCtx {
 		b.WriteString("\t.reg .b64 %__gxc<3>;\n\t.reg .b32 %__gxe<2>;\n")
 		fmt.Fprintf(&b, "\tmov.b64 %%__gxc0, %s;\n\tst.local.u64 [%s], %%__gxc0;\n", InlineKernelID, ctx)
@@ -229,6 +319,9 @@ func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, gua
 		ps := spec.Programs[name]
 		end := fmt.Sprintf("$%s_p%d_end", pre, k)
 		t := &progTranslator{spec: spec, name: name, fn: ProgFunction(name), inline: true, endLabel: end, stackSym: stack, thread0: guarded, blockSlot: blockSlot}
+		if sharedSlot {
+			t.bslotName = SharedSlotReg
+		}
 		if err := t.translate(ps.Instructions); err != nil {
 			return "", fmt.Errorf("program %q (inline): %w", name, err)
 		}

@@ -227,11 +227,13 @@ func TestInlinePerWarpSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := m.Inline[probe.KernelEntry]
-	if !strings.Contains(e, "mov.u32 %__gxw1, %__gxbslot") || !strings.Contains(e, "mov.u32 %__gxw1, %__gxslot") {
+	if !strings.Contains(e, "mov.u32 %__gxw1, "+ptx.SharedSlotReg) || !strings.Contains(e, "mov.u32 %__gxw1, %__gxslot") {
 		t.Fatalf("want the block's slot for atom and the warp's for plain:\n%s", e)
 	}
-	if strings.Count(e, "%__gxbslot;") != 2 || strings.Count(e, "%smid") != 1 {
-		t.Errorf("each slot register set once")
+	// the block's slot: declared at kernel scope and set once by the entry block
+	if strings.Count(e, ".reg .b32 "+ptx.SharedSlotReg+";") != 1 || strings.Count(e, "mad.lo.u32 "+ptx.SharedSlotReg) != 1 ||
+		strings.Count(e, "%smid") != 1 {
+		t.Errorf("each slot register set once:\n%s", e)
 	}
 	call, inl := runBoth(t, m, 3, 40)
 	for i, mi := range m.Manifest.Maps {

@@ -33,7 +33,9 @@ type progTranslator struct {
 	// blockSlot: per-warp maps updated only atomically (atomicOnlyMaps),
 	// whose inline lookups take the block's slot
 	blockSlot map[string]bool
-	thread0   bool // inline form under the thread-0 site guard: the linear thread id is 0
+	thread0   bool   // inline form under the thread-0 site guard: the linear thread id is 0
+	nonNullR0 bool   // r0 holds an inline lookup's address that cannot be NULL
+	bslotName string // the kernel-scope register with the block's slot (SharedSlotReg), "" = per program
 }
 
 func reg(r asm.Register) string { return "%r" + strconv.Itoa(int(r)) }
@@ -189,6 +191,9 @@ func (t *progTranslator) translate(insns asm.Instructions) error {
 			if l, err := SpecLayout(t.spec.Maps[k.mapName]); err != nil || l.Type != probe.MapPerWarp {
 				continue
 			}
+			if t.blockSlot[k.mapName] && t.bslotName != "" {
+				continue // the entry block sets it for the kernel
+			}
 			if t.blockSlot[k.mapName] && !t.bslotReg {
 				// a map updated only atomically: the block's linear index
 				// picks its slot (atomiconly.go)
@@ -210,9 +215,13 @@ func (t *progTranslator) translate(insns asm.Instructions) error {
 			}
 			if targets[raw[i]] {
 				t.out.WriteString(label(raw[i]) + ":\n")
+				t.nonNullR0 = false // another path may arrive here
 			}
 			fmt.Fprintf(&t.out, "\t// %d: %v\n", raw[i], ins)
 			t.cur = i
+			if writesR0(ins) {
+				t.nonNullR0 = false // (an inlined lookup sets it again)
+			}
 			if err := t.insn(ins, jumpTarget[i]); err != nil {
 				return fmt.Errorf("insn %d (%v): %w", raw[i], ins, err)
 			}
@@ -596,6 +605,16 @@ func (t *progTranslator) jump(ins asm.Instruction, tgt int) error {
 		return nil
 	}
 	is32 := ins.OpCode.Class() == asm.Jump32Class
+	if t.nonNullR0 && !is32 && ins.Dst == asm.R0 && ins.OpCode.Source() == asm.ImmSource && ins.Constant == 0 &&
+		(op == asm.JEq || op == asm.JNE) {
+		// the NULL test of an address that cannot be NULL
+		if op == asm.JNE {
+			t.emit("bra %s", label(tgt))
+		} else {
+			t.out.WriteString("\t// never NULL\n")
+		}
+		return nil
+	}
 	a := reg(ins.Dst)
 	isImm := ins.OpCode.Source() == asm.ImmSource
 	bits := 64
@@ -805,4 +824,18 @@ func (t *progTranslator) atomic(ins asm.Instruction) error {
 		t.emit("mov.u64 %s, %%t0", s)
 	}
 	return nil
+}
+
+// writesR0: the instruction may write r0.
+func writesR0(ins asm.Instruction) bool {
+	op := ins.OpCode
+	switch cls := op.Class(); {
+	case cls.IsJump():
+		return op.JumpOp() == asm.Call
+	case cls.IsALU(), cls == asm.LdClass, cls == asm.LdXClass:
+		return ins.Dst == asm.R0
+	case cls == asm.StXClass && op.Mode() == asm.AtomicMode:
+		return op.AtomicOp() == asm.CmpXchg || ins.Src == asm.R0
+	}
+	return false
 }

@@ -168,8 +168,12 @@ func Translate(spec *ebpf.CollectionSpec, progs []string, opt Options) (*Module,
 		all = append(all, byAttach[a]...)
 	}
 	blockSlot := atomicOnlyMaps(spec, all)
+	// The block's slot is computed once, in the entry block, into a
+	// register of the kernel the exit block reads (ptxas would read the
+	// block index again at the exit, on the exiting thread's path).
+	shared := len(blockSlot) > 0 && len(byAttach[probe.KernelEntry]) > 0
 	for _, a := range []probe.Attach{probe.KernelEntry, probe.KernelExit} {
-		in, err := inlineAttach(spec, a, byAttach[a], m.Guard[a], blockSlot)
+		in, err := inlineAttach(spec, a, byAttach[a], m.Guard[a], blockSlot, shared)
 		if err != nil {
 			return nil, err
 		}
