@@ -968,3 +968,58 @@ func TestProbesLaunchTimeClockOffset(t *testing.T) {
 		})
 	}
 }
+
+// A CUDA graph capture in GLOBAL mode (PyTorch's) forbids "unsafe" calls -
+// synchronisations, copies to pageable memory - from every thread, and one
+// such call invalidates the capture. The interposer's copy thread, its
+// binding at the first launch and its clock kernel make such calls; they
+// run in RELAXED capture mode, so the application's capture survives them.
+// A launch into a capturing stream gets no launch time (the graph would
+// replay the capture's). The fake driver models the rule (fakecuda.c).
+func TestProbesLetGraphCapturesBe(t *testing.T) {
+	fb := writeTemp(t, "app.fatbin", fatbin(sassEntry(90), ptxEntry(t, "vecadd.ptx", 90)))
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		steps []string
+	}{
+		// two copy-outs (one a second) while the capture runs
+		{"copy thread during a capture", nil, []string{"lib", fb, "launch", "1", "capture", "2500", "launch", "1"}},
+		// no context at load: the image binds (and syncs its clock) at the
+		// first launch, the one into the capturing stream
+		{"bind inside a capture", []string{"FAKECUDA_NO_CONTEXT=1"}, []string{"lib", fb, "ctx", "capture", "100", "launch", "1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tn := probeTenant(t, 29, true)
+			conf := filepath.Join(tn.dir, "probes", "module.conf")
+			b, _ := os.ReadFile(conf)
+			if err := os.WriteFile(conf, bytes.Replace(b, []byte("launch_time 0"), []byte("launch_time 1"), 1), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r := tn.runImages(tc.env, tc.steps...)
+			var capLine string
+			for _, l := range r.lines {
+				if strings.HasPrefix(l, "capture ") {
+					capLine = l
+				}
+			}
+			if !strings.HasSuffix(capLine, " ok") {
+				t.Errorf("the application's capture: %q, want ok\n%s", capLine, strings.Join(r.lines, "\n"))
+			}
+			calls := tn.driverCalls(r.pid)
+			for _, c := range calls {
+				if strings.Contains(c, "rc=900") {
+					t.Errorf("refused during the capture: %s", c)
+				}
+			}
+			m := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0.maps", r.pid)))
+			if m.final != 1 {
+				t.Errorf("no final copy-out")
+			}
+			launches := countPrefix(calls, "cuLaunchKernel f=0x5000")
+			if writes := countPrefix(calls, "cuStreamWriteValue64_v2 dst=__gpuext_launch_ns"); writes != launches-1 {
+				t.Errorf("%d launch-time writes for %d launches, one of them captured: want %d", writes, launches, launches-1)
+			}
+		})
+	}
+}

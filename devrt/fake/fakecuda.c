@@ -519,8 +519,95 @@ FAKE_API CUresult cuCtxSetCurrent(CUcontext ctx)
 	return CUDA_SUCCESS;
 }
 
+/*
+ * Stream capture, as far as the interposer meets it: one capture at a time
+ * (cuStreamBeginCapture_v2 .. cuStreamEndCapture). While a capture runs in
+ * GLOBAL mode, or in the capturing thread itself unless RELAXED, a
+ * "potentially unsafe" call (a synchronisation, a copy to or from pageable
+ * host memory, a pinned allocation) from a thread not in RELAXED mode
+ * (cuThreadExchangeStreamCaptureMode) fails with
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture: its
+ * cuStreamEndCapture returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
+ */
+#define FAKE_CAPTURE_GLOBAL 0
+#define FAKE_CAPTURE_RELAXED 2
+static int fake_cap_active, fake_cap_mode, fake_cap_invalid;
+static CUstream fake_cap_stream;
+static pthread_t fake_cap_thread;
+static __thread int fake_thread_mode = FAKE_CAPTURE_GLOBAL;
+
+static CUresult fake_unsafe(const char *what)
+{
+	int prohibited;
+
+	pthread_mutex_lock(&fake_mu);
+	prohibited = fake_cap_active && fake_thread_mode != FAKE_CAPTURE_RELAXED &&
+		     (fake_cap_mode == FAKE_CAPTURE_GLOBAL ||
+		      (pthread_equal(fake_cap_thread, pthread_self()) && fake_cap_mode != FAKE_CAPTURE_RELAXED));
+	if (prohibited)
+		fake_cap_invalid = 1;
+	pthread_mutex_unlock(&fake_mu);
+	if (!prohibited)
+		return CUDA_SUCCESS;
+	fake_log("%s during a stream capture rc=900", what);
+	return 900; /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED */
+}
+
+FAKE_API CUresult cuThreadExchangeStreamCaptureMode(int *mode)
+{
+	int old;
+
+	if (!mode)
+		return CUDA_ERROR_INVALID_VALUE;
+	old = fake_thread_mode;
+	fake_thread_mode = *mode;
+	*mode = old;
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuStreamBeginCapture_v2(CUstream s, int mode)
+{
+	pthread_mutex_lock(&fake_mu);
+	fake_cap_active = 1;
+	fake_cap_mode = mode;
+	fake_cap_invalid = 0;
+	fake_cap_stream = s;
+	fake_cap_thread = pthread_self();
+	pthread_mutex_unlock(&fake_mu);
+	fake_log("cuStreamBeginCapture_v2 stream=%p mode=%d", (void *)s, mode);
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuStreamEndCapture(CUstream s, void **graph)
+{
+	int invalid;
+
+	pthread_mutex_lock(&fake_mu);
+	invalid = fake_cap_invalid;
+	fake_cap_active = 0;
+	pthread_mutex_unlock(&fake_mu);
+	fake_log("cuStreamEndCapture stream=%p rc=%d", (void *)s, invalid ? 901 : 0);
+	if (invalid)
+		return 901; /* CUDA_ERROR_STREAM_CAPTURE_INVALIDATED */
+	if (graph)
+		*graph = (void *)0x7000;
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuStreamIsCapturing(CUstream s, int *status)
+{
+	if (!status)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_mu);
+	*status = fake_cap_active && fake_cap_stream == s ? (fake_cap_invalid ? 2 : 1) : 0;
+	pthread_mutex_unlock(&fake_mu);
+	return CUDA_SUCCESS;
+}
+
 FAKE_API CUresult cuCtxSynchronize(void)
 {
+	if (fake_unsafe("cuCtxSynchronize"))
+		return 900;
 	fake_log("cuCtxSynchronize");
 	return CUDA_SUCCESS;
 }
@@ -571,12 +658,16 @@ FAKE_API CUresult cuStreamCreate(CUstream *s, unsigned int flags)
 
 FAKE_API CUresult cuStreamSynchronize(CUstream s)
 {
+	if (fake_unsafe("cuStreamSynchronize"))
+		return 900;
 	(void)s;
 	return CUDA_SUCCESS;
 }
 
 FAKE_API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
 {
+	if (fake_unsafe("cuMemcpyDtoHAsync_v2"))
+		return 900;
 	pthread_mutex_lock(&fake_mu);
 	memcpy(dst, (const void *)(uintptr_t)src, n);
 	pthread_mutex_unlock(&fake_mu);
@@ -586,6 +677,8 @@ FAKE_API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUs
 
 FAKE_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
 {
+	if (fake_unsafe("cuMemcpyHtoDAsync_v2"))
+		return 900;
 	unsigned long long v = 0;
 
 	pthread_mutex_lock(&fake_mu);
@@ -749,6 +842,8 @@ FAKE_API CUresult cuModuleUnload(CUmodule mod)
 
 FAKE_API CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned int flags)
 {
+	if (fake_unsafe("cuMemHostAlloc"))
+		return 900;
 	if (!p || !(*p = calloc(1, bytes ? bytes : 1)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	fake_log("cuMemHostAlloc bytes=%zu flags=%u", bytes, flags);
@@ -866,6 +961,9 @@ static const struct {
 	{"cuModuleLoadData", 2000, -1, (void *)cuModuleLoadData},
 	{"cuModuleLoadDataEx", 2010, -1, (void *)cuModuleLoadDataEx},
 	{"cuCtxSetCurrent", 4000, -1, (void *)cuCtxSetCurrent},
+	{"cuStreamCreate", 2000, -1, (void *)cuStreamCreate},
+	{"cuStreamBeginCapture", 10010, -1, (void *)cuStreamBeginCapture_v2},
+	{"cuStreamEndCapture", 10000, -1, (void *)cuStreamEndCapture},
 };
 
 static CUresult fake_lookup(const char *how, const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,

@@ -66,7 +66,9 @@
 			   void **extra))                                                                  \
 	X(cuMemHostAlloc, (void **p, size_t bytes, unsigned int flags))                            \
 	X(cuMemHostGetDevicePointer_v2, (CUdeviceptr * dptr, void *p, unsigned int flags))          \
-	X(cuMemFreeHost, (void *p))
+	X(cuMemFreeHost, (void *p))                                                               \
+	X(cuThreadExchangeStreamCaptureMode, (int *mode))                                          \
+	X(cuStreamIsCapturing, (CUstream stream, int *status))
 
 #define GX_DRV_TYPE(name, params) typedef CUresult (*gx_drv_##name) params;
 GX_DRIVER_CALLS(GX_DRV_TYPE)
@@ -315,6 +317,32 @@ static CUresult gx_get_global(struct gx_pimage *im, const char *name, CUdevicept
 						 : CUDA_ERROR_NOT_FOUND;
 	return gx_drv.cuModuleGetGlobal_v2 ? gx_drv.cuModuleGetGlobal_v2(p, bytes, (CUmodule)im->handle, name)
 					   : CUDA_ERROR_NOT_FOUND;
+}
+
+/*
+ * Stream capture: while an application captures a graph in GLOBAL mode (as
+ * PyTorch does), a "potentially unsafe" call from any thread - a
+ * synchronisation, a copy to pageable memory, a pinned allocation - fails
+ * and invalidates the application's capture. The interposer's own calls
+ * (binding, the clock kernel, copy-out) touch only its own stream and
+ * memory, so they run in RELAXED mode: the copy thread for good, the
+ * application's thread for the duration of the call.
+ */
+#define GX_CAPTURE_MODE_RELAXED 2
+
+static int gx_capture_relax(void)
+{
+	int mode = GX_CAPTURE_MODE_RELAXED;
+
+	if (!gx_drv.cuThreadExchangeStreamCaptureMode || gx_drv.cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
+		return -1;
+	return mode;
+}
+
+static void gx_capture_restore(int mode)
+{
+	if (mode >= 0 && gx_drv.cuThreadExchangeStreamCaptureMode)
+		gx_drv.cuThreadExchangeStreamCaptureMode(&mode);
 }
 
 /*
@@ -662,6 +690,7 @@ static void gx_clock_resync(int final)
 static void *gx_copy_thread(void *arg)
 {
 	(void)arg;
+	(void)gx_capture_relax(); /* this thread's calls never belong to a capture */
 	for (;;) {
 		struct timespec one = {1, 0};
 
@@ -681,12 +710,16 @@ static void *gx_copy_thread(void *arg)
 /* atexit: registered at the first patched load, after cudart's own handlers, so it runs before them. */
 static void gx_probe_at_exit(void)
 {
+	int mode;
+
 	pthread_mutex_lock(&gx_probe_mu);
 	if (!gx_pr.stopping) {
 		gx_pr.stopping = 1;
+		mode = gx_capture_relax();
 		for (int i = 0; i < gx_pr.nimages; i++)
 			gx_copy_out(gx_pr.images[i], 1);
 		gx_clock_resync(1);
+		gx_capture_restore(mode);
 	}
 	pthread_mutex_unlock(&gx_probe_mu);
 }
@@ -788,10 +821,13 @@ CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_lo
 	bind_ms = 0;
 	pthread_mutex_lock(&gx_probe_mu);
 	if (im && gx_pr.nimages < GX_PROBE_MAX_IMAGES) {
+		int mode = gx_capture_relax();
+
 		gx_pr.images[gx_pr.nimages++] = im;
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		if (gx_bind(im) != 0)
 			atomic_fetch_add(&gx_pr.pending, 1);
+		gx_capture_restore(mode);
 		clock_gettime(CLOCK_MONOTONIC, &t1);
 		bind_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
 		gx_start_copy_out();
@@ -855,6 +891,13 @@ static void gx_launch_time(CUfunction f, CUstream stream, int ptsz)
 		return; /* not a probed module, or another context's instance of it */
 	if (ptsz && !stream)
 		stream = GX_CU_STREAM_PER_THREAD;
+	{
+		/* a launch into a capturing stream: the graph would replay this time with every launch */
+		int capturing = 0;
+
+		if (gx_drv.cuStreamIsCapturing && gx_drv.cuStreamIsCapturing(stream, &capturing) == CUDA_SUCCESS && capturing)
+			return;
+	}
 	clock_gettime(CLOCK_REALTIME, &ts);
 	/* in the device's clock (gx_clock_sync; 0 if it could not be measured) */
 	r = gx_drv.cuStreamWriteValue64_v2(stream, im->launch_ns,
@@ -871,9 +914,12 @@ void gx_probe_before_launch(CUfunction f, CUstream stream, int ptsz)
 {
 	if (atomic_load_explicit(&gx_pr.pending, memory_order_relaxed) &&
 	    pthread_mutex_trylock(&gx_probe_mu) == 0) { /* never make a launch wait: try again at the next one */
+		int mode = gx_capture_relax(); /* the launch may go into a capturing stream */
+
 		for (int i = 0; i < gx_pr.nimages; i++)
 			if (!gx_pr.images[i]->bound && gx_bind(gx_pr.images[i]) == 0)
 				atomic_fetch_sub(&gx_pr.pending, 1);
+		gx_capture_restore(mode);
 		pthread_mutex_unlock(&gx_probe_mu);
 	}
 	if (f && atomic_load_explicit(&gx_pr.launch_time, memory_order_relaxed))

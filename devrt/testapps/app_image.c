@@ -12,6 +12,10 @@
  *   launch N      N x cuLaunchKernel   -> "launch N ok"
  *   ctx           cuCtxSetCurrent(the context)   -> "ctx ok"
  *   sleep MS      -> "sleep MS"
+ *   capture MS    on a new stream: cuStreamBeginCapture (global mode), one
+ *                 launch into it, MS ms of sleep (the interposer's copy
+ *                 thread runs), cuStreamEndCapture -> "capture MS ok" |
+ *                 "capture MS rc=N" (fake driver: the launch is f=0x5000)
  * Real driver only (the GPU check; the fake has no device memory):
  *   primary       cuDevicePrimaryCtxRetain(device 0) made current -> "primary ok"
  *   vadd N K      K launches of _Z4vaddPKfS0_Pfi (testdata/fatbin/vecadd_sm90.fatbin:
@@ -150,6 +154,28 @@ int main(int argc, char **argv)
 
 			nanosleep(&ts, NULL);
 			printf("sleep %d\n", ms);
+		} else if (!strcmp(v, "capture") && i + 1 < argc) {
+			int ms = atoi(argv[++i]);
+			struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+			CUresult (*stream_create)(CUstream *, unsigned int) =
+				(CUresult (*)(CUstream *, unsigned int))resolve("cuStreamCreate");
+			CUresult (*begin)(CUstream, int) = (CUresult (*)(CUstream, int))resolve("cuStreamBeginCapture");
+			CUresult (*end)(CUstream, void **) = (CUresult (*)(CUstream, void **))resolve("cuStreamEndCapture");
+			CUstream s = NULL;
+			void *graph = NULL;
+
+			r = stream_create && begin && end ? stream_create(&s, 1) : CUDA_ERROR_NOT_FOUND;
+			if (r == CUDA_SUCCESS)
+				r = begin(s, 0); /* CU_STREAM_CAPTURE_MODE_GLOBAL, as PyTorch's graphs */
+			if (r == CUDA_SUCCESS)
+				r = launch((CUfunction)0x5000, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL);
+			nanosleep(&ts, NULL);
+			if (r == CUDA_SUCCESS)
+				r = end(s, &graph);
+			if (r == CUDA_SUCCESS)
+				printf("capture %d ok\n", ms);
+			else
+				printf("capture %d rc=%d\n", ms, r);
 		} else if (!strcmp(v, "primary")) {
 			CUdevice dev;
 			CUcontext ctx;
