@@ -8,6 +8,8 @@
 #   probes-count-APP       launch-stats counts exactly the launches and blocks
 #                          the app launched; sm-histogram's total = blocks
 #   probes-sass-only       a SASS-only image loads unmodified, reported sass-only
+#   probes-torch-graph-capture a torch CUDA graph captured while the copy
+#                          thread runs: same result with the probes
 #   probes-launch-time     every launch carries the host launch time
 #   probes-launch-latency  the clock offset was measured at bind and the
 #                          latency is measured for >= 18 of 20 launches
@@ -131,6 +133,12 @@ if pwant torch && python3 -c 'import torch' 2>/dev/null; then
 		punchanged torch "$(echo "$want" | grep checksum)" "$(echo "$got" | grep checksum)"
 		read -r launches blocks < <(echo "$want" | awk '/torch_probes_grid/ {for (i = 2; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]} print v["launches"], v["blocks"]}')
 		pcheck torch 35 "$launches" "$blocks"
+		# a CUDA graph captured (GLOBAL mode) while the copy thread runs: the
+		# interposer's calls must not invalidate the application's capture
+		want=$(python3 "$REPO/test/gpu/torch_probes.py" "$W/torchext" graph 2>/dev/null | grep '^torch_probes_graph')
+		got=$(prun 35 python3 "$REPO/test/gpu/torch_probes.py" "$W/torchext" graph 2>"$OUT/probes-torch-graph.err" | grep '^torch_probes_graph')
+		if [[ $want == "torch_probes_graph ok"* && $got == "$want" ]]; then ok probes-torch-graph-capture
+		else bad probes-torch-graph-capture "without probes '$want', with '$got' (probes-torch-graph.err)"; fi
 	fi
 fi
 

@@ -1,8 +1,14 @@
-"""torch_probes.py BUILD_DIR - a multi-kernel PyTorch workload whose kernels carry
+"""torch_probes.py BUILD_DIR [graph] - a multi-kernel PyTorch workload whose kernels carry
 PTX: a C++/CUDA extension (built once into BUILD_DIR with nvcc -arch=sm_90)
 with three kernels, called in a loop from torch. Prints a checksum and the
-launches/blocks of the extension's kernels, for the device-probe checks."""
+launches/blocks of the extension's kernels, for the device-probe checks.
+
+With "graph": the step is captured in a CUDA graph (torch's default, GLOBAL
+capture mode) that stays open for 2.5 s, so the interposer's copy thread
+runs during the capture, then replayed 8 times; prints
+"torch_probes_graph ok checksum X" or the error."""
 import sys
+import time
 
 import torch
 from torch.utils.cpp_extension import load_inline
@@ -29,6 +35,27 @@ n, iters = 1 << 20, 8
 g = torch.Generator(device="cpu").manual_seed(7)
 a = torch.randn(n, generator=g).cuda()
 b = torch.randn(n, generator=g).cuda()
+if len(sys.argv) > 2 and sys.argv[2] == "graph":
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up outside the capture, as torch asks
+        ext.step(a, b)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            out = ext.step(a, b)
+            time.sleep(2.5)
+        acc = torch.zeros(n, device="cuda")
+        for _ in range(iters):
+            graph.replay()
+            acc = acc + out
+        torch.cuda.synchronize()
+        print("torch_probes_graph ok checksum %.4f" % acc.double().sum().item())
+    except RuntimeError as e:
+        print("torch_probes_graph failed: %s" % str(e).splitlines()[0])
+    sys.exit(0)
 acc = torch.zeros(n, device="cuda")
 for _ in range(iters):
     acc = acc + ext.step(a, b)
