@@ -60,18 +60,8 @@ func atomicOnlyMaps(spec *ebpf.CollectionSpec, progs []string) map[string]bool {
 // atomicOnlyProg: the per-warp maps (bit masks over index) a program
 // disqualifies and those it looks up.
 func atomicOnlyProg(spec *ebpf.CollectionSpec, insns asm.Instructions, index map[string]int, all uint64) (bad, used uint64) {
-	raw := make([]int, len(insns))
-	at := map[int]int{}
-	symbols := map[string]int{}
-	pos := 0
-	for i, ins := range insns {
-		raw[i] = pos
-		at[pos] = i
-		if s := ins.Symbol(); s != "" {
-			symbols[s] = pos
-		}
-		pos += int(ins.Width())
-	}
+	ix := indexInsns(insns)
+	raw := ix.raw
 	targets := map[int]bool{}
 	jump := make([]int, len(insns)) // successor index of a jump, -1 none
 	for i, ins := range insns {
@@ -83,22 +73,12 @@ func atomicOnlyProg(spec *ebpf.CollectionSpec, insns asm.Instructions, index map
 		if !op.Class().IsJump() || op.JumpOp() == asm.Call || op.JumpOp() == asm.Exit {
 			continue
 		}
-		tgt := raw[i] + 1 + int(ins.Offset)
-		if ref := ins.Reference(); ref != "" {
-			p, ok := symbols[ref]
-			if !ok {
-				return all, 0
-			}
-			tgt = p
-		} else if op.Class() == asm.Jump32Class && op.JumpOp() == asm.Ja {
-			tgt = raw[i] + 1 + int(ins.Constant)
-		}
-		j, ok := at[tgt]
+		j, ok := ix.target(i)
 		if !ok {
 			return all, 0
 		}
 		jump[i] = j
-		targets[tgt] = true
+		targets[raw[j]] = true
 	}
 	funcOf := make([]int, len(insns))
 	lookups := knownLookups(spec, insns, raw, targets, funcOf)

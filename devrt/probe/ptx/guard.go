@@ -22,35 +22,7 @@ import (
 // side effect up to exit. Anything else - a bpf-to-bpf call, a map helper,
 // an atomic, a store not through r10, a jump before the guard - is "no".
 func LeaderOnly(insns asm.Instructions) bool {
-	raw := make([]int, len(insns))
-	at := map[int]int{} // raw offset -> index
-	symbols := map[string]int{}
-	pos := 0
-	for i, ins := range insns {
-		raw[i] = pos
-		at[pos] = i
-		if s := ins.Symbol(); s != "" {
-			symbols[s] = pos
-		}
-		pos += int(ins.Width())
-	}
-	target := func(i int) (int, bool) {
-		ins := insns[i]
-		var tgt int
-		if ref := ins.Reference(); ref != "" {
-			p, ok := symbols[ref]
-			if !ok {
-				return 0, false
-			}
-			tgt = p
-		} else if ins.OpCode.Class() == asm.Jump32Class && ins.OpCode.JumpOp() == asm.Ja {
-			tgt = raw[i] + 1 + int(ins.Constant)
-		} else {
-			tgt = raw[i] + 1 + int(ins.Offset)
-		}
-		j, ok := at[tgt]
-		return j, ok
-	}
+	target := indexInsns(insns).target
 
 	// id[r]: 1 = r holds the linear id, 2 = the linear id << 32.
 	var id [11]int
@@ -126,6 +98,48 @@ func LeaderOnly(insns asm.Instructions) bool {
 }
 
 // pureHelper: a builtin that only reads special registers.
+// insnIndex maps a program's instructions to their raw offsets (a dword
+// load takes two) and back, for following jumps.
+type insnIndex struct {
+	insns   asm.Instructions
+	raw     []int          // index -> raw offset
+	at      map[int]int    // raw offset -> index
+	symbols map[string]int // label -> raw offset
+}
+
+func indexInsns(insns asm.Instructions) insnIndex {
+	ix := insnIndex{insns: insns, raw: make([]int, len(insns)), at: map[int]int{}, symbols: map[string]int{}}
+	pos := 0
+	for i, ins := range insns {
+		ix.raw[i] = pos
+		ix.at[pos] = i
+		if s := ins.Symbol(); s != "" {
+			ix.symbols[s] = pos
+		}
+		pos += int(ins.Width())
+	}
+	return ix
+}
+
+// target is the index a jump at index i goes to.
+func (ix insnIndex) target(i int) (int, bool) {
+	ins := ix.insns[i]
+	var tgt int
+	if ref := ins.Reference(); ref != "" {
+		p, ok := ix.symbols[ref]
+		if !ok {
+			return 0, false
+		}
+		tgt = p
+	} else if ins.OpCode.Class() == asm.Jump32Class && ins.OpCode.JumpOp() == asm.Ja {
+		tgt = ix.raw[i] + 1 + int(ins.Constant)
+	} else {
+		tgt = ix.raw[i] + 1 + int(ins.Offset)
+	}
+	j, ok := ix.at[tgt]
+	return j, ok
+}
+
 func pureHelper(id int64) bool {
 	switch id {
 	case probe.HelperKtimeGetNs, probe.HelperSmpProcessorID, probe.HelperThreadIdx, probe.HelperBlockIdx,

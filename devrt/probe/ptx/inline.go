@@ -189,15 +189,8 @@ func (t *progTranslator) inlineLookup(k inlineKey) error {
 		// the program's NULL test on it folds away (nonNullR0)
 		fmt.Fprintf(&t.out, "\t// key %d: in range\n", k.keyVal)
 		t.emit("mov.u64 %%t0, %d", k.keyVal)
-		hdr := uint64(probe.MapHdrSize) + 8
-		if l.Type == probe.MapPerWarp {
-			hdr = probe.MapHdrSize
-			t.warpSlot(k, l)
-			t.emit("mad.lo.u64 %%t0, %%t1, %d, %%t0", l.MaxEntries)
-		}
-		t.emit("mul.lo.u64 %%t0, %%t0, %d", l.Stride)
-		t.emit("add.u64 %%t0, %%t0, %d", hdr)
-		t.emit("add.u64 %%r0, %%t0, %%r1")
+		t.valueAddr(k, l)
+		t.emit("mov.u64 %%r0, %%t0")
 		t.nonNullR0 = true
 		return nil
 	}
@@ -217,6 +210,15 @@ func (t *progTranslator) inlineLookup(k inlineKey) error {
 	}
 	t.emit("setp.lt.u32 %%p1, %%w0, %d", l.MaxEntries)
 	t.emit("cvt.u64.u32 %%t0, %%w0")
+	t.valueAddr(k, l)
+	t.emit("mov.u64 %%r0, 0")
+	t.emit("@%%p1 mov.u64 %%r0, %%t0")
+	return nil
+}
+
+// valueAddr turns the index in %t0 into the value's address in %t0 (map
+// at r1): ARRAY 32 + idx*stride + 8, PER_WARP 32 + (slot*max + idx)*stride.
+func (t *progTranslator) valueAddr(k inlineKey, l probe.MapLayout) {
 	hdr := uint64(probe.MapHdrSize) + 8
 	if l.Type == probe.MapPerWarp {
 		hdr = probe.MapHdrSize
@@ -226,9 +228,6 @@ func (t *progTranslator) inlineLookup(k inlineKey) error {
 	t.emit("mul.lo.u64 %%t0, %%t0, %d", l.Stride)
 	t.emit("add.u64 %%t0, %%t0, %d", hdr)
 	t.emit("add.u64 %%t0, %%t0, %%r1")
-	t.emit("mov.u64 %%r0, 0")
-	t.emit("@%%p1 mov.u64 %%r0, %%t0")
-	return nil
 }
 
 // warpSlot sets %t1 to the slot of a per-warp map: the block's (a map

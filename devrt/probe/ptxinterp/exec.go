@@ -623,31 +623,54 @@ func compare(cmp string, t typ, x, y uint64) (uint64, error) {
 }
 
 func (m *Machine) atom(fr *frame, in *instr, t typ) error {
+	return m.rmw(fr, in, t, "atom", true)
+}
+
+// red: red.op.type [a], b - atom without the old value (and, so, without a
+// destination operand).
+func (m *Machine) red(fr *frame, in *instr, t typ) error {
+	return m.rmw(fr, in, t, "red", false)
+}
+
+// rmw is atom (fetch: the old value goes to the first operand) and red.
+func (m *Machine) rmw(fr *frame, in *instr, t typ, name string, fetch bool) error {
 	var op string
 	for _, x := range in.mods {
 		switch x {
-		case "add", "and", "or", "xor", "exch", "cas":
+		case "add", "and", "or", "xor":
+			op = x
+		case "exch", "cas":
+			if !fetch {
+				return fmt.Errorf("%s modifier .%s", name, x)
+			}
 			op = x
 		case "global", "u32", "u64", "b32", "b64", "s32", "s64":
 		default:
-			return fmt.Errorf("atom modifier .%s", x)
+			return fmt.Errorf("%s modifier .%s", name, x)
 		}
 	}
+	if op == "" {
+		return fmt.Errorf("%s without an operation", name)
+	}
 	if t.bits != 32 && t.bits != 64 {
-		return fmt.Errorf("atom of %d bits", t.bits)
+		return fmt.Errorf("%s of %d bits", name, t.bits)
 	}
-	n := 3
+	a := in.args
+	if fetch {
+		a = a[min(1, len(a)):]
+	}
+	n := 2
 	if op == "cas" {
-		n = 4
+		n = 3
 	}
-	if err := m.want(in, n); err != nil {
-		return err
+	if len(a) != n || (fetch && len(in.args) != n+1) {
+		return m.want(in, n+btoi(fetch))
 	}
-	mem, err := m.access(fr, in, in.args[1], t.bits/8)
+	mem, err := m.access(fr, in, a[0], t.bits/8)
 	if err != nil {
 		return err
 	}
-	b, err := m.src(fr, in.args[2], t.bits, false)
+	b, err := m.src(fr, a[1], t.bits, false)
 	if err != nil {
 		return err
 	}
@@ -665,7 +688,7 @@ func (m *Machine) atom(fr *frame, in *instr, t typ) error {
 	case "exch":
 		nv = b
 	case "cas":
-		c, err := m.src(fr, in.args[3], t.bits, false)
+		c, err := m.src(fr, a[2], t.bits, false)
 		if err != nil {
 			return err
 		}
@@ -673,55 +696,19 @@ func (m *Machine) atom(fr *frame, in *instr, t typ) error {
 		if old == b {
 			nv = c
 		}
-	default:
-		return fmt.Errorf("atom without an operation")
 	}
 	putN(mem, t.bits/8, nv)
+	if !fetch {
+		return nil
+	}
 	return m.dst(fr, in.args[0], t.bits, false, false, old)
 }
 
-// red: red.op.type [a], b - atom without the old value (and, so, without a
-// destination operand).
-func (m *Machine) red(fr *frame, in *instr, t typ) error {
-	var op string
-	for _, x := range in.mods {
-		switch x {
-		case "add", "and", "or", "xor":
-			op = x
-		case "global", "u32", "u64", "b32", "b64", "s32", "s64":
-		default:
-			return fmt.Errorf("red modifier .%s", x)
-		}
+func btoi(b bool) int {
+	if b {
+		return 1
 	}
-	if op == "" {
-		return fmt.Errorf("red without an operation")
-	}
-	if t.bits != 32 && t.bits != 64 {
-		return fmt.Errorf("red of %d bits", t.bits)
-	}
-	if err := m.want(in, 2); err != nil {
-		return err
-	}
-	mem, err := m.access(fr, in, in.args[0], t.bits/8)
-	if err != nil {
-		return err
-	}
-	b, err := m.src(fr, in.args[1], t.bits, false)
-	if err != nil {
-		return err
-	}
-	old := getN(mem, t.bits/8)
-	switch op {
-	case "add":
-		putN(mem, t.bits/8, old+b)
-	case "and":
-		putN(mem, t.bits/8, old&b)
-	case "or":
-		putN(mem, t.bits/8, old|b)
-	case "xor":
-		putN(mem, t.bits/8, old^b)
-	}
-	return nil
+	return 0
 }
 
 // call: call[.uni] (ret), fn, (a, b); / call fn, (a); / call fn;
