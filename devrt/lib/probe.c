@@ -892,10 +892,14 @@ static void gx_launch_time(CUfunction f, CUstream stream, int ptsz)
 	if (ptsz && !stream)
 		stream = GX_CU_STREAM_PER_THREAD;
 	{
-		/* a launch into a capturing stream: the graph would replay this time with every launch */
+		/*
+		 * A launch into a capturing stream: the graph would replay this
+		 * time with every launch. An error (the legacy stream while a
+		 * blocking stream captures) is no launch time either.
+		 */
 		int capturing = 0;
 
-		if (gx_drv.cuStreamIsCapturing && gx_drv.cuStreamIsCapturing(stream, &capturing) == CUDA_SUCCESS && capturing)
+		if (gx_drv.cuStreamIsCapturing && (gx_drv.cuStreamIsCapturing(stream, &capturing) != CUDA_SUCCESS || capturing))
 			return;
 	}
 	clock_gettime(CLOCK_REALTIME, &ts);
