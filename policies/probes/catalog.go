@@ -87,8 +87,8 @@ type Mean struct {
 	// InFlight, when set, names the field counting the starts of what
 	// Count counts the ends of, and says Sum is a sum of end stamps minus
 	// start stamps: it is a sum of durations only when nothing is in
-	// flight, so the mean exists only when InFlight equals Count and Sum,
-	// read as signed, is not negative.
+	// flight, so the mean takes the images whose reading has InFlight
+	// equal to Count and Sum, read as signed, not negative.
 	InFlight string `json:"inFlight,omitempty"`
 }
 

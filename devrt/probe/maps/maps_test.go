@@ -249,6 +249,32 @@ func TestMeanBlockTimeWhileBlocksRun(t *testing.T) {
 	}
 }
 
+// Two processes: one finished (3 blocks, 6000 ns), one whose last copy-out
+// caught a block running (it died there). The mean is the finished one's;
+// the summary says a reading was in flight.
+func TestMeanBlockTimeOverSettledImages(t *testing.T) {
+	manifest := &probe.Manifest{Maps: []probe.MapInfo{{Name: "ls_counters", Layout: layout(t, probe.MapArray, 4, 8, 4)}}}
+	t0 := uint64(1_790_000_000_000_000_000)
+	dir := t.TempDir()
+	writeFile(t, dir, "1-0.maps", Encode(&File{PID: 1, Final: true, Maps: []Map{
+		mapOf("ls_counters", counterImage(t, 4, map[uint32]uint64{0: 1, 1: 3, 2: 6000, 3: 3}))}}))
+	writeFile(t, dir, "2-0.maps", Encode(&File{PID: 2, Maps: []Map{
+		mapOf("ls_counters", counterImage(t, 4, map[uint32]uint64{0: 1, 1: 2, 2: 500 - t0, 3: 1}))}}))
+	writeFile(t, dir, "1.status", []byte("image=0 state=patched reason=ok\n"))
+	writeFile(t, dir, "2.status", []byte("image=0 state=patched reason=ok\n"))
+	ten, err := ReadTenant(dir, manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Summarize(ten, probes.Builtin(), []string{"launch-stats"})[0]
+	if got, ok := s.Means["meanBlockNs"]; !ok || got != 2000 || !slices.Contains(s.InFlight, "meanBlockNs") {
+		t.Errorf("mean %v (present %v), in flight %v: want 2000 from the finished process, in flight noted", got, ok, s.InFlight)
+	}
+	if s.Counters["blocks"] != 5 || s.Counters["blockExits"] != 4 {
+		t.Errorf("counters %v", s.Counters)
+	}
+}
+
 func TestReadTenantMissingDir(t *testing.T) {
 	ten, err := ReadTenant(filepath.Join(t.TempDir(), "none"), nil)
 	if err != nil || ten.Processes != 0 || len(ten.Maps) != 0 {

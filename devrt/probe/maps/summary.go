@@ -3,6 +3,7 @@ package maps
 import (
 	"math"
 	"math/bits"
+	"slices"
 	"sort"
 
 	"github.com/gpuext/gpuext/policies/probes"
@@ -78,12 +79,14 @@ func Summarize(t *Tenant, cat *probes.Catalog, names []string) []ProbeSummary {
 					c := s.Counters[m.Count]
 					sum := float64(s.Counters[m.Sum])
 					if m.InFlight != "" {
-						// stamps: a reading with blocks still running has no mean
-						if s.Counters[m.InFlight] != c || int64(s.Counters[m.Sum]) < 0 {
+						// stamps: an image's reading taken with blocks still
+						// running (a process's last copy-out, if it died) has
+						// no sum of durations; the mean is over the others
+						var settled bool
+						sum, c, settled = settledMean(agg.Parts, v.Fields, m)
+						if !settled {
 							s.InFlight = append(s.InFlight, m.Name)
-							continue
 						}
-						sum = float64(int64(s.Counters[m.Sum]))
 					}
 					if c > 0 {
 						if s.Means == nil {
@@ -183,3 +186,23 @@ func quantile(counts []uint64, total uint64, q float64) uint64 {
 
 // BitLength is the log2 bucket of a value, as launch-latency computes it.
 func BitLength(v uint64) int { return bits.Len64(v) }
+
+// settledMean sums a stamps mean (Mean.InFlight) over the images whose
+// reading had nothing in flight: the count equals the in-flight field and
+// the sum, read as signed, is not negative. settled: every image was.
+func settledMean(parts [][]uint64, fields []string, m probes.Mean) (sum float64, count uint64, settled bool) {
+	is, ic, iv := slices.Index(fields, m.Sum), slices.Index(fields, m.Count), slices.Index(fields, m.InFlight)
+	settled = true
+	for _, p := range parts {
+		if is < 0 || ic < 0 || iv < 0 || max(is, ic, iv) >= len(p) {
+			continue
+		}
+		if p[iv] != p[ic] || int64(p[is]) < 0 {
+			settled = false
+			continue
+		}
+		sum += float64(int64(p[is]))
+		count += p[ic]
+	}
+	return sum, count, settled
+}

@@ -83,6 +83,9 @@ type Aggregate struct {
 	Dropped uint64 `json:"dropped,omitempty"`
 	// Images is how many images' copies were added.
 	Images int `json:"images"`
+	// Parts: each image's counters, as Counters sums them (a mean over
+	// stamps takes only the images with nothing in flight).
+	Parts [][]uint64 `json:"-"`
 }
 
 // Tenant is what a tenant's probes counted, across its processes and images.
@@ -229,6 +232,7 @@ func (a *Aggregate) add(m Map) error {
 		for i, v := range c {
 			a.Counters[i] += v
 		}
+		a.Parts = append(a.Parts, c)
 	}
 	a.Images++
 	return nil
