@@ -262,10 +262,15 @@ static void fake_kernel_time(void)
 #define FAKE_MAX_IMAGES 64
 #define FAKE_MAX_GLOBALS 64
 
+#define FAKE_MAX_CTX 4
+
 struct fake_global {
 	char name[128];
 	size_t size;
-	unsigned char *mem;
+	unsigned char *mem;  /* in the first context (0x4000) */
+	unsigned char *init; /* as loaded: what another context's copy starts from */
+	uintptr_t ctx[FAKE_MAX_CTX];
+	unsigned char *ctxmem[FAKE_MAX_CTX]; /* the copies of other contexts (a library's globals are per context) */
 };
 
 struct fake_image {
@@ -278,6 +283,27 @@ struct fake_image {
 static struct fake_image fake_images[FAKE_MAX_IMAGES];
 static int fake_nimages;
 static int fake_ctx_current = -1; /* -1: not decided yet (FAKECUDA_NO_CONTEXT) */
+static __thread uintptr_t fake_ctx_ptr = 0x4000; /* this thread's current context, when there is one */
+
+/* A global's memory in the current context. fake_mu held. */
+static unsigned char *fake_mem_of(struct fake_global *g)
+{
+	if (fake_ctx_ptr == 0x4000)
+		return g->mem;
+	for (int c = 0; c < FAKE_MAX_CTX; c++) {
+		if (g->ctx[c] == fake_ctx_ptr)
+			return g->ctxmem[c];
+		if (!g->ctx[c]) {
+			g->ctxmem[c] = malloc(g->size ? g->size : 1);
+			if (!g->ctxmem[c])
+				return g->mem;
+			memcpy(g->ctxmem[c], g->init ? g->init : g->mem, g->size);
+			g->ctx[c] = fake_ctx_ptr;
+			return g->ctxmem[c];
+		}
+	}
+	return g->mem;
+}
 
 static size_t fake_type_size(const char *t, size_t n)
 {
@@ -425,6 +451,9 @@ static uintptr_t fake_record_image(const char *api, const void *image, uintptr_t
 		snprintf(name, sizeof(name), "image-%d.ptx", n);
 		fake_write_file(name, img.ptx, img.ptx_len);
 		fake_parse_globals(im, img.ptx);
+		for (int k = 0; k < im->nglobals; k++)
+			if ((im->g[k].init = malloc(im->g[k].size ? im->g[k].size : 1)))
+				memcpy(im->g[k].init, im->g[k].mem, im->g[k].size);
 	} else if (img.fatbin) {
 		snprintf(name, sizeof(name), "image-%d.fatbin", n);
 		fake_write_file(name, img.fatbin, img.fatbin_size);
@@ -459,10 +488,15 @@ static struct fake_global *fake_global_of(uintptr_t handle, const char *name)
 static const char *fake_global_at(CUdeviceptr p)
 {
 	for (int i = 0; i < fake_nimages; i++)
-		for (int k = 0; k < fake_images[i].nglobals; k++)
-			if (p >= (uintptr_t)fake_images[i].g[k].mem &&
-			    p < (uintptr_t)fake_images[i].g[k].mem + fake_images[i].g[k].size)
-				return fake_images[i].g[k].name;
+		for (int k = 0; k < fake_images[i].nglobals; k++) {
+			struct fake_global *g = &fake_images[i].g[k];
+
+			if (p >= (uintptr_t)g->mem && p < (uintptr_t)g->mem + g->size)
+				return g->name;
+			for (int c = 0; c < FAKE_MAX_CTX; c++)
+				if (g->ctxmem[c] && p >= (uintptr_t)g->ctxmem[c] && p < (uintptr_t)g->ctxmem[c] + g->size)
+					return g->name;
+		}
 	return "?";
 }
 
@@ -486,9 +520,11 @@ static void fake_probe_run(void)
 
 			if (strcmp(g->name, sym) || off + 8 > g->size)
 				continue;
-			memcpy(&v, g->mem + off, 8);
+			unsigned char *mem = fake_mem_of(g);
+
+			memcpy(&v, mem + off, 8);
 			v++;
-			memcpy(g->mem + off, &v, 8);
+			memcpy(mem + off, &v, 8);
 		}
 	pthread_mutex_unlock(&fake_mu);
 }
@@ -507,7 +543,7 @@ FAKE_API CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
 	if (!pctx)
 		return CUDA_ERROR_INVALID_VALUE;
-	*pctx = fake_has_context() ? (CUcontext)0x4000 : NULL;
+	*pctx = fake_has_context() ? (CUcontext)fake_ctx_ptr : NULL;
 	return CUDA_SUCCESS;
 }
 
@@ -515,6 +551,11 @@ FAKE_API CUresult cuCtxSetCurrent(CUcontext ctx)
 {
 	fake_has_context();
 	fake_ctx_current = ctx != NULL;
+	if (ctx) {
+		pthread_mutex_lock(&fake_mu);
+		fake_ctx_ptr = (uintptr_t)ctx;
+		pthread_mutex_unlock(&fake_mu);
+	}
 	fake_log("cuCtxSetCurrent ctx=%p", (void *)ctx);
 	return CUDA_SUCCESS;
 }
@@ -701,8 +742,11 @@ static CUresult fake_get_global(const char *api, CUdeviceptr *dptr, size_t *byte
 	fake_log("%s name=%s %s", api, name, g ? "found" : "not-found");
 	if (!g)
 		return CUDA_ERROR_NOT_FOUND;
-	if (dptr)
-		*dptr = (CUdeviceptr)(uintptr_t)g->mem;
+	if (dptr) {
+		pthread_mutex_lock(&fake_mu);
+		*dptr = (CUdeviceptr)(uintptr_t)fake_mem_of(g);
+		pthread_mutex_unlock(&fake_mu);
+	}
 	if (bytes)
 		*bytes = g->size;
 	return CUDA_SUCCESS;

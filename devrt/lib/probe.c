@@ -107,7 +107,18 @@ struct gx_pimage {
 	unsigned char *host; /* staging for one copy of all maps */
 	size_t host_size;
 	uint64_t seq;
+	/*
+	 * A library is loaded once for every context: its kernels run, with
+	 * their own maps, in each context they are launched in. The image's
+	 * first binding is the entry gx_probe_load made (ctxn 0); each further
+	 * context gets an entry of its own (ctxn 1, 2, ...), chained from the
+	 * first, with its own maps file <pid>-<image>-<ctxn>.maps.
+	 */
+	int ctxn;
+	struct gx_pimage *_Atomic next_ctx;
 };
+
+#define GX_PROBE_MAX_CTX 16 /* contexts a library image is bound in */
 
 static struct {
 	int on;
@@ -119,6 +130,7 @@ static struct {
 	_Atomic int key;      /* names this process's files: its pid, or pid + n << 22 if taken (0: not yet) */
 	_Atomic int pending;  /* patched images not yet bound to a context */
 	_Atomic int launch_time; /* 1 while launch times are written */
+	_Atomic int libraries;   /* bound library images: a launch checks its context */
 	_Atomic uint64_t launch_cache[GX_LAUNCH_CACHE]; /* f << 16 | (image slot + 1), 0xffff: none */
 	int exit_registered, thread_started, stopping;
 	struct gx_pimage *images[GX_PROBE_MAX_IMAGES];
@@ -531,6 +543,8 @@ static int gx_bind(struct gx_pimage *im)
 		return -1;
 	im->ctx = ctx;
 	im->bound = 1;
+	if (im->is_library && !im->ctxn)
+		atomic_fetch_add(&gx_pr.libraries, 1);
 	if (!gx_drv.cuStreamCreate || gx_drv.cuStreamCreate(&im->stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
 		gx_status("image=%d state=patched reason=no-copy-stream", im->index);
 		im->stream = NULL;
@@ -618,8 +632,13 @@ static void gx_copy_out(struct gx_pimage *im, int final)
 		return;
 	}
 	im->seq++;
-	snprintf(path, sizeof(path), "%s/%d-%d.maps", gx_pr.dir, gx_key(), im->index);
-	snprintf(tmp, sizeof(tmp), "%s/.%d-%d.maps.tmp", gx_pr.dir, gx_key(), im->index);
+	if (im->ctxn) {
+		snprintf(path, sizeof(path), "%s/%d-%d-%d.maps", gx_pr.dir, gx_key(), im->index, im->ctxn);
+		snprintf(tmp, sizeof(tmp), "%s/.%d-%d-%d.maps.tmp", gx_pr.dir, gx_key(), im->index, im->ctxn);
+	} else {
+		snprintf(path, sizeof(path), "%s/%d-%d.maps", gx_pr.dir, gx_key(), im->index);
+		snprintf(tmp, sizeof(tmp), "%s/.%d-%d.maps.tmp", gx_pr.dir, gx_key(), im->index);
+	}
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return;
@@ -879,16 +898,54 @@ static struct gx_pimage *gx_image_of(CUfunction f)
 	return found < 0 ? NULL : gx_pr.images[found];
 }
 
-static void gx_launch_time(CUfunction f, CUstream stream, int ptsz)
+/*
+ * The entry of a library image for context ctx: the chain's, or a new one,
+ * bound now (never waiting: NULL when the lock is taken, try at the next
+ * launch).
+ */
+static struct gx_pimage *gx_image_in_ctx(struct gx_pimage *first, CUcontext ctx)
 {
-	struct gx_pimage *im = gx_image_of(f);
-	CUcontext ctx = NULL;
+	struct gx_pimage *im, *last = first, *n;
+	int count = 0, mode;
+
+	for (im = first; im; im = atomic_load_explicit(&im->next_ctx, memory_order_acquire)) {
+		if (im->ctx == ctx)
+			return im;
+		last = im;
+		count++;
+	}
+	if (!first->is_library || !first->bound || count >= GX_PROBE_MAX_CTX || pthread_mutex_trylock(&gx_probe_mu) != 0)
+		return NULL;
+	for (im = first; im; im = atomic_load_explicit(&im->next_ctx, memory_order_acquire)) /* again, under the lock */
+		if (im->ctx == ctx)
+			break;
+	if (!im && gx_pr.nimages < GX_PROBE_MAX_IMAGES && (n = calloc(1, sizeof(*n)))) {
+		for (last = first; atomic_load(&last->next_ctx); last = atomic_load(&last->next_ctx))
+			;
+		n->index = first->index;
+		n->is_library = 1;
+		n->handle = first->handle;
+		n->ptx = NULL; /* the first entry keeps the text */
+		n->ctxn = last->ctxn + 1;
+		mode = gx_capture_relax();
+		gx_bind(n);
+		gx_capture_restore(mode);
+		gx_pr.images[gx_pr.nimages++] = n;
+		atomic_store_explicit(&last->next_ctx, n, memory_order_release);
+		gx_status("image=%d ctx=%d state=bound context=%p", n->index, n->ctxn, (void *)ctx);
+		im = n;
+	}
+	pthread_mutex_unlock(&gx_probe_mu);
+	return im;
+}
+
+static void gx_launch_time(struct gx_pimage *im, CUstream stream, int ptsz)
+{
 	struct timespec ts;
 	CUresult r;
 
-	if (!im || !im->launch_ns || !gx_drv.cuCtxGetCurrent || gx_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS ||
-	    ctx != im->ctx)
-		return; /* not a probed module, or another context's instance of it */
+	if (!im || !im->launch_ns)
+		return; /* not a probed module */
 	if (ptsz && !stream)
 		stream = GX_CU_STREAM_PER_THREAD;
 	{
@@ -926,8 +983,18 @@ void gx_probe_before_launch(CUfunction f, CUstream stream, int ptsz)
 		gx_capture_restore(mode);
 		pthread_mutex_unlock(&gx_probe_mu);
 	}
-	if (f && atomic_load_explicit(&gx_pr.launch_time, memory_order_relaxed))
-		gx_launch_time(f, stream, ptsz);
+	if (f && (atomic_load_explicit(&gx_pr.launch_time, memory_order_relaxed) ||
+		  atomic_load_explicit(&gx_pr.libraries, memory_order_relaxed))) {
+		struct gx_pimage *im = gx_image_of(f);
+		CUcontext ctx = NULL;
+
+		if (!im || !gx_drv.cuCtxGetCurrent || gx_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+			return;
+		if (im->ctx != ctx) /* a library's kernel in another context: that context's entry */
+			im = gx_image_in_ctx(im, ctx);
+		if (im && atomic_load_explicit(&gx_pr.launch_time, memory_order_relaxed))
+			gx_launch_time(im, stream, ptsz);
+	}
 }
 
 /* The child of a fork has no copy thread and none of the parent's contexts. */
@@ -939,6 +1006,7 @@ void gx_probe_after_fork(void)
 	atomic_store(&gx_pr.key, 0);
 	atomic_store(&gx_pr.pending, 0);
 	atomic_store(&gx_pr.launch_time, 0);
+	atomic_store(&gx_pr.libraries, 0);
 	for (int i = 0; i < GX_LAUNCH_CACHE; i++)
 		atomic_store(&gx_pr.launch_cache[i], 0);
 }

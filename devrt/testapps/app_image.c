@@ -11,6 +11,7 @@
  *   modex FILE    cuModuleLoadDataEx with one JIT option -> "modex FILE ok"
  *   launch N      N x cuLaunchKernel   -> "launch N ok"
  *   ctx           cuCtxSetCurrent(the context)   -> "ctx ok"
+ *   ctx2          cuCtxSetCurrent(a second context, fake driver) -> "ctx2 ok"
  *   sleep MS      -> "sleep MS"
  *   capture MS    on a new stream: cuStreamBeginCapture (global mode), one
  *                 launch into it, MS ms of sleep (the interposer's copy
@@ -228,6 +229,9 @@ int main(int argc, char **argv)
 		} else if (!strcmp(v, "ctx")) {
 			r = ctx_set((CUcontext)0x4000);
 			printf("ctx %s\n", r == CUDA_SUCCESS ? "ok" : "failed");
+		} else if (!strcmp(v, "ctx2")) {
+			r = ctx_set((CUcontext)0x4100);
+			printf("ctx2 %s\n", r == CUDA_SUCCESS ? "ok" : "failed");
 		} else if ((!strcmp(v, "lib") || !strcmp(v, "libraw") || !strcmp(v, "mod") || !strcmp(v, "modex")) &&
 			   i + 1 < argc) {
 			const char *path = argv[++i];
