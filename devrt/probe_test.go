@@ -384,6 +384,20 @@ func probeTenant(t *testing.T, id int, withProbes bool) *tenant {
 	return tn
 }
 
+// launchTimeOn sets launch_time 1 in the tenant's module.conf, as a probe
+// that reads ctx->launch_ns makes the compiler do.
+func (tn *tenant) launchTimeOn() {
+	tn.t.Helper()
+	conf := filepath.Join(tn.dir, "probes", "module.conf")
+	b, err := os.ReadFile(conf)
+	if err == nil {
+		err = os.WriteFile(conf, bytes.Replace(b, []byte("launch_time 0"), []byte("launch_time 1"), 1), 0o644)
+	}
+	if err != nil {
+		tn.t.Fatal(err)
+	}
+}
+
 func (tn *tenant) runImages(env []string, steps ...string) probeRun {
 	tn.t.Helper()
 	images := tn.t.TempDir()
@@ -738,11 +752,7 @@ func TestProbesLaunchTime(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tn := probeTenant(t, 27, true)
-			conf := filepath.Join(tn.dir, "probes", "module.conf")
-			b, _ := os.ReadFile(conf)
-			if err := os.WriteFile(conf, bytes.Replace(b, []byte("launch_time 0"), []byte("launch_time 1"), 1), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			tn.launchTimeOn()
 			before := uint64(time.Now().UnixNano())
 			r := tn.runImages(nil, tc.steps...)
 			after := uint64(time.Now().UnixNano())
@@ -915,11 +925,7 @@ func TestProbesLaunchTimeClockOffset(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tn := probeTenant(t, 28, true)
-			conf := filepath.Join(tn.dir, "probes", "module.conf")
-			b, _ := os.ReadFile(conf)
-			if err := os.WriteFile(conf, bytes.Replace(b, []byte("launch_time 0"), []byte("launch_time 1"), 1), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			tn.launchTimeOn()
 			before := time.Now().UnixNano()
 			r := tn.runImages(tc.env, "lib", fb, "launch", "3")
 			after := time.Now().UnixNano()
@@ -991,11 +997,7 @@ func TestProbesLetGraphCapturesBe(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tn := probeTenant(t, 29, true)
-			conf := filepath.Join(tn.dir, "probes", "module.conf")
-			b, _ := os.ReadFile(conf)
-			if err := os.WriteFile(conf, bytes.Replace(b, []byte("launch_time 0"), []byte("launch_time 1"), 1), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			tn.launchTimeOn()
 			r := tn.runImages(tc.env, tc.steps...)
 			var capLine string
 			for _, l := range r.lines {
@@ -1033,11 +1035,7 @@ func TestProbesLetGraphCapturesBe(t *testing.T) {
 func TestProbesEveryContextOfALibrary(t *testing.T) {
 	fb := writeTemp(t, "app.fatbin", fatbin(sassEntry(90), ptxEntry(t, "vecadd.ptx", 90)))
 	tn := probeTenant(t, 30, true)
-	conf := filepath.Join(tn.dir, "probes", "module.conf")
-	b, _ := os.ReadFile(conf)
-	if err := os.WriteFile(conf, bytes.Replace(b, []byte("launch_time 0"), []byte("launch_time 1"), 1), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	tn.launchTimeOn()
 	r := tn.runImages(nil, "lib", fb, "launch", "2", "ctx2", "launch", "3", "ctx", "launch", "1")
 	wantLines(t, r.lines, "lib "+filepath.Base(fb)+" ok", "launch 2 ok", "ctx2 ok", "launch 3 ok", "ctx ok", "launch 1 ok")
 	first := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0.maps", r.pid)))

@@ -21,18 +21,25 @@ import (
 // hostDriver builds testdata/hostdiff: helpers.cu compiled for the host
 // with g++ (the CUDA qualifiers and atomics shimmed), driven over stdin.
 func hostDriver(t *testing.T) string {
+	return hostBuild(t, "driver", "testdata/hostdiff/driver.cc")
+}
+
+// hostBuild compiles helpers.cu for the host (shim.h) with a driver source
+// and flags; without g++ the test fails under CI=true, else skips.
+func hostBuild(t *testing.T, name, driverSrc string, flags ...string) string {
 	t.Helper()
 	gxx, err := exec.LookPath("g++")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatal("g++ is needed for the helper library's differential test")
+			t.Fatal("g++ is needed to build the helper library for the host")
 		}
 		t.Skip("no g++")
 	}
-	out := filepath.Join(t.TempDir(), "driver")
-	cmd := exec.Command(gxx, "-std=c++17", "-O1", "-Wall", "-Werror", "-DGPUEXT_HELPERS_HOST_TEST",
-		"-I../../../kmod/include", "-include", "testdata/hostdiff/shim.h",
-		"-x", "c++", "helpers.cu", "-x", "none", "testdata/hostdiff/driver.cc", "-o", out)
+	out := filepath.Join(t.TempDir(), name)
+	args := append([]string{"-std=c++17", "-O1", "-Wall", "-Werror", "-DGPUEXT_HELPERS_HOST_TEST"}, flags...)
+	args = append(args, "-I../../../kmod/include", "-include", "testdata/hostdiff/shim.h",
+		"-x", "c++", "helpers.cu", "-x", "none", driverSrc, "-o", out)
+	cmd := exec.Command(gxx, args...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, b)
 	}

@@ -1,9 +1,7 @@
 package helpers
 
 import (
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -17,21 +15,8 @@ import (
 // none, keep the count word equal to the live buckets and never hold more
 // than max_entries keys.
 func TestHashMapConcurrentInserts(t *testing.T) {
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("g++ is needed for the hash map stress test")
-		}
-		t.Skip("no g++")
-	}
-	out := filepath.Join(t.TempDir(), "stress")
-	cmd := exec.Command(gxx, "-std=c++17", "-O1", "-Wall", "-Werror", "-pthread", "-DGPUEXT_HELPERS_HOST_TEST", "-DGX_HOST_STRESS",
-		"-I../../../kmod/include", "-include", "testdata/hostdiff/shim.h",
-		"-x", "c++", "helpers.cu", "-x", "none", "testdata/hoststress/stress.cc", "-o", out)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, b)
-	}
-	b, err := exec.Command(out, "2000", "8").CombinedOutput()
+	stress := hostBuild(t, "stress", "testdata/hoststress/stress.cc", "-pthread", "-DGX_HOST_STRESS")
+	b, err := exec.Command(stress, "2000", "8").CombinedOutput()
 	t.Log(strings.TrimSpace(string(b)))
 	if err != nil || !strings.HasPrefix(string(b), "PASS") {
 		t.Fatalf("hash map under concurrent inserts and deletes: %s (%v)", b, err)
