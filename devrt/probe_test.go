@@ -1034,34 +1034,44 @@ func TestProbesLetGraphCapturesBe(t *testing.T) {
 // context it ran in, and launch times go to that context's module.
 func TestProbesEveryContextOfALibrary(t *testing.T) {
 	fb := writeTemp(t, "app.fatbin", fatbin(sassEntry(90), ptxEntry(t, "vecadd.ptx", 90)))
-	tn := probeTenant(t, 30, true)
-	tn.launchTimeOn()
-	r := tn.runImages(nil, "lib", fb, "launch", "2", "ctx2", "launch", "3", "ctx", "launch", "1")
-	wantLines(t, r.lines, "lib "+filepath.Base(fb)+" ok", "launch 2 ok", "ctx2 ok", "launch 3 ok", "ctx ok", "launch 1 ok")
-	first := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0.maps", r.pid)))
-	second := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0-1.maps", r.pid)))
-	if got := binary.LittleEndian.Uint64(first.maps["counts"][40:]); got != 3 {
-		t.Errorf("first context counted %d launches, want 3", got)
-	}
-	if got := binary.LittleEndian.Uint64(second.maps["counts"][40:]); got != 3 {
-		t.Errorf("second context counted %d launches, want 3", got)
-	}
-	if first.final != 1 || second.final != 1 || second.image != 0 {
-		t.Errorf("final copies: first %d, second %d (image %d)", first.final, second.final, second.image)
-	}
-	var bound, synced int
-	for _, kv := range r.status(t) {
-		if kv["state"] == "bound" && kv["ctx"] == "1" {
-			bound++
-		}
-		if kv["clock"] == "synced" && kv["why"] == "bind" {
-			synced++
-		}
-	}
-	if bound != 1 || synced != 2 {
-		t.Errorf("status: %d bind lines for the second context (want 1), %d clock syncs at bind (want one per context)", bound, synced)
-	}
-	if n := countPrefix(tn.driverCalls(r.pid), "cuStreamWriteValue64_v2 dst=__gpuext_launch_ns"); n != 6 {
-		t.Errorf("%d launch-time writes for 6 launches in two contexts", n)
+	for _, launchTime := range []bool{true, false} {
+		t.Run(fmt.Sprintf("launch_time=%v", launchTime), func(t *testing.T) {
+			tn := probeTenant(t, 30, true)
+			if launchTime {
+				tn.launchTimeOn()
+			}
+			r := tn.runImages(nil, "lib", fb, "launch", "2", "ctx2", "launch", "3", "ctx", "launch", "1")
+			wantLines(t, r.lines, "lib "+filepath.Base(fb)+" ok", "launch 2 ok", "ctx2 ok", "launch 3 ok", "ctx ok", "launch 1 ok")
+			first := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0.maps", r.pid)))
+			second := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0-1.maps", r.pid)))
+			if got := binary.LittleEndian.Uint64(first.maps["counts"][40:]); got != 3 {
+				t.Errorf("first context counted %d launches, want 3", got)
+			}
+			if got := binary.LittleEndian.Uint64(second.maps["counts"][40:]); got != 3 {
+				t.Errorf("second context counted %d launches, want 3", got)
+			}
+			if first.final != 1 || second.final != 1 || second.image != 0 {
+				t.Errorf("final copies: first %d, second %d (image %d)", first.final, second.final, second.image)
+			}
+			var bound, synced int
+			for _, kv := range r.status(t) {
+				if kv["state"] == "bound" && kv["ctx"] == "1" {
+					bound++
+				}
+				if kv["clock"] == "synced" && kv["why"] == "bind" {
+					synced++
+				}
+			}
+			wantSynced, wantWrites := 0, 0
+			if launchTime {
+				wantSynced, wantWrites = 2, 6 // a clock offset per context; every launch
+			}
+			if bound != 1 || synced != wantSynced {
+				t.Errorf("status: %d bind lines for the second context (want 1), %d clock syncs at bind (want %d)", bound, synced, wantSynced)
+			}
+			if n := countPrefix(tn.driverCalls(r.pid), "cuStreamWriteValue64_v2 dst=__gpuext_launch_ns"); n != wantWrites {
+				t.Errorf("%d launch-time writes for 6 launches in two contexts, want %d", n, wantWrites)
+			}
+		})
 	}
 }

@@ -131,6 +131,7 @@ static struct {
 	_Atomic int pending;  /* patched images not yet bound to a context */
 	_Atomic int launch_time; /* 1 while launch times are written */
 	_Atomic int libraries;   /* bound library images: a launch checks its context */
+	_Atomic(CUcontext) first_ctx; /* the context the first image was bound in */
 	_Atomic uint64_t launch_cache[GX_LAUNCH_CACHE]; /* f << 16 | (image slot + 1), 0xffff: none */
 	int exit_registered, thread_started, stopping;
 	struct gx_pimage *images[GX_PROBE_MAX_IMAGES];
@@ -545,8 +546,14 @@ static int gx_bind(struct gx_pimage *im)
 	im->bound = 1;
 	if (im->is_library && !im->ctxn)
 		atomic_fetch_add(&gx_pr.libraries, 1);
+	{
+		CUcontext none = NULL;
+
+		atomic_compare_exchange_strong(&gx_pr.first_ctx, &none, ctx);
+	}
 	if (!gx_drv.cuStreamCreate || gx_drv.cuStreamCreate(&im->stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
-		gx_status("image=%d state=patched reason=no-copy-stream", im->index);
+		/* (another context's entry is not another patched image) */
+		gx_status("image=%d state=%s reason=no-copy-stream", im->index, im->ctxn ? "bound" : "patched");
 		im->stream = NULL;
 		return 0;
 	}
@@ -985,14 +992,20 @@ void gx_probe_before_launch(CUfunction f, CUstream stream, int ptsz)
 	}
 	if (f && (atomic_load_explicit(&gx_pr.launch_time, memory_order_relaxed) ||
 		  atomic_load_explicit(&gx_pr.libraries, memory_order_relaxed))) {
-		struct gx_pimage *im = gx_image_of(f);
+		struct gx_pimage *im;
 		CUcontext ctx = NULL;
+		int lt = atomic_load_explicit(&gx_pr.launch_time, memory_order_relaxed);
 
-		if (!im || !gx_drv.cuCtxGetCurrent || gx_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+		if (!gx_drv.cuCtxGetCurrent || gx_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)
+			return;
+		/* without launch times, only a launch in another context than the first needs the image */
+		if (!lt && ctx == atomic_load_explicit(&gx_pr.first_ctx, memory_order_relaxed))
+			return;
+		if (!(im = gx_image_of(f)))
 			return;
 		if (im->ctx != ctx) /* a library's kernel in another context: that context's entry */
 			im = gx_image_in_ctx(im, ctx);
-		if (im && atomic_load_explicit(&gx_pr.launch_time, memory_order_relaxed))
+		if (im && lt)
 			gx_launch_time(im, stream, ptsz);
 	}
 }
@@ -1007,6 +1020,7 @@ void gx_probe_after_fork(void)
 	atomic_store(&gx_pr.pending, 0);
 	atomic_store(&gx_pr.launch_time, 0);
 	atomic_store(&gx_pr.libraries, 0);
+	atomic_store(&gx_pr.first_ctx, NULL);
 	for (int i = 0; i < GX_LAUNCH_CACHE; i++)
 		atomic_store(&gx_pr.launch_cache[i], 0);
 }
