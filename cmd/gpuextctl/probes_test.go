@@ -130,3 +130,68 @@ func TestProbesReadDir(t *testing.T) {
 		}
 	}
 }
+
+// A tenant with launch-count alone (no timing) shows its launches and
+// blocks; its mean block time is "-"; one whose last reading caught blocks
+// running under launch-stats shows "running".
+func TestProbesLaunchCountAndRunningBlocks(t *testing.T) {
+	state := t.TempDir()
+	t0 := uint64(1_790_000_000_000_000_000) // an entry stamp whose block has not exited
+	for _, tc := range []struct {
+		id     uint32
+		set    []string
+		counts map[string]map[uint32]uint64
+	}{
+		{9, []string{"launch-count"}, map[string]map[uint32]uint64{"lc_counters": {0: 6, 1: 24, 2: 24}}},
+		// 5 blocks entered, 4 exited: one still running when the copy was taken
+		{10, []string{"launch-stats"}, map[string]map[uint32]uint64{"ls_counters": {0: 1, 1: 5, 2: 4000 - t0, 3: 4}}},
+	} {
+		b, err := compile.NewCompiler(probes.Builtin(), func() (helpers.Library, error) { return helpers.Library{}, nil }).Compile(tc.set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := strconv.FormatUint(uint64(tc.id), 10)
+		dir := filepath.Join(state, "tenants", id)
+		os.MkdirAll(dir, 0o755)
+		data, _ := json.Marshal(admission.TenantFile{TenantID: tc.id, TenantKey: "nri/ctr/" + id, Policy: "default", Probes: tc.set})
+		os.WriteFile(filepath.Join(dir, admission.TenantConfigFile), data, 0o644)
+		if err := b.WriteDir(filepath.Join(dir, admission.TenantProbesDir)); err != nil {
+			t.Fatal(err)
+		}
+		acct := filepath.Join(state, "acct", id, "probes")
+		os.MkdirAll(acct, 0o777)
+		f := &maps.File{PID: 300}
+		for _, mi := range b.Manifest.Maps {
+			im := ptx.NewImage(mi.Layout)
+			for i, v := range tc.counts[mi.Name] {
+				im.Update(binary.LittleEndian.AppendUint32(nil, i), binary.LittleEndian.AppendUint64(nil, v), ptx.FlagAny, 0)
+			}
+			f.Maps = append(f.Maps, maps.Map{Name: mi.Name, Present: true, Bytes: im.Bytes})
+		}
+		os.WriteFile(filepath.Join(acct, "300-0.maps"), maps.Encode(f), 0o644)
+		os.WriteFile(filepath.Join(acct, "300.status"), []byte("image=0 state=patched reason=ok kernels=1/1\n"), 0o644)
+	}
+	var out bytes.Buffer
+	if err := run([]string{"probes", "--json", "--state-dir", state}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var rows []ProbesRow
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 2 {
+		t.Fatalf("probes --json: %v\n%s", err, out.String())
+	}
+	count, stats := rows[0], rows[1]
+	if count.Launches == nil || *count.Launches != 6 || count.Blocks == nil || *count.Blocks != 24 || count.MeanBlockNs != nil {
+		t.Errorf("launch-count tenant: %s", out.String())
+	}
+	if stats.MeanBlockNs != nil || !stats.BlocksRunning || *stats.Blocks != 5 {
+		t.Errorf("launch-stats tenant with a block running: %s", out.String())
+	}
+	out.Reset()
+	if err := run([]string{"probes", "--state-dir", state}, &out); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[1], " 24 ") || !strings.Contains(lines[2], "running") {
+		t.Errorf("table:\n%s", out.String())
+	}
+}
