@@ -470,21 +470,8 @@ func (m *Machine) step(fr *frame, in *instr) (next int, done bool, err error) {
 	if len(ops) != arity {
 		return 0, false, fmt.Errorf("%d source operands, want %d", len(ops), arity)
 	}
-	if t.kind == 'p' {
-		var r uint64
-		switch in.op {
-		case "and":
-			r = ops[0] & ops[1]
-		case "or":
-			r = ops[0] | ops[1]
-		case "xor":
-			r = ops[0] ^ ops[1]
-		case "not":
-			r = ^ops[0]
-		default:
-			return 0, false, fmt.Errorf("%s on .pred", in.op)
-		}
-		return -1, false, fr.set(a[0], 1, r)
+	if t.kind == 'p' && in.op != "and" && in.op != "or" && in.op != "xor" && in.op != "not" {
+		return 0, false, fmt.Errorf("%s on .pred", in.op)
 	}
 	var r uint64
 	sx := func(v uint64) int64 { return int64(sext(v, t.bits)) }
@@ -502,9 +489,6 @@ func (m *Machine) step(fr *frame, in *instr) (next int, done bool, err error) {
 			r += ops[2]
 		}
 	case "div", "rem":
-		if t.kind == 'p' {
-			return 0, false, fmt.Errorf("bad type")
-		}
 		if trunc(ops[1], t.bits) == 0 {
 			return 0, false, fmt.Errorf("integer division by zero (undefined in PTX)")
 		}
@@ -573,7 +557,7 @@ func (m *Machine) step(fr *frame, in *instr) (next int, done bool, err error) {
 		}
 	}
 	if t.kind == 'p' {
-		return 0, false, fmt.Errorf("arithmetic on .pred")
+		return -1, false, fr.set(a[0], 1, r&1)
 	}
 	return -1, false, m.dst(fr, a[0], t.bits, false, false, trunc(r, t.bits))
 }
