@@ -162,9 +162,7 @@ func tenants(cfg config.Config, args []string, out io.Writer) error {
 		}
 	}
 	if *asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+		return writeJSON(out, rows)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TENANT\tCONTAINER\tNAME\tPOD\tRUNTIME\tCGROUP\tCGROUP-ID\tPOLICY\tQUOTA\tPRIORITY\tGPU-MEM\tPEAK\tREFUSED\tDELAYED")
@@ -211,15 +209,11 @@ func listPolicies(cfg config.Config, args []string, out io.Writer) error {
 		if !ok {
 			return fmt.Errorf("unknown policy %q (known: %s)", rest[1], strings.Join(cat.Names(), ", "))
 		}
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(p)
+		return writeJSON(out, p)
 	}
 	list := cat.List()
 	if *asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(list)
+		return writeJSON(out, list)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POLICY\tSUMMARY\tDESCRIPTION")
@@ -294,9 +288,7 @@ func kernelPolicies(cfg config.Config, cmd string, args []string, out io.Writer)
 		rows = append(rows, r)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+		return writeJSON(out, rows)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tOPS\tKIND\tCLASSES\tCALLS\tHANDLED\tREFUSED\tERRORS\tSTATE")
@@ -409,4 +401,11 @@ func idStr(id uint64) string {
 		return "-"
 	}
 	return strconv.FormatUint(id, 10)
+}
+
+// writeJSON is every --json output: indented, one value.
+func writeJSON(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -78,9 +78,7 @@ func probesCmd(cfg config.Config, args []string, out io.Writer) error {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+		return writeJSON(out, rows)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TENANT\tKEY\tPROBES\tPROCS\tPATCHED\tUNPATCHED\tLAUNCHES\tBLOCKS\tMEAN-BLOCK\tSMS\tLAT-P50\tLAT-P99")

@@ -5,8 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	stdmaps "maps"
 	"os"
-	"sort"
+	"slices"
 
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/maps"
@@ -47,9 +48,7 @@ func probesReadCmd(args []string, out io.Writer) error {
 	}
 	sum := maps.Summarize(ten, probes.Builtin(), names)
 	if *asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
+		return writeJSON(out, struct {
 			Tenant *maps.Tenant        `json:"tenant"`
 			Probes []maps.ProbeSummary `json:"probes"`
 		}{ten, sum})
@@ -67,16 +66,16 @@ func probesReadCmd(args []string, out io.Writer) error {
 			continue // no file had this probe's maps
 		}
 		fmt.Fprintf(out, "%s:", s.Name)
-		for _, k := range sortedKeys(s.Counters) {
+		for _, k := range slices.Sorted(stdmaps.Keys(s.Counters)) {
 			fmt.Fprintf(out, " %s=%d", k, s.Counters[k])
 		}
-		for _, k := range sortedKeys(s.Means) {
+		for _, k := range slices.Sorted(stdmaps.Keys(s.Means)) {
 			fmt.Fprintf(out, " %s=%.1f", k, s.Means[k])
 		}
 		if sm := s.SMs; sm != nil {
 			fmt.Fprintf(out, " smsUsed=%d minBlocks=%d(sm%d) maxBlocks=%d(sm%d)", sm.Used, sm.Min, sm.MinSM, sm.Max, sm.MaxSM)
 		}
-		for _, m := range sortedKeys(s.Histograms) {
+		for _, m := range slices.Sorted(stdmaps.Keys(s.Histograms)) {
 			h := s.Histograms[m]
 			fmt.Fprintf(out, " %s: count=%d p50=%d%s p99=%d%s", m, h.Count, h.P50, h.Unit, h.P99, h.Unit)
 		}
@@ -86,13 +85,4 @@ func probesReadCmd(args []string, out io.Writer) error {
 		fmt.Fprintf(out, "not counted: %s\n", s)
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

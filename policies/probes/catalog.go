@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 
@@ -183,7 +183,7 @@ func (p Probe) check(spec *ebpf.CollectionSpec) error {
 		field := fmt.Sprintf("programs[%d]", i)
 		ps, ok := spec.Programs[name]
 		if !ok {
-			return catalogErr(field, "%s has no program %q (has: %s)", p.Object, name, strings.Join(sortedKeys(spec.Programs), ", "))
+			return catalogErr(field, "%s has no program %q (has: %s)", p.Object, name, strings.Join(slices.Sorted(maps.Keys(spec.Programs)), ", "))
 		}
 		if _, ok := probe.AttachOfSection(ps.SectionName); !ok {
 			return catalogErr(field, "program %q is in section %q, want %s or %s", name, ps.SectionName, probe.SecKernelEntry, probe.SecKernelExit)
@@ -225,7 +225,7 @@ func (v View) check(spec *ebpf.CollectionSpec) error {
 	bad := catalogErr
 	m, ok := spec.Maps[v.Map]
 	if !ok {
-		return bad("map", "object has no map %q (has: %s)", v.Map, strings.Join(sortedKeys(spec.Maps), ", "))
+		return bad("map", "object has no map %q (has: %s)", v.Map, strings.Join(slices.Sorted(maps.Keys(spec.Maps)), ", "))
 	}
 	if !slices.Contains(viewKinds, v.Kind) {
 		return bad("kind", "unknown view kind %q (want one of: %s)", v.Kind, kindList())
@@ -279,15 +279,6 @@ func kindList() string {
 	return strings.Join(s, ", ")
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 // Get returns the named probe.
 func (c *Catalog) Get(name string) (Probe, bool) {
 	p, ok := c.probes[name]
@@ -296,7 +287,7 @@ func (c *Catalog) Get(name string) (Probe, bool) {
 }
 
 // Names returns the probe names, sorted.
-func (c *Catalog) Names() []string { return sortedKeys(c.probes) }
+func (c *Catalog) Names() []string { return slices.Sorted(maps.Keys(c.probes)) }
 
 // Check returns an error wrapping ErrUnknownProbe for the first name the
 // catalog does not hold.
