@@ -529,6 +529,26 @@ static int gx_clock_sync(struct gx_pimage *im, const char *why)
 }
 
 /*
+ * The clock offset is the context's: one image per context measures it
+ * (the first of gx_pr.images[0..n) bound there with launch times), the
+ * others copy it. gx_probe_mu held.
+ */
+static struct gx_pimage *gx_clock_owner(CUcontext ctx, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (gx_pr.images[i]->ctx == ctx && gx_pr.images[i]->launch_ns && gx_pr.images[i]->clock_synced)
+			return gx_pr.images[i];
+	return NULL;
+}
+
+static void gx_clock_copy(struct gx_pimage *im, const struct gx_pimage *owner)
+{
+	atomic_store(&im->clock_offset, atomic_load(&owner->clock_offset));
+	im->clock_at = owner->clock_at;
+	im->clock_synced = 1;
+}
+
+/*
  * Looks the symbols up in the current context and writes the tenant id.
  * Called with gx_probe_mu held. 0: bound (or given up: reported); -1: no context yet.
  */
@@ -588,14 +608,11 @@ static int gx_bind(struct gx_pimage *im)
 			im->ctx_module = NULL;
 		if (im->launch_ns && gx_drv.cuStreamWriteValue64_v2) {
 			/* an image of a context already measured takes its offset */
-			for (int i = 0; i < gx_pr.nimages; i++)
-				if (gx_pr.images[i] != im && gx_pr.images[i]->ctx == ctx && gx_pr.images[i]->clock_synced) {
-					atomic_store(&im->clock_offset, atomic_load(&gx_pr.images[i]->clock_offset));
-					im->clock_at = gx_pr.images[i]->clock_at;
-					im->clock_synced = 1;
-					break;
-				}
-			if (!im->clock_synced)
+			struct gx_pimage *owner = gx_clock_owner(ctx, gx_pr.nimages);
+
+			if (owner && owner != im)
+				gx_clock_copy(im, owner);
+			else
 				gx_clock_sync(im, "bind");
 			atomic_store(&gx_pr.launch_time, 1);
 		}
@@ -696,16 +713,13 @@ static void gx_clock_resync(int final)
 		return;
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	for (int i = 0; i < gx_pr.nimages; i++) {
-		struct gx_pimage *im = gx_pr.images[i], *first = im;
+		struct gx_pimage *im = gx_pr.images[i], *owner;
 
 		if (!im->bound || !im->launch_ns || !im->clock_synced)
 			continue;
-		for (int j = 0; j < i && first == im; j++) /* the context's first image is the one measured */
-			if (gx_pr.images[j]->ctx == im->ctx && gx_pr.images[j]->launch_ns && gx_pr.images[j]->clock_synced)
-				first = gx_pr.images[j];
-		if (first != im) {
-			atomic_store(&im->clock_offset, atomic_load(&first->clock_offset));
-			im->clock_at = first->clock_at;
+		owner = gx_clock_owner(im->ctx, i); /* measured earlier in this pass, or now */
+		if (owner) {
+			gx_clock_copy(im, owner);
 		} else if ((final || now.tv_sec - im->clock_at.tv_sec >= GX_CLOCK_RESYNC_S) &&
 			   gx_drv.cuCtxSetCurrent(im->ctx) == CUDA_SUCCESS) {
 			gx_clock_sync(im, final ? "exit" : "periodic");
