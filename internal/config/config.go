@@ -5,12 +5,14 @@ package config
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/gpuext/gpuext/bpf"
+	bpfpolicies "github.com/gpuext/gpuext/bpf/policies"
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/strictjson"
@@ -135,7 +137,11 @@ func (c Config) Constraints() (*policies.Constraints, error) {
 }
 
 // OpenCore opens the registry and builds the admission core. The caller
-// closes the returned registry.
+// closes the returned registry. Both paths (the NRI plugin at Configure, the
+// OCI hook and runc wrapper at every container) come through here, so both
+// hand the registry to the gpuext core module: the kernel resolves tenants
+// from its cgroup map (the core keeps its own reference; handing the same
+// map again replaces it with itself).
 func (c Config) OpenCore(log *logrus.Entry) (*admission.Core, *bpf.Registry, error) {
 	mode, err := admission.ParseFailMode(c.FailMode)
 	if err != nil {
@@ -163,6 +169,13 @@ func (c Config) OpenCore(log *logrus.Entry) (*admission.Core, *bpf.Registry, err
 	if err != nil {
 		reg.Close()
 		return nil, nil, err
+	}
+	if err := bpfpolicies.HandRegistryToCore(reg); errors.Is(err, bpfpolicies.ErrNoCore) {
+		log.WithError(err).Debug("no gpuext core module: registry not handed to the kernel")
+	} else if err != nil {
+		log.WithError(err).Warn("registry not handed to the gpuext core")
+	} else {
+		log.Debug("registry handed to the gpuext core")
 	}
 	return core, reg, nil
 }

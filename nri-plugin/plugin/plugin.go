@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -12,7 +11,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/bpf/policies"
 	"github.com/gpuext/gpuext/devrt/board"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
@@ -89,14 +87,6 @@ func (p *Plugin) Configure(_ context.Context, cfgData, runtime, version string) 
 	p.core, p.reg = core, reg
 	p.startBoard(cfg)
 	p.mu.Unlock()
-	// The gpuext core (kernel) resolves tenants from the registry's cgroup map.
-	if err := policies.HandRegistryToCore(reg); errors.Is(err, policies.ErrNoCore) {
-		p.log.WithError(err).Debug("no gpuext core module: registry not handed to the kernel")
-	} else if err != nil {
-		p.log.WithError(err).Warn("registry not handed to the gpuext core")
-	} else {
-		p.log.Info("registry handed to the gpuext core")
-	}
 	p.log.WithFields(logrus.Fields{"runtime": runtime, "version": version, "failMode": cfg.FailMode,
 		"pinDir": cfg.PinDir, "stateDir": cfg.StateDir}).Info("configured")
 	mask := api.MustParseEventMask("CreateContainer", "StartContainer", "RemoveContainer")
