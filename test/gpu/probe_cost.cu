@@ -12,6 +12,9 @@
 //   count        red.add at entry and exit on the warp's slot (%smid, %warpid)
 //                - the shape of launch-count
 //   count-cta    the same, the slot from the block index (no special-register reads)
+//   count-cta-tid the same, %tid.x (0 in the leader) added to the address:
+//                ptxas can no longer prove it warp-uniform and emits the RED
+//                without warp aggregation (VOTEU/UFLO/UPOPC + a lane-id test)
 //   entry-only   the entry red.add only
 //   exit-only    the exit red.add only
 //   exit-store   entry red.add, exit a plain store (no atomic) to the slot
@@ -52,22 +55,32 @@ static __device__ __forceinline__ unsigned warp_slot(void)
 	return (sm * 64 + w) & (SLOTS - 1);
 }
 
+/* %tid.x through asm: the compiler cannot derive it is 0 in the leader */
+static __device__ __forceinline__ unsigned tid_x(void)
+{
+	unsigned t;
+	asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+	return t;
+}
+
 static __device__ __forceinline__ bool leader(void)
 {
 	return (threadIdx.x | threadIdx.y | threadIdx.z) == 0;
 }
 
-enum { V_PLAIN, V_COUNT, V_COUNT_CTA, V_ENTRY, V_EXIT, V_EXIT_STORE, V_STATS, V_TIMER, V_GUARD, V_N };
-static const char *names[V_N] = {"plain", "count", "count-cta", "entry-only", "exit-only", "exit-store", "stats", "timer-only", "guard-only"};
+enum { V_PLAIN, V_COUNT, V_COUNT_CTA, V_COUNT_CTA_TID, V_ENTRY, V_EXIT, V_EXIT_STORE, V_STATS, V_TIMER, V_GUARD, V_N };
+static const char *names[V_N] = {"plain", "count", "count-cta", "count-cta-tid", "entry-only", "exit-only", "exit-store", "stats", "timer-only", "guard-only"};
 
 template <int V> __global__ void small(float *x, int n, u64 *sink)
 {
 	u64 t0 = 0;
 	if (leader()) {
-		unsigned s = V == V_COUNT_CTA ? (blockIdx.x & (SLOTS - 1)) : warp_slot();
+		unsigned s = V == V_COUNT_CTA || V == V_COUNT_CTA_TID ? (blockIdx.x & (SLOTS - 1)) : warp_slot();
+		if (V == V_COUNT_CTA_TID)
+			s += tid_x(); /* 0 here */
 		if (V == V_STATS || V == V_TIMER)
 			t0 = gtimer();
-		if (V == V_COUNT || V == V_COUNT_CTA || V == V_ENTRY || V == V_EXIT_STORE || V == V_STATS)
+		if (V == V_COUNT || V == V_COUNT_CTA || V == V_COUNT_CTA_TID || V == V_ENTRY || V == V_EXIT_STORE || V == V_STATS)
 			red_add(&g_counts[s * 4 + 1], 1);
 		if (V == V_STATS)
 			red_add(&g_counts[s * 4 + 2], (u64)0 - t0);
@@ -76,8 +89,10 @@ template <int V> __global__ void small(float *x, int n, u64 *sink)
 	if (i < n)
 		x[i] = x[i] * 1.0001f + 0.5f;
 	if (leader()) {
-		unsigned s = V == V_COUNT_CTA ? (blockIdx.x & (SLOTS - 1)) : warp_slot();
-		if (V == V_COUNT || V == V_COUNT_CTA || V == V_EXIT || V == V_STATS)
+		unsigned s = V == V_COUNT_CTA || V == V_COUNT_CTA_TID ? (blockIdx.x & (SLOTS - 1)) : warp_slot();
+		if (V == V_COUNT_CTA_TID)
+			s += tid_x();
+		if (V == V_COUNT || V == V_COUNT_CTA || V == V_COUNT_CTA_TID || V == V_EXIT || V == V_STATS)
 			red_add(&g_counts[s * 4 + 3], 1);
 		if (V == V_EXIT_STORE)
 			*(volatile u64 *)&g_counts[s * 4 + 3] = (u64)blockIdx.x;
@@ -91,7 +106,7 @@ template <int V> __global__ void small(float *x, int n, u64 *sink)
 }
 
 typedef void (*kern)(float *, int, u64 *);
-static kern kernels[V_N] = {small<V_PLAIN>, small<V_COUNT>, small<V_COUNT_CTA>, small<V_ENTRY>,
+static kern kernels[V_N] = {small<V_PLAIN>, small<V_COUNT>, small<V_COUNT_CTA>, small<V_COUNT_CTA_TID>, small<V_ENTRY>,
 			     small<V_EXIT>, small<V_EXIT_STORE>, small<V_STATS>, small<V_TIMER>, small<V_GUARD>};
 
 static double now_s(void)

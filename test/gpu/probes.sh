@@ -8,6 +8,9 @@
 #   probes-count-APP       launch-stats counts exactly the launches and blocks
 #                          the app launched; sm-histogram's total = blocks
 #   probes-sass-only       a SASS-only image loads unmodified, reported sass-only
+#   probes-bound-second-context one image run in two contexts of the GPU is
+#                          bound in the second too (twoctx.cu); with
+#                          probes-count-twoctx, every launch counted once
 #   probes-torch-graph-capture a torch CUDA graph captured while the copy
 #                          thread runs: same result with the probes
 #   probes-launch-time     every launch carries the host launch time
@@ -21,7 +24,7 @@
 GX=$REPO/bin/gpuextctl
 PT=$W/probes
 # GPUEXT_PROBE_CHECKS picks checks (default all)
-pwant() { [[ " ${GPUEXT_PROBE_CHECKS:-vecadd latency sass sgemm torch overhead resources hash diff} " == *" $1 "* ]]; }
+pwant() { [[ " ${GPUEXT_PROBE_CHECKS:-vecadd latency sass sgemm twoctx torch overhead resources hash diff} " == *" $1 "* ]]; }
 NVCCP=(nvcc -O2 -arch=sm_90)
 
 info "libzstd for nvcc 13's compressed PTX: $(ldconfig -p | grep -c 'libzstd.so.1 ') found"
@@ -33,6 +36,7 @@ pbuild vecadd "$REPO/test/gpu/vecadd.cu"
 pbuild vecadd_nc "$REPO/test/gpu/vecadd.cu" --compress-mode=none
 NVCCP=(nvcc -O2 -gencode arch=compute_90,code=sm_90); pbuild vecadd_sass "$REPO/test/gpu/vecadd.cu"; NVCCP=(nvcc -O2 -arch=sm_90)
 pbuild probeapps "$REPO/test/gpu/probeapps.cu"
+pbuild twoctx "$REPO/test/gpu/twoctx.cu" -lcuda
 
 # ptenant ID PROBES [--kernel NAME...]: a tenant dir with compiled probes
 ptenant() {
@@ -120,6 +124,17 @@ if pwant sgemm && [[ -x $W/probeapps ]] && ptenant 34 launch-stats,sm-histogram;
 	want=$("$W/probeapps" sgemm 1024 5 | head -1); got=$(prun 34 "$W/probeapps" sgemm 1024 5 2>"$OUT/probes-sgemm.err" | head -1)
 	punchanged sgemm "$want" "$got"
 	pcheck sgemm 34 5 $((32 * 32 * 5))
+fi
+# one image in two contexts of the GPU (the primary one, then one made with
+# cuCtxCreate): bound in each, every launch counted once, outputs unchanged
+if pwant twoctx && [[ -x $W/twoctx ]] && ptenant 40 launch-stats,sm-histogram; then
+	want=$("$W/twoctx" 1048576 5); got=$(prun 40 "$W/twoctx" 1048576 5 2>"$OUT/probes-twoctx.err")
+	punchanged twoctx "$(echo "$want" | grep checksum)" "$(echo "$got" | grep checksum)"
+	read -r launches blocks < <(echo "$want" | awk '/twoctx grid/ {for (i = 3; i <= NF; i++) {split($i, kv, "="); v[kv[1]] = kv[2]} print v["launches"], v["blocks"]}')
+	pcheck twoctx 40 "$launches" "$blocks"
+	nb=$(cat "$PT/acct/40/probes/"*.status 2>/dev/null | grep -c 'state=bound')
+	info "probes_twoctx bound_lines=$nb maps_files=$(ls "$PT/acct/40/probes/"*.maps 2>/dev/null | wc -l)"
+	if (( nb >= 1 )); then ok probes-bound-second-context; else bad probes-bound-second-context "no state=bound line for the created context (probes-twoctx.txt)"; fi
 fi
 # PyTorch: three kernels of an extension built with nvcc -arch=sm_90 (its
 # fatbin carries PTX), called from a torch script; the probes are limited to

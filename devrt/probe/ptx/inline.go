@@ -2,6 +2,7 @@ package ptx
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 
@@ -218,19 +219,42 @@ func (t *progTranslator) inlineLookup(k inlineKey) error {
 
 // valueAddr turns the index in %t0 into the value's address in %t0 (map
 // at r1): ARRAY 32 + idx*stride + 8, PER_WARP 32 + (slot*max + idx)*stride.
+// The slot's offset is one 32x32->64 multiply-add (slot*max*stride + r1)
+// where it fits, not a 64-bit multiply of the sum.
+//
+// Under the thread-0 site guard the address also gets %tid.x added, which
+// is 0 there: it changes no address, but ptxas can no longer prove the
+// address the same in every lane, and so emits the atomic as it is instead
+// of aggregating it over the warp (VOTEU.ANY, UFLO, UPOPC, a %laneid read
+// and the leader test, in series before the probing thread's RED; seen in
+// the H200's SASS of the spliced small kernel). One active lane never needs
+// the aggregation.
 func (t *progTranslator) valueAddr(k inlineKey, l probe.MapLayout) {
 	hdr := uint64(probe.MapHdrSize) + 8
+	t.emit("mul.lo.u64 %%t0, %%t0, %d", l.Stride)
 	if l.Type == probe.MapPerWarp {
 		hdr = probe.MapHdrSize
 		t.warpSlot(k, l)
-		t.emit("mad.lo.u64 %%t0, %%t1, %d, %%t0", l.MaxEntries)
+		if span := uint64(l.MaxEntries) * uint64(l.Stride); span <= math.MaxUint32 {
+			t.emit("mad.wide.u32 %%t1, %%w1, %d, %%r1", span)
+		} else {
+			t.emit("cvt.u64.u32 %%t1, %%w1")
+			t.emit("mad.lo.u64 %%t1, %%t1, %d, %%r1", span)
+		}
+		t.emit("add.u64 %%t0, %%t0, %%t1")
+	} else {
+		t.emit("add.u64 %%t0, %%t0, %%r1")
 	}
-	t.emit("mul.lo.u64 %%t0, %%t0, %d", l.Stride)
 	t.emit("add.u64 %%t0, %%t0, %d", hdr)
-	t.emit("add.u64 %%t0, %%t0, %%r1")
+	if t.thread0 {
+		t.emit("mov.u32 %%w2, %%tid.x")
+		t.emit("cvt.u64.u32 %%t1, %%w2")
+		t.out.WriteString("\t// + %tid.x (0 under the guard): no warp aggregation\n")
+		t.emit("add.u64 %%t0, %%t0, %%t1")
+	}
 }
 
-// warpSlot sets %t1 to the slot of a per-warp map: the block's (a map
+// warpSlot sets %w1 to the slot of a per-warp map: the block's (a map
 // updated only atomically) or the warp's.
 func (t *progTranslator) warpSlot(k inlineKey, l probe.MapLayout) {
 	if t.blockSlot[k.mapName] {
@@ -251,7 +275,6 @@ func (t *progTranslator) warpSlot(k inlineKey, l probe.MapLayout) {
 	} else {
 		t.emit("rem.u32 %%w1, %%w1, %d", n)
 	}
-	t.emit("cvt.u64.u32 %%t1, %%w1")
 }
 
 var (

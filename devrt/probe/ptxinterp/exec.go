@@ -453,6 +453,34 @@ func (m *Machine) step(fr *frame, in *instr) (next int, done bool, err error) {
 		}
 		return -1, false, fr.set(a[0], 1, r)
 	}
+	// mul.wide.u32 d, a, b / mad.wide.u32 d, a, b, c: 32-bit sources, a
+	// 64-bit product (and addend, and destination); the translator's
+	// per-warp slot offset.
+	if (in.op == "mul" || in.op == "mad") && hasMod(in, "wide") {
+		if t.bits != 32 || t.kind != 'u' {
+			return 0, false, fmt.Errorf("only %s.wide.u32", in.op)
+		}
+		if err := m.want(in, map[string]int{"mul": 3, "mad": 4}[in.op]); err != nil {
+			return 0, false, err
+		}
+		x, err := m.src(fr, a[1], 32, false)
+		if err != nil {
+			return 0, false, err
+		}
+		y, err := m.src(fr, a[2], 32, false)
+		if err != nil {
+			return 0, false, err
+		}
+		r := x * y
+		if in.op == "mad" {
+			c, err := m.src(fr, a[3], 64, false)
+			if err != nil {
+				return 0, false, err
+			}
+			r += c
+		}
+		return -1, false, m.dst(fr, a[0], 64, false, false, r)
+	}
 	// Arithmetic: d, a[, b[, c]] all at the type's width, except shift
 	// amounts (.u32).
 	ops := make([]uint64, len(a)-1)

@@ -198,3 +198,35 @@ ret;`))
 		t.Errorf("a standing timer moved by %d", r)
 	}
 }
+
+// mul.wide.u32 / mad.wide.u32: 32-bit sources, a 64-bit result that keeps
+// the product's high bits (the translator's per-warp slot offset).
+func TestWideMultiply(t *testing.T) {
+	src := fn(`.reg .b64 %a, %v;
+.reg .b32 %x;
+ld.param.u64 %a, [a];
+mov.u32 %x, 4000000000;
+mul.wide.u32 %v, %x, 3;
+mad.wide.u32 %v, %x, 2, %v;
+add.u64 %v, %v, %a;
+st.param.b64 [r], %v;
+ret;`)
+	m, err := ptxinterp.Load(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := m.Call("f", ptxinterp.Thread0(), 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64(4000000000)*5 + 7; r != want {
+		t.Errorf("4e9*3 + 4e9*2 + 7 = %d, want %d (the product's high bits kept)", r, want)
+	}
+	m, err = ptxinterp.Load(fn(".reg .b64 %v;\n.reg .b32 %x;\nmov.u32 %x, 1;\nmul.wide.s32 %v, %x, 3;\nst.param.b64 [r], %v;\nret;"))
+	if err == nil {
+		_, err = m.Call("f", ptxinterp.Thread0(), 0)
+	}
+	if err == nil || !strings.Contains(err.Error(), "wide.u32") {
+		t.Errorf("mul.wide.s32: %v, want an error naming the supported form", err)
+	}
+}
