@@ -4,9 +4,10 @@
 // the interposer binds the probed image (its maps, stream and clock
 // offset) in each (make gpu-test, probes-count-twoctx). Prints a checksum
 // per context and the grid it launched.
-//   twoctx [N] [LAUNCHES_PER_CONTEXT]
+//   twoctx [N] [LAUNCHES_PER_CONTEXT] [keep: do not destroy the second context]
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -64,6 +65,8 @@ int main(int argc, char **argv)
 	double b = run(n, launches); /* the created context */
 	printf("twoctx checksum ctx1=%.1f ctx2=%.1f\n", a, b);
 	printf("twoctx grid launches=%d blocks=%d\n", 2 * launches, 2 * launches * ((n + 255) / 256));
-	cuCtxDestroy(ctx);
+	fflush(stdout);
+	if (!(argc > 3 && !strcmp(argv[3], "keep")))
+		cuCtxDestroy(ctx);
 	return 0;
 }

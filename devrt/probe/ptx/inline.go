@@ -322,10 +322,11 @@ func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, gua
 	b.WriteString("{\n")
 	if sharedSlot && a == probe.KernelEntry {
 		// the block's linear index, for the per-warp maps updated only atomically
-		fmt.Fprintf(&b, "\t{\n\t.reg .b32 %%__gxs<3>;\n\tmov.u32 %%__gxs0, %%ctaid.z;\n\tmov.u32 %%__gxs1, %%nctaid.y;\n")
-		fmt.Fprintf(&b, "\tmov.u32 %%__gxs2, %%ctaid.y;\n\tmad.lo.u32 %%__gxs0, %%__gxs0, %%__gxs1, %%__gxs2;\n")
-		fmt.Fprintf(&b, "\tmov.u32 %%__gxs1, %%nctaid.x;\n\tmov.u32 %%__gxs2, %%ctaid.x;\n")
-		fmt.Fprintf(&b, "\tmad.lo.u32 %s, %%__gxs0, %%__gxs1, %%__gxs2;\n\t}\n", SharedSlotReg)
+		b.WriteString("\t{\n\t.reg .b32 %__gxs<3>;\n\t.reg .pred %__gxsp;\n")
+		for _, l := range linearPTX("%ctaid", "%nctaid", SharedSlotReg, "%__gxs0", "%__gxs1", "%__gxs2", "%__gxsp") {
+			fmt.Fprintf(&b, "\t%s;\n", l)
+		}
+		b.WriteString("\t}\n")
 	}
 	if useCtx {
 		b.WriteString("\t.reg .b64 %__gxc<3>;\n\t.reg .b32 %__gxe<2>;\n")
@@ -350,7 +351,7 @@ func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, gua
 		body := inlineRegRe.ReplaceAllString(t.out.String(), "%__gx${1}${2}")
 		body = inlineLabelRe.ReplaceAllString(body, fmt.Sprintf("$$%s_p%d_pc${1}", pre, k))
 		fmt.Fprintf(&b, "\t// program %s\n\t{\n", name)
-		b.WriteString("\t.reg .b64 %__gxr<11>;\n\t.reg .b64 %__gxt<2>;\n\t.reg .b32 %__gxw<3>;\n\t.reg .pred %__gxp<3>;\n")
+		b.WriteString("\t.reg .b64 %__gxr<11>;\n\t.reg .b64 %__gxt<2>;\n\t.reg .b32 %__gxw<4>;\n\t.reg .pred %__gxp<3>;\n")
 		if useCtx {
 			b.WriteString("\tmov.u64 %__gxr1, %__gxc2;\n")
 		}

@@ -137,6 +137,74 @@ func TestDispatchRunsProbes(t *testing.T) {
 	}
 }
 
+// block_linear_id and thread_linear_id on 1-D and 3-D grids and blocks:
+// the translation takes x alone when the dims' y*z is 1 and the full
+// x + nx*(y + ny*z) otherwise. Every thread adds its linear id + 1 at its
+// block's linear id, so each block's entry is 1 + 2 + ... + threads.
+func TestLinearIDs(t *testing.T) {
+	spec := &ebpf.CollectionSpec{
+		Maps: map[string]*ebpf.MapSpec{"ids": {Name: "ids", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 64}},
+		Programs: map[string]*ebpf.ProgramSpec{"ids": {Name: "ids", SectionName: probe.SecKernelEntry, Instructions: asm.Instructions{
+			asm.BuiltinFunc(probe.HelperBlockLinearID).Call(),
+			asm.StoreMem(asm.R10, -4, asm.R0, asm.Word),
+			asm.BuiltinFunc(probe.HelperThreadLinearID).Call(),
+			asm.Mov.Reg(asm.R6, asm.R0),
+			asm.Add.Imm(asm.R6, 1),
+			asm.LoadMapPtr(asm.R1, 0).WithReference("ids"),
+			asm.Mov.Reg(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, -4),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "out"),
+			asm.AddAtomic.Mem(asm.R0, asm.R6, asm.DWord, 0),
+			asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
+			asm.Return(),
+		}}},
+	}
+	m, err := ptx.Translate(spec, nil, ptx.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ grid, block [3]uint32 }{
+		{[3]uint32{12, 1, 1}, [3]uint32{8, 1, 1}},
+		{[3]uint32{2, 3, 2}, [3]uint32{2, 2, 2}},
+		{[3]uint32{3, 1, 4}, [3]uint32{1, 8, 1}},
+	} {
+		vm, err := ptxinterp.Load(m.Standalone("7.0", 70))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for bz := uint32(0); bz < tc.grid[2]; bz++ {
+			for by := uint32(0); by < tc.grid[1]; by++ {
+				for bx := uint32(0); bx < tc.grid[0]; bx++ {
+					for tz := uint32(0); tz < tc.block[2]; tz++ {
+						for ty := uint32(0); ty < tc.block[1]; ty++ {
+							for tx := uint32(0); tx < tc.block[0]; tx++ {
+								th := ptxinterp.ThreadRegs{Tid: [3]uint32{tx, ty, tz}, Ctaid: [3]uint32{bx, by, bz}, Ntid: tc.block, Nctaid: tc.grid}
+								if _, err := vm.Call(probe.FuncEntry, th, 1); err != nil {
+									t.Fatal(err)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+		img := ptx.Image{Layout: m.Manifest.Maps[0].Layout, Bytes: vm.Global("__gpuext_map_ids")}
+		ents, err := img.Entries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks := int(tc.grid[0] * tc.grid[1] * tc.grid[2])
+		want := uint64(8 * 9 / 2)
+		for i, e := range ents {
+			got := binary.LittleEndian.Uint64(e.Value)
+			if (i < blocks && got != want) || (i >= blocks && got != 0) {
+				t.Errorf("grid %v block %v: entry %d = %d, want %d for blocks 0..%d and 0 after", tc.grid, tc.block, i, got, want, blocks-1)
+			}
+		}
+	}
+}
+
 func TestHelpersSpliced(t *testing.T) {
 	helpers := ".version 8.4\n.target sm_80\n.address_size 64\n\n.func (.param .b64 r) " + probe.FuncMapLookup + "(.param .b64 a, .param .b64 b)\n{\n\tret;\n}\n"
 	m, err := ptx.Translate(counterSpec(), []string{"count_launch"}, ptx.Options{Helpers: helpers})
