@@ -1026,6 +1026,72 @@ func TestProbesLetGraphCapturesBe(t *testing.T) {
 	}
 }
 
+// A context that ends takes our stream and the maps with it: before it
+// goes (cuCtxDestroy; the reset or last release of the primary context, as
+// cudaDeviceReset does at the end of many applications) its images get a
+// last, final copy of their maps and are unbound, and nothing of ours uses
+// the context again. The fake driver aborts when an ended context is made
+// current: on the H200 that was a process abort at exit.
+func TestProbesContextThatEnds(t *testing.T) {
+	fb := writeTemp(t, "app.fatbin", fatbin(sassEntry(90), ptxEntry(t, "vecadd.ptx", 90)))
+	unbound := func(t *testing.T, r probeRun, ctxn, reason string) {
+		t.Helper()
+		n := 0
+		for _, kv := range r.status(t) {
+			if kv["state"] == "unbound" && kv["ctx"] == ctxn && kv["reason"] == reason {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d status lines 'ctx=%s state=unbound reason=%s', want 1", n, ctxn, reason)
+		}
+	}
+	t.Run("destroy", func(t *testing.T) {
+		tn := probeTenant(t, 30, true)
+		r := tn.runImages(nil, "lib", fb, "launch", "2", "ctx2", "launch", "3", "ctx2destroy", "ctx", "launch", "1")
+		wantLines(t, r.lines, "lib "+filepath.Base(fb)+" ok", "launch 2 ok", "ctx2 ok", "launch 3 ok", "ctx2destroy ok", "ctx ok", "launch 1 ok")
+		first := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0.maps", r.pid)))
+		second := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0-1.maps", r.pid)))
+		if got := binary.LittleEndian.Uint64(first.maps["counts"][40:]); got != 3 {
+			t.Errorf("first context counted %d launches, want 3", got)
+		}
+		if got := binary.LittleEndian.Uint64(second.maps["counts"][40:]); got != 3 {
+			t.Errorf("the destroyed context counted %d launches, want its 3 (copied before it went)", got)
+		}
+		if second.final != 1 {
+			t.Errorf("the destroyed context's copy is not final")
+		}
+		unbound(t, r, "1", "context-destroyed")
+		calls := tn.driverCalls(r.pid)
+		if n := countPrefix(calls, "cuStreamDestroy_v2"); n != 1 {
+			t.Errorf("%d cuStreamDestroy_v2 calls, want 1 (our stream in the destroyed context)", n)
+		}
+		after := false
+		for _, c := range calls {
+			if strings.Contains(c, "cuCtxDestroy_v2") {
+				after = true
+			} else if after && strings.Contains(c, "cuCtxSetCurrent ctx=0x4100") {
+				t.Errorf("the interposer made the destroyed context current: %s", c)
+			}
+		}
+	})
+	t.Run("primary-reset", func(t *testing.T) {
+		tn := probeTenant(t, 30, true)
+		r := tn.runImages(nil, "lib", fb, "launch", "2", "reset")
+		wantLines(t, r.lines, "lib "+filepath.Base(fb)+" ok", "launch 2 ok", "reset ok")
+		m := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0.maps", r.pid)))
+		if got := binary.LittleEndian.Uint64(m.maps["counts"][40:]); got != 2 || m.final != 1 {
+			t.Errorf("after the reset: %d launches (want 2), final %d (want 1)", got, m.final)
+		}
+		unbound(t, r, "0", "primary-context-ended")
+		// the retain that found the primary context's handle was given back
+		calls := tn.driverCalls(r.pid)
+		if a, b := countPrefix(calls, "cuDevicePrimaryCtxRetain dev="), countPrefix(calls, "cuDevicePrimaryCtxRelease_v2 dev="); a != b {
+			t.Errorf("%d retains, %d releases: the application's reference count changed", a, b)
+		}
+	})
+}
+
 // A library is loaded once and runs in every context its kernels are
 // launched in, each with its own copy of the maps (a process on two GPUs,
 // or two contexts on one). The first launch in a new context binds the

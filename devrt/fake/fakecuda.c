@@ -547,8 +547,103 @@ FAKE_API CUresult cuCtxGetCurrent(CUcontext *pctx)
 	return CUDA_SUCCESS;
 }
 
+/*
+ * Contexts that end: cuCtxDestroy_v2 ends a context (any but the primary
+ * 0x4000); the primary ends when released as often as retained (one
+ * reference to start with: the process's) or reset, and a retain starts it
+ * again. Making an ended context current is what crashed the real driver
+ * ("free(): invalid pointer" at exit on the H200): here it logs
+ * "cuCtxSetCurrent ctx=... ended" and aborts the process.
+ */
+#define FAKE_MAX_ENDED 16
+static uintptr_t fake_ended[FAKE_MAX_ENDED];
+static int fake_primary_refs = 1;
+
+static int fake_ctx_ended(uintptr_t c)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&fake_mu);
+	if (c == 0x4000)
+		r = fake_primary_refs <= 0;
+	for (int i = 0; i < FAKE_MAX_ENDED && !r; i++)
+		r = fake_ended[i] == c;
+	pthread_mutex_unlock(&fake_mu);
+	return r;
+}
+
+FAKE_API CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+	uintptr_t c = (uintptr_t)ctx;
+
+	fake_log("cuCtxDestroy_v2 ctx=%p", (void *)ctx);
+	if (!c || c == 0x4000 || fake_ctx_ended(c))
+		return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+	pthread_mutex_lock(&fake_mu);
+	for (int i = 0; i < FAKE_MAX_ENDED; i++)
+		if (!fake_ended[i]) {
+			fake_ended[i] = c;
+			break;
+		}
+	pthread_mutex_unlock(&fake_mu);
+	if (fake_ctx_ptr == c)
+		fake_ctx_current = 0;
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+	if (dev != 0 || !flags || !active)
+		return CUDA_ERROR_INVALID_VALUE;
+	*flags = 0;
+	pthread_mutex_lock(&fake_mu);
+	*active = fake_primary_refs > 0;
+	pthread_mutex_unlock(&fake_mu);
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	if (dev != 0 || !pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_mu);
+	fake_primary_refs = fake_primary_refs > 0 ? fake_primary_refs + 1 : 1;
+	pthread_mutex_unlock(&fake_mu);
+	*pctx = (CUcontext)0x4000;
+	fake_log("cuDevicePrimaryCtxRetain dev=%d", dev);
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	if (dev != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_mu);
+	if (fake_primary_refs > 0)
+		fake_primary_refs--;
+	pthread_mutex_unlock(&fake_mu);
+	fake_log("cuDevicePrimaryCtxRelease_v2 dev=%d", dev);
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+	if (dev != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&fake_mu);
+	fake_primary_refs = 0;
+	pthread_mutex_unlock(&fake_mu);
+	fake_log("cuDevicePrimaryCtxReset_v2 dev=%d", dev);
+	return CUDA_SUCCESS;
+}
+
 FAKE_API CUresult cuCtxSetCurrent(CUcontext ctx)
 {
+	if (ctx && fake_ctx_ended((uintptr_t)ctx)) {
+		fake_log("cuCtxSetCurrent ctx=%p ended", (void *)ctx);
+		fprintf(stderr, "fakecuda: cuCtxSetCurrent(%p): the context ended\n", (void *)ctx);
+		abort();
+	}
 	fake_has_context();
 	fake_ctx_current = ctx != NULL;
 	if (ctx) {
@@ -695,6 +790,12 @@ FAKE_API CUresult cuStreamCreate(CUstream *s, unsigned int flags)
 	*s = (CUstream)(next += 0x10);
 	fake_log("cuStreamCreate flags=%u stream=%p", flags, (void *)*s);
 	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuStreamDestroy_v2(CUstream s)
+{
+	fake_log("cuStreamDestroy_v2 stream=%p", (void *)s);
+	return s ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 FAKE_API CUresult cuStreamSynchronize(CUstream s)
@@ -1005,6 +1106,11 @@ static const struct {
 	{"cuModuleLoadData", 2000, -1, (void *)cuModuleLoadData},
 	{"cuModuleLoadDataEx", 2010, -1, (void *)cuModuleLoadDataEx},
 	{"cuCtxSetCurrent", 4000, -1, (void *)cuCtxSetCurrent},
+	{"cuCtxDestroy", 4000, -1, (void *)cuCtxDestroy_v2},
+	{"cuDevicePrimaryCtxRetain", 7000, -1, (void *)cuDevicePrimaryCtxRetain},
+	{"cuDevicePrimaryCtxRelease", 11000, -1, (void *)cuDevicePrimaryCtxRelease_v2},
+	{"cuDevicePrimaryCtxReset", 11000, -1, (void *)cuDevicePrimaryCtxReset_v2},
+	{"cuDevicePrimaryCtxGetState", 7000, -1, (void *)cuDevicePrimaryCtxGetState},
 	{"cuStreamCreate", 2000, -1, (void *)cuStreamCreate},
 	{"cuStreamBeginCapture", 10010, -1, (void *)cuStreamBeginCapture_v2},
 	{"cuStreamEndCapture", 10000, -1, (void *)cuStreamEndCapture},

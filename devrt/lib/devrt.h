@@ -106,6 +106,15 @@ CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_lo
  */
 void gx_probe_before_launch(CUfunction f, CUstream stream, int ptsz);
 void gx_probe_after_fork(void);
+/*
+ * Contexts that end: before cuCtxDestroy, and around the release or reset
+ * of a device's primary context, the images bound in the context get a
+ * last copy of their maps and are unbound (their context is never used
+ * again). gx_probe_primary_before returns the primary context for _after.
+ */
+void gx_probe_ctx_destroy(CUcontext ctx);
+CUcontext gx_probe_primary_before(CUdevice dev);
+void gx_probe_primary_after(CUdevice dev, CUcontext p);
 /* A libcuda.so.1 function the interposer calls but does not hook (by the real dlsym), or NULL. */
 void *gx_driver_sym(const char *name);
 

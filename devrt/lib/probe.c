@@ -50,6 +50,10 @@
 	X(cuDeviceGetAttribute, (int *value, int attrib, CUdevice dev))                            \
 	X(cuStreamCreate, (CUstream * stream, unsigned int flags))                                 \
 	X(cuStreamSynchronize, (CUstream stream))                                                  \
+	X(cuStreamDestroy_v2, (CUstream stream))                                                   \
+	X(cuDevicePrimaryCtxGetState, (CUdevice dev, unsigned int *flags, int *active))            \
+	X(cuDevicePrimaryCtxRetain, (CUcontext * pctx, CUdevice dev))                              \
+	X(cuDevicePrimaryCtxRelease_v2, (CUdevice dev))                                            \
 	X(cuMemcpyDtoHAsync_v2, (void *dst, CUdeviceptr src, size_t bytes, CUstream stream))       \
 	X(cuMemcpyHtoDAsync_v2, (CUdeviceptr dst, const void *src, size_t bytes, CUstream stream)) \
 	X(cuLibraryGetGlobal, (CUdeviceptr * dptr, size_t *bytes, CUlibrary lib, const char *name)) \
@@ -94,6 +98,7 @@ struct gx_pimage {
 	int is_library;
 	void *handle;      /* CUlibrary or CUmodule */
 	int bound;         /* symbols looked up in ctx */
+	int gone;          /* its context ended (gx_ctx_ending): never bound again */
 	char *ptx;         /* the patched text: kept for the process's life (the driver may load lazily from it) */
 	CUcontext ctx;
 	CUmodule ctx_module; /* a library's module in ctx (launch time: CUfunction -> image) */
@@ -628,21 +633,22 @@ static int gx_bind(struct gx_pimage *im)
 	return 0;
 }
 
-/* Copies the image's maps out and writes <pid>-<index>.maps (temp + rename). gx_probe_mu held. */
-static void gx_copy_out(struct gx_pimage *im, int final)
+static void gx_write_maps(struct gx_pimage *im, int final);
+
+/*
+ * Copies the image's maps out and writes them (gx_write_maps). Makes the
+ * image's context current: the caller restores its own. 0 on success.
+ * gx_probe_mu held.
+ */
+static int gx_copy_out(struct gx_pimage *im, int final)
 {
-	char path[PATH_MAX + 64], tmp[PATH_MAX + 64];
-	unsigned char hdr[GX_MAPS_HDR];
-	struct timespec ts;
 	size_t off = 0;
-	uint32_t u32;
-	uint64_t u64;
-	int fd, ok = 1;
+	int ok = 1;
 
 	if (!im->bound || !im->stream || !gx_pr.dir[0] || !gx_drv.cuCtxSetCurrent || !gx_drv.cuMemcpyDtoHAsync_v2)
-		return;
+		return -1;
 	if (gx_drv.cuCtxSetCurrent(im->ctx) != CUDA_SUCCESS)
-		return;
+		return -1;
 	if (final && gx_drv.cuCtxSynchronize)
 		gx_drv.cuCtxSynchronize(); /* the application's last kernels count */
 	for (size_t k = 0; k < gx_pr.conf.nmaps; k++) {
@@ -653,8 +659,23 @@ static void gx_copy_out(struct gx_pimage *im, int final)
 	}
 	if (!ok || gx_drv.cuStreamSynchronize(im->stream) != CUDA_SUCCESS) {
 		GX_DEBUG("probes: image %d: copy-out failed", im->index);
-		return;
+		return -1;
 	}
+	gx_write_maps(im, final);
+	return 0;
+}
+
+/* Writes the image's last copy of its maps to <pid>-<index>[-<ctxn>].maps (temp + rename). */
+static void gx_write_maps(struct gx_pimage *im, int final)
+{
+	char path[PATH_MAX + 64], tmp[PATH_MAX + 64];
+	unsigned char hdr[GX_MAPS_HDR];
+	struct timespec ts;
+	size_t off = 0;
+	uint32_t u32;
+	uint64_t u64;
+	int fd, ok;
+
 	im->seq++;
 	if (im->ctxn) {
 		snprintf(path, sizeof(path), "%s/%d-%d-%d.maps", gx_pr.dir, gx_key(), im->index, im->ctxn);
@@ -761,6 +782,127 @@ static void gx_probe_at_exit(void)
 		gx_clock_resync(1);
 		gx_capture_restore(mode);
 	}
+	pthread_mutex_unlock(&gx_probe_mu);
+}
+
+/*
+ * Contexts that end. A context the application destroys (cuCtxDestroy), or
+ * a device's primary context released for the last time or reset, takes
+ * its modules, our stream and the maps with it. Its images get a last copy
+ * of their maps (final) while the context still exists and are unbound for
+ * good, so neither the copy thread nor the exit handler uses the context
+ * again: on the H200 a process that destroyed a context whose image was
+ * bound aborted at exit ("free(): invalid pointer") when the exit handler
+ * made the dead context current.
+ */
+#define GX_CTX_ENDED ((CUcontext)(uintptr_t)1) /* first_ctx once the first context ended: matches none */
+
+/* gx_probe_mu held. destroy_stream: the context still exists, our stream in it goes now. */
+static void gx_unbind(struct gx_pimage *im, const char *why, int destroy_stream)
+{
+	if (destroy_stream && im->stream && gx_drv.cuStreamDestroy_v2)
+		gx_drv.cuStreamDestroy_v2(im->stream);
+	im->stream = NULL;
+	im->bound = 0;
+	im->gone = 1;
+	im->ctx = NULL;
+	im->launch_ns = 0;
+	gx_status("image=%d ctx=%d state=unbound reason=%s copies=%llu", im->index, im->ctxn, why,
+		  (unsigned long long)im->seq);
+}
+
+/* gx_probe_mu held: no launch finds an image through the ended context. */
+static void gx_forget_ctx(CUcontext ctx)
+{
+	CUcontext c = ctx;
+
+	atomic_compare_exchange_strong(&gx_pr.first_ctx, &c, GX_CTX_ENDED);
+	for (int i = 0; i < GX_LAUNCH_CACHE; i++)
+		atomic_store(&gx_pr.launch_cache[i], 0);
+}
+
+/* Before cuCtxDestroy(ctx). */
+void gx_probe_ctx_destroy(CUcontext ctx)
+{
+	CUcontext cur = NULL;
+	int mode, n = 0;
+
+	if (!gx_pr.on || !ctx)
+		return;
+	pthread_mutex_lock(&gx_probe_mu);
+	mode = gx_capture_relax();
+	if (gx_drv.cuCtxGetCurrent)
+		gx_drv.cuCtxGetCurrent(&cur);
+	for (int i = 0; i < gx_pr.nimages; i++) {
+		struct gx_pimage *im = gx_pr.images[i];
+
+		if (!im->bound || im->ctx != ctx)
+			continue;
+		gx_copy_out(im, 1);
+		gx_unbind(im, "context-destroyed", 1);
+		n++;
+	}
+	if (n) {
+		gx_forget_ctx(ctx);
+		if (gx_drv.cuCtxSetCurrent)
+			gx_drv.cuCtxSetCurrent(cur);
+	}
+	gx_capture_restore(mode);
+	pthread_mutex_unlock(&gx_probe_mu);
+}
+
+/*
+ * Before cuDevicePrimaryCtxRelease/Reset(dev): the primary context's
+ * handle (retained and released again, so the application's count is as
+ * it was), its images' maps copied out; NULL when it is not active or no
+ * image is bound. The release may not be the last: gx_probe_primary_after
+ * decides.
+ */
+CUcontext gx_probe_primary_before(CUdevice dev)
+{
+	CUcontext p = NULL, cur = NULL;
+	unsigned int flags = 0;
+	int active = 0, mode, n = 0;
+
+	if (!gx_pr.on || !gx_drv.cuDevicePrimaryCtxGetState || !gx_drv.cuDevicePrimaryCtxRetain ||
+	    !gx_drv.cuDevicePrimaryCtxRelease_v2)
+		return NULL;
+	pthread_mutex_lock(&gx_probe_mu);
+	if (gx_pr.nimages && gx_drv.cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && active &&
+	    gx_drv.cuDevicePrimaryCtxRetain(&p, dev) == CUDA_SUCCESS) {
+		gx_drv.cuDevicePrimaryCtxRelease_v2(dev);
+		mode = gx_capture_relax();
+		if (gx_drv.cuCtxGetCurrent)
+			gx_drv.cuCtxGetCurrent(&cur);
+		for (int i = 0; i < gx_pr.nimages; i++)
+			if (gx_pr.images[i]->bound && gx_pr.images[i]->ctx == p && gx_copy_out(gx_pr.images[i], 1) == 0)
+				n++;
+		if (n && gx_drv.cuCtxSetCurrent)
+			gx_drv.cuCtxSetCurrent(cur);
+		gx_capture_restore(mode);
+	}
+	pthread_mutex_unlock(&gx_probe_mu);
+	return p;
+}
+
+/* After cuDevicePrimaryCtxRelease/Reset(dev): if the primary context p ended, its images go. */
+void gx_probe_primary_after(CUdevice dev, CUcontext p)
+{
+	unsigned int flags = 0;
+	int active = 1;
+
+	if (!p || gx_drv.cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || active)
+		return;
+	pthread_mutex_lock(&gx_probe_mu);
+	for (int i = 0; i < gx_pr.nimages; i++) {
+		struct gx_pimage *im = gx_pr.images[i];
+
+		if (!im->bound || im->ctx != p)
+			continue;
+		gx_write_maps(im, 1); /* the copy made before, now the last */
+		gx_unbind(im, "primary-context-ended", 0);
+	}
+	gx_forget_ctx(p);
 	pthread_mutex_unlock(&gx_probe_mu);
 }
 
@@ -935,7 +1077,7 @@ static struct gx_pimage *gx_image_in_ctx(struct gx_pimage *first, CUcontext ctx)
 		last = im;
 		count++;
 	}
-	if (!first->is_library || !first->bound || count >= GX_PROBE_MAX_CTX || pthread_mutex_trylock(&gx_probe_mu) != 0)
+	if (!first->is_library || !(first->bound || first->gone) || count >= GX_PROBE_MAX_CTX || pthread_mutex_trylock(&gx_probe_mu) != 0)
 		return NULL;
 	for (im = first; im; im = atomic_load_explicit(&im->next_ctx, memory_order_acquire)) /* again, under the lock */
 		if (im->ctx == ctx)
@@ -999,7 +1141,7 @@ void gx_probe_before_launch(CUfunction f, CUstream stream, int ptsz)
 		int mode = gx_capture_relax(); /* the launch may go into a capturing stream */
 
 		for (int i = 0; i < gx_pr.nimages; i++)
-			if (!gx_pr.images[i]->bound && gx_bind(gx_pr.images[i]) == 0)
+			if (!gx_pr.images[i]->bound && !gx_pr.images[i]->gone && gx_bind(gx_pr.images[i]) == 0)
 				atomic_fetch_sub(&gx_pr.pending, 1);
 		gx_capture_restore(mode);
 		pthread_mutex_unlock(&gx_probe_mu);

@@ -402,6 +402,33 @@ static CUresult gx_module_load_fn(void *arg, const void *image, char *errlog, si
 	return r;
 }
 
+CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+	GX_REAL_OR(cuCtxDestroy_v2, CUDA_ERROR_NOT_INITIALIZED);
+	gx_probe_ctx_destroy(ctx);
+	return real(ctx);
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	GX_REAL_OR(cuDevicePrimaryCtxRelease_v2, CUDA_ERROR_NOT_INITIALIZED);
+	CUcontext p = gx_probe_primary_before(dev);
+	CUresult r = real(dev);
+
+	gx_probe_primary_after(dev, p);
+	return r;
+}
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+	GX_REAL_OR(cuDevicePrimaryCtxReset_v2, CUDA_ERROR_NOT_INITIALIZED);
+	CUcontext p = gx_probe_primary_before(dev);
+	CUresult r = real(dev);
+
+	gx_probe_primary_after(dev, p);
+	return r;
+}
+
 CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
 	struct gx_module_load a = {gx_orig_cuModuleLoadData(), module, 0, NULL, NULL};

@@ -12,6 +12,8 @@
  *   launch N      N x cuLaunchKernel   -> "launch N ok"
  *   ctx           cuCtxSetCurrent(the context)   -> "ctx ok"
  *   ctx2          cuCtxSetCurrent(a second context, fake driver) -> "ctx2 ok"
+ *   ctx2destroy   cuCtxDestroy(the second context, fake driver) -> "ctx2destroy ok"
+ *   reset         cuDevicePrimaryCtxReset(device 0)   -> "reset ok"
  *   sleep MS      -> "sleep MS"
  *   capture MS    on a new stream: cuStreamBeginCapture (global mode), one
  *                 launch into it, MS ms of sleep (the interposer's copy
@@ -232,6 +234,15 @@ int main(int argc, char **argv)
 		} else if (!strcmp(v, "ctx2")) {
 			r = ctx_set((CUcontext)0x4100);
 			printf("ctx2 %s\n", r == CUDA_SUCCESS ? "ok" : "failed");
+		} else if (!strcmp(v, "ctx2destroy") || !strcmp(v, "reset")) {
+			CUresult (*destroy)(CUcontext) = (CUresult (*)(CUcontext))resolve("cuCtxDestroy");
+			CUresult (*reset)(CUdevice) = (CUresult (*)(CUdevice))resolve("cuDevicePrimaryCtxReset");
+
+			if (!strcmp(v, "reset"))
+				r = reset ? reset(0) : CUDA_ERROR_NOT_FOUND;
+			else
+				r = destroy ? destroy((CUcontext)0x4100) : CUDA_ERROR_NOT_FOUND;
+			printf("%s %s\n", v, r == CUDA_SUCCESS ? "ok" : "failed");
 		} else if ((!strcmp(v, "lib") || !strcmp(v, "libraw") || !strcmp(v, "mod") || !strcmp(v, "modex")) &&
 			   i + 1 < argc) {
 			const char *path = argv[++i];

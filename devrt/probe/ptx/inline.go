@@ -322,8 +322,8 @@ func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, gua
 	b.WriteString("{\n")
 	if sharedSlot && a == probe.KernelEntry {
 		// the block's linear index, for the per-warp maps updated only atomically
-		b.WriteString("\t{\n\t.reg .b32 %__gxs<3>;\n\t.reg .pred %__gxsp;\n")
-		for _, l := range linearPTX("%ctaid", "%nctaid", SharedSlotReg, "%__gxs0", "%__gxs1", "%__gxs2", "%__gxsp") {
+		b.WriteString("\t{\n\t.reg .b32 %__gxs<2>;\n")
+		for _, l := range linearPTX("%ctaid", "%nctaid", SharedSlotReg, "%__gxs0", "%__gxs1") {
 			fmt.Fprintf(&b, "\t%s;\n", l)
 		}
 		b.WriteString("\t}\n")
@@ -351,7 +351,7 @@ func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, gua
 		body := inlineRegRe.ReplaceAllString(t.out.String(), "%__gx${1}${2}")
 		body = inlineLabelRe.ReplaceAllString(body, fmt.Sprintf("$$%s_p%d_pc${1}", pre, k))
 		fmt.Fprintf(&b, "\t// program %s\n\t{\n", name)
-		b.WriteString("\t.reg .b64 %__gxr<11>;\n\t.reg .b64 %__gxt<2>;\n\t.reg .b32 %__gxw<4>;\n\t.reg .pred %__gxp<3>;\n")
+		b.WriteString("\t.reg .b64 %__gxr<11>;\n\t.reg .b64 %__gxt<2>;\n\t.reg .b32 %__gxw<3>;\n\t.reg .pred %__gxp<3>;\n")
 		if useCtx {
 			b.WriteString("\tmov.u64 %__gxr1, %__gxc2;\n")
 		}
