@@ -292,7 +292,9 @@ var (
 //
 // sharedSlot: the entry block declares (kernel scope) and sets the block's
 // slot register SharedSlotReg; the exit block's programs read it.
-func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, guarded bool, blockSlot map[string]bool, sharedSlot bool) (string, error) {
+// entryGuarded: the entry block runs in thread 0 only, so a guarded block
+// alone may read SharedSlotReg as the block's linear index.
+func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, guarded bool, blockSlot map[string]bool, sharedSlot, entryGuarded bool) (string, error) {
 	tag := strings.TrimPrefix(a.String(), "kernel_")
 	pre := "__gpuext_i" + InlineSite + "_" + tag
 	ctx, stack := pre+"_ctx", pre+"_stack"
@@ -344,6 +346,7 @@ func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, gua
 		t := &progTranslator{spec: spec, name: name, fn: ProgFunction(name), inline: true, endLabel: end, stackSym: stack, thread0: guarded, blockSlot: blockSlot}
 		if sharedSlot {
 			t.bslotName = SharedSlotReg
+			t.bslotLinear = !entryGuarded || guarded
 		}
 		if err := t.translate(ps.Instructions); err != nil {
 			return "", fmt.Errorf("program %q (inline): %w", name, err)

@@ -173,7 +173,7 @@ func Translate(spec *ebpf.CollectionSpec, progs []string, opt Options) (*Module,
 	// block index again at the exit, on the exiting thread's path).
 	shared := len(blockSlot) > 0 && len(byAttach[probe.KernelEntry]) > 0
 	for _, a := range []probe.Attach{probe.KernelEntry, probe.KernelExit} {
-		in, err := inlineAttach(spec, a, byAttach[a], m.Guard[a], blockSlot, shared)
+		in, err := inlineAttach(spec, a, byAttach[a], m.Guard[a], blockSlot, shared, m.Guard[probe.KernelEntry])
 		if err != nil {
 			return nil, err
 		}
