@@ -1075,6 +1075,25 @@ func TestProbesContextThatEnds(t *testing.T) {
 			}
 		}
 	})
+	// cudart unloads its libraries in cudaDeviceReset and at exit: the maps
+	// are the library's globals, so its last copy is taken before, in every
+	// context it ran in, and no copy reads the freed globals afterwards
+	t.Run("unload", func(t *testing.T) {
+		tn := probeTenant(t, 30, true)
+		r := tn.runImages(nil, "lib", fb, "launch", "2", "ctx2", "launch", "1", "ctx", "unload", "launch", "4")
+		wantLines(t, r.lines, "lib "+filepath.Base(fb)+" ok", "launch 2 ok", "ctx2 ok", "launch 1 ok", "ctx ok", "unload ok", "launch 4 ok")
+		for file, want := range map[string]uint64{"%d-0.maps": 2, "%d-0-1.maps": 1} {
+			m := readMaps(t, filepath.Join(r.probes, fmt.Sprintf(file, r.pid)))
+			if got := binary.LittleEndian.Uint64(m.maps["counts"][40:]); got != want || m.final != 1 {
+				t.Errorf("%s: %d launches (want %d, the launches after the unload ran without the image), final %d (want 1)", file, got, want, m.final)
+			}
+		}
+		unbound(t, r, "0", "unloaded")
+		unbound(t, r, "1", "unloaded")
+		if n := countPrefix(tn.driverCalls(r.pid), "unloaded"); n != 0 {
+			t.Errorf("%d copies from the unloaded library's globals", n)
+		}
+	})
 	t.Run("primary-reset", func(t *testing.T) {
 		tn := probeTenant(t, 30, true)
 		r := tn.runImages(nil, "lib", fb, "launch", "2", "reset")

@@ -275,6 +275,7 @@ struct fake_global {
 
 struct fake_image {
 	int n;
+	int unloaded; /* cuLibraryUnload / cuModuleUnload: its globals are gone */
 	uintptr_t handle;
 	int nglobals;
 	struct fake_global g[FAKE_MAX_GLOBALS];
@@ -498,6 +499,32 @@ static const char *fake_global_at(CUdeviceptr p)
 					return g->name;
 		}
 	return "?";
+}
+
+/* 1 if p lies in a global of an unloaded image. fake_mu held. */
+static int fake_unloaded_at(CUdeviceptr p)
+{
+	for (int i = 0; i < fake_nimages; i++)
+		for (int k = 0; k < fake_images[i].nglobals && fake_images[i].unloaded; k++) {
+			struct fake_global *g = &fake_images[i].g[k];
+
+			if (p >= (uintptr_t)g->mem && p < (uintptr_t)g->mem + g->size)
+				return 1;
+			for (int c = 0; c < FAKE_MAX_CTX; c++)
+				if (g->ctxmem[c] && p >= (uintptr_t)g->ctxmem[c] && p < (uintptr_t)g->ctxmem[c] + g->size)
+					return 1;
+		}
+	return 0;
+}
+
+/* cuLibraryUnload / cuModuleUnload of a loaded image (other handles: the interposer's own modules). */
+static void fake_unload(uintptr_t handle)
+{
+	pthread_mutex_lock(&fake_mu);
+	for (int i = 0; i < fake_nimages; i++)
+		if (fake_images[i].handle == handle)
+			fake_images[i].unloaded = 1;
+	pthread_mutex_unlock(&fake_mu);
 }
 
 static void fake_probe_run(void)
@@ -811,6 +838,11 @@ FAKE_API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUs
 	if (fake_unsafe("cuMemcpyDtoHAsync_v2"))
 		return 900;
 	pthread_mutex_lock(&fake_mu);
+	if (fake_unloaded_at(src)) { /* the real driver: freed memory, or someone else's */
+		pthread_mutex_unlock(&fake_mu);
+		fake_log("cuMemcpyDtoHAsync_v2 src=%s bytes=%zu unloaded", fake_global_at(src), n);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
 	memcpy(dst, (const void *)(uintptr_t)src, n);
 	pthread_mutex_unlock(&fake_mu);
 	fake_log("cuMemcpyDtoHAsync_v2 src=%s bytes=%zu stream=%p", fake_global_at(src), n, (void *)s);
@@ -982,6 +1014,14 @@ FAKE_API CUresult cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *n
 FAKE_API CUresult cuModuleUnload(CUmodule mod)
 {
 	fake_log("cuModuleUnload mod=%p", (void *)mod);
+	fake_unload((uintptr_t)mod);
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuLibraryUnload(CUlibrary lib)
+{
+	fake_log("cuLibraryUnload lib=%p", (void *)lib);
+	fake_unload((uintptr_t)lib);
 	return CUDA_SUCCESS;
 }
 
@@ -1107,6 +1147,8 @@ static const struct {
 	{"cuModuleLoadDataEx", 2010, -1, (void *)cuModuleLoadDataEx},
 	{"cuCtxSetCurrent", 4000, -1, (void *)cuCtxSetCurrent},
 	{"cuCtxDestroy", 4000, -1, (void *)cuCtxDestroy_v2},
+	{"cuLibraryUnload", 12000, -1, (void *)cuLibraryUnload},
+	{"cuModuleUnload", 2000, -1, (void *)cuModuleUnload},
 	{"cuDevicePrimaryCtxRetain", 7000, -1, (void *)cuDevicePrimaryCtxRetain},
 	{"cuDevicePrimaryCtxRelease", 11000, -1, (void *)cuDevicePrimaryCtxRelease_v2},
 	{"cuDevicePrimaryCtxReset", 11000, -1, (void *)cuDevicePrimaryCtxReset_v2},

@@ -113,6 +113,8 @@ void gx_probe_after_fork(void);
  * again). gx_probe_primary_before returns the primary context for _after.
  */
 void gx_probe_ctx_destroy(CUcontext ctx);
+/* Before cuLibraryUnload / cuModuleUnload: the image's last copy, then unbound. */
+void gx_probe_unload(void *handle);
 CUcontext gx_probe_primary_before(CUdevice dev);
 void gx_probe_primary_after(CUdevice dev, CUcontext p);
 /* A libcuda.so.1 function the interposer calls but does not hook (by the real dlsym), or NULL. */

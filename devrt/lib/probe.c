@@ -811,14 +811,60 @@ static void gx_unbind(struct gx_pimage *im, const char *why, int destroy_stream)
 		  (unsigned long long)im->seq);
 }
 
+/* gx_probe_mu held: function handles may name other functions from now on. */
+static void gx_forget_launches(void)
+{
+	for (int i = 0; i < GX_LAUNCH_CACHE; i++)
+		atomic_store(&gx_pr.launch_cache[i], 0);
+}
+
 /* gx_probe_mu held: no launch finds an image through the ended context. */
 static void gx_forget_ctx(CUcontext ctx)
 {
 	CUcontext c = ctx;
 
 	atomic_compare_exchange_strong(&gx_pr.first_ctx, &c, GX_CTX_ENDED);
-	for (int i = 0; i < GX_LAUNCH_CACHE; i++)
-		atomic_store(&gx_pr.launch_cache[i], 0);
+	gx_forget_launches();
+}
+
+/*
+ * Before cuLibraryUnload / cuModuleUnload of an image we patched (cudart
+ * unloads its libraries in cudaDeviceReset and at exit): the maps are
+ * module globals and go with it, so every context's entry of the image
+ * gets its final copy now and is unbound. Afterwards a copy would read
+ * freed device memory, or memory given to someone else.
+ */
+void gx_probe_unload(void *handle)
+{
+	CUcontext cur = NULL;
+	int mode, n = 0;
+
+	if (!gx_pr.on || !handle)
+		return;
+	pthread_mutex_lock(&gx_probe_mu);
+	mode = gx_capture_relax();
+	if (gx_drv.cuCtxGetCurrent)
+		gx_drv.cuCtxGetCurrent(&cur);
+	for (int i = 0; i < gx_pr.nimages; i++) {
+		struct gx_pimage *im = gx_pr.images[i];
+
+		if (im->handle != handle || im->gone)
+			continue;
+		if (im->bound) {
+			gx_copy_out(im, 1);
+			gx_unbind(im, "unloaded", 1);
+			n++;
+		} else { /* loaded, never bound: nothing to copy, nothing to bind any more */
+			im->gone = 1;
+			atomic_fetch_sub(&gx_pr.pending, 1);
+		}
+		im->handle = NULL; /* a later load may get the same handle: a new image */
+	}
+	gx_forget_launches();
+	if (n && gx_drv.cuCtxSetCurrent)
+		gx_drv.cuCtxSetCurrent(cur);
+	gx_capture_restore(mode);
+	pthread_mutex_unlock(&gx_probe_mu);
 }
 
 /* Before cuCtxDestroy(ctx). */

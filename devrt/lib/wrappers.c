@@ -429,6 +429,20 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 	return r;
 }
 
+CUresult cuLibraryUnload(CUlibrary library)
+{
+	GX_REAL_OR(cuLibraryUnload, CUDA_ERROR_NOT_INITIALIZED);
+	gx_probe_unload((void *)library);
+	return real(library);
+}
+
+CUresult cuModuleUnload(CUmodule hmod)
+{
+	GX_REAL_OR(cuModuleUnload, CUDA_ERROR_NOT_INITIALIZED);
+	gx_probe_unload((void *)hmod);
+	return real(hmod);
+}
+
 CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
 	struct gx_module_load a = {gx_orig_cuModuleLoadData(), module, 0, NULL, NULL};

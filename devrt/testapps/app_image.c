@@ -14,6 +14,7 @@
  *   ctx2          cuCtxSetCurrent(a second context, fake driver) -> "ctx2 ok"
  *   ctx2destroy   cuCtxDestroy(the second context, fake driver) -> "ctx2destroy ok"
  *   reset         cuDevicePrimaryCtxReset(device 0)   -> "reset ok"
+ *   unload        cuLibraryUnload(the last library loaded) -> "unload ok"
  *   sleep MS      -> "sleep MS"
  *   capture MS    on a new stream: cuStreamBeginCapture (global mode), one
  *                 launch into it, MS ms of sleep (the interposer's copy
@@ -234,6 +235,12 @@ int main(int argc, char **argv)
 		} else if (!strcmp(v, "ctx2")) {
 			r = ctx_set((CUcontext)0x4100);
 			printf("ctx2 %s\n", r == CUDA_SUCCESS ? "ok" : "failed");
+		} else if (!strcmp(v, "unload")) {
+			CUresult (*unload)(CUlibrary) = (CUresult (*)(CUlibrary))resolve("cuLibraryUnload");
+
+			r = unload && last_lib ? unload(last_lib) : CUDA_ERROR_NOT_FOUND;
+			last_lib = NULL;
+			printf("unload %s\n", r == CUDA_SUCCESS ? "ok" : "failed");
 		} else if (!strcmp(v, "ctx2destroy") || !strcmp(v, "reset")) {
 			CUresult (*destroy)(CUcontext) = (CUresult (*)(CUcontext))resolve("cuCtxDestroy");
 			CUresult (*reset)(CUdevice) = (CUresult (*)(CUdevice))resolve("cuDevicePrimaryCtxReset");

@@ -11,6 +11,10 @@
 #   probes-bound-second-context one image run in two contexts of the GPU is
 #                          bound in the second too (twoctx.cu); with
 #                          probes-count-twoctx, every launch counted once
+#   probes-contexts-that-end the same app destroying its second context and
+#                          then calling cudaDeviceReset: exits 0, every launch
+#                          counted (probes-count-twoctx-reset), both images
+#                          unbound before their contexts went
 #   probes-torch-graph-capture a torch CUDA graph captured while the copy
 #                          thread runs: same result with the probes
 #   probes-launch-time     every launch carries the host launch time
@@ -135,6 +139,17 @@ if pwant twoctx && [[ -x $W/twoctx ]] && ptenant 40 launch-stats,sm-histogram; t
 	nb=$(cat "$PT/acct/40/probes/"*.status 2>/dev/null | grep -c 'state=bound')
 	info "probes_twoctx bound_lines=$nb maps_files=$(ls "$PT/acct/40/probes/"*.maps 2>/dev/null | wc -l)"
 	if (( nb >= 1 )); then ok probes-bound-second-context; else bad probes-bound-second-context "no state=bound line for the created context (probes-twoctx.txt)"; fi
+fi
+# the same, then cudaDeviceReset (the primary context ends before exit):
+# every launch still counted, both contexts' images unbound before they went
+if pwant twoctx && [[ -x $W/twoctx ]] && ptenant 41 launch-stats,sm-histogram; then
+	want=$("$W/twoctx" 1048576 5 reset); got=$(prun 41 "$W/twoctx" 1048576 5 reset 2>"$OUT/probes-twoctx-reset.err"); rc=$?
+	punchanged twoctx-reset "$(echo "$want" | grep checksum)" "$(echo "$got" | grep checksum)"
+	pcheck twoctx-reset 41 10 $((10 * 4096))
+	ended=$(cat "$PT/acct/41/probes/"*.status 2>/dev/null | grep -c 'state=unbound reason=primary-context-ended')
+	destroyed=$(cat "$PT/acct/41/probes/"*.status 2>/dev/null | grep -c 'state=unbound reason=context-destroyed')
+	if [[ $rc == 0 && $ended -ge 1 && $destroyed -ge 1 ]]; then ok probes-contexts-that-end
+	else bad probes-contexts-that-end "rc=$rc primary-context-ended=$ended context-destroyed=$destroyed (probes-twoctx-reset.txt)"; fi
 fi
 # PyTorch: three kernels of an extension built with nvcc -arch=sm_90 (its
 # fatbin carries PTX), called from a torch script; the probes are limited to

@@ -4,7 +4,10 @@
 // the interposer binds the probed image (its maps, stream and clock
 // offset) in each (make gpu-test, probes-count-twoctx). Prints a checksum
 // per context and the grid it launched.
-//   twoctx [N] [LAUNCHES_PER_CONTEXT] [keep: do not destroy the second context]
+//   twoctx [N] [LAUNCHES_PER_CONTEXT] [keep | reset]
+// keep: the second context is not destroyed; reset: it is, and then
+// cudaDeviceReset() ends the primary context too, as many applications do
+// before they exit.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -68,5 +71,9 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	if (!(argc > 3 && !strcmp(argv[3], "keep")))
 		cuCtxDestroy(ctx);
+	if (argc > 3 && !strcmp(argv[3], "reset") && cudaDeviceReset() != cudaSuccess) {
+		fprintf(stderr, "cudaDeviceReset: %s\n", cudaGetErrorString(cudaGetLastError()));
+		return 1;
+	}
 	return 0;
 }
