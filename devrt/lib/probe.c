@@ -845,14 +845,18 @@ void gx_probe_unload(void *handle)
 	mode = gx_capture_relax();
 	if (gx_drv.cuCtxGetCurrent)
 		gx_drv.cuCtxGetCurrent(&cur);
+	GX_DEBUG("probes: image handle %p unloaded, current context %p", handle, (void *)cur);
 	for (int i = 0; i < gx_pr.nimages; i++) {
 		struct gx_pimage *im = gx_pr.images[i];
 
 		if (im->handle != handle || im->gone)
 			continue;
 		if (im->bound) {
-			gx_copy_out(im, 1);
-			gx_unbind(im, "unloaded", 1);
+			int ok = gx_copy_out(im, 1) == 0;
+
+			GX_DEBUG("probes: unload of image %d ctx %d: final copy %s", im->index, im->ctxn,
+				 ok ? "made" : "failed (its context already ended?)");
+			gx_unbind(im, ok ? "unloaded" : "unloaded final=missed", 1);
 			n++;
 		} else { /* loaded, never bound: nothing to copy, nothing to bind any more */
 			im->gone = 1;
@@ -873,6 +877,7 @@ void gx_probe_ctx_destroy(CUcontext ctx)
 	CUcontext cur = NULL;
 	int mode, n = 0;
 
+	GX_DEBUG("probes: context %p destroyed", (void *)ctx);
 	if (!gx_pr.on || !ctx)
 		return;
 	pthread_mutex_lock(&gx_probe_mu);
@@ -910,6 +915,7 @@ CUcontext gx_probe_primary_before(CUdevice dev)
 	unsigned int flags = 0;
 	int active = 0, mode, n = 0;
 
+	GX_DEBUG("probes: primary context of device %d released or reset", (int)dev);
 	if (!gx_pr.on || !gx_drv.cuDevicePrimaryCtxGetState || !gx_drv.cuDevicePrimaryCtxRetain ||
 	    !gx_drv.cuDevicePrimaryCtxRelease_v2)
 		return NULL;
