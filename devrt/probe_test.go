@@ -448,6 +448,17 @@ type mapsFile struct {
 	maps              map[string][]byte
 }
 
+// launches: the launch counter of the test probe's "counts" array (its
+// second u64 after the map descriptor).
+func (m mapsFile) launches() uint64 { return binary.LittleEndian.Uint64(m.maps["counts"][40:]) }
+
+// contextMaps: image 0's maps files of the run's first and second context.
+func (r probeRun) contextMaps(t *testing.T) (first, second mapsFile) {
+	t.Helper()
+	return readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0.maps", r.pid))),
+		readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0-1.maps", r.pid)))
+}
+
 // readMaps decodes <pid>-<image>.maps (format in docs/device-probes.md).
 func readMaps(t *testing.T, path string) mapsFile {
 	t.Helper()
@@ -729,7 +740,7 @@ func TestProbesDeferredBindAndPeriodicCopy(t *testing.T) {
 		t.Errorf("symbols not looked up once, after a context became current: %q", calls)
 	}
 	m := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0.maps", r.pid)))
-	if got := binary.LittleEndian.Uint64(m.maps["counts"][40:]); got != 3 {
+	if got := m.launches(); got != 3 {
 		t.Errorf("counted %d launches, want 3", got)
 	}
 	if m.seq < 3 || m.final != 1 {
@@ -899,7 +910,7 @@ func TestProbesPidNamespacesKeepSeparateFiles(t *testing.T) {
 		if m.pid != uint32(key) {
 			t.Errorf("maps of key %d says pid %d", key, m.pid)
 		}
-		launches[binary.LittleEndian.Uint64(m.maps["counts"][40:])] = true
+		launches[m.launches()] = true
 	}
 	if !launches[1] || !launches[2] {
 		t.Errorf("the two processes' counts were not kept apart: %v", launches)
@@ -1050,12 +1061,11 @@ func TestProbesContextThatEnds(t *testing.T) {
 		tn := probeTenant(t, 30, true)
 		r := tn.runImages(nil, "lib", fb, "launch", "2", "ctx2", "launch", "3", "ctx2destroy", "ctx", "launch", "1")
 		wantLines(t, r.lines, "lib "+filepath.Base(fb)+" ok", "launch 2 ok", "ctx2 ok", "launch 3 ok", "ctx2destroy ok", "ctx ok", "launch 1 ok")
-		first := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0.maps", r.pid)))
-		second := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0-1.maps", r.pid)))
-		if got := binary.LittleEndian.Uint64(first.maps["counts"][40:]); got != 3 {
+		first, second := r.contextMaps(t)
+		if got := first.launches(); got != 3 {
 			t.Errorf("first context counted %d launches, want 3", got)
 		}
-		if got := binary.LittleEndian.Uint64(second.maps["counts"][40:]); got != 3 {
+		if got := second.launches(); got != 3 {
 			t.Errorf("the destroyed context counted %d launches, want its 3 (copied before it went)", got)
 		}
 		if second.final != 1 {
@@ -1084,7 +1094,7 @@ func TestProbesContextThatEnds(t *testing.T) {
 		wantLines(t, r.lines, "lib "+filepath.Base(fb)+" ok", "launch 2 ok", "ctx2 ok", "launch 1 ok", "ctx ok", "unload ok", "launch 4 ok")
 		for file, want := range map[string]uint64{"%d-0.maps": 2, "%d-0-1.maps": 1} {
 			m := readMaps(t, filepath.Join(r.probes, fmt.Sprintf(file, r.pid)))
-			if got := binary.LittleEndian.Uint64(m.maps["counts"][40:]); got != want || m.final != 1 {
+			if got := m.launches(); got != want || m.final != 1 {
 				t.Errorf("%s: %d launches (want %d, the launches after the unload ran without the image), final %d (want 1)", file, got, want, m.final)
 			}
 		}
@@ -1099,7 +1109,7 @@ func TestProbesContextThatEnds(t *testing.T) {
 		r := tn.runImages(nil, "lib", fb, "launch", "2", "reset")
 		wantLines(t, r.lines, "lib "+filepath.Base(fb)+" ok", "launch 2 ok", "reset ok")
 		m := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0.maps", r.pid)))
-		if got := binary.LittleEndian.Uint64(m.maps["counts"][40:]); got != 2 || m.final != 1 {
+		if got := m.launches(); got != 2 || m.final != 1 {
 			t.Errorf("after the reset: %d launches (want 2), final %d (want 1)", got, m.final)
 		}
 		unbound(t, r, "0", "primary-context-ended")
@@ -1127,12 +1137,11 @@ func TestProbesEveryContextOfALibrary(t *testing.T) {
 			}
 			r := tn.runImages(nil, "lib", fb, "launch", "2", "ctx2", "launch", "3", "ctx", "launch", "1")
 			wantLines(t, r.lines, "lib "+filepath.Base(fb)+" ok", "launch 2 ok", "ctx2 ok", "launch 3 ok", "ctx ok", "launch 1 ok")
-			first := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0.maps", r.pid)))
-			second := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0-1.maps", r.pid)))
-			if got := binary.LittleEndian.Uint64(first.maps["counts"][40:]); got != 3 {
+			first, second := r.contextMaps(t)
+			if got := first.launches(); got != 3 {
 				t.Errorf("first context counted %d launches, want 3", got)
 			}
-			if got := binary.LittleEndian.Uint64(second.maps["counts"][40:]); got != 3 {
+			if got := second.launches(); got != 3 {
 				t.Errorf("second context counted %d launches, want 3", got)
 			}
 			if first.final != 1 || second.final != 1 || second.image != 0 {

@@ -641,27 +641,29 @@ FAKE_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 	return CUDA_SUCCESS;
 }
 
-FAKE_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+/* one reference fewer (release), or none (reset) */
+static CUresult fake_primary_drop(const char *api, CUdevice dev, int all)
 {
 	if (dev != 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&fake_mu);
-	if (fake_primary_refs > 0)
+	if (all || fake_primary_refs <= 0)
+		fake_primary_refs = 0;
+	else
 		fake_primary_refs--;
 	pthread_mutex_unlock(&fake_mu);
-	fake_log("cuDevicePrimaryCtxRelease_v2 dev=%d", dev);
+	fake_log("%s dev=%d", api, dev);
 	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	return fake_primary_drop("cuDevicePrimaryCtxRelease_v2", dev, 0);
 }
 
 FAKE_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
-	if (dev != 0)
-		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&fake_mu);
-	fake_primary_refs = 0;
-	pthread_mutex_unlock(&fake_mu);
-	fake_log("cuDevicePrimaryCtxReset_v2 dev=%d", dev);
-	return CUDA_SUCCESS;
+	return fake_primary_drop("cuDevicePrimaryCtxReset_v2", dev, 1);
 }
 
 FAKE_API CUresult cuCtxSetCurrent(CUcontext ctx)

@@ -409,9 +409,9 @@ CUresult cuCtxDestroy_v2(CUcontext ctx)
 	return real(ctx);
 }
 
-CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+/* A primary context's release or reset, which may end it: the probes' images in it see it end. */
+static CUresult gx_primary_end(CUresult (*real)(CUdevice), CUdevice dev)
 {
-	GX_REAL_OR(cuDevicePrimaryCtxRelease_v2, CUDA_ERROR_NOT_INITIALIZED);
 	CUcontext p = gx_probe_primary_before(dev);
 	CUresult r = real(dev);
 
@@ -419,14 +419,16 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 	return r;
 }
 
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	GX_REAL_OR(cuDevicePrimaryCtxRelease_v2, CUDA_ERROR_NOT_INITIALIZED);
+	return gx_primary_end(real, dev);
+}
+
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
 	GX_REAL_OR(cuDevicePrimaryCtxReset_v2, CUDA_ERROR_NOT_INITIALIZED);
-	CUcontext p = gx_probe_primary_before(dev);
-	CUresult r = real(dev);
-
-	gx_probe_primary_after(dev, p);
-	return r;
+	return gx_primary_end(real, dev);
 }
 
 CUresult cuLibraryUnload(CUlibrary library)
