@@ -55,6 +55,10 @@ type ProbesRow struct {
 	Details []maps.ProbeSummary `json:"details"`
 	// Skipped: copy-out files (or maps in them) not counted, and why.
 	Skipped []string `json:"skipped,omitempty"`
+	// MissedFinal: images whose last copy in a context that ended unseen
+	// (cudaDeviceReset) could not be made: the counts are short by what ran
+	// there since the copy before (at most the copy interval, 1 s).
+	MissedFinal int `json:"missedFinal,omitempty"`
 }
 
 func probesCmd(cfg config.Config, args []string, out io.Writer) error {
@@ -114,6 +118,10 @@ func probesCmd(cfg config.Config, args []string, out io.Writer) error {
 	for _, r := range rows {
 		for _, s := range r.Skipped {
 			fmt.Fprintf(out, "tenant %d: not counted: %s\n", r.Tenant, s)
+		}
+		if r.MissedFinal > 0 {
+			fmt.Fprintf(out, "tenant %d: %d image(s) without their last copy (a context ended unseen, e.g. cudaDeviceReset): up to 1 s of their counts missing\n",
+				r.Tenant, r.MissedFinal)
 		}
 	}
 	return nil
@@ -178,7 +186,7 @@ func probeRows(stateDir string) ([]ProbesRow, error) {
 		}
 		r := ProbesRow{Tenant: uint32(id), Key: tf.TenantKey, Policy: tf.Policy, Probes: names,
 			Processes: ten.Processes, Patched: ten.Patched, Unpatched: ten.Unpatched,
-			UnpatchedReasons: ten.Reasons, OffReasons: ten.Off, Skipped: ten.Skipped,
+			UnpatchedReasons: ten.Reasons, OffReasons: ten.Off, Skipped: ten.Skipped, MissedFinal: ten.MissedFinal,
 			Details: maps.Summarize(ten, probes.Builtin(), names)}
 		if r.Probes == nil {
 			r.Probes = []string{}

@@ -195,3 +195,30 @@ func TestProbesLaunchCountAndRunningBlocks(t *testing.T) {
 		t.Errorf("table:\n%s", out.String())
 	}
 }
+
+// A process whose primary context ended unseen (cudaDeviceReset) could not
+// make its last copy: the table says the counts are short, and --json has
+// the number, instead of the counts just being lower.
+func TestProbesSaysWhenALastCopyIsMissing(t *testing.T) {
+	state := probeState(t)
+	acct := filepath.Join(state, "acct", "7", "probes")
+	if err := os.WriteFile(filepath.Join(acct, "100.status"), []byte("image=0 state=patched reason=ok kernels=1/1\n"+
+		"image=0 ctx=0 state=unbound reason=unloaded final=missed copies=3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run([]string{"probes", "--state-dir", state}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "tenant 7: 1 image(s) without their last copy") {
+		t.Errorf("no word of the missing copy:\n%s", out.String())
+	}
+	out.Reset()
+	if err := run([]string{"probes", "--json", "--state-dir", state}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var rows []ProbesRow
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 1 || rows[0].MissedFinal != 1 || rows[0].Patched != 2 {
+		t.Errorf("probes --json: missedFinal should be 1 and the image still patched: %v\n%s", err, out.String())
+	}
+}

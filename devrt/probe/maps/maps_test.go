@@ -129,10 +129,16 @@ func TestParseStatus(t *testing.T) {
 		"image=1 state=patched reason=no-copy-stream\n" +
 		"garbage line\n" +
 		"image=- state=off reason=module.ptx-unreadable\n" +
-		"image=- launch_time=off reason=stream-write-failed:1\n"
+		"image=- launch_time=off reason=stream-write-failed:1\n" +
+		"image=1 ctx=1 state=bound context=0x55\n" +
+		"image=1 ctx=1 state=unbound reason=context-destroyed copies=1\n" +
+		"image=1 ctx=0 state=unbound reason=unloaded final=missed copies=0\n"
 	imgs, off := ParseStatus(77, text)
 	if len(imgs) != 2 || imgs[0].State != "unpatched" || imgs[0].Reason != "sass-only" || imgs[1].Reason != "no-copy-stream" {
 		t.Fatalf("images %+v", imgs)
+	}
+	if imgs[0].MissedFinal || !imgs[1].MissedFinal {
+		t.Errorf("missed last copy: image 0 %v (want false), image 1 %v (want true)", imgs[0].MissedFinal, imgs[1].MissedFinal)
 	}
 	if imgs[0].Fields["kind"] != "cubin" || imgs[0].PID != 77 {
 		t.Errorf("fields %+v", imgs[0])

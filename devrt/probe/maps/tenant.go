@@ -22,17 +22,25 @@ type ImageState struct {
 	Reason string `json:"reason"`
 	// Fields are the line's other key=value pairs (kernels, jit_ms, api, kind, ...).
 	Fields map[string]string `json:"fields,omitempty"`
+	// MissedFinal: a context the image ran in ended where the interposer
+	// could not see it (cudart's cudaDeviceReset), so that context's last
+	// copy of the maps is missing: what ran since the copy before is not
+	// counted (status line state=unbound ... final=missed).
+	MissedFinal bool `json:"missedFinal,omitempty"`
 }
 
 // ParseStatus reads one <pid>.status file (docs/device-probes.md): lines of
 // key=value pairs, one per event of an image (image=N
 // state=patched|unpatched reason=... ...), image=- state=off for a process
 // whose probes did not start, image=- launch_time=off when launch times
-// could not be written. The last line of an image wins. It returns the
+// could not be written; image=N [ctx=C] state=bound|unbound when a context
+// of the image was bound or ended (final=missed: its last copy could not be
+// made, MissedFinal). The last patched/unpatched line of an image wins. It returns the
 // images, ordered, and the process-wide events ("REASON", or
 // "launch_time=off:REASON").
 func ParseStatus(pid int, text string) (images []ImageState, off []string) {
 	byIndex := map[int]ImageState{}
+	missed := map[int]bool{}
 	sc := bufio.NewScanner(strings.NewReader(text))
 	sc.Buffer(make([]byte, 4096), 1<<20)
 	for sc.Scan() {
@@ -55,8 +63,12 @@ func ParseStatus(pid int, text string) (images []ImageState, off []string) {
 			continue
 		}
 		idx, err := strconv.Atoi(img)
+		if err == nil && state == "unbound" && kv["final"] == "missed" {
+			missed[idx] = true
+			continue
+		}
 		if err != nil || (state != "patched" && state != "unpatched") {
-			continue // a line this reader does not know: a newer interposer
+			continue // a line this reader does not know, or a context bound
 		}
 		if len(kv) == 0 {
 			kv = nil
@@ -64,6 +76,7 @@ func ParseStatus(pid int, text string) (images []ImageState, off []string) {
 		byIndex[idx] = ImageState{PID: pid, Image: idx, State: state, Reason: reason, Fields: kv}
 	}
 	for _, s := range byIndex {
+		s.MissedFinal = missed[s.Image]
 		images = append(images, s)
 	}
 	sort.Slice(images, func(i, j int) bool { return images[i].Image < images[j].Image })
@@ -90,13 +103,17 @@ type Aggregate struct {
 
 // Tenant is what a tenant's probes counted, across its processes and images.
 type Tenant struct {
-	Processes int                   `json:"processes"`
-	Patched   int                   `json:"patched"`
-	Unpatched int                   `json:"unpatched"`
-	Reasons   map[string]int        `json:"unpatchedReasons,omitempty"` // why images were not patched
-	Off       map[string]int        `json:"offReasons,omitempty"`       // why processes ran without probes
-	Images    []ImageState          `json:"images"`
-	Maps      map[string]*Aggregate `json:"maps"`
+	Processes int            `json:"processes"`
+	Patched   int            `json:"patched"`
+	Unpatched int            `json:"unpatched"`
+	Reasons   map[string]int `json:"unpatchedReasons,omitempty"` // why images were not patched
+	Off       map[string]int `json:"offReasons,omitempty"`       // why processes ran without probes
+	Images    []ImageState   `json:"images"`
+	// MissedFinal: images (per process) whose last copy in some context
+	// could not be made (ImageState.MissedFinal): the counts are short by
+	// what ran there since the copy before.
+	MissedFinal int                   `json:"missedFinal,omitempty"`
+	Maps        map[string]*Aggregate `json:"maps"`
 	// Skipped names the .maps files (or maps in them) that were not added, and why.
 	Skipped []string `json:"skipped,omitempty"`
 }
@@ -144,6 +161,9 @@ func ReadTenant(dir string, manifest *probe.Manifest) (*Tenant, error) {
 			imgs, off := ParseStatus(pid, string(b))
 			for _, s := range imgs {
 				t.Images = append(t.Images, s)
+				if s.MissedFinal {
+					t.MissedFinal++
+				}
 				if s.State == "patched" {
 					t.Patched++
 				} else {
