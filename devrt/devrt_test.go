@@ -642,11 +642,10 @@ func TestExportsExactlyTheHookTable(t *testing.T) {
 	}
 }
 
-// A quota the host changes (config.json replaced by rename) applies to running
-// processes within about a second.
-func TestQuotaFollowsConfig(t *testing.T) {
-	tn := newTenant(t, 15, 4*gib, "standard", "")
-	c := tn.cmd("app_procaddr", "alloc", "3GiB", "alloc", "2GiB", "sleep", "1500", "alloc", "2GiB", "info")
+// startReading starts c (killed at the test's end) and reads its first n
+// stdout lines; the scanner reads on.
+func startReading(t *testing.T, c *exec.Cmd, n int) (*bufio.Scanner, []string) {
+	t.Helper()
 	out, err := c.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -657,9 +656,18 @@ func TestQuotaFollowsConfig(t *testing.T) {
 	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
 	sc := bufio.NewScanner(out)
 	var lines []string
-	for len(lines) < 2 && sc.Scan() {
+	for len(lines) < n && sc.Scan() {
 		lines = append(lines, sc.Text())
 	}
+	return sc, lines
+}
+
+// A quota the host changes (config.json replaced by rename) applies to running
+// processes within about a second.
+func TestQuotaFollowsConfig(t *testing.T) {
+	tn := newTenant(t, 15, 4*gib, "standard", "")
+	c := tn.cmd("app_procaddr", "alloc", "3GiB", "alloc", "2GiB", "sleep", "1500", "alloc", "2GiB", "info")
+	sc, lines := startReading(t, c, 2)
 	wantLines(t, lines, "alloc 3221225472 ok", "alloc 2147483648 CUDA_ERROR_OUT_OF_MEMORY")
 	tmp := tn.config + ".tmp"
 	if err := os.WriteFile(tmp, []byte(`{"tenantId": 15, "priorityClass": "standard", "quotaBytes": 8589934592}`), 0o644); err != nil {
@@ -686,19 +694,7 @@ func TestQuotaAcrossPidNamespaces(t *testing.T) {
 	tn := newTenant(t, 16, 3*gib, "standard", "")
 	c := exec.Command("unshare", "--pid", "--fork", "--kill-child", filepath.Join(tn.bin, "fake", "app_procaddr"), "alloc", "2GiB", "hold")
 	c.Env = tn.env()
-	out, err := c.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
-	sc := bufio.NewScanner(out)
-	var lines []string
-	for len(lines) < 2 && sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
+	_, lines := startReading(t, c, 2)
 	wantLines(t, lines, "alloc 2147483648 ok", "hold")
 	u := tn.usage()
 	if len(u.slots) != 1 || u.slots[0]["pid"] != "1" || u.slots[0]["live"] != "1" {
