@@ -1104,6 +1104,19 @@ func TestProbesContextThatEnds(t *testing.T) {
 			t.Errorf("%d copies from the unloaded library's globals", n)
 		}
 	})
+	// the primary context's last release, through the variant before _v2
+	// (asked for as CUDA 7, as a runtime may): the fake's primary context
+	// starts with one reference, so this release ends it
+	t.Run("primary-release-v1", func(t *testing.T) {
+		tn := probeTenant(t, 30, true)
+		r := tn.runImages(nil, "lib", fb, "launch", "2", "release7")
+		wantLines(t, r.lines, "lib "+filepath.Base(fb)+" ok", "launch 2 ok", "release7 ok")
+		first := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0.maps", r.pid)))
+		if first.launches() != 2 || first.final != 1 {
+			t.Errorf("after the release: %d launches (want 2), final %d (want 1)", first.launches(), first.final)
+		}
+		unbound(t, r, "0", "primary-context-ended")
+	})
 	t.Run("primary-reset", func(t *testing.T) {
 		tn := probeTenant(t, 30, true)
 		r := tn.runImages(nil, "lib", fb, "launch", "2", "reset")

@@ -666,6 +666,16 @@ FAKE_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 	return fake_primary_drop("cuDevicePrimaryCtxReset_v2", dev, 1);
 }
 
+FAKE_API CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	return fake_primary_drop("cuDevicePrimaryCtxRelease", dev, 0);
+}
+
+FAKE_API CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+	return fake_primary_drop("cuDevicePrimaryCtxReset", dev, 1);
+}
+
 FAKE_API CUresult cuCtxSetCurrent(CUcontext ctx)
 {
 	if (ctx && fake_ctx_ended((uintptr_t)ctx)) {
@@ -1153,7 +1163,9 @@ static const struct {
 	{"cuModuleUnload", 2000, -1, (void *)cuModuleUnload},
 	{"cuDevicePrimaryCtxRetain", 7000, -1, (void *)cuDevicePrimaryCtxRetain},
 	{"cuDevicePrimaryCtxRelease", 11000, -1, (void *)cuDevicePrimaryCtxRelease_v2},
+	{"cuDevicePrimaryCtxRelease", 7000, -1, (void *)cuDevicePrimaryCtxRelease},
 	{"cuDevicePrimaryCtxReset", 11000, -1, (void *)cuDevicePrimaryCtxReset_v2},
+	{"cuDevicePrimaryCtxReset", 7000, -1, (void *)cuDevicePrimaryCtxReset},
 	{"cuDevicePrimaryCtxGetState", 7000, -1, (void *)cuDevicePrimaryCtxGetState},
 	{"cuStreamCreate", 2000, -1, (void *)cuStreamCreate},
 	{"cuStreamBeginCapture", 10010, -1, (void *)cuStreamBeginCapture_v2},

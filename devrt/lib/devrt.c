@@ -230,8 +230,10 @@ static CUresult gx_after_lookup(CUresult r, const char *symbol, void **pfn, int 
 	if (r != CUDA_SUCCESS || !pfn || !*pfn || !gx_cfg.enabled)
 		return r;
 	id = gx_hook_for_lookup(symbol, version, flags);
-	if (id < 0)
+	if (id < 0) {
+		GX_DEBUG("lookup %s version=%d flags=%llu: not wrapped", symbol, version, (unsigned long long)flags);
 		return r;
+	}
 	*pfn = gx_adopt((enum gx_hook)id, *pfn);
 	GX_DEBUG("lookup %s version=%d flags=%llu -> %s", symbol, version, (unsigned long long)flags,
 		 gx_hooks[id].sym);

@@ -431,6 +431,19 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 	return gx_primary_end(real, dev);
 }
 
+/* the CUDA 7-10 variants, which a runtime may still ask for by version */
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	GX_REAL_OR(cuDevicePrimaryCtxRelease, CUDA_ERROR_NOT_INITIALIZED);
+	return gx_primary_end(real, dev);
+}
+
+CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+	GX_REAL_OR(cuDevicePrimaryCtxReset, CUDA_ERROR_NOT_INITIALIZED);
+	return gx_primary_end(real, dev);
+}
+
 CUresult cuLibraryUnload(CUlibrary library)
 {
 	GX_REAL_OR(cuLibraryUnload, CUDA_ERROR_NOT_INITIALIZED);

@@ -14,6 +14,8 @@
  *   ctx2          cuCtxSetCurrent(a second context, fake driver) -> "ctx2 ok"
  *   ctx2destroy   cuCtxDestroy(the second context, fake driver) -> "ctx2destroy ok"
  *   reset         cuDevicePrimaryCtxReset(device 0)   -> "reset ok"
+ *   release7      cuDevicePrimaryCtxRelease(device 0), asked for as CUDA 7
+ *                 (the variant before _v2, as a runtime may) -> "release7 ok"
  *   unload        cuLibraryUnload(the last library loaded) -> "unload ok"
  *   sleep MS      -> "sleep MS"
  *   capture MS    on a new stream: cuStreamBeginCapture (global mode), one
@@ -60,14 +62,19 @@ static struct {
 	CUresult (*sync)(void);
 } gpu;
 
-static void *resolve(const char *name)
+static void *resolve_at(const char *name, int version)
 {
 	void *p = NULL;
 	CUdriverProcAddressQueryResult st = -1;
 
-	if (gpa(name, &p, 12080, 0, &st) != CUDA_SUCCESS || st != CU_GET_PROC_ADDRESS_SUCCESS)
+	if (gpa(name, &p, version, 0, &st) != CUDA_SUCCESS || st != CU_GET_PROC_ADDRESS_SUCCESS)
 		return NULL;
 	return p;
+}
+
+static void *resolve(const char *name)
+{
+	return resolve_at(name, 12080);
 }
 
 static unsigned char *slurp(const char *path)
@@ -241,6 +248,11 @@ int main(int argc, char **argv)
 			r = unload && last_lib ? unload(last_lib) : CUDA_ERROR_NOT_FOUND;
 			last_lib = NULL;
 			printf("unload %s\n", r == CUDA_SUCCESS ? "ok" : "failed");
+		} else if (!strcmp(v, "release7")) {
+			CUresult (*release)(CUdevice) = (CUresult (*)(CUdevice))resolve_at("cuDevicePrimaryCtxRelease", 7000);
+
+			r = release ? release(0) : CUDA_ERROR_NOT_FOUND;
+			printf("release7 %s\n", r == CUDA_SUCCESS ? "ok" : "failed");
 		} else if (!strcmp(v, "ctx2destroy") || !strcmp(v, "reset")) {
 			CUresult (*destroy)(CUcontext) = (CUresult (*)(CUcontext))resolve("cuCtxDestroy");
 			CUresult (*reset)(CUdevice) = (CUresult (*)(CUdevice))resolve("cuDevicePrimaryCtxReset");
