@@ -56,7 +56,7 @@ type ProbesRow struct {
 	// Skipped: copy-out files (or maps in them) not counted, and why.
 	Skipped []string `json:"skipped,omitempty"`
 	// MissedFinal: images whose last copy in a context that ended unseen
-	// (cudaDeviceReset) could not be made: the counts are short by what ran
+	// by the interposer could not be made: the counts are short by what ran
 	// there since the copy before (at most the copy interval, 1 s).
 	MissedFinal int `json:"missedFinal,omitempty"`
 }
@@ -120,7 +120,7 @@ func probesCmd(cfg config.Config, args []string, out io.Writer) error {
 			fmt.Fprintf(out, "tenant %d: not counted: %s\n", r.Tenant, s)
 		}
 		if r.MissedFinal > 0 {
-			fmt.Fprintf(out, "tenant %d: %d image(s) without their last copy (a context ended unseen, e.g. cudaDeviceReset): up to 1 s of their counts missing\n",
+			fmt.Fprintf(out, "tenant %d: %d image(s) without their last copy (a context ended where the interposer could not see it): up to 1 s of their counts missing\n",
 				r.Tenant, r.MissedFinal)
 		}
 	}

@@ -196,8 +196,8 @@ func TestProbesLaunchCountAndRunningBlocks(t *testing.T) {
 	}
 }
 
-// A process whose primary context ended unseen (cudaDeviceReset) could not
-// make its last copy: the table says the counts are short, and --json has
+// A process whose context ended where the interposer could not see it
+// could not make its last copy: the table says the counts are short, and --json has
 // the number, instead of the counts just being lower.
 func TestProbesSaysWhenALastCopyIsMissing(t *testing.T) {
 	state := probeState(t)

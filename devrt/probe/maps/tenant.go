@@ -23,7 +23,7 @@ type ImageState struct {
 	// Fields are the line's other key=value pairs (kernels, jit_ms, api, kind, ...).
 	Fields map[string]string `json:"fields,omitempty"`
 	// MissedFinal: a context the image ran in ended where the interposer
-	// could not see it (cudart's cudaDeviceReset), so that context's last
+	// could not see it (the library unloaded with no context left), so that context's last
 	// copy of the maps is missing: what ran since the copy before is not
 	// counted (status line state=unbound ... final=missed).
 	MissedFinal bool `json:"missedFinal,omitempty"`
