@@ -419,30 +419,18 @@ static CUresult gx_primary_end(CUresult (*real)(CUdevice), CUdevice dev)
 	return r;
 }
 
-CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
-{
-	GX_REAL_OR(cuDevicePrimaryCtxRelease_v2, CUDA_ERROR_NOT_INITIALIZED);
-	return gx_primary_end(real, dev);
-}
-
-CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
-{
-	GX_REAL_OR(cuDevicePrimaryCtxReset_v2, CUDA_ERROR_NOT_INITIALIZED);
-	return gx_primary_end(real, dev);
-}
-
-/* the CUDA 7-10 variants, which a runtime may still ask for by version */
-CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
-{
-	GX_REAL_OR(cuDevicePrimaryCtxRelease, CUDA_ERROR_NOT_INITIALIZED);
-	return gx_primary_end(real, dev);
-}
-
-CUresult cuDevicePrimaryCtxReset(CUdevice dev)
-{
-	GX_REAL_OR(cuDevicePrimaryCtxReset, CUDA_ERROR_NOT_INITIALIZED);
-	return gx_primary_end(real, dev);
-}
+/* the release and the reset, each as _v2 and as the CUDA 7-10 variant, which a runtime may still ask for by version */
+#define GX_PRIMARY_END_WRAPPER(sym)                              \
+	CUresult sym(CUdevice dev)                               \
+	{                                                        \
+		GX_REAL_OR(sym, CUDA_ERROR_NOT_INITIALIZED);     \
+		return gx_primary_end(real, dev);                \
+	}
+GX_PRIMARY_END_WRAPPER(cuDevicePrimaryCtxRelease_v2)
+GX_PRIMARY_END_WRAPPER(cuDevicePrimaryCtxReset_v2)
+GX_PRIMARY_END_WRAPPER(cuDevicePrimaryCtxRelease)
+GX_PRIMARY_END_WRAPPER(cuDevicePrimaryCtxReset)
+#undef GX_PRIMARY_END_WRAPPER
 
 CUresult cuLibraryUnload(CUlibrary library)
 {
