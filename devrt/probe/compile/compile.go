@@ -88,7 +88,10 @@ var ErrNoKernelLeft = errors.New("no kernel left to probe")
 // matter). kernels narrows: when the probes' catalog entries name kernels,
 // the bundle probes the kernels in both lists (none in common is
 // ErrNoKernelLeft); otherwise it probes kernels. No kernels is Compile.
-// The bundle is cached by probe set and kernel list.
+// The probe set's bundle is cached; the kernel-limited copy is not (it is
+// a copy and a module.conf, and the lists come from containers'
+// annotations: a cache of them would grow with every distinct list in the
+// long-running NRI plugin).
 func (c *Compiler) CompileKernels(names, kernels []string) (*Bundle, error) {
 	ks := slices.Clone(kernels)
 	slices.Sort(ks)
@@ -97,15 +100,7 @@ func (c *Compiler) CompileKernels(names, kernels []string) (*Bundle, error) {
 	if err != nil || len(ks) == 0 {
 		return base, err
 	}
-	key := strings.Join(base.Probes, ",") + "|" + strings.Join(ks, ",")
-	c.mu.Lock()
-	f, ok := c.cache[key]
-	if !ok {
-		f = sync.OnceValues(func() (*Bundle, error) { return limitKernels(base, ks) })
-		c.cache[key] = f
-	}
-	c.mu.Unlock()
-	b, err := f()
+	b, err := limitKernels(base, ks)
 	if err != nil {
 		return nil, fmt.Errorf("compile probes %s for kernels %s: %w", strings.Join(base.Probes, ","), strings.Join(ks, ","), err)
 	}
