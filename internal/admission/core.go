@@ -78,13 +78,14 @@ func New(cfg Config, reg *bpf.Registry, catalog *policies.Catalog, constraints *
 	}
 	c.reg, c.catalog, c.constraints, c.resolver, c.log = reg, catalog, constraints, resolver, log
 	c.compileProbes = compile.CompileKernels
-	go c.warmProbes()
 	return c, nil
 }
 
-// warmProbes compiles the probe sets of the catalog's policies ahead of the
+// WarmProbes compiles the probe sets of the catalog's policies ahead of the
 // first container that selects one, so that admission finds them cached.
-func (c *Core) warmProbes() {
+// For a long-running caller (the NRI plugin); a hook process that admits
+// one container and exits would only pay for sets it never uses.
+func (c *Core) WarmProbes() {
 	for _, p := range c.catalog.List() {
 		if len(p.Probes) == 0 {
 			continue

@@ -77,6 +77,7 @@ func (p *Plugin) Configure(_ context.Context, cfgData, runtime, version string) 
 		p.log.WithError(err).Error("cannot start admission core")
 		return 0, err
 	}
+	go core.WarmProbes()
 	p.mu.Lock()
 	if p.reg != nil {
 		p.reg.Close()
