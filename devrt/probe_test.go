@@ -1037,6 +1037,30 @@ func TestProbesLetGraphCapturesBe(t *testing.T) {
 	}
 }
 
+// A clock kernel that never starts costs a bind up to 200 ms on the
+// application's thread: once failed in a context, the context's next
+// image takes the failure instead of waiting again (the copy thread
+// retries every 30 s, off the launch path).
+func TestProbesClockFailureNotRetriedAtBind(t *testing.T) {
+	fb := writeTemp(t, "app.fatbin", fatbin(sassEntry(90), ptxEntry(t, "vecadd.ptx", 90)))
+	tn := probeTenant(t, 28, true)
+	tn.launchTimeOn()
+	r := tn.runImages([]string{"FAKECUDA_CLOCK_NO_START=1"}, "lib", fb, "launch", "1", "lib", fb, "launch", "1")
+	wantLines(t, r.lines, "lib "+filepath.Base(fb)+" ok", "launch 1 ok", "lib "+filepath.Base(fb)+" ok", "launch 1 ok")
+	patched, unsynced := 0, 0
+	for _, kv := range r.status(t) {
+		if kv["state"] == "patched" {
+			patched++
+		}
+		if kv["clock"] == "unsynced" {
+			unsynced++
+		}
+	}
+	if patched != 2 || unsynced != 1 {
+		t.Errorf("%d images patched (want 2), %d clock measurements that waited for a kernel that never ran (want 1)", patched, unsynced)
+	}
+}
+
 // A context that ends takes our stream and the maps with it: before it
 // goes (cuCtxDestroy; the reset or last release of the primary context, as
 // cudaDeviceReset does at the end of many applications) its images get a

@@ -104,7 +104,7 @@ struct gx_pimage {
 	CUmodule ctx_module; /* a library's module in ctx (launch time: CUfunction -> image) */
 	CUdeviceptr launch_ns; /* __gpuext_launch_ns in ctx, 0 if none */
 	_Atomic int64_t clock_offset; /* %globaltimer - CLOCK_REALTIME in ctx (gx_clock_sync), added to launch times */
-	int clock_synced;             /* clock_offset measured */
+	int clock_synced;             /* 1: clock_offset measured; -1: tried and failed (the copy thread retries); 0: not yet */
 	struct timespec clock_at;     /* when, CLOCK_MONOTONIC */
 	CUstream stream;   /* non-blocking, ours */
 	CUdeviceptr map_ptr[GX_CONF_MAX_MAPS];
@@ -425,7 +425,7 @@ static int64_t gx_realtime_ns(void)
  * Measures im->clock_offset in im's context (current), on im->stream.
  * gx_probe_mu held. Writes one status line. 0: measured.
  */
-static int gx_clock_sync(struct gx_pimage *im, const char *why)
+static int gx_clock_measure(struct gx_pimage *im, const char *why)
 {
 	static CUmodule mod; /* one per process: the first context's (others load their own) */
 	static CUcontext mod_ctx;
@@ -526,11 +526,28 @@ static int gx_clock_sync(struct gx_pimage *im, const char *why)
 	clock_gettime(CLOCK_MONOTONIC, &im->clock_at);
 	gx_status("image=%d clock=synced why=%s offset_ns=%lld error_ns=%lld rounds=%d/%u drift_ns=%lld", im->index, why,
 		  (long long)best_off, (long long)(best_rtt + 1) / 2, answered, n,
-		  im->clock_synced ? (long long)(best_off - prev) : 0ll);
+		  im->clock_synced > 0 ? (long long)(best_off - prev) : 0ll);
 	GX_DEBUG("probes: image %d: device clock - host clock = %lld ns (+-%lld, %d rounds, %s)", im->index,
 		 (long long)best_off, (long long)(best_rtt + 1) / 2, answered, why);
 	im->clock_synced = 1;
 	return 0;
+}
+
+/*
+ * gx_clock_measure, and a failure remembered: a measurement can wait up to
+ * GX_CLOCK_START_NS for a GPU that is busy, so the context's other binds
+ * (on the application's launch path) take the failure instead of trying
+ * again, and the copy thread retries every GX_CLOCK_RESYNC_S. A context
+ * measured before keeps its last offset.
+ */
+static int gx_clock_sync(struct gx_pimage *im, const char *why)
+{
+	if (gx_clock_measure(im, why) == 0)
+		return 0;
+	if (im->clock_synced <= 0)
+		im->clock_synced = -1;
+	clock_gettime(CLOCK_MONOTONIC, &im->clock_at);
+	return -1;
 }
 
 /*
@@ -550,7 +567,7 @@ static void gx_clock_copy(struct gx_pimage *im, const struct gx_pimage *owner)
 {
 	atomic_store(&im->clock_offset, atomic_load(&owner->clock_offset));
 	im->clock_at = owner->clock_at;
-	im->clock_synced = 1;
+	im->clock_synced = owner->clock_synced;
 }
 
 /*
@@ -741,7 +758,7 @@ static void gx_clock_resync(int final)
 		owner = gx_clock_owner(im->ctx, i); /* measured earlier in this pass, or now */
 		if (owner) {
 			gx_clock_copy(im, owner);
-		} else if ((final || now.tv_sec - im->clock_at.tv_sec >= GX_CLOCK_RESYNC_S) &&
+		} else if ((final ? im->clock_synced > 0 : now.tv_sec - im->clock_at.tv_sec >= GX_CLOCK_RESYNC_S) &&
 			   gx_drv.cuCtxSetCurrent(im->ctx) == CUDA_SUCCESS) {
 			gx_clock_sync(im, final ? "exit" : "periodic");
 		}
