@@ -125,6 +125,16 @@ func TestAsm(t *testing.T) {
 			asm.Add.Imm(asm.R1, 1),
 			asm.JLT.Imm(asm.R1, 100, "top"),
 			asm.Return())), "", nil, 0, 0},
+		// each turn's state is covered by the one before (r2 in [0, 255],
+		// then [0, 254], ...) but never repeats it: the loop ends
+		{"countdown from a masked ctx field", prog(is(
+			asm.LoadMem(asm.R2, asm.R1, 8, asm.Word),
+			asm.And.Imm(asm.R2, 0xff),
+			asm.JEq.Imm(asm.R2, 0, "done").WithSymbol("top"),
+			asm.Sub.Imm(asm.R2, 1),
+			ja(-3),
+			asm.Mov.Imm(asm.R0, 0).WithSymbol("done"),
+			asm.Return())), "", nil, 0, 0},
 		{"loop bounded by a 32-bit ctx field", prog(is(
 			asm.LoadMem(asm.R2, asm.R1, 8, asm.Word),
 			asm.Mov.Imm(asm.R0, 0),

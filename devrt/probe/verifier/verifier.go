@@ -286,15 +286,23 @@ func (v *verifier) budgetError(pc int) error {
 
 // checkpoint prunes st when a finished path from the same insn covers it,
 // and rejects it when a path still being explored (so: one st descends
-// from, around a loop) covers it: the loop can repeat that state forever.
+// from, around a loop) is the same state: the loop can repeat it forever.
+// A state that an unfinished path only covers is explored on (a counter
+// counting down from an unknown value in [0, 255] is covered by the state
+// before it, yet the loop ends); a loop that never repeats a state but
+// never ends runs into the exploration budget.
 func (v *verifier) checkpoint(st *state) (bool, error) {
 	cps := v.checkpoints[st.pc]
+	live := v.g.live[st.pc]
 	for _, cp := range cps {
-		if !covers(cp.st, st, v.g.live[st.pc]) {
+		if !covers(cp.st, st, live) {
 			continue
 		}
 		if cp.done {
 			return true, nil
+		}
+		if !covers(st, cp.st, live) {
+			continue // narrower than the state around the loop: not a repeat
 		}
 		at := st.prev
 		if at < 0 || v.g.ins[at] == nil || !v.g.ins[at].OpCode.Class().IsJump() {
@@ -302,7 +310,6 @@ func (v *verifier) checkpoint(st *state) (bool, error) {
 		}
 		return false, v.errAt(at, ErrUnboundedLoop, "unbounded loop: back-edge to insn %d not proven bounded (the loop can repeat a state)", st.pc)
 	}
-	live := v.g.live[st.pc]
 	for i, cp := range cps {
 		if !cp.done {
 			continue
