@@ -58,11 +58,12 @@ func (c *concrete) run(insns asm.Instructions) error {
 			d := r[ins.Dst]
 			if op == asm.Mov {
 				d = src
-			} else if is64 {
-				d.v = exact(op, d.v, src.v)
-				d.ptr = d.ptr || src.ptr
+				if !is64 {
+					d.v = uint64(uint32(d.v))
+				}
 			} else {
-				d.v = exact32(op, d.v, src.v)
+				d.v = refALU(op, d.v, src.v, is64)
+				d.ptr = is64 && (d.ptr || src.ptr)
 			}
 			r[ins.Dst] = d
 		case cls == asm.LdXClass, cls.IsStore():

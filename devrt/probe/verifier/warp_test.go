@@ -84,7 +84,7 @@ func (w *warpRun) lane(g *cfg, cfgw warpConfig, lane int, ctx []byte) error {
 			if op := ins.OpCode.ALUOp(); op == asm.Mov {
 				d = src
 			} else {
-				d.v = exact(op, d.v, src.v)
+				d.v = refALU(op, d.v, src.v, true)
 			}
 			r[ins.Dst] = d
 		case cls == asm.LdXClass:
