@@ -186,6 +186,12 @@ func atomicOnlyProg(spec *ebpf.CollectionSpec, insns asm.Instructions, index map
 			bad |= reads(ins.Dst)
 		case cls == asm.StXClass && op.Mode() == asm.AtomicMode:
 			bad |= reads(ins.Src) // the address (Dst) may be a map value: that is the point
+			if op.AtomicOp() != asm.AddAtomic {
+				// only a plain add sums the same in any slot: an exchange,
+				// an and/or/xor, or a fetch whose old value the program
+				// uses see the slot's other writers
+				bad |= reads(ins.Dst)
+			}
 			switch op.AtomicOp() {
 			case asm.CmpXchg:
 				bad |= s[asm.R0]

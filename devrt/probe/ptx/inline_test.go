@@ -199,9 +199,7 @@ func TestInlineLookups(t *testing.T) {
 // form's, over 3 blocks x 40 threads.
 func TestInlinePerWarpSlots(t *testing.T) {
 	bump := func(m string, atomic bool, label string) asm.Instructions {
-		upd := asm.Instructions{asm.Mov.Imm(asm.R1, 1), asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord)}
-		upd[1].OpCode = upd[1].OpCode.SetMode(asm.AtomicMode)
-		upd[1].Constant = int64(asm.AddAtomic)
+		upd := asm.Instructions{asm.Mov.Imm(asm.R1, 1), asm.AddAtomic.Mem(asm.R0, asm.R1, asm.DWord, 0)}
 		if !atomic {
 			upd = asm.Instructions{asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord), asm.Add.Imm(asm.R1, 1), asm.StoreMem(asm.R0, 0, asm.R1, asm.DWord)}
 		}
@@ -246,6 +244,43 @@ func TestInlinePerWarpSlots(t *testing.T) {
 		}
 		if got, want := sum(inl[mi.Name]), sum(call[mi.Name]); got != want || !strings.Contains(got, "[120 0 0 0 0 0 0 0]") {
 			t.Errorf("map %s: inline sums %s, call form %s, want 120 at key 1", mi.Name, got, want)
+		}
+	}
+}
+
+// Only a plain atomic add sums the same in any slot: an exchange, an or, or
+// a fetch-add whose old value the program adds back each see the slot's
+// other writers, so their per-warp maps keep the warp's slot (a warp owns
+// it while it runs) and the inline form gives what the call form gives.
+func TestInlineOtherAtomicsKeepTheWarpSlot(t *testing.T) {
+	for name, upd := range map[string]asm.Instructions{
+		"xchg": {asm.Mov.Imm(asm.R1, 7), asm.Xchg.Mem(asm.R0, asm.R1, asm.DWord, 0)},
+		"or":   {asm.Mov.Imm(asm.R1, 3), asm.OrAtomic.Mem(asm.R0, asm.R1, asm.DWord, 0), asm.Mov.Imm(asm.R1, 1), asm.AddAtomic.Mem(asm.R0, asm.R1, asm.DWord, 0)},
+		"fetch-add used": {asm.Mov.Imm(asm.R1, 1), asm.FetchAdd.Mem(asm.R0, asm.R1, asm.DWord, 0),
+			asm.AddAtomic.Mem(asm.R0, asm.R1, asm.DWord, 0)},
+	} {
+		prog := append(asm.Instructions{
+			asm.StoreImm(asm.RFP, -4, 1, asm.Word),
+			asm.LoadMapPtr(asm.R1, 0).WithReference("pw"),
+			asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -4),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "out"),
+		}, upd...)
+		prog = append(prog, asm.Mov.Imm(asm.R0, 0).WithSymbol("out"), asm.Return())
+		spec := &ebpf.CollectionSpec{
+			Maps:     map[string]*ebpf.MapSpec{"pw": {Name: "pw", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 2}},
+			Programs: map[string]*ebpf.ProgramSpec{"p": {Name: "p", SectionName: probe.SecKernelEntry, Instructions: prog}},
+		}
+		m, err := ptx.Translate(spec, nil, ptx.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := m.Inline[probe.KernelEntry]; strings.Contains(e, ptx.SharedSlotReg) || !strings.Contains(e, "%__gxslot") {
+			t.Errorf("%s: the inline form should take the warp's slot:\n%s", name, e)
+		}
+		call, inl := runBoth(t, m, 3, 40)
+		if !bytes.Equal(inl["pw"], call["pw"]) {
+			t.Errorf("%s: the inline form's map differs from the call form's", name)
 		}
 	}
 }
