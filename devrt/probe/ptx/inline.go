@@ -292,8 +292,9 @@ var (
 //
 // sharedSlot: the entry block declares (kernel scope) and sets the block's
 // slot register SharedSlotReg; the exit block's programs read it.
-// entryGuarded: the entry block runs in thread 0 only, so a guarded block
-// alone may read SharedSlotReg as the block's linear index.
+// entryGuarded: the entry block runs in thread 0 only, so only a block
+// guarded the same way may read SharedSlotReg (in any other thread it was
+// never set); an unguarded exit block computes its own slot.
 func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, guarded bool, blockSlot map[string]bool, sharedSlot, entryGuarded bool) (string, error) {
 	tag := strings.TrimPrefix(a.String(), "kernel_")
 	pre := "__gpuext_i" + InlineSite + "_" + tag
@@ -344,9 +345,9 @@ func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, gua
 		ps := spec.Programs[name]
 		end := fmt.Sprintf("$%s_p%d_end", pre, k)
 		t := &progTranslator{spec: spec, name: name, fn: ProgFunction(name), inline: true, endLabel: end, stackSym: stack, thread0: guarded, blockSlot: blockSlot}
-		if sharedSlot {
+		if sharedSlot && (!entryGuarded || guarded) {
+			// every thread running this block ran the entry block that set it
 			t.bslotName = SharedSlotReg
-			t.bslotLinear = !entryGuarded || guarded
 		}
 		if err := t.translate(ps.Instructions); err != nil {
 			return "", fmt.Errorf("program %q (inline): %w", name, err)

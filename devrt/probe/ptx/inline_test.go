@@ -284,3 +284,54 @@ func TestInlineOtherAtomicsKeepTheWarpSlot(t *testing.T) {
 		}
 	}
 }
+
+// The entry block sets the block's slot register in thread 0 only when it
+// runs under the thread-0 guard; an exit block that runs in every thread
+// must not read it there (never set in the other threads) and computes its
+// own slot.
+func TestInlineUnguardedExitComputesItsOwnSlot(t *testing.T) {
+	add := func(label string) asm.Instructions {
+		return asm.Instructions{
+			asm.StoreImm(asm.RFP, -4, 0, asm.Word),
+			asm.LoadMapPtr(asm.R1, 0).WithReference("pw"),
+			asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -4),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, label),
+			asm.Mov.Imm(asm.R1, 1), asm.AddAtomic.Mem(asm.R0, asm.R1, asm.DWord, 0),
+			asm.Mov.Imm(asm.R0, 0).WithSymbol(label), asm.Return(),
+		}
+	}
+	entry := append(asm.Instructions{
+		asm.BuiltinFunc(probe.HelperThreadLinearID).Call(),
+		asm.JNE.Imm(asm.R0, 0, "e"),
+	}, add("e")...)
+	spec := &ebpf.CollectionSpec{
+		Maps: map[string]*ebpf.MapSpec{"pw": {Name: "pw", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}},
+		Programs: map[string]*ebpf.ProgramSpec{
+			"in":  {Name: "in", SectionName: probe.SecKernelEntry, Instructions: entry},
+			"out": {Name: "out", SectionName: probe.SecKernelExit, Instructions: add("x")},
+		},
+	}
+	m, err := ptx.Translate(spec, nil, ptx.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Guard[probe.KernelEntry] || m.Guard[probe.KernelExit] {
+		t.Fatalf("want a guarded entry and an unguarded exit, got %v", m.Guard)
+	}
+	if x := m.Inline[probe.KernelExit]; strings.Contains(x, ptx.SharedSlotReg) {
+		t.Errorf("the unguarded exit reads the entry's slot register:\n%s", x)
+	}
+	call, inl := runBoth(t, m, 3, 40)
+	sum := func(b []byte) string {
+		ents, err := (&ptx.Image{Layout: m.Manifest.Maps[0].Layout, Bytes: b}).Entries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(ents)
+	}
+	// 3 entries (thread 0 of each block) + 120 exits
+	if got, want := sum(inl["pw"]), sum(call["pw"]); got != want || !strings.Contains(got, "[123 0 0 0 0 0 0 0]") {
+		t.Errorf("inline sums %s, call form %s, want 123", got, want)
+	}
+}

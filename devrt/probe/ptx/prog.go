@@ -35,10 +35,10 @@ type progTranslator struct {
 	blockSlot map[string]bool
 	thread0   bool   // inline form under the thread-0 site guard: the linear thread id is 0
 	nonNullR0 bool   // r0 holds an inline lookup's address that cannot be NULL
-	bslotName string // the kernel-scope register with the block's slot (SharedSlotReg), "" = per program
-	// bslotLinear: bslotName holds the block's linear index in every
-	// thread that runs this program, so block_linear_id reads it
-	bslotLinear bool
+	// bslotName: the kernel-scope register with the block's linear index
+	// (SharedSlotReg), set in every thread that runs this program; "" =
+	// the program computes its own
+	bslotName string
 }
 
 func reg(r asm.Register) string { return "%r" + strconv.Itoa(int(r)) }
@@ -776,7 +776,7 @@ func (t *progTranslator) call(ins asm.Instruction, tgt int) error {
 		t.emit("shr.u32 %%w0, %%w0, 5")
 		t.emit("cvt.u64.u32 %%r0, %%w0")
 	case probe.HelperBlockLinearID:
-		if t.bslotLinear {
+		if t.bslotName != "" {
 			// the entry block computed it for the block slot, in this thread too (inlineAttach)
 			t.emit("cvt.u64.u32 %%r0, %s", t.bslotName)
 			break
