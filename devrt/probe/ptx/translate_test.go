@@ -138,9 +138,8 @@ func TestDispatchRunsProbes(t *testing.T) {
 }
 
 // block_linear_id and thread_linear_id on 1-D and 3-D grids and blocks:
-// the translation takes x alone when the dims' y*z is 1 and the full
-// x + nx*(y + ny*z) otherwise. Every thread adds its linear id + 1 at its
-// block's linear id, so each block's entry is 1 + 2 + ... + threads.
+// x + nx*(y + ny*z) whatever the dims. Every thread adds its linear id + 1
+// at its block's linear id, so each block's entry is 1 + 2 + ... + threads.
 func TestLinearIDs(t *testing.T) {
 	spec := &ebpf.CollectionSpec{
 		Maps: map[string]*ebpf.MapSpec{"ids": {Name: "ids", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 64}},
