@@ -485,36 +485,44 @@ static struct fake_global *fake_global_of(uintptr_t handle, const char *name)
 	return NULL;
 }
 
+/* 1 if p lies in g's memory, in any context */
+static int fake_global_has(const struct fake_global *g, CUdeviceptr p)
+{
+	if (p >= (uintptr_t)g->mem && p < (uintptr_t)g->mem + g->size)
+		return 1;
+	for (int c = 0; c < FAKE_MAX_CTX; c++)
+		if (g->ctxmem[c] && p >= (uintptr_t)g->ctxmem[c] && p < (uintptr_t)g->ctxmem[c] + g->size)
+			return 1;
+	return 0;
+}
+
+/* the image and global holding a "device" address, or NULL */
+static struct fake_image *fake_image_at(CUdeviceptr p, struct fake_global **gp)
+{
+	for (int i = 0; i < fake_nimages; i++)
+		for (int k = 0; k < fake_images[i].nglobals; k++)
+			if (fake_global_has(&fake_images[i].g[k], p)) {
+				*gp = &fake_images[i].g[k];
+				return &fake_images[i];
+			}
+	return NULL;
+}
+
 /* the global holding a "device" address, for the call log */
 static const char *fake_global_at(CUdeviceptr p)
 {
-	for (int i = 0; i < fake_nimages; i++)
-		for (int k = 0; k < fake_images[i].nglobals; k++) {
-			struct fake_global *g = &fake_images[i].g[k];
+	struct fake_global *g;
 
-			if (p >= (uintptr_t)g->mem && p < (uintptr_t)g->mem + g->size)
-				return g->name;
-			for (int c = 0; c < FAKE_MAX_CTX; c++)
-				if (g->ctxmem[c] && p >= (uintptr_t)g->ctxmem[c] && p < (uintptr_t)g->ctxmem[c] + g->size)
-					return g->name;
-		}
-	return "?";
+	return fake_image_at(p, &g) ? g->name : "?";
 }
 
 /* 1 if p lies in a global of an unloaded image. fake_mu held. */
 static int fake_unloaded_at(CUdeviceptr p)
 {
-	for (int i = 0; i < fake_nimages; i++)
-		for (int k = 0; k < fake_images[i].nglobals && fake_images[i].unloaded; k++) {
-			struct fake_global *g = &fake_images[i].g[k];
+	struct fake_global *g;
+	struct fake_image *im = fake_image_at(p, &g);
 
-			if (p >= (uintptr_t)g->mem && p < (uintptr_t)g->mem + g->size)
-				return 1;
-			for (int c = 0; c < FAKE_MAX_CTX; c++)
-				if (g->ctxmem[c] && p >= (uintptr_t)g->ctxmem[c] && p < (uintptr_t)g->ctxmem[c] + g->size)
-					return 1;
-		}
-	return 0;
+	return im && im->unloaded;
 }
 
 /* cuLibraryUnload / cuModuleUnload of a loaded image (other handles: the interposer's own modules). */

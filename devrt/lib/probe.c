@@ -86,7 +86,7 @@ static struct {
 
 #define GX_SYM_TENANT "__gpuext_tenant_id"
 #define GX_SYM_LAUNCH_NS "__gpuext_launch_ns"
-#define GX_LAUNCH_CACHE 256
+#define GX_LAUNCH_CACHE 4096 /* direct-mapped by function handle: frameworks launch thousands of kernels */
 #define GX_PROBE_MAX_IMAGES 1024
 #define GX_MAPS_MAGIC "GXPMAPS\0"
 #define GX_MAPS_VERSION 1
@@ -99,6 +99,8 @@ struct gx_pimage {
 	void *handle;      /* CUlibrary or CUmodule */
 	int bound;         /* symbols looked up in ctx */
 	int gone;          /* its context ended (gx_ctx_ending): never bound again */
+	int ending;        /* its primary context is being released or reset: no copy until we know */
+	int lib_counted;   /* counted in gx_pr.libraries (a library's first binding) */
 	char *ptx;         /* the patched text: kept for the process's life (the driver may load lazily from it) */
 	CUcontext ctx;
 	CUmodule ctx_module; /* a library's module in ctx (launch time: CUfunction -> image) */
@@ -124,6 +126,7 @@ struct gx_pimage {
 };
 
 #define GX_PROBE_MAX_CTX 16 /* contexts a library image is bound in */
+#define GX_CTX_ENDED ((CUcontext)(uintptr_t)1) /* first_ctx once the first context ended: matches none */
 
 static struct {
 	int on;
@@ -135,10 +138,14 @@ static struct {
 	_Atomic int key;      /* names this process's files: its pid, or pid + n << 22 if taken (0: not yet) */
 	_Atomic int pending;  /* patched images not yet bound to a context */
 	_Atomic int launch_time; /* 1 while launch times are written */
+	_Atomic int launch_time_failed; /* a write failed: launch times stay off for the process */
 	_Atomic int libraries;   /* bound library images: a launch checks its context */
 	_Atomic(CUcontext) first_ctx; /* the context the first image was bound in */
 	_Atomic uint64_t launch_cache[GX_LAUNCH_CACHE]; /* f << 16 | (image slot + 1), 0xffff: none */
 	int exit_registered, thread_started, stopping;
+	/* the clock kernel's module, kept in the first context measured (others load and unload their own) */
+	CUmodule clock_mod;
+	CUcontext clock_mod_ctx;
 	struct gx_pimage *images[GX_PROBE_MAX_IMAGES];
 	int nimages;
 } gx_pr;
@@ -180,7 +187,7 @@ static char *gx_read_file_at(int dirfd, const char *name, size_t *len)
  */
 static int gx_key(void)
 {
-	int key = atomic_load(&gx_pr.key), expected = 0;
+	int key = atomic_load(&gx_pr.key), expected = 0, created = 0;
 	char path[PATH_MAX + 32];
 
 	if (key)
@@ -195,12 +202,15 @@ static int gx_key(void)
 		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 		if (fd < 0 && errno == EEXIST)
 			continue;
-		if (fd >= 0)
+		if (fd >= 0) {
 			close(fd);
+			created = 1;
+		}
 		break; /* claimed, or an error the writes will meet too */
 	}
 	if (!atomic_compare_exchange_strong(&gx_pr.key, &expected, key)) {
-		unlink(path); /* another thread claimed one first */
+		if (created)
+			unlink(path); /* another thread claimed one first: give ours back */
 		return expected;
 	}
 	return key;
@@ -427,8 +437,6 @@ static int64_t gx_realtime_ns(void)
  */
 static int gx_clock_measure(struct gx_pimage *im, const char *why)
 {
-	static CUmodule mod; /* one per process: the first context's (others load their own) */
-	static CUcontext mod_ctx;
 	CUmodule m = NULL;
 	CUfunction fn = NULL;
 	volatile uint64_t *flag;
@@ -442,17 +450,18 @@ static int gx_clock_measure(struct gx_pimage *im, const char *why)
 	const char *fail = NULL;
 
 	if (!gx_drv.cuModuleLoadData || !gx_drv.cuModuleGetFunction || !gx_drv.cuLaunchKernel ||
-	    !gx_drv.cuMemHostAlloc || !gx_drv.cuMemHostGetDevicePointer_v2 || !im->stream) {
+	    !gx_drv.cuMemHostAlloc || !gx_drv.cuMemHostGetDevicePointer_v2 || !gx_drv.cuMemFreeHost ||
+	    !gx_drv.cuStreamSynchronize || !im->stream) {
 		gx_status("image=%d clock=unsynced reason=driver-calls-missing", im->index);
 		return -1;
 	}
-	if (mod && mod_ctx == im->ctx) {
-		m = mod;
+	if (gx_pr.clock_mod && gx_pr.clock_mod_ctx == im->ctx) {
+		m = gx_pr.clock_mod;
 	} else if ((r = gx_drv.cuModuleLoadData(&m, gx_clock_ptx)) != CUDA_SUCCESS) {
 		gx_status("image=%d clock=unsynced reason=module-load-failed:%d", im->index, r);
 		return -1;
-	} else if (!mod) {
-		mod = m, mod_ctx = im->ctx;
+	} else if (!gx_pr.clock_mod) {
+		gx_pr.clock_mod = m, gx_pr.clock_mod_ctx = im->ctx;
 	}
 	if ((r = gx_drv.cuModuleGetFunction(&fn, m, "__gpuext_clock_sync")) != CUDA_SUCCESS)
 		fail = "no-function";
@@ -463,9 +472,9 @@ static int gx_clock_measure(struct gx_pimage *im, const char *why)
 		fail = "no-device-pointer";
 	if (fail) {
 		gx_status("image=%d clock=unsynced reason=%s:%d", im->index, fail, r);
-		if (host && gx_drv.cuMemFreeHost)
+		if (host)
 			gx_drv.cuMemFreeHost(host);
-		if (m != mod && gx_drv.cuModuleUnload)
+		if (m != gx_pr.clock_mod && gx_drv.cuModuleUnload)
 			gx_drv.cuModuleUnload(m);
 		return -1;
 	}
@@ -481,6 +490,8 @@ static int gx_clock_measure(struct gx_pimage *im, const char *why)
 	if (r != CUDA_SUCCESS) {
 		gx_status("image=%d clock=unsynced reason=launch-failed:%d", im->index, r);
 		gx_drv.cuMemFreeHost(host);
+		if (m != gx_pr.clock_mod && gx_drv.cuModuleUnload)
+			gx_drv.cuModuleUnload(m);
 		return -1;
 	}
 	for (unsigned int i = 1; i <= n && misses < GX_CLOCK_MAX_MISSES; i++) {
@@ -517,7 +528,7 @@ static int gx_clock_measure(struct gx_pimage *im, const char *why)
 	} else {
 		gx_drv.cuStreamSynchronize(im->stream);
 		gx_drv.cuMemFreeHost(host);
-		if (m != mod && gx_drv.cuModuleUnload) /* another context's copy */
+		if (m != gx_pr.clock_mod && gx_drv.cuModuleUnload) /* another context's copy */
 			gx_drv.cuModuleUnload(m);
 	}
 	if (!answered)
@@ -586,9 +597,16 @@ static int gx_bind(struct gx_pimage *im)
 		return -1;
 	im->ctx = ctx;
 	im->bound = 1;
-	if (im->is_library && !im->ctxn)
+	if (im->is_library && !im->ctxn) {
 		atomic_fetch_add(&gx_pr.libraries, 1);
+		im->lib_counted = 1;
+	}
 	{
+		/*
+		 * Once the first context ended (GX_CTX_ENDED) this is not re-armed:
+		 * a library first bound there may run in any later context, and
+		 * only the lookup at launch binds it there.
+		 */
 		CUcontext none = NULL;
 
 		atomic_compare_exchange_strong(&gx_pr.first_ctx, &none, ctx);
@@ -636,11 +654,12 @@ static int gx_bind(struct gx_pimage *im)
 				gx_clock_copy(im, owner);
 			else
 				gx_clock_sync(im, "bind");
-			atomic_store(&gx_pr.launch_time, 1);
+			if (!atomic_load(&gx_pr.launch_time_failed))
+				atomic_store(&gx_pr.launch_time, 1);
 		}
 	}
 	if (gx_get_global(im, GX_SYM_TENANT, &tid, &tid_bytes) == CUDA_SUCCESS && tid && tid_bytes >= 4 &&
-	    gx_drv.cuMemcpyHtoDAsync_v2 &&
+	    gx_drv.cuMemcpyHtoDAsync_v2 && gx_drv.cuStreamSynchronize &&
 	    gx_drv.cuMemcpyHtoDAsync_v2(tid, &tenant, sizeof(tenant), im->stream) == CUDA_SUCCESS)
 		gx_drv.cuStreamSynchronize(im->stream);
 	else
@@ -662,7 +681,8 @@ static int gx_copy_out(struct gx_pimage *im, int final)
 	size_t off = 0;
 	int ok = 1;
 
-	if (!im->bound || !im->stream || !gx_pr.dir[0] || !gx_drv.cuCtxSetCurrent || !gx_drv.cuMemcpyDtoHAsync_v2)
+	if (!im->bound || im->ending || !im->stream || !gx_pr.dir[0] || !gx_drv.cuCtxSetCurrent ||
+	    !gx_drv.cuMemcpyDtoHAsync_v2 || !gx_drv.cuStreamSynchronize)
 		return -1;
 	if (gx_drv.cuCtxSetCurrent(im->ctx) != CUDA_SUCCESS)
 		return -1;
@@ -687,7 +707,6 @@ static void gx_write_maps(struct gx_pimage *im, int final)
 {
 	char path[PATH_MAX + 64], tmp[PATH_MAX + 64];
 	unsigned char hdr[GX_MAPS_HDR];
-	struct timespec ts;
 	size_t off = 0;
 	uint32_t u32;
 	uint64_t u64;
@@ -711,8 +730,7 @@ static void gx_write_maps(struct gx_pimage *im, int final)
 	u32 = (uint32_t)im->index, memcpy(hdr + 16, &u32, 4);
 	u32 = (uint32_t)gx_pr.conf.nmaps, memcpy(hdr + 20, &u32, 4);
 	memcpy(hdr + 24, &im->seq, 8);
-	clock_gettime(CLOCK_REALTIME, &ts);
-	u64 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec, memcpy(hdr + 32, &u64, 8);
+	u64 = (uint64_t)gx_realtime_ns(), memcpy(hdr + 32, &u64, 8);
 	u32 = (uint32_t)gx_cfg.tenant_id, memcpy(hdr + 40, &u32, 4);
 	u32 = final ? 1u : 0u, memcpy(hdr + 44, &u32, 4);
 	ok = write(fd, hdr, sizeof(hdr)) == (ssize_t)sizeof(hdr);
@@ -812,20 +830,29 @@ static void gx_probe_at_exit(void)
  * bound aborted at exit ("free(): invalid pointer") when the exit handler
  * made the dead context current.
  */
-#define GX_CTX_ENDED ((CUcontext)(uintptr_t)1) /* first_ctx once the first context ended: matches none */
 
-/* gx_probe_mu held. destroy_stream: the context still exists, our stream in it goes now. */
-static void gx_unbind(struct gx_pimage *im, const char *why, int destroy_stream)
+/*
+ * gx_probe_mu held. destroy_stream: the context still exists, our stream in
+ * it goes now. missed: the final copy could not be made. A module's entry
+ * loses its handle (its context took the module); a library's keeps it for
+ * its other contexts.
+ */
+static void gx_unbind(struct gx_pimage *im, const char *why, int destroy_stream, int missed)
 {
 	if (destroy_stream && im->stream && gx_drv.cuStreamDestroy_v2)
 		gx_drv.cuStreamDestroy_v2(im->stream);
 	im->stream = NULL;
 	im->bound = 0;
 	im->gone = 1;
+	im->ending = 0;
 	im->ctx = NULL;
 	im->launch_ns = 0;
-	gx_status("image=%d ctx=%d state=unbound reason=%s copies=%llu", im->index, im->ctxn, why,
-		  (unsigned long long)im->seq);
+	if (!im->is_library)
+		im->handle = NULL;
+	free(im->host);
+	im->host = NULL;
+	gx_status("image=%d ctx=%d state=unbound reason=%s%s copies=%llu", im->index, im->ctxn, why,
+		  missed ? " final=missed" : "", (unsigned long long)im->seq);
 }
 
 /* gx_probe_mu held: function handles may name other functions from now on. */
@@ -841,7 +868,48 @@ static void gx_forget_ctx(CUcontext ctx)
 	CUcontext c = ctx;
 
 	atomic_compare_exchange_strong(&gx_pr.first_ctx, &c, GX_CTX_ENDED);
+	if (gx_pr.clock_mod_ctx == ctx) /* the module went with the context */
+		gx_pr.clock_mod = NULL, gx_pr.clock_mod_ctx = NULL;
 	gx_forget_launches();
+}
+
+/*
+ * The bound images that end now: by handle (unloaded) or in ctx (its
+ * context is destroyed, or, final_only, already ended). Each gets its final
+ * copy, made in its own context while that still exists (or, final_only,
+ * the copy made before written as the last), and is unbound. After the
+ * exit handler (stopping) it made the final copies: they are only
+ * unbound. The caller's capture mode and current context are kept.
+ * gx_probe_mu held. Returns how many ended.
+ */
+static int gx_end_images(void *handle, CUcontext ctx, const char *why, int final_only)
+{
+	CUcontext cur = NULL;
+	int mode = gx_capture_relax(), n = 0, switched = 0;
+
+	if (gx_drv.cuCtxGetCurrent)
+		gx_drv.cuCtxGetCurrent(&cur);
+	for (int i = 0; i < gx_pr.nimages; i++) {
+		struct gx_pimage *im = gx_pr.images[i];
+		int missed = 0;
+
+		if (!im->bound || (handle ? im->handle != handle : im->ctx != ctx))
+			continue;
+		if (final_only) {
+			gx_write_maps(im, 1);
+		} else if (!gx_pr.stopping) {
+			missed = gx_copy_out(im, 1) != 0;
+			switched = 1;
+			GX_DEBUG("probes: image %d ctx %d %s: final copy %s", im->index, im->ctxn, why,
+				 missed ? "failed (its context already ended?)" : "made");
+		}
+		gx_unbind(im, why, !final_only, missed);
+		n++;
+	}
+	if (switched && gx_drv.cuCtxSetCurrent)
+		gx_drv.cuCtxSetCurrent(cur);
+	gx_capture_restore(mode);
+	return n;
 }
 
 /*
@@ -853,69 +921,41 @@ static void gx_forget_ctx(CUcontext ctx)
  */
 void gx_probe_unload(void *handle)
 {
-	CUcontext cur = NULL;
-	int mode, n = 0;
-
 	if (!gx_pr.on || !handle)
 		return;
 	pthread_mutex_lock(&gx_probe_mu);
-	mode = gx_capture_relax();
-	if (gx_drv.cuCtxGetCurrent)
-		gx_drv.cuCtxGetCurrent(&cur);
-	GX_DEBUG("probes: image handle %p unloaded, current context %p", handle, (void *)cur);
+	GX_DEBUG("probes: image handle %p unloaded", handle);
+	gx_end_images(handle, NULL, "unloaded", 0);
 	for (int i = 0; i < gx_pr.nimages; i++) {
 		struct gx_pimage *im = gx_pr.images[i];
 
-		if (im->handle != handle || im->gone)
+		if (im->handle != handle)
 			continue;
-		if (im->bound) {
-			int ok = gx_copy_out(im, 1) == 0;
-
-			GX_DEBUG("probes: unload of image %d ctx %d: final copy %s", im->index, im->ctxn,
-				 ok ? "made" : "failed (its context already ended?)");
-			gx_unbind(im, ok ? "unloaded" : "unloaded final=missed", 1);
-			n++;
-		} else { /* loaded, never bound: nothing to copy, nothing to bind any more */
+		if (!im->bound && !im->gone) { /* loaded, never bound: nothing to copy or bind any more */
 			im->gone = 1;
 			atomic_fetch_sub(&gx_pr.pending, 1);
 		}
+		if (im->lib_counted) {
+			im->lib_counted = 0;
+			atomic_fetch_sub(&gx_pr.libraries, 1);
+		}
+		free(im->ptx); /* the driver no longer loads from it */
+		im->ptx = NULL;
 		im->handle = NULL; /* a later load may get the same handle: a new image */
 	}
 	gx_forget_launches();
-	if (n && gx_drv.cuCtxSetCurrent)
-		gx_drv.cuCtxSetCurrent(cur);
-	gx_capture_restore(mode);
 	pthread_mutex_unlock(&gx_probe_mu);
 }
 
 /* Before cuCtxDestroy(ctx). */
 void gx_probe_ctx_destroy(CUcontext ctx)
 {
-	CUcontext cur = NULL;
-	int mode, n = 0;
-
 	GX_DEBUG("probes: context %p destroyed", (void *)ctx);
 	if (!gx_pr.on || !ctx)
 		return;
 	pthread_mutex_lock(&gx_probe_mu);
-	mode = gx_capture_relax();
-	if (gx_drv.cuCtxGetCurrent)
-		gx_drv.cuCtxGetCurrent(&cur);
-	for (int i = 0; i < gx_pr.nimages; i++) {
-		struct gx_pimage *im = gx_pr.images[i];
-
-		if (!im->bound || im->ctx != ctx)
-			continue;
-		gx_copy_out(im, 1);
-		gx_unbind(im, "context-destroyed", 1);
-		n++;
-	}
-	if (n) {
+	if (gx_end_images(NULL, ctx, "context-destroyed", 0))
 		gx_forget_ctx(ctx);
-		if (gx_drv.cuCtxSetCurrent)
-			gx_drv.cuCtxSetCurrent(cur);
-	}
-	gx_capture_restore(mode);
 	pthread_mutex_unlock(&gx_probe_mu);
 }
 
@@ -923,8 +963,10 @@ void gx_probe_ctx_destroy(CUcontext ctx)
  * Before cuDevicePrimaryCtxRelease/Reset(dev): the primary context's
  * handle (retained and released again, so the application's count is as
  * it was), its images' maps copied out; NULL when it is not active or no
- * image is bound. The release may not be the last: gx_probe_primary_after
- * decides.
+ * image is bound. The release may not be the last: until
+ * gx_probe_primary_after knows, the images are "ending", and the copy
+ * thread leaves them alone (it would make a context current that the
+ * release may be freeing).
  */
 CUcontext gx_probe_primary_before(CUdevice dev)
 {
@@ -943,9 +985,15 @@ CUcontext gx_probe_primary_before(CUdevice dev)
 		mode = gx_capture_relax();
 		if (gx_drv.cuCtxGetCurrent)
 			gx_drv.cuCtxGetCurrent(&cur);
-		for (int i = 0; i < gx_pr.nimages; i++)
-			if (gx_pr.images[i]->bound && gx_pr.images[i]->ctx == p && gx_copy_out(gx_pr.images[i], 1) == 0)
+		for (int i = 0; i < gx_pr.nimages; i++) {
+			struct gx_pimage *im = gx_pr.images[i];
+
+			if (!im->bound || im->ctx != p)
+				continue;
+			if (!gx_pr.stopping && gx_copy_out(im, 1) == 0)
 				n++;
+			im->ending = 1;
+		}
 		if (n && gx_drv.cuCtxSetCurrent)
 			gx_drv.cuCtxSetCurrent(cur);
 		gx_capture_restore(mode);
@@ -960,18 +1008,17 @@ void gx_probe_primary_after(CUdevice dev, CUcontext p)
 	unsigned int flags = 0;
 	int active = 1;
 
-	if (!p || gx_drv.cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || active)
+	if (!p)
 		return;
 	pthread_mutex_lock(&gx_probe_mu);
-	for (int i = 0; i < gx_pr.nimages; i++) {
-		struct gx_pimage *im = gx_pr.images[i];
-
-		if (!im->bound || im->ctx != p)
-			continue;
-		gx_write_maps(im, 1); /* the copy made before, now the last */
-		gx_unbind(im, "primary-context-ended", 0);
+	if (gx_drv.cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && !active) {
+		gx_end_images(NULL, p, "primary-context-ended", 1);
+		gx_forget_ctx(p);
+	} else {
+		for (int i = 0; i < gx_pr.nimages; i++)
+			if (gx_pr.images[i]->ctx == p)
+				gx_pr.images[i]->ending = 0;
 	}
-	gx_forget_ctx(p);
 	pthread_mutex_unlock(&gx_probe_mu);
 }
 
@@ -1146,8 +1193,9 @@ static struct gx_pimage *gx_image_in_ctx(struct gx_pimage *first, CUcontext ctx)
 		last = im;
 		count++;
 	}
-	if (!first->is_library || !(first->bound || first->gone) || count >= GX_PROBE_MAX_CTX || pthread_mutex_trylock(&gx_probe_mu) != 0)
-		return NULL;
+	if (!first->is_library || !(first->bound || first->gone) || count >= GX_PROBE_MAX_CTX ||
+	    gx_pr.nimages >= GX_PROBE_MAX_IMAGES || pthread_mutex_trylock(&gx_probe_mu) != 0)
+		return NULL; /* (nimages only grows: read unlocked, at worst a launch late) */
 	for (im = first; im; im = atomic_load_explicit(&im->next_ctx, memory_order_acquire)) /* again, under the lock */
 		if (im->ctx == ctx)
 			break;
@@ -1173,7 +1221,6 @@ static struct gx_pimage *gx_image_in_ctx(struct gx_pimage *first, CUcontext ctx)
 
 static void gx_launch_time(struct gx_pimage *im, CUstream stream, int ptsz)
 {
-	struct timespec ts;
 	CUresult r;
 
 	if (!im || !im->launch_ns)
@@ -1191,15 +1238,16 @@ static void gx_launch_time(struct gx_pimage *im, CUstream stream, int ptsz)
 		if (gx_drv.cuStreamIsCapturing && (gx_drv.cuStreamIsCapturing(stream, &capturing) != CUDA_SUCCESS || capturing))
 			return;
 	}
-	clock_gettime(CLOCK_REALTIME, &ts);
 	/* in the device's clock (gx_clock_sync; 0 if it could not be measured) */
 	r = gx_drv.cuStreamWriteValue64_v2(stream, im->launch_ns,
-					   (cuuint64_t)ts.tv_sec * 1000000000ull + (cuuint64_t)ts.tv_nsec +
-						   (cuuint64_t)atomic_load_explicit(&im->clock_offset, memory_order_relaxed),
+					   (cuuint64_t)(gx_realtime_ns() + atomic_load_explicit(&im->clock_offset, memory_order_relaxed)),
 					   0);
-	if (r != CUDA_SUCCESS && atomic_exchange(&gx_pr.launch_time, 0)) {
-		gx_log("device probes: launch time off: cuStreamWriteValue64 failed (CUresult %d)", r);
-		gx_status("image=- launch_time=off reason=stream-write-failed:%d", r);
+	if (r != CUDA_SUCCESS) {
+		atomic_store(&gx_pr.launch_time_failed, 1); /* the next bind does not turn it back on */
+		if (atomic_exchange(&gx_pr.launch_time, 0)) {
+			gx_log("device probes: launch time off: cuStreamWriteValue64 failed (CUresult %d)", r);
+			gx_status("image=- launch_time=off reason=stream-write-failed:%d", r);
+		}
 	}
 }
 
@@ -1244,7 +1292,9 @@ void gx_probe_after_fork(void)
 	atomic_store(&gx_pr.key, 0);
 	atomic_store(&gx_pr.pending, 0);
 	atomic_store(&gx_pr.launch_time, 0);
+	atomic_store(&gx_pr.launch_time_failed, 0);
 	atomic_store(&gx_pr.libraries, 0);
+	gx_pr.clock_mod = NULL, gx_pr.clock_mod_ctx = NULL;
 	atomic_store(&gx_pr.first_ctx, NULL);
 	for (int i = 0; i < GX_LAUNCH_CACHE; i++)
 		atomic_store(&gx_pr.launch_cache[i], 0);
