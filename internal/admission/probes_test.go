@@ -117,9 +117,18 @@ func TestProbeCompileFailure(t *testing.T) {
 		t.Errorf("strict: log %+v", e)
 	}
 
-	// fail-open: the container starts without probes; config.json says none.
-	c, hook = probeCore(t, FailOpen, broken)
+	// fail-open: the container starts without probes; config.json says
+	// none. The tenant had a module from an admission that compiled: it goes.
+	c, hook = probeCore(t, FailOpen, nil)
 	dir, dropped, err := admitProbes(t, c, sel)
+	if err != nil || dropped != nil {
+		t.Fatal(err, dropped)
+	}
+	if _, err := os.Stat(filepath.Join(dir, TenantProbesDir, compile.ConfFile)); err != nil {
+		t.Fatalf("the first admission wrote no module: %v", err)
+	}
+	c.compileProbes = broken
+	dir, dropped, err = admitProbes(t, c, sel)
 	if err != nil || !errors.Is(dropped, helpers.ErrNotBuilt) {
 		t.Fatalf("fail-open: err %v dropped %v", err, dropped)
 	}
@@ -175,9 +184,14 @@ func TestAdmitProbeKernels(t *testing.T) {
 
 	// A compile failure names the kernels and where they came from, and
 	// fail-open drops them with the probes.
+	// The tenant had a module with a kernel list: it goes with them.
 	broken := func(_, _ []string) (*compile.Bundle, error) { return nil, compile.ErrNoKernelLeft }
-	c, hook = probeCore(t, FailOpen, broken)
+	c, hook = probeCore(t, FailOpen, nil)
 	sel = selectFor(t, map[string]string{"probes.gpuext.io": "launch-stats", "probe-kernels.gpuext.io/pod": "_Z3sumPf"})
+	if dir, dropped, err = admitProbes(t, c, sel); err != nil || dropped != nil {
+		t.Fatal(err, dropped)
+	}
+	c.compileProbes = broken
 	dir, dropped, err = admitProbes(t, c, sel)
 	if err != nil || !errors.Is(dropped, compile.ErrNoKernelLeft) || !strings.Contains(dropped.Error(), "kernels _Z3sumPf from probe-kernels.gpuext.io/pod") {
 		t.Fatalf("fail-open: err %v dropped %v", err, dropped)
@@ -189,5 +203,8 @@ func TestAdmitProbeKernels(t *testing.T) {
 	b, _ = os.ReadFile(filepath.Join(dir, TenantConfigFile))
 	if err := json.Unmarshal(b, &tf); err != nil || len(tf.Probes) != 0 || len(tf.ProbeKernels) != 0 {
 		t.Errorf("fail-open: config.json %s", b)
+	}
+	if _, err := os.Stat(filepath.Join(dir, TenantProbesDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("fail-open: the earlier module is still there: %v", err)
 	}
 }
