@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/sirupsen/logrus"
 
@@ -53,6 +54,8 @@ type Config struct {
 	MPSPipeDirectory string `json:"mpsPipeDirectory,omitempty"`
 	// MPSShmDirectory is mounted at /dev/shm in tenant containers (the shared
 	// memory of the MPS server, for containers with their own IPC namespace).
+	// Every tenant shares it: their POSIX shared memory is visible to each
+	// other (docs/injection.md).
 	MPSShmDirectory string `json:"mpsShmDirectory,omitempty"`
 }
 
@@ -99,6 +102,13 @@ func decodeInto(cfg *Config, data []byte, name string) error {
 	}
 	if _, err := logrus.ParseLevel(cfg.LogLevel); err != nil {
 		return fmt.Errorf("config %s: logLevel %q: %w", name, cfg.LogLevel, err)
+	}
+	// mounted into every tenant container: a relative path would resolve
+	// against whatever directory the runtime runs in
+	for key, v := range map[string]string{"mpsPipeDirectory": cfg.MPSPipeDirectory, "mpsShmDirectory": cfg.MPSShmDirectory} {
+		if v != "" && !filepath.IsAbs(v) {
+			return fmt.Errorf("config %s: %s %q: must be an absolute host path", name, key, v)
+		}
 	}
 	return nil
 }

@@ -19,6 +19,10 @@ func TestParse(t *testing.T) {
 		{name: "bad log level named", in: `{"logLevel":"loud"}`, wantErr: `logLevel "loud"`},
 		{name: "trailing data", in: `{} {}`, wantErr: "trailing data"},
 		{name: "wrong type", in: `{"pinDir": 3}`, wantErr: "pinDir"},
+		{name: "relative MPS shm dir named", in: `{"mpsShmDirectory":"shm"}`, wantErr: `mpsShmDirectory "shm"`},
+		{name: "absolute MPS dirs", in: `{"mpsPipeDirectory":"/run/mps","mpsShmDirectory":"/run/mps-shm"}`, check: func(c Config) bool {
+			return c.MPSPipeDirectory == "/run/mps" && c.MPSShmDirectory == "/run/mps-shm"
+		}},
 	} {
 		cfg, err := Parse([]byte(tc.in), "test.json")
 		switch {
