@@ -38,6 +38,9 @@ type ProbesRow struct {
 	UnpatchedReasons map[string]int `json:"unpatchedReasons,omitempty"`
 	// OffReasons: processes that ran without probes, and why.
 	OffReasons map[string]int `json:"offReasons,omitempty"`
+	// LaunchTimeOffReasons: processes whose probes ran but stopped writing
+	// launch times (so launch-latency stopped), and why.
+	LaunchTimeOffReasons map[string]int `json:"launchTimeOffReasons,omitempty"`
 
 	// launch-stats
 	Launches    *uint64  `json:"launches,omitempty"`
@@ -186,7 +189,7 @@ func probeRows(stateDir string) ([]ProbesRow, error) {
 		}
 		r := ProbesRow{Tenant: uint32(id), Key: tf.TenantKey, Policy: tf.Policy, Probes: names,
 			Processes: ten.Processes, Patched: ten.Patched, Unpatched: ten.Unpatched,
-			UnpatchedReasons: ten.Reasons, OffReasons: ten.Off, Skipped: ten.Skipped, MissedFinal: ten.MissedFinal,
+			UnpatchedReasons: ten.Reasons, OffReasons: ten.Off, LaunchTimeOffReasons: ten.LaunchTimeOff, Skipped: ten.Skipped, MissedFinal: ten.MissedFinal,
 			Details: maps.Summarize(ten, probes.Builtin(), names)}
 		if r.Probes == nil {
 			r.Probes = []string{}

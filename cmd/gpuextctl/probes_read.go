@@ -60,6 +60,9 @@ func probesReadCmd(args []string, out io.Writer) error {
 	if len(ten.Off) > 0 {
 		fmt.Fprintf(out, "; off: %s", reasonList(ten.Off))
 	}
+	if len(ten.LaunchTimeOff) > 0 {
+		fmt.Fprintf(out, "; launch times off: %s", reasonList(ten.LaunchTimeOff))
+	}
 	fmt.Fprintln(out)
 	for _, s := range sum {
 		if s.Counters == nil && s.SMs == nil && s.Histograms == nil {

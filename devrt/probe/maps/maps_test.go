@@ -173,7 +173,7 @@ func TestReadTenantAndSummarize(t *testing.T) {
 	// an older module whose ls_counters had 2 entries
 	writeFile(t, dir, "50-0.maps", Encode(&File{PID: 50, Maps: []Map{mapOf("ls_counters", counterImage(t, 2, map[uint32]uint64{0: 1000}))}}))
 	writeFile(t, dir, "100.status", []byte("image=0 state=patched reason=ok\nimage=1 state=patched reason=ok\nimage=2 state=unpatched reason=sass-only\n"))
-	writeFile(t, dir, "200.status", []byte("image=0 state=patched reason=ok\n"))
+	writeFile(t, dir, "200.status", []byte("image=0 state=patched reason=ok\nimage=- launch_time=off reason=stream-write-failed:1\n"))
 	writeFile(t, dir, ".200-0.maps.tmp", []byte("half written"))
 
 	manifest := &probe.Manifest{Maps: []probe.MapInfo{
@@ -188,6 +188,10 @@ func TestReadTenantAndSummarize(t *testing.T) {
 	}
 	if ten.Processes != 3 || ten.Patched != 3 || ten.Unpatched != 1 || ten.Reasons["sass-only"] != 1 {
 		t.Errorf("processes %d patched %d unpatched %d reasons %v", ten.Processes, ten.Patched, ten.Unpatched, ten.Reasons)
+	}
+	// probes ran in process 200, only its launch times stopped: not "off"
+	if len(ten.Off) != 0 || ten.LaunchTimeOff["stream-write-failed:1"] != 1 {
+		t.Errorf("off %v, launch times off %v", ten.Off, ten.LaunchTimeOff)
 	}
 	if len(ten.Skipped) != 1 || !strings.Contains(ten.Skipped[0], "50-0.maps") {
 		t.Errorf("skipped %v, want the older module's file", ten.Skipped)

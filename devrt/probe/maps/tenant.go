@@ -108,7 +108,10 @@ type Tenant struct {
 	Unpatched int            `json:"unpatched"`
 	Reasons   map[string]int `json:"unpatchedReasons,omitempty"` // why images were not patched
 	Off       map[string]int `json:"offReasons,omitempty"`       // why processes ran without probes
-	Images    []ImageState   `json:"images"`
+	// LaunchTimeOff: processes whose probes ran but whose launch times
+	// stopped being written, and why (launch-latency has no data from then on).
+	LaunchTimeOff map[string]int `json:"launchTimeOffReasons,omitempty"`
+	Images        []ImageState   `json:"images"`
 	// MissedFinal: images (per process) whose last copy in some context
 	// could not be made (ImageState.MissedFinal): the counts are short by
 	// what ran there since the copy before.
@@ -175,10 +178,14 @@ func ReadTenant(dir string, manifest *probe.Manifest) (*Tenant, error) {
 				}
 			}
 			for _, r := range off {
-				if t.Off == nil {
-					t.Off = map[string]int{}
+				m := &t.Off
+				if lt, ok := strings.CutPrefix(r, "launch_time=off:"); ok {
+					m, r = &t.LaunchTimeOff, lt
 				}
-				t.Off[r]++
+				if *m == nil {
+					*m = map[string]int{}
+				}
+				(*m)[r]++
 			}
 		case strings.HasSuffix(name, ".maps"):
 			b, err := os.ReadFile(filepath.Join(dir, name))
