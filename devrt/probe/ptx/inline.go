@@ -333,11 +333,7 @@ func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, gua
 	}
 	if useCtx {
 		b.WriteString("\t.reg .b64 %__gxc<3>;\n\t.reg .b32 %__gxe<2>;\n")
-		fmt.Fprintf(&b, "\tmov.b64 %%__gxc0, %s;\n\tst.local.u64 [%s], %%__gxc0;\n", InlineKernelID, ctx)
-		fmt.Fprintf(&b, "\tld.global.u32 %%__gxe0, [%s];\n\tst.local.u32 [%s+8], %%__gxe0;\n", probe.SymTenantID, ctx)
-		fmt.Fprintf(&b, "\tmov.u32 %%__gxe1, %d;\n\tst.local.u32 [%s+12], %%__gxe1;\n", uint32(a), ctx)
-		fmt.Fprintf(&b, "\tld.global.u64 %%__gxc1, [%s];\n\tst.local.u64 [%s+16], %%__gxc1;\n", probe.SymLaunchNs, ctx)
-		fmt.Fprintf(&b, "\tmov.u64 %%__gxc2, %s;\n\tcvta.local.u64 %%__gxc2, %%__gxc2;\n", ctx)
+		writeCtx(&b, ctx, "%__gxc", "%__gxe", "mov.b64 %__gxc0, "+InlineKernelID, a)
 	} else {
 		b.WriteString("\t// no program reads its context: none is built\n")
 	}

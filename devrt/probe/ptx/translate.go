@@ -255,14 +255,23 @@ func versionLess(a, b string) bool {
 	return na < nb
 }
 
+// writeCtx builds a program context in the .local array ctx (kernel id,
+// tenant id, attach point, launch time) through the registers <d>0..2
+// (.b64) and <e>0..1 (.b32): kidInsn puts the kernel id in <d>0, and
+// <d>2 ends up holding the context's generic address. The dispatch and the
+// inline form build it the same way.
+func writeCtx(b *strings.Builder, ctx, d, e, kidInsn string, a probe.Attach) {
+	fmt.Fprintf(b, "\t%s;\n\tst.local.u64 [%s], %s0;\n", kidInsn, ctx, d)
+	fmt.Fprintf(b, "\tld.global.u32 %s0, [%s];\n\tst.local.u32 [%s+8], %s0;\n", e, probe.SymTenantID, ctx, e)
+	fmt.Fprintf(b, "\tmov.u32 %s1, %d;\n\tst.local.u32 [%s+12], %s1;\n", e, uint32(a), ctx, e)
+	fmt.Fprintf(b, "\tld.global.u64 %s1, [%s];\n\tst.local.u64 [%s+16], %s1;\n", d, probe.SymLaunchNs, ctx, d)
+	fmt.Fprintf(b, "\tmov.u64 %s2, %s;\n\tcvta.local.u64 %s2, %s2;\n", d, ctx, d, d)
+}
+
 func writeDispatch(b *strings.Builder, fn string, a probe.Attach, progs []string) {
 	fmt.Fprintf(b, ".visible .func %s(.param .b64 kernel_id)\n{\n", fn)
 	b.WriteString("\t.local .align 8 .b8 __pctx[24];\n\t.reg .b64 %d<3>;\n\t.reg .b32 %e<2>;\n")
-	b.WriteString("\tld.param.u64 %d0, [kernel_id];\n\tst.local.u64 [__pctx], %d0;\n")
-	fmt.Fprintf(b, "\tld.global.u32 %%e0, [%s];\n\tst.local.u32 [__pctx+8], %%e0;\n", probe.SymTenantID)
-	fmt.Fprintf(b, "\tmov.u32 %%e1, %d;\n\tst.local.u32 [__pctx+12], %%e1;\n", uint32(a))
-	fmt.Fprintf(b, "\tld.global.u64 %%d1, [%s];\n\tst.local.u64 [__pctx+16], %%d1;\n", probe.SymLaunchNs)
-	b.WriteString("\tmov.u64 %d2, __pctx;\n\tcvta.local.u64 %d2, %d2;\n")
+	writeCtx(b, "__pctx", "%d", "%e", "ld.param.u64 %d0, [kernel_id]", a)
 	for _, p := range progs {
 		writeCall(b, ProgFunction(p), "%d2", "%d1")
 	}
