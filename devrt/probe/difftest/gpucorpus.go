@@ -123,11 +123,11 @@ func runDeviceImages(c Case) (*deviceRun, error) {
 	}
 	vm, err := ptxinterp.Load(d.Module.Standalone("7.0", 70))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("load %s: %w", c.Name, err)
 	}
 	r, err := runEntry(vm, d.Entry, c.Ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", c.Name, err)
+		return nil, fmt.Errorf("run %s: %w", c.Name, err)
 	}
 	out := &deviceRun{Result: r, images: map[string][]byte{}}
 	out.Maps = map[string][]ptx.Entry{}
@@ -135,7 +135,7 @@ func runDeviceImages(c Case) (*deviceRun, error) {
 		img := bytes.Clone(vm.Global(mi.Symbol))
 		ents, err := (&ptx.Image{Layout: mi.Layout, Bytes: img}).Entries()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("decode %s: %w", mi.Symbol, err)
 		}
 		out.Maps[mi.Name] = ents
 		out.images[mi.Name] = img

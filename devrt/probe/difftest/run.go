@@ -14,7 +14,6 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
-	"github.com/gpuext/gpuext/devrt/probe/ptxinterp"
 )
 
 // Result is what a run of a corpus program left behind.
@@ -133,37 +132,11 @@ func Translate(c Case) (*Device, error) {
 // RunDevice translates c and runs its harness entry in ptxinterp as
 // thread 0 of a 1x1 launch.
 func RunDevice(c Case) (Result, error) {
-	d, err := Translate(c)
+	r, err := runDeviceImages(c)
 	if err != nil {
 		return Result{}, err
 	}
-	vm, err := ptxinterp.Load(d.Module.Standalone("7.0", 70))
-	if err != nil {
-		return Result{}, fmt.Errorf("load %s: %w", c.Name, err)
-	}
-	ctx := vm.Alloc(c.Ctx)
-	ret := vm.Alloc(make([]byte, 8))
-	if _, err := vm.Call(d.Entry, ptxinterp.Thread0(), ctx, ret); err != nil {
-		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
-	}
-	res := Result{Maps: map[string][]ptx.Entry{}}
-	r, err := vm.Read(ret, 8)
-	if err != nil {
-		return Result{}, err
-	}
-	res.R0 = binary.LittleEndian.Uint64(r)
-	if res.Ctx, err = vm.Read(ctx, len(c.Ctx)); err != nil {
-		return Result{}, err
-	}
-	for _, mi := range d.Module.Manifest.Maps {
-		im := ptx.Image{Layout: mi.Layout, Bytes: vm.Global(mi.Symbol)}
-		ents, err := im.Entries()
-		if err != nil {
-			return Result{}, fmt.Errorf("decode %s: %w", mi.Symbol, err)
-		}
-		res.Maps[mi.Name] = ents
-	}
-	return res, nil
+	return r.Result, nil
 }
 
 // Compare lists the differences of a device result from the kernel's.
