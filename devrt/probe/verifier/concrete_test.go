@@ -140,18 +140,10 @@ func (c *concrete) run(insns asm.Instructions) error {
 // ctx->tenant_id with random ALU ops and random early exits; access the
 // value at that index.
 func randIndexing(r *rand.Rand) asm.Instructions {
-	p := asm.Instructions{
-		asm.Mov.Reg(asm.R9, asm.R1),
-		stImm(asm.R10, -8, 0, asm.DWord),
-		asm.Mov.Reg(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, -8),
-		mapPtr(asm.R1, "arr"),
-		call(probe.HelperMapLookupElem),
-		asm.JEq.Imm(asm.R0, 0, "out"),
-		asm.Mov.Reg(asm.R6, asm.R0),
+	p := append(uniformLookup("arr", asm.R6),
 		asm.LoadMem(asm.R7, asm.R9, 8, asm.Word),
 		asm.LoadMem(asm.R8, asm.R9, 0, asm.DWord),
-	}
+	)
 	aluOps := []asm.ALUOp{asm.Add, asm.Sub, asm.Mul, asm.Div, asm.Mod, asm.Or, asm.And, asm.Xor, asm.LSh, asm.RSh, asm.ArSh}
 	jumpOps := []asm.JumpOp{asm.JEq, asm.JNE, asm.JGT, asm.JGE, asm.JLT, asm.JLE, asm.JSGT, asm.JSGE, asm.JSLT, asm.JSLE, asm.JSet}
 	for i, n := 0, 1+r.IntN(6); i < n; i++ {

@@ -69,12 +69,7 @@ func VerifyCollection(spec *ebpf.CollectionSpec) (*Report, error) {
 			if err != nil {
 				return nil, err
 			}
-			for m := range wrote {
-				if !written[m] {
-					written[m] = true
-					grew = true
-				}
-			}
+			grew = mergeWritten(written, wrote) || grew
 			rep.Programs = append(rep.Programs, res)
 		}
 		if !grew {
@@ -99,17 +94,24 @@ func Verify(prog *ebpf.ProgramSpec, maps map[string]*ebpf.MapSpec, attach probe.
 		if err != nil {
 			return nil, err
 		}
-		grew := false
-		for m := range wrote {
-			if !written[m] {
-				written[m] = true
-				grew = true
-			}
-		}
-		if !grew {
+		if !mergeWritten(written, wrote) {
 			return res, nil
 		}
 	}
+}
+
+// mergeWritten adds the maps a pass wrote to written; true if any was new
+// (another pass is needed: a read of it may be a read of data a program
+// wrote).
+func mergeWritten(written, wrote map[string]bool) bool {
+	grew := false
+	for m := range wrote {
+		if !written[m] {
+			written[m] = true
+			grew = true
+		}
+	}
+	return grew
 }
 
 // mapRef is a map the program references.

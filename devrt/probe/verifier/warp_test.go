@@ -168,18 +168,10 @@ func (w *warpRun) lane(g *cfg, cfgw warpConfig, lane int, ctx []byte) error {
 // randWarpProgram: values from divergent and uniform sources, guards
 // (leader and not), and side effects, nested at random.
 func randWarpProgram(r *rand.Rand) asm.Instructions {
-	p := asm.Instructions{
-		asm.Mov.Reg(asm.R9, asm.R1),
-		stImm(asm.R10, -8, 0, asm.DWord),
-		asm.Mov.Reg(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, -8),
-		mapPtr(asm.R1, "arr"),
-		call(probe.HelperMapLookupElem),
-		asm.JEq.Imm(asm.R0, 0, "out"),
-		asm.Mov.Reg(asm.R6, asm.R0),
+	p := append(uniformLookup("arr", asm.R6),
 		asm.Mov.Imm(asm.R7, 0),
 		asm.Mov.Imm(asm.R8, 0),
-	}
+	)
 	labels := 0
 	var block func(depth int)
 	block = func(depth int) {
