@@ -210,11 +210,13 @@ func (c *Core) admit(info ContainerInfo, full bool) (Decision, error) {
 	if !full {
 		return d, nil
 	}
-	bundle, dropped, err := c.probeBundle(info, &sel, log)
+	// probes dropped in fail-open mode (they did not compile) are logged
+	// there, and sel.Policy.Probes is then empty
+	bundle, _, err := c.probeBundle(info, &sel, log)
 	if err != nil {
 		return Decision{}, err
 	}
-	d.Policy, d.ProbesErr = sel.Policy, dropped
+	d.Policy = sel.Policy
 	dir, err := c.writeTenantDir(id, key, sel.Policy, bundle)
 	if err != nil {
 		return Decision{}, err

@@ -127,8 +127,5 @@ type Decision struct {
 	// RequestErr is the keyed error of a bad request that fail-open mode
 	// replaced with the default policy; nil for a good request.
 	RequestErr error
-	// ProbesErr is why the selected device probes were dropped in fail-open
-	// mode (they did not compile); Policy.Probes is then empty.
-	ProbesErr error
-	Injection Injection
+	Injection  Injection
 }
