@@ -143,7 +143,7 @@ func tenants(cfg config.Config, args []string, out io.Writer) error {
 			Priority: admission.PriorityClassName(t.Config.PriorityClass), TimesliceUS: t.Config.TimesliceUs,
 			FailedOpen: t.Config.Flags&uint32(bpf.TenantFlagFailOpen) != 0,
 		}
-		if u, err := board.ReadUsage(filepath.Join(cfg.StateDir, "acct", strconv.FormatUint(uint64(t.ID), 10), "usage")); err == nil {
+		if u, err := board.ReadUsage(filepath.Join(admission.AcctDir(cfg.StateDir, uint64(t.ID)), "usage")); err == nil {
 			base.Usage = &u
 		}
 		if len(t.Cgroups) == 0 {

@@ -146,8 +146,7 @@ func reasonList(m map[string]int) string {
 // probeRows reads every tenant directory of stateDir that has probes
 // selected or probe accounting, with what its processes counted.
 func probeRows(stateDir string) ([]ProbesRow, error) {
-	tenantsDir := filepath.Join(stateDir, "tenants")
-	ents, err := os.ReadDir(tenantsDir)
+	ents, err := os.ReadDir(admission.TenantsRoot(stateDir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return []ProbesRow{}, nil
 	}
@@ -160,21 +159,20 @@ func probeRows(stateDir string) ([]ProbesRow, error) {
 		if err != nil || !e.IsDir() {
 			continue
 		}
-		dir := filepath.Join(tenantsDir, e.Name())
+		dir := admission.TenantDir(stateDir, id)
 		var tf admission.TenantFile
 		if b, err := os.ReadFile(filepath.Join(dir, admission.TenantConfigFile)); err == nil {
 			if err := json.Unmarshal(b, &tf); err != nil {
 				return nil, fmt.Errorf("tenant %d: %s: %w", id, admission.TenantConfigFile, err)
 			}
 		}
-		var manifest *probe.Manifest
-		if b, err := os.ReadFile(filepath.Join(dir, admission.TenantProbesDir, probe.ManifestFile)); err == nil {
-			manifest = &probe.Manifest{}
-			if err := json.Unmarshal(b, manifest); err != nil {
-				return nil, fmt.Errorf("tenant %d: %s: %w", id, probe.ManifestFile, err)
-			}
+		manifest, err := probe.ReadManifest(filepath.Join(dir, admission.TenantProbesDir, probe.ManifestFile))
+		if errors.Is(err, fs.ErrNotExist) {
+			manifest = nil
+		} else if err != nil {
+			return nil, fmt.Errorf("tenant %d: %w", id, err)
 		}
-		acct := filepath.Join(stateDir, "acct", e.Name(), "probes")
+		acct := filepath.Join(admission.AcctDir(stateDir, id), admission.AcctProbesDir)
 		_, acctErr := os.Stat(acct)
 		if len(tf.Probes) == 0 && manifest == nil && acctErr != nil {
 			continue // no probes here

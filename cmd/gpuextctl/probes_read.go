@@ -1,12 +1,10 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	stdmaps "maps"
-	"os"
 	"slices"
 
 	"github.com/gpuext/gpuext/devrt/probe"
@@ -32,13 +30,9 @@ func probesReadCmd(args []string, out io.Writer) error {
 	var manifest *probe.Manifest
 	names := probes.Builtin().Names()
 	if *manifestPath != "" {
-		b, err := os.ReadFile(*manifestPath)
-		if err != nil {
+		var err error
+		if manifest, err = probe.ReadManifest(*manifestPath); err != nil {
 			return err
-		}
-		manifest = &probe.Manifest{}
-		if err := json.Unmarshal(b, manifest); err != nil {
-			return fmt.Errorf("%s: %w", *manifestPath, err)
 		}
 		names = manifest.Probes
 	}

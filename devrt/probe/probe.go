@@ -9,7 +9,9 @@
 package probe
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 )
 
@@ -211,6 +213,19 @@ type ProgInfo struct {
 	Attach   string `json:"attach"`   // kernel_entry | kernel_exit
 	Function string `json:"function"` // __gpuext_prog_<name>
 	Insns    int    `json:"insns"`
+}
+
+// ReadManifest reads a manifest.json.
+func ReadManifest(path string) (*Manifest, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manifest{}
+	if err := json.Unmarshal(b, m); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return m, nil
 }
 
 // Manifest describes a probe module (module.ptx) to the interposer and the CLI.

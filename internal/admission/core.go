@@ -415,9 +415,27 @@ func (c *Core) releaseIfEmpty(key string) error {
 // acctDir is the tenant's writable accounting directory (the device
 // runtime's shared usage file). It is separate from the read-only tenant
 // directory, so a tenant can write its usage but not its limits.
-func (c *Core) acctDir(id bpf.TenantID) string {
-	return filepath.Join(c.cfg.StateDir, "acct", strconv.FormatUint(uint64(id), 10))
+func (c *Core) acctDir(id bpf.TenantID) string { return AcctDir(c.cfg.StateDir, uint64(id)) }
+
+// The state directory's layout: tenants/<id> (TenantDir: config.json and
+// the compiled probes), acct/<id> (AcctDir: usage and probe output), board.
+const (
+	stateTenants = "tenants"
+	stateAcct    = "acct"
+)
+
+// TenantDir is tenant id's directory under stateDir.
+func TenantDir(stateDir string, id uint64) string {
+	return filepath.Join(stateDir, stateTenants, strconv.FormatUint(id, 10))
 }
+
+// AcctDir is tenant id's accounting directory under stateDir.
+func AcctDir(stateDir string, id uint64) string {
+	return filepath.Join(stateDir, stateAcct, strconv.FormatUint(id, 10))
+}
+
+// TenantsRoot is the directory of all tenant directories under stateDir.
+func TenantsRoot(stateDir string) string { return filepath.Join(stateDir, stateTenants) }
 
 // boardDir holds the host-published, read-only priority board.
 func (c *Core) boardDir() string { return filepath.Join(c.cfg.StateDir, "board") }
@@ -439,9 +457,7 @@ func (c *Core) makeAcctDir(id bpf.TenantID) (string, error) {
 	return dir, nil
 }
 
-func (c *Core) tenantDir(id bpf.TenantID) string {
-	return filepath.Join(c.cfg.StateDir, "tenants", strconv.FormatUint(uint64(id), 10))
-}
+func (c *Core) tenantDir(id bpf.TenantID) string { return TenantDir(c.cfg.StateDir, uint64(id)) }
 
 // TenantFile is the config.json the device runtime reads (docs/injection.md).
 type TenantFile struct {
@@ -524,7 +540,7 @@ func (c *Core) gcTenantDirs() {
 	for _, t := range tenants {
 		live[strconv.FormatUint(uint64(t.ID), 10)] = true
 	}
-	for _, sub := range []string{"tenants", "acct"} {
+	for _, sub := range []string{stateTenants, stateAcct} {
 		root := filepath.Join(c.cfg.StateDir, sub)
 		ents, _ := os.ReadDir(root)
 		for _, e := range ents {

@@ -42,6 +42,9 @@ const (
 	// TenantProbesDir holds the tenant's compiled device probes
 	// (module.ptx, module.conf, manifest.json; docs/device-probes.md).
 	TenantProbesDir = "probes"
+	// AcctProbesDir, under a tenant's accounting dir, is where the device
+	// runtime writes its probes' status and map copies.
+	AcctProbesDir = "probes"
 
 	EnvTenantID     = "GPUEXT_TENANT_ID"
 	EnvTenantDir    = "GPUEXT_TENANT_DIR"

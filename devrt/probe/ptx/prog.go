@@ -33,8 +33,8 @@ type progTranslator struct {
 	// blockSlot: per-warp maps updated only atomically (atomicOnlyMaps),
 	// whose inline lookups take the block's slot
 	blockSlot map[string]bool
-	thread0   bool   // inline form under the thread-0 site guard: the linear thread id is 0
-	nonNullR0 bool   // r0 holds an inline lookup's address that cannot be NULL
+	thread0   bool // inline form under the thread-0 site guard: the linear thread id is 0
+	nonNullR0 bool // r0 holds an inline lookup's address that cannot be NULL
 	// bslotName: the kernel-scope register with the block's linear index
 	// (SharedSlotReg), set in every thread that runs this program; "" =
 	// the program computes its own
