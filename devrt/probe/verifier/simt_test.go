@@ -32,6 +32,12 @@ func uniformLookup(m string, dst asm.Register) asm.Instructions {
 	}
 }
 
+// guardedAdd: r6 = &arr[0], then guard (which jumps to "out" in the lanes
+// that must not add), then arr[0] += 1 atomically, and out: return 0.
+func guardedAdd(guard ...asm.Instruction) asm.Instructions {
+	return prog(uniformLookup("arr", asm.R6), is(append(guard, asm.Mov.Imm(asm.R1, 1), atomicAdd(asm.R6))...), ret("out"))
+}
+
 func atomicAdd(dst asm.Register) asm.Instruction {
 	return asm.AddAtomic.Mem(dst, asm.R1, asm.DWord, 0)
 }
@@ -71,59 +77,39 @@ func TestSIMT(t *testing.T) {
 			call(probe.HelperBlockIdx),
 			asm.Add.Reg(asm.R7, asm.R0),
 			asm.StoreMem(asm.R6, 0, asm.R7, asm.DWord)), ret("out")), ""},
-		{"unguarded atomic", prog(uniformLookup("arr", asm.R6), is(
-			asm.Mov.Imm(asm.R1, 1),
-			atomicAdd(asm.R6)), ret("out")), "atomic add on map \"arr\" by every lane"},
-		{"atomic under lane_id()==0", prog(uniformLookup("arr", asm.R6), is(
+		{"unguarded atomic", guardedAdd(), "atomic add on map \"arr\" by every lane"},
+		{"atomic under lane_id()==0", guardedAdd(
 			call(probe.HelperLaneID),
-			asm.JNE.Imm(asm.R0, 0, "out"),
-			asm.Mov.Imm(asm.R1, 1),
-			atomicAdd(asm.R6)), ret("out")), ""},
-		{"lane_id()==1 is no leader guard", prog(uniformLookup("arr", asm.R6), is(
+			asm.JNE.Imm(asm.R0, 0, "out")), ""},
+		{"lane_id()==1 is no leader guard", guardedAdd(
 			call(probe.HelperLaneID),
-			asm.JNE.Imm(asm.R0, 1, "out"),
-			asm.Mov.Imm(asm.R1, 1),
-			atomicAdd(asm.R6)), ret("out")), "by every lane"},
-		{"thread_linear_id zero-extended by shifts", prog(uniformLookup("arr", asm.R6), is(
+			asm.JNE.Imm(asm.R0, 1, "out")), "by every lane"},
+		{"thread_linear_id zero-extended by shifts", guardedAdd(
 			call(probe.HelperThreadLinearID),
 			asm.LSh.Imm(asm.R0, 32),
 			asm.RSh.Imm(asm.R0, 32),
-			asm.JNE.Imm(asm.R0, 0, "out"),
-			asm.Mov.Imm(asm.R1, 1),
-			atomicAdd(asm.R6)), ret("out")), ""},
-		{"lane_id() > 0 exits: the rest is a leader", prog(uniformLookup("arr", asm.R6), is(
+			asm.JNE.Imm(asm.R0, 0, "out")), ""},
+		{"lane_id() > 0 exits: the rest is a leader", guardedAdd(
 			call(probe.HelperLaneID),
-			asm.JGT.Imm(asm.R0, 0, "out"),
-			asm.Mov.Imm(asm.R1, 1),
-			atomicAdd(asm.R6)), ret("out")), ""},
-		{"lane_id() > 1 exits: two lanes remain", prog(uniformLookup("arr", asm.R6), is(
+			asm.JGT.Imm(asm.R0, 0, "out")), ""},
+		{"lane_id() > 1 exits: two lanes remain", guardedAdd(
 			call(probe.HelperLaneID),
-			asm.JGT.Imm(asm.R0, 1, "out"),
-			asm.Mov.Imm(asm.R1, 1),
-			atomicAdd(asm.R6)), ret("out")), "by every lane"},
-		{"0 == thread_linear_id() with a register", prog(uniformLookup("arr", asm.R6), is(
+			asm.JGT.Imm(asm.R0, 1, "out")), "by every lane"},
+		{"0 == thread_linear_id() with a register", guardedAdd(
 			call(probe.HelperThreadLinearID),
 			asm.Mov.Imm(asm.R1, 0),
-			asm.JNE.Reg(asm.R1, asm.R0, "out"),
-			asm.Mov.Imm(asm.R1, 1),
-			atomicAdd(asm.R6)), ret("out")), ""},
-		{"lane_id changed before the test is no guard", prog(uniformLookup("arr", asm.R6), is(
+			asm.JNE.Reg(asm.R1, asm.R0, "out")), ""},
+		{"lane_id changed before the test is no guard", guardedAdd(
 			call(probe.HelperLaneID),
 			asm.RSh.Imm(asm.R0, 1),
-			asm.JNE.Imm(asm.R0, 0, "out"),
-			asm.Mov.Imm(asm.R1, 1),
-			atomicAdd(asm.R6)), ret("out")), "by every lane"},
-		{"thread_idx x, y and z all zero", prog(uniformLookup("arr", asm.R6), is(
+			asm.JNE.Imm(asm.R0, 0, "out")), "by every lane"},
+		{"thread_idx x, y and z all zero", guardedAdd(
 			asm.Mov.Imm(asm.R1, 0), call(probe.HelperThreadIdx), asm.JNE.Imm(asm.R0, 0, "out"),
 			asm.Mov.Imm(asm.R1, 1), call(probe.HelperThreadIdx), asm.JNE.Imm(asm.R0, 0, "out"),
-			asm.Mov.Imm(asm.R1, 2), call(probe.HelperThreadIdx), asm.JNE.Imm(asm.R0, 0, "out"),
-			asm.Mov.Imm(asm.R1, 1),
-			atomicAdd(asm.R6)), ret("out")), ""},
-		{"thread_idx x and y zero, z unchecked", prog(uniformLookup("arr", asm.R6), is(
+			asm.Mov.Imm(asm.R1, 2), call(probe.HelperThreadIdx), asm.JNE.Imm(asm.R0, 0, "out")), ""},
+		{"thread_idx x and y zero, z unchecked", guardedAdd(
 			asm.Mov.Imm(asm.R1, 0), call(probe.HelperThreadIdx), asm.JNE.Imm(asm.R0, 0, "out"),
-			asm.Mov.Imm(asm.R1, 1), call(probe.HelperThreadIdx), asm.JNE.Imm(asm.R0, 0, "out"),
-			asm.Mov.Imm(asm.R1, 1),
-			atomicAdd(asm.R6)), ret("out")), "by every lane"},
+			asm.Mov.Imm(asm.R1, 1), call(probe.HelperThreadIdx), asm.JNE.Imm(asm.R0, 0, "out")), "by every lane"},
 		{"side effect after the leader block ends", prog(uniformLookup("arr", asm.R6), is(
 			call(probe.HelperLaneID),
 			asm.JNE.Imm(asm.R0, 0, "join"),
