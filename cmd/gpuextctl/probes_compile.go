@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gpuext/gpuext/devrt/probe/compile"
+	"github.com/gpuext/gpuext/policies"
 )
 
 // stringList is a repeatable flag.
@@ -41,6 +42,11 @@ func probesCompileCmd(args []string, out io.Writer) error {
 		if n = strings.TrimSpace(n); n != "" {
 			names = append(names, n)
 		}
+	}
+	// the rules of probe-kernels.gpuext.io: a name is written into
+	// module.conf as a line, so nothing but a PTX identifier passes
+	if _, err := policies.ParseProbeKernels(strings.Join(kernels, ",")); err != nil {
+		return fmt.Errorf("probes compile: --kernel: %w", err)
 	}
 	// The bundle admission makes for a container that selects these
 	// probes and probe-kernels.gpuext.io=KERNEL,...

@@ -222,3 +222,18 @@ func TestProbesSaysWhenALastCopyIsMissing(t *testing.T) {
 		t.Errorf("probes --json: missedFinal should be 1 and the image still patched: %v\n%s", err, out.String())
 	}
 }
+
+// --kernel takes what probe-kernels.gpuext.io takes: a name is a line of
+// module.conf, so one with a newline (another line, e.g. a map) is refused
+// and nothing is written.
+func TestProbesCompileRefusesABadKernelName(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "probes")
+	var out bytes.Buffer
+	err := run([]string{"probes", "compile", "--out", dir, "--kernel", "k\nmap x y 8", "launch-count"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "not a PTX identifier") || !strings.Contains(err.Error(), "--kernel") {
+		t.Errorf("error %v, want the --kernel value named as not a PTX identifier", err)
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Errorf("%s written: %v", dir, err)
+	}
+}
