@@ -65,21 +65,9 @@ func TestCorpusReject(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			t.Parallel()
-			src, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := wantRe.FindStringSubmatch(string(src))
-			if m == nil {
-				t.Fatalf("%s has no // want: \"...\" at line N comment", f)
-			}
-			want, err := strconv.Unquote(m[1])
-			if err != nil {
-				t.Fatalf("want %s: %v", m[1], err)
-			}
-			line, _ := strconv.Atoi(m[2])
+			want, line := wantOf(t, f)
 			spec := compileCorpus(t, f)
-			_, err = VerifyCollection(spec)
+			_, err := VerifyCollection(spec)
 			if err == nil {
 				t.Fatalf("accepted, want rejection %q", want)
 			}
@@ -102,11 +90,36 @@ func TestCorpusReject(t *testing.T) {
 	}
 }
 
+// wantOf reads a reject-corpus file's "// want: "..." at line N" comment.
+func wantOf(t *testing.T, f string) (string, int) {
+	t.Helper()
+	src, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := wantRe.FindStringSubmatch(string(src))
+	if m == nil {
+		t.Fatalf("%s has no // want: \"...\" at line N comment", f)
+	}
+	want, err := strconv.Unquote(m[1])
+	if err != nil || want == "" {
+		t.Fatalf("%s: want %s: %v", f, m[1], err)
+	}
+	line, err := strconv.Atoi(m[2])
+	if err != nil {
+		t.Fatalf("%s: line %s: %v", f, m[2], err)
+	}
+	return want, line
+}
+
 // The corpus built for BPF v3 (32-bit ALU and jumps, as -mcpu=v3 emits):
 // the same verdicts and messages (lines may move, so they are not checked).
 func TestCorpusV3(t *testing.T) {
 	for _, dir := range []string{"accept", "reject"} {
 		files, _ := filepath.Glob("testdata/" + dir + "/*.bpf.c")
+		if len(files) == 0 {
+			t.Fatalf("no %s corpus", dir)
+		}
 		for _, f := range files {
 			t.Run(dir+"/"+filepath.Base(f), func(t *testing.T) {
 				t.Parallel()
@@ -117,9 +130,7 @@ func TestCorpusV3(t *testing.T) {
 					}
 					return
 				}
-				src, _ := os.ReadFile(f)
-				m := wantRe.FindStringSubmatch(string(src))
-				want, _ := strconv.Unquote(m[1])
+				want, _ := wantOf(t, f)
 				if err == nil || !strings.Contains(err.Error(), want) {
 					t.Fatalf("got %v, want %q", err, want)
 				}
