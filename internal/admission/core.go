@@ -1,14 +1,9 @@
 package admission
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/sirupsen/logrus"
@@ -16,7 +11,6 @@ import (
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/devrt/probe/compile"
-	"github.com/gpuext/gpuext/internal/atomicfile"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -81,99 +75,8 @@ func New(cfg Config, reg *bpf.Registry, catalog *policies.Catalog, constraints *
 	return c, nil
 }
 
-// WarmProbes compiles the probe sets of the catalog's policies ahead of the
-// first container that selects one, so that admission finds them cached.
-// For a long-running caller (the NRI plugin); a hook process that admits
-// one container and exits would only pay for sets it never uses.
-func (c *Core) WarmProbes() {
-	for _, p := range c.catalog.List() {
-		if len(p.Probes) == 0 {
-			continue
-		}
-		if _, err := c.compileProbes(p.Probes, nil); err != nil {
-			c.log.WithFields(logrus.Fields{"policy": p.Name, "probes": strings.Join(p.Probes, ",")}).WithError(err).
-				Warn("device probes of a catalog policy do not compile: its containers will run without them (fail-open) or be refused (strict)")
-		}
-	}
-}
-
-// probeBundle compiles the selected policy's probes, limited to the
-// container's kernels (sel.ProbeKernels). In fail-open mode a failure
-// drops the probes (the container runs without them) and is returned as
-// dropped; in strict mode it refuses the container.
-func (c *Core) probeBundle(info ContainerInfo, sel *policies.Selection, log *logrus.Entry) (b *compile.Bundle, dropped, err error) {
-	set := sel.Policy.Probes
-	if len(set) == 0 {
-		return nil, nil, nil
-	}
-	source := sel.Sources[policies.KeyProbes]
-	if source == "" {
-		source = "policy " + sel.Policy.Name
-	}
-	b, cerr := c.compileProbes(set, sel.ProbeKernels)
-	if cerr == nil {
-		return b, nil, nil
-	}
-	fields := logrus.Fields{"probes": strings.Join(set, ","), "probesFrom": source, "failMode": c.cfg.FailMode}
-	if len(sel.ProbeKernels) > 0 {
-		ks := sel.Sources[policies.KeyProbeKernels]
-		source += ", kernels " + strings.Join(sel.ProbeKernels, ",") + " from " + ks
-		fields["probeKernels"], fields["probeKernelsFrom"] = strings.Join(sel.ProbeKernels, ","), ks
-	}
-	cerr = fmt.Errorf("device probes %s (from %s): %w", strings.Join(set, ","), source, cerr)
-	if c.cfg.FailMode == FailClosed {
-		log.WithFields(fields).WithError(cerr).Error("refused container: its device probes do not compile")
-		return nil, nil, fmt.Errorf("%w: container %q: %w", ErrRefused, info.Name, cerr)
-	}
-	log.WithFields(fields).WithError(cerr).Warn("device probes do not compile: container starts without them")
-	sel.Policy.Probes, sel.ProbeKernels = nil, nil
-	return nil, cerr, nil
-}
-
 // Registry returns the tenant registry the core writes.
 func (c *Core) Registry() *bpf.Registry { return c.reg }
-
-// Select validates the container's request against the catalog and the admin
-// constraints. In fail-open mode a bad request yields the default policy and
-// the keyed error in Decision.RequestErr; in strict mode it is an error that
-// wraps ErrRefused.
-func (c *Core) Select(info ContainerInfo) (policies.Selection, error, error) {
-	req := info.request()
-	sel, err := c.catalog.Select(req)
-	if err == nil && c.constraints != nil {
-		err = c.constraints.Check(req, sel)
-	}
-	if err == nil {
-		return sel, nil, nil
-	}
-	if c.cfg.FailMode == FailClosed {
-		return policies.Selection{}, nil, fmt.Errorf("%w: container %q: %w", ErrRefused, info.Name, err)
-	}
-	def := policies.Selection{Policy: c.catalog.Default(), Tenant: "container"}
-	return def, err, nil
-}
-
-func tenantKey(info ContainerInfo, sel policies.Selection) string {
-	prefix := runtimePrefix(info.Runtime)
-	if sel.Tenant == "pod" && (info.PodUID != "" || info.PodName != "") {
-		id := info.PodUID
-		if id == "" {
-			id = info.PodNamespace + "/" + info.PodName
-		}
-		return prefix + "/pod/" + id
-	}
-	return prefix + "/ctr/" + info.ID
-}
-
-func runtimePrefix(r bpf.Runtime) string {
-	switch r {
-	case bpf.RuntimeNRI:
-		return "nri"
-	case bpf.RuntimeOCIHook, bpf.RuntimeRuncWrapper:
-		return "oci"
-	}
-	return "rt" + strconv.Itoa(int(r))
-}
 
 // Admit selects the container's policy, reserves its tenant, writes the
 // tenant directory and returns the injection. It is idempotent: admitting the
@@ -235,65 +138,6 @@ func (c *Core) admit(info ContainerInfo, full bool) (Decision, error) {
 	}
 	log.WithFields(fields).Info("admitted container")
 	return d, nil
-}
-
-// injection builds the mounts and env of the device-runtime contract
-// (docs/injection.md).
-func (c *Core) injection(info ContainerInfo, id bpf.TenantID, tenantDir, acctDir string, p policies.Policy) Injection {
-	lib := ContainerDevrtDir + "/" + DevrtLibrary
-	inj := Injection{
-		Mounts: []Mount{
-			{Source: c.cfg.DevrtDir, Destination: ContainerDevrtDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
-			{Source: tenantDir, Destination: ContainerTenantDir, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
-			{Source: acctDir, Destination: ContainerAcctDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
-			{Source: c.boardDir(), Destination: ContainerBoardDir, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
-		},
-		Env: []EnvVar{
-			{Key: EnvLDPreload, Value: AppendPreload(lookupEnv(info.Env, EnvLDPreload), lib)},
-			{Key: EnvTenantID, Value: strconv.FormatUint(uint64(id), 10)},
-			{Key: EnvTenantDir, Value: ContainerTenantDir},
-			{Key: EnvTenantConfig, Value: ContainerTenantDir + "/" + TenantConfigFile},
-			{Key: EnvDevrtDir, Value: ContainerDevrtDir},
-			{Key: EnvPolicy, Value: p.Name},
-			{Key: EnvTenantAcct, Value: ContainerAcctDir},
-			{Key: EnvBoard, Value: ContainerBoardDir + "/" + BoardFile},
-		},
-	}
-	if d := c.cfg.MPSPipeDir; d != "" {
-		inj.Mounts = append(inj.Mounts, Mount{Source: d, Destination: d, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
-		inj.Env = append(inj.Env, EnvVar{Key: EnvMPSPipeDir, Value: d})
-	}
-	if d := c.cfg.MPSShmDir; d != "" {
-		inj.Mounts = append(inj.Mounts, Mount{Source: d, Destination: "/dev/shm", Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
-	}
-	return inj
-}
-
-// EnvMPSPipeDir is where CUDA looks for the MPS control daemon.
-const EnvMPSPipeDir = "CUDA_MPS_PIPE_DIRECTORY"
-
-// AppendPreload appends lib to an LD_PRELOAD value unless it is already there.
-// ld.so accepts both ':' and ' ' as separators; ':' is used.
-func AppendPreload(existing, lib string) string {
-	for _, f := range strings.FieldsFunc(existing, func(r rune) bool { return r == ':' || r == ' ' }) {
-		if f == lib {
-			return existing
-		}
-	}
-	if strings.TrimSpace(existing) == "" {
-		return lib
-	}
-	return existing + ":" + lib
-}
-
-func lookupEnv(env []string, key string) string {
-	v := ""
-	for _, kv := range env {
-		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
-			v = val // the last one wins, as execve users see it
-		}
-	}
-	return v
 }
 
 // Register resolves the container's cgroup and attaches it to its tenant.
@@ -410,143 +254,4 @@ func (c *Core) releaseIfEmpty(key string) error {
 		}
 	}
 	return nil
-}
-
-// acctDir is the tenant's writable accounting directory (the device
-// runtime's shared usage file). It is separate from the read-only tenant
-// directory, so a tenant can write its usage but not its limits.
-func (c *Core) acctDir(id bpf.TenantID) string { return AcctDir(c.cfg.StateDir, uint64(id)) }
-
-// The state directory's layout: tenants/<id> (TenantDir: config.json and
-// the compiled probes), acct/<id> (AcctDir: usage and probe output), board.
-const (
-	stateTenants = "tenants"
-	stateAcct    = "acct"
-)
-
-// TenantDir is tenant id's directory under stateDir.
-func TenantDir(stateDir string, id uint64) string {
-	return filepath.Join(stateDir, stateTenants, strconv.FormatUint(id, 10))
-}
-
-// AcctDir is tenant id's accounting directory under stateDir.
-func AcctDir(stateDir string, id uint64) string {
-	return filepath.Join(stateDir, stateAcct, strconv.FormatUint(id, 10))
-}
-
-// TenantsRoot is the directory of all tenant directories under stateDir.
-func TenantsRoot(stateDir string) string { return filepath.Join(stateDir, stateTenants) }
-
-// boardDir holds the host-published, read-only priority board.
-func (c *Core) boardDir() string { return filepath.Join(c.cfg.StateDir, "board") }
-
-func (c *Core) makeAcctDir(id bpf.TenantID) (string, error) {
-	dir := c.acctDir(id)
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return "", fmt.Errorf("tenant accounting dir: %w", err)
-		}
-	} else if err != nil {
-		return dir, nil // exists: mode already set
-	}
-	// Any user of the container may run CUDA processes: world-writable,
-	// sticky, and private to the tenant because only its containers mount it.
-	if err := os.Chmod(dir, 0o777|fs.ModeSticky); err != nil {
-		return "", fmt.Errorf("tenant accounting dir: %w", err)
-	}
-	return dir, nil
-}
-
-func (c *Core) tenantDir(id bpf.TenantID) string { return TenantDir(c.cfg.StateDir, uint64(id)) }
-
-// TenantFile is the config.json the device runtime reads (docs/injection.md).
-type TenantFile struct {
-	ABIVersion  uint32 `json:"abiVersion"`
-	TenantID    uint32 `json:"tenantId"`
-	TenantKey   string `json:"tenantKey"`
-	Policy      string `json:"policy"`
-	Class       string `json:"priorityClass"`
-	QuotaBytes  uint64 `json:"quotaBytes"`
-	TimesliceUS uint32 `json:"timesliceUs"`
-	Interleave  uint32 `json:"interleave"`
-	// ActiveWindowUS: how long a latency-critical tenant counts as active
-	// after its last launch (the device runtime's priority gate).
-	ActiveWindowUS uint32 `json:"activeWindowUs"`
-	// SMPercent: a best-effort tenant's share of the SMs under MPS.
-	SMPercent uint32   `json:"smPercent"`
-	Eviction  string   `json:"eviction"`
-	Prefetch  string   `json:"prefetch"`
-	Probes    []string `json:"probes"`
-	// ProbeKernels: the kernels (.entry names) the probes are limited to,
-	// as the kernel lines of probes/module.conf: the container's
-	// probe-kernels.gpuext.io narrowed by the probes' catalog kernels.
-	// Empty: every kernel (or no probes).
-	ProbeKernels []string `json:"probeKernels"`
-}
-
-// writeTenantDir writes the tenant's config.json and its probes/ directory
-// (the compiled probe module, or none when probes is nil).
-func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy, probes *compile.Bundle) (string, error) {
-	dir := c.tenantDir(id)
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return "", fmt.Errorf("tenant dir: %w", err)
-		}
-	}
-	probesDir := filepath.Join(dir, TenantProbesDir)
-	if probes != nil {
-		if err := probes.WriteDir(probesDir); err != nil {
-			return "", fmt.Errorf("tenant probes: %w", err)
-		}
-	} else if err := compile.RemoveDir(probesDir); err != nil {
-		return "", fmt.Errorf("tenant probes: %w", err)
-	}
-	probeNames := p.Probes
-	if probeNames == nil {
-		probeNames = []string{}
-	}
-	probeKernels := []string{}
-	if probes != nil && len(probes.Manifest.Kernels) > 0 {
-		probeKernels = probes.Manifest.Kernels
-	}
-	tf := TenantFile{
-		ABIVersion: abiVersion, TenantID: uint32(id), TenantKey: key, Policy: p.Name,
-		Class: string(p.Priority.Class), QuotaBytes: p.Memory.QuotaBytes, TimesliceUS: p.Priority.TimesliceUS,
-		Interleave: p.Priority.Interleave, ActiveWindowUS: p.Priority.ActiveWindowUS, SMPercent: p.Priority.EffectiveSMPercent(), Eviction: p.Memory.Eviction.Name, Prefetch: p.Memory.Prefetch.Name,
-		Probes: probeNames, ProbeKernels: probeKernels,
-	}
-	b, err := json.MarshalIndent(tf, "", "  ")
-	if err != nil {
-		return "", err
-	}
-	b = append(b, '\n')
-	path := filepath.Join(dir, TenantConfigFile)
-	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, b) {
-		return dir, nil // unchanged: a second container of the tenant, or a re-admission
-	}
-	if err := atomicfile.Write(path, b, 0o644); err != nil {
-		return "", fmt.Errorf("tenant config: %w", err)
-	}
-	return dir, nil
-}
-
-// gcTenantDirs removes tenant directories whose tenant is gone.
-func (c *Core) gcTenantDirs() {
-	tenants, err := c.reg.List()
-	if err != nil {
-		return
-	}
-	live := map[string]bool{}
-	for _, t := range tenants {
-		live[strconv.FormatUint(uint64(t.ID), 10)] = true
-	}
-	for _, sub := range []string{stateTenants, stateAcct} {
-		root := filepath.Join(c.cfg.StateDir, sub)
-		ents, _ := os.ReadDir(root)
-		for _, e := range ents {
-			if !live[e.Name()] {
-				_ = os.RemoveAll(filepath.Join(root, e.Name()))
-			}
-		}
-	}
 }

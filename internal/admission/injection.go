@@ -1,0 +1,68 @@
+package admission
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/policies"
+)
+
+// injection builds the mounts and env of the device-runtime contract
+// (docs/injection.md).
+func (c *Core) injection(info ContainerInfo, id bpf.TenantID, tenantDir, acctDir string, p policies.Policy) Injection {
+	lib := ContainerDevrtDir + "/" + DevrtLibrary
+	inj := Injection{
+		Mounts: []Mount{
+			{Source: c.cfg.DevrtDir, Destination: ContainerDevrtDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
+			{Source: tenantDir, Destination: ContainerTenantDir, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
+			{Source: acctDir, Destination: ContainerAcctDir, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+			{Source: c.boardDir(), Destination: ContainerBoardDir, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}},
+		},
+		Env: []EnvVar{
+			{Key: EnvLDPreload, Value: AppendPreload(lookupEnv(info.Env, EnvLDPreload), lib)},
+			{Key: EnvTenantID, Value: strconv.FormatUint(uint64(id), 10)},
+			{Key: EnvTenantDir, Value: ContainerTenantDir},
+			{Key: EnvTenantConfig, Value: ContainerTenantDir + "/" + TenantConfigFile},
+			{Key: EnvDevrtDir, Value: ContainerDevrtDir},
+			{Key: EnvPolicy, Value: p.Name},
+			{Key: EnvTenantAcct, Value: ContainerAcctDir},
+			{Key: EnvBoard, Value: ContainerBoardDir + "/" + BoardFile},
+		},
+	}
+	if d := c.cfg.MPSPipeDir; d != "" {
+		inj.Mounts = append(inj.Mounts, Mount{Source: d, Destination: d, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
+		inj.Env = append(inj.Env, EnvVar{Key: EnvMPSPipeDir, Value: d})
+	}
+	if d := c.cfg.MPSShmDir; d != "" {
+		inj.Mounts = append(inj.Mounts, Mount{Source: d, Destination: "/dev/shm", Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
+	}
+	return inj
+}
+
+// EnvMPSPipeDir is where CUDA looks for the MPS control daemon.
+const EnvMPSPipeDir = "CUDA_MPS_PIPE_DIRECTORY"
+
+// AppendPreload appends lib to an LD_PRELOAD value unless it is already there.
+// ld.so accepts both ':' and ' ' as separators; ':' is used.
+func AppendPreload(existing, lib string) string {
+	for _, f := range strings.FieldsFunc(existing, func(r rune) bool { return r == ':' || r == ' ' }) {
+		if f == lib {
+			return existing
+		}
+	}
+	if strings.TrimSpace(existing) == "" {
+		return lib
+	}
+	return existing + ":" + lib
+}
+
+func lookupEnv(env []string, key string) string {
+	v := ""
+	for _, kv := range env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
+			v = val // the last one wins, as execve users see it
+		}
+	}
+	return v
+}
