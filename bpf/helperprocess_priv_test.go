@@ -61,6 +61,8 @@ func TestHelperProcess(t *testing.T) {
 			m.Close()
 		}
 		fmt.Printf("stat=%s\nopen=%s\n", errName(statErr), errName(err))
+	case "fresh-bpffs":
+		code = freshBPFFSHelper()
 	default:
 		fmt.Fprintln(os.Stderr, "unknown helper mode", mode)
 		code = 2

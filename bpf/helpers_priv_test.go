@@ -52,9 +52,8 @@ func randomSuffix(t *testing.T) string {
 // removed with everything in it when the test ends.
 func newPinDir(t *testing.T) string {
 	t.Helper()
-	var st unix.Statfs_t
-	if err := unix.Statfs("/sys/fs/bpf", &st); err != nil || uint32(st.Type) != unix.BPF_FS_MAGIC {
-		t.Fatal("/sys/fs/bpf is not a bpf filesystem: mount -t bpf bpf /sys/fs/bpf")
+	if _, err := EnsureBPFFS(BPFFSRoot); err != nil { // what OpenRegistry does on a fresh host
+		t.Fatal(err)
 	}
 	dir := filepath.Join("/sys/fs/bpf", "gpuext-test-"+randomSuffix(t))
 	t.Cleanup(func() {

@@ -71,7 +71,14 @@ func (m Maps) Replacements() map[string]*ebpf.Map {
 type Registry struct {
 	pinDir string
 	maps   Maps
+	// mountedBPFFS is where OpenRegistry mounted a bpf filesystem ("" if
+	// the host had one): the caller logs it.
+	mountedBPFFS string
 }
+
+// MountedBPFFS is the mount point of the bpf filesystem this handle mounted
+// when it was opened, "" when the host already had one.
+func (r *Registry) MountedBPFFS() string { return r.mountedBPFFS }
 
 // idSpace bounds tenant ids: they are allocated in [1, idSpace), so that
 // kernel-side per-tenant arrays of GPUEXT_MAX_TENANTS entries can be indexed
@@ -91,7 +98,8 @@ func OpenRegistry(pinDir string) (*Registry, error) {
 		pinDir = DefaultPinDir
 	}
 	pinDir = filepath.Clean(pinDir)
-	if err := preparePinDir(pinDir); err != nil {
+	mounted, err := preparePinDir(pinDir)
+	if err != nil {
 		return nil, err
 	}
 
@@ -100,7 +108,7 @@ func OpenRegistry(pinDir string) (*Registry, error) {
 		return nil, fmt.Errorf("load registry spec: %w", err)
 	}
 
-	r := &Registry{pinDir: pinDir}
+	r := &Registry{pinDir: pinDir, mountedBPFFS: mounted}
 	targets := []struct {
 		name string
 		dst  **ebpf.Map
@@ -131,34 +139,24 @@ func OpenRegistry(pinDir string) (*Registry, error) {
 	return r, nil
 }
 
-// preparePinDir makes sure pinDir exists with mode 0700 on a bpf filesystem.
-func preparePinDir(pinDir string) error {
-	// Check the nearest existing ancestor first, so a wrong path does not
-	// leave directories behind on another filesystem.
-	existing := pinDir
-	for {
-		if _, err := os.Stat(existing); err == nil {
-			break
-		}
-		parent := filepath.Dir(existing)
-		if parent == existing {
-			break
-		}
-		existing = parent
-	}
-	if err := requireBPFFS(existing); err != nil {
-		return err
+// preparePinDir makes sure pinDir exists with mode 0700 on a bpf filesystem,
+// mounting one when the host has none (EnsureBPFFS). It returns the mount
+// point it mounted, "" when none was needed.
+func preparePinDir(pinDir string) (string, error) {
+	mounted, err := EnsureBPFFS(pinDir)
+	if err != nil {
+		return "", err
 	}
 	if err := os.MkdirAll(pinDir, 0o700); err != nil {
-		return fmt.Errorf("%w: create %s: %w", ErrPinDir, pinDir, err)
+		return mounted, fmt.Errorf("%w: create %s: %w", ErrPinDir, pinDir, err)
 	}
 	if err := requireBPFFS(pinDir); err != nil {
-		return err
+		return mounted, err
 	}
 	if err := os.Chmod(pinDir, 0o700); err != nil {
-		return fmt.Errorf("%w: chmod %s: %w", ErrPinDir, pinDir, err)
+		return mounted, fmt.Errorf("%w: chmod %s: %w", ErrPinDir, pinDir, err)
 	}
-	return nil
+	return mounted, nil
 }
 
 func requireBPFFS(dir string) error {

@@ -2,23 +2,36 @@ package bpf
 
 import (
 	"encoding/binary"
-	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuext/gpuext/internal/privtest"
 )
 
-func TestOpenRegistryRejectsNonBPFFS(t *testing.T) {
+// TestOpenRegistryMountsOnPinDir: a pin directory outside /sys/fs/bpf on
+// another filesystem gets a bpf filesystem mounted on itself.
+func TestOpenRegistryMountsOnPinDir(t *testing.T) {
+	privtest.RequireRoot(t)
 	dir := filepath.Join(t.TempDir(), "pins", "gpuext")
-	_, err := OpenRegistry(dir)
-	if !errors.Is(err, ErrPinDir) || !strings.Contains(err.Error(), "not on a bpf filesystem") {
-		t.Fatalf("OpenRegistry on tmpfs/ext4: err = %v, want ErrPinDir saying why", err)
+	r, err := OpenRegistry(dir)
+	if err != nil {
+		t.Fatalf("OpenRegistry on tmpfs/ext4: %v", err)
 	}
-	if _, err := os.Stat(filepath.Dir(dir)); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("OpenRegistry left directories behind on the wrong filesystem (%v)", err)
+	t.Cleanup(func() {
+		r.Close()
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	if r.MountedBPFFS() != dir || !onBPFFS(dir) {
+		t.Fatalf("mounted %q (bpffs at %s: %v), want a bpf filesystem on the pin dir", r.MountedBPFFS(), dir, onBPFFS(dir))
+	}
+	if _, err := os.Stat(filepath.Join(dir, "gpuext_tenants")); err != nil {
+		t.Fatalf("registry not pinned in the mounted bpffs: %v", err)
 	}
 }
 

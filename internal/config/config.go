@@ -173,6 +173,9 @@ func (c Config) OpenCore(log *logrus.Entry) (*admission.Core, *bpf.Registry, err
 	if err != nil {
 		return nil, nil, err
 	}
+	if m := reg.MountedBPFFS(); m != "" {
+		log.WithFields(logrus.Fields{"mountpoint": m, "pinDir": c.PinDir}).Info("no bpf filesystem was mounted: mounted one")
+	}
 	core, err := admission.New(admission.Config{FailMode: mode, StateDir: c.StateDir, DevrtDir: c.DevrtDir,
 		MPSPipeDir: c.MPSPipeDirectory, MPSShmDir: c.MPSShmDirectory},
 		reg, cat, cons, res, log)
