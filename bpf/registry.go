@@ -824,6 +824,24 @@ func (r *Registry) Stats(id TenantID) (GpuextTenantStats, error) {
 	return st, nil
 }
 
+// Tenant returns tenant id with its cgroups; ErrNoTenant when it is not
+// registered.
+func (r *Registry) Tenant(id TenantID) (Tenant, error) { return r.tenant(uint32(id)) }
+
+// TenantRecord returns tenant id without its cgroups (one map lookup, where
+// Tenant walks the cgroup entries); ErrNoTenant when it is not registered.
+func (r *Registry) TenantRecord(id TenantID) (Tenant, error) {
+	tid := uint32(id)
+	var rec GpuextTenantRecord
+	if err := r.maps.Tenants.Lookup(&tid, &rec); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return Tenant{}, fmt.Errorf("tenant %d: %w", tid, ErrNoTenant)
+		}
+		return Tenant{}, fmt.Errorf("tenant %d: %w", tid, err)
+	}
+	return tenantOf(tid, rec, nil), nil
+}
+
 // tenant assembles tenant tid from its record and cgroup entries.
 func (r *Registry) tenant(tid uint32) (Tenant, error) {
 	var rec GpuextTenantRecord

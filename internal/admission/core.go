@@ -78,58 +78,102 @@ func New(cfg Config, reg *bpf.Registry, catalog *policies.Catalog, constraints *
 // Registry returns the tenant registry the core writes.
 func (c *Core) Registry() *bpf.Registry { return c.reg }
 
-// Admit selects the container's policy, reserves its tenant, writes the
-// tenant directory and returns the injection. It is idempotent: admitting the
+// Admit decides the container's policy once: it selects, reserves the
+// tenant, writes the tenant and accounting directories and returns the
+// injection. The fail mode is applied here, for every runtime path and every
+// error kind (KindOf): in strict mode any error refuses the container (it
+// wraps ErrRefused); in fail-open mode Admit returns no error: a bad request
+// gets the default policy (Decision.RequestErr), an internal error a decision
+// to run without gpuext (Decision.Skipped). It is idempotent: admitting the
 // same container twice returns the same tenant.
 func (c *Core) Admit(info ContainerInfo) (Decision, error) {
-	return c.admit(info, true)
+	log := c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name, "pod": info.PodName,
+		"namespace": info.PodNamespace})
+	d, err := c.admit(info, log)
+	if err != nil {
+		return c.failed(info, log, "admit", err)
+	}
+	return d, nil
 }
 
-// admit is Admit; full=false (the register path) skips rewriting the tenant
-// directory and the admission log line, which Admit already did.
-func (c *Core) admit(info ContainerInfo, full bool) (Decision, error) {
+// failed applies the fail mode to an error of admission or registration.
+func (c *Core) failed(info ContainerInfo, log *logrus.Entry, step string, err error) (Decision, error) {
+	return ApplyFailMode(c.cfg.FailMode, info, log, step, err)
+}
+
+// ApplyFailMode is the one place the fail mode decides what an error does
+// to a container, whatever its kind (KindOf) and runtime path: in strict
+// mode it refuses the container (the error wraps ErrRefused); in fail-open
+// mode the container runs without gpuext (a skipped decision, no error).
+// Core applies it to its own errors; a runtime path calls it only for an
+// error that comes before there is a core (a config or registry that cannot
+// be opened, an agent that does not answer).
+func ApplyFailMode(mode FailMode, info ContainerInfo, log *logrus.Entry, step string, err error) (Decision, error) {
+	kind := KindOf(err)
+	log = log.WithFields(logrus.Fields{"failMode": mode, "errorKind": kind, "step": step}).WithError(err)
+	if mode == FailClosed {
+		log.Error("refused container (strict)")
+		if errors.Is(err, ErrRefused) {
+			return Decision{}, err
+		}
+		return Decision{}, fmt.Errorf("%w: container %q: %w", ErrRefused, info.Name, err)
+	}
+	log.Warn("gpuext failed for this container: it runs without gpuext (fail-open)")
+	return Decision{Skipped: true, FailedOpen: true, Err: err}, nil
+}
+
+// FailMode is the core's fail mode.
+func (c *Core) FailMode() FailMode { return c.cfg.FailMode }
+
+func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 	if info.ID == "" {
 		return Decision{}, errors.New("admit: container id is empty")
 	}
-	sel, reqErr, err := c.Select(info)
-	if err != nil {
-		c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name, "pod": info.PodName,
-			"namespace": info.PodNamespace}).WithError(err).Error("refused container: bad gpu policy request")
-		return Decision{}, err
-	}
-	log := c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name, "pod": info.PodName,
-		"namespace": info.PodNamespace, "policy": sel.Policy.Name})
-	if reqErr != nil && full {
-		log.WithError(reqErr).WithField("failMode", c.cfg.FailMode).
+	sel, reqErr := c.selectPolicy(info)
+	if reqErr != nil {
+		if c.cfg.FailMode == FailClosed {
+			return Decision{}, reqErr
+		}
+		log.WithError(reqErr).WithFields(logrus.Fields{"failMode": c.cfg.FailMode, "errorKind": KindOf(reqErr)}).
 			Warn("bad gpu policy request: container starts with the default policy")
+		sel = policies.Selection{Policy: c.catalog.Default(), Tenant: "container"}
 	}
-	key := tenantKey(info, sel)
-	cfg := tenantConfig(sel.Policy, reqErr != nil)
-	id, err := c.reg.Reserve(key, sel.Policy.Name, cfg)
-	if err != nil {
-		return Decision{}, fmt.Errorf("reserve tenant %q: %w", key, err)
-	}
-	d := Decision{Tenant: id, TenantKey: key, Policy: sel.Policy, RequestErr: reqErr}
-	if !full {
-		return d, nil
-	}
+	log = log.WithField("policy", sel.Policy.Name)
 	// probes dropped in fail-open mode (they did not compile) are logged
 	// there, and sel.Policy.Probes is then empty
 	bundle, _, err := c.probeBundle(info, &sel, log)
 	if err != nil {
 		return Decision{}, err
 	}
-	d.Policy = sel.Policy
-	dir, err := c.writeTenantDir(id, key, sel.Policy, bundle)
+	key := tenantKey(info, sel)
+	cfg := tenantConfig(sel.Policy, reqErr != nil)
+	digest := configDigest(sel.Policy.Name, cfg)
+	if strings.Contains(key, "/pod/") {
+		if err := c.samePodTenant(key, sel, digest); err != nil {
+			return Decision{}, err
+		}
+	}
+	unlock, err := c.lockState(false)
 	if err != nil {
 		return Decision{}, err
+	}
+	defer unlock()
+	id, err := c.reg.Reserve(key, sel.Policy.Name, cfg)
+	if err != nil {
+		return Decision{}, fmt.Errorf("reserve tenant %q: %w", key, err)
+	}
+	d := Decision{Tenant: id, TenantKey: key, Policy: sel.Policy, ConfigDigest: digest, RequestErr: reqErr,
+		FailedOpen: reqErr != nil}
+	dir, err := c.writeTenantDir(id, key, sel.Policy, bundle)
+	if err != nil {
+		return Decision{}, c.undoReserve(info, err)
 	}
 	acct, err := c.makeAcctDir(id)
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, c.undoReserve(info, err)
 	}
 	d.Injection = c.injection(info, id, dir, acct, sel.Policy)
-	fields := logrus.Fields{"tenant": id, "tenantKey": key}
+	fields := logrus.Fields{"tenant": id, "tenantKey": key, "configDigest": digest}
 	if len(sel.Policy.Probes) > 0 {
 		fields["probes"] = strings.Join(sel.Policy.Probes, ",")
 	}
@@ -140,26 +184,143 @@ func (c *Core) admit(info ContainerInfo, full bool) (Decision, error) {
 	return d, nil
 }
 
-// Register resolves the container's cgroup and attaches it to its tenant.
-// The cgroup must exist (NRI StartContainer, OCI createRuntime/prestart).
-func (c *Core) Register(info ContainerInfo) (Decision, cgroup.Cgroup, error) {
-	d, err := c.admit(info, false)
+// undoReserve gives back the tenant a failed admission reserved for its own
+// container (a pod's tenant is left to the pod's other containers).
+func (c *Core) undoReserve(info ContainerInfo, err error) error {
+	if rerr := c.releaseIfEmpty(runtimePrefix(info.Runtime) + "/ctr/" + info.ID); rerr != nil {
+		return errors.Join(err, fmt.Errorf("release reserved tenant: %w", rerr))
+	}
+	return err
+}
+
+// samePodTenant refuses a container of a pod tenant that asks for other
+// settings than the tenant already has: one tenant has one config, and the
+// last container admitted must not change its siblings' quota or class.
+func (c *Core) samePodTenant(key string, sel policies.Selection, digest string) error {
+	id, ok, err := c.reg.LookupKey(key)
+	if err != nil || !ok {
+		return err
+	}
+	t, err := c.reg.TenantRecord(id)
+	if errors.Is(err, bpf.ErrNoTenant) {
+		return nil
+	}
 	if err != nil {
-		return Decision{}, cgroup.Cgroup{}, err
+		return err
+	}
+	if have := configDigest(t.Policy, t.Config); have != digest {
+		return fmt.Errorf("%w: %s=pod: this container asks for policy %q (config %s), its pod's tenant %d has policy %q (config %s): "+
+			"per-container settings are not possible in a pod tenant, set them for the pod (KEY/pod)",
+			errRequest, policies.KeyTenant, sel.Policy.Name, digest, id, t.Policy, have)
+	}
+	return nil
+}
+
+// Register attaches the container's cgroup to the tenant of its decision.
+// The cgroup must exist (NRI StartContainer, OCI createRuntime). It never
+// selects: d is the decision Admit made (kept by the caller, or carried in
+// AnnotationDecision), checked against the registry and the container. A
+// skipped decision registers nothing. The fail mode applies as in Admit:
+// in fail-open mode a failure returns a skipped decision and no error.
+func (c *Core) Register(info ContainerInfo, d Decision) (Decision, cgroup.Cgroup, error) {
+	log := c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name, "pod": info.PodName,
+		"namespace": info.PodNamespace, "tenant": d.Tenant})
+	if d.Skipped {
+		return d, cgroup.Cgroup{}, nil
+	}
+	d2, cg, err := c.register(info, d)
+	if err != nil {
+		fd, ferr := c.failed(info, log, "register", err)
+		return fd, cgroup.Cgroup{}, ferr
+	}
+	return d2, cg, nil
+}
+
+func (c *Core) register(info ContainerInfo, d Decision) (Decision, cgroup.Cgroup, error) {
+	if d.TenantKey == "" {
+		return d, cgroup.Cgroup{}, fmt.Errorf("%w: no admission decision is known for container %q", ErrDecisionMismatch, info.ID)
+	}
+	t, err := c.checkDecision(info, d)
+	if err != nil {
+		return d, cgroup.Cgroup{}, err
+	}
+	if d.Policy.Name == "" {
+		d.Policy.Name = t.Policy
 	}
 	return c.attach(info, d)
 }
 
-// RegisterAdmitted is Register for a container whose Admit decision the
-// caller kept (the NRI plugin between CreateContainer and StartContainer): it
-// skips selection and reservation. If that tenant was released meanwhile, it
-// falls back to Register.
-func (c *Core) RegisterAdmitted(info ContainerInfo, d Decision) (Decision, cgroup.Cgroup, error) {
-	d2, cg, err := c.attach(info, d)
-	if errors.Is(err, bpf.ErrNoTenant) {
-		return c.Register(info)
+// checkDecision: the decision names this container's tenant key, and the
+// registry still holds that tenant with the config the decision reserved.
+func (c *Core) checkDecision(info ContainerInfo, d Decision) (bpf.Tenant, error) {
+	prefix := runtimePrefix(info.Runtime)
+	if d.TenantKey != prefix+"/ctr/"+info.ID && !strings.HasPrefix(d.TenantKey, prefix+"/pod/") {
+		return bpf.Tenant{}, fmt.Errorf("%w: decision for tenant key %q, container %q of runtime %s has key %q",
+			ErrDecisionMismatch, d.TenantKey, info.ID, prefix, prefix+"/ctr/"+info.ID)
 	}
-	return d2, cg, err
+	t, err := c.reg.TenantRecord(d.Tenant)
+	if err != nil {
+		return bpf.Tenant{}, fmt.Errorf("%w: decision: tenant %d key %q config %s; registry: %w",
+			ErrDecisionMismatch, d.Tenant, d.TenantKey, d.ConfigDigest, err)
+	}
+	if have := configDigest(t.Policy, t.Config); t.Key != d.TenantKey || have != d.ConfigDigest {
+		return bpf.Tenant{}, fmt.Errorf("%w: decision: tenant %d key %q policy %q config %s; registry: tenant %d key %q policy %q config %s",
+			ErrDecisionMismatch, d.Tenant, d.TenantKey, d.Policy.Name, d.ConfigDigest, t.ID, t.Key, t.Policy, have)
+	}
+	return t, nil
+}
+
+// RegisterOCI is the OCI hook's registration at createRuntime. It applies
+// the decision the runc wrapper wrote into config.json (AnnotationDecision).
+// A container without one was not created through the wrapper (podman's
+// hooks.d, a hook added to config.json by hand): the hook is then the only
+// gpuext step, and Admit decides here, once (it writes the tenant
+// directory; no injection can reach the container from a hook).
+func (c *Core) RegisterOCI(info ContainerInfo) (Decision, cgroup.Cgroup, error) {
+	d, ok, err := DecodeDecision(info.Annotations)
+	if err != nil {
+		log := c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name})
+		fd, ferr := c.failed(info, log, "register", err)
+		return fd, cgroup.Cgroup{}, ferr
+	}
+	if !ok {
+		if d, err = c.Admit(info); err != nil {
+			return d, cgroup.Cgroup{}, err
+		}
+	}
+	return c.Register(info, d)
+}
+
+// StoredDecision recovers the decision Admit made for a container from the
+// registry, for a caller that lost it (the NRI plugin after a restart): the
+// tenant reserved under the container's key, or under its pod's key. ok is
+// false when none is reserved.
+func (c *Core) StoredDecision(info ContainerInfo) (Decision, bool, error) {
+	prefix := runtimePrefix(info.Runtime)
+	keys := []string{prefix + "/ctr/" + info.ID}
+	if info.PodUID != "" || info.PodName != "" {
+		keys = append(keys, tenantKey(info, policies.Selection{Tenant: "pod"}))
+	}
+	for _, key := range keys {
+		id, ok, err := c.reg.LookupKey(key)
+		if err != nil {
+			return Decision{}, false, err
+		}
+		if !ok {
+			continue
+		}
+		t, err := c.reg.TenantRecord(id)
+		if errors.Is(err, bpf.ErrNoTenant) {
+			continue
+		}
+		if err != nil {
+			return Decision{}, false, err
+		}
+		return Decision{Tenant: id, TenantKey: key, Policy: policies.Policy{Name: t.Policy},
+			ConfigDigest: configDigest(t.Policy, t.Config),
+			FailedOpen:   t.Config.Flags&uint32(bpf.TenantFlagFailOpen) != 0}, true, nil
+	}
+	return Decision{}, false, nil
 }
 
 func (c *Core) attach(info ContainerInfo, d Decision) (Decision, cgroup.Cgroup, error) {

@@ -43,8 +43,13 @@ func TestReconcileDropsGoneCgroups(t *testing.T) {
 		return rel + "/" + name
 	}
 	register := func(id, path string, rt bpf.Runtime) {
-		if _, _, err := core.Register(admission.ContainerInfo{ID: id, Name: id, CgroupsPath: path, Runtime: rt}); err != nil {
-			t.Fatalf("register %s: %v", id, err)
+		info := admission.ContainerInfo{ID: id, Name: id, CgroupsPath: path, Runtime: rt}
+		d, err := core.Admit(info)
+		if err == nil {
+			d, _, err = core.Register(info, d)
+		}
+		if err != nil || d.Skipped {
+			t.Fatalf("register %s: %v %v", id, err, d.Err)
 		}
 	}
 	register("live", mk("live"), bpf.RuntimeOCIHook)

@@ -7,6 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpuext/gpuext/bpf"
 )
@@ -39,7 +42,18 @@ func TenantsRoot(stateDir string) string { return filepath.Join(stateDir, stateT
 // boardDir holds the host-published, read-only priority board.
 func (c *Core) boardDir() string { return filepath.Join(c.cfg.StateDir, "board") }
 
+// makeAcctDir creates tenant id's accounting directory. The directory of
+// all of them is root-only (0700): host users reach no tenant's usage or
+// probe output, while each tenant's containers reach their own through the
+// bind mount, whose source the runtime resolves as root.
 func (c *Core) makeAcctDir(id bpf.TenantID) (string, error) {
+	root := filepath.Join(c.cfg.StateDir, stateAcct)
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return "", fmt.Errorf("tenant accounting root: %w", err)
+	}
+	if err := os.Chmod(root, 0o700); err != nil { // a state dir made by an older version: 0755
+		return "", fmt.Errorf("tenant accounting root: %w", err)
+	}
 	dir := c.acctDir(id)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -58,8 +72,43 @@ func (c *Core) makeAcctDir(id bpf.TenantID) (string, error) {
 
 func (c *Core) tenantDir(id bpf.TenantID) string { return TenantDir(c.cfg.StateDir, uint64(id)) }
 
+// stateLockFile serialises admissions against the collection of tenant
+// directories, across every process that writes the state directory.
+const stateLockFile = ".lock"
+
+// lockState takes the state directory's lock: shared for an admission
+// (reserve a tenant, then write its directories), exclusive for the
+// collection (snapshot the registry, then remove directories of tenants not
+// in it), so the collection never removes a directory admitted after its
+// snapshot. The lock is an flock of its own open file description: it
+// serialises goroutines of one process too.
+func (c *Core) lockState(exclusive bool) (func(), error) {
+	if err := os.MkdirAll(c.cfg.StateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(c.cfg.StateDir, stateLockFile), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("state dir lock: %w", err)
+	}
+	how := unix.LOCK_SH
+	if exclusive {
+		how = unix.LOCK_EX
+	}
+	if err := unix.Flock(int(f.Fd()), how); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("state dir lock: %w", err)
+	}
+	return func() { f.Close() }, nil
+}
+
 // gcTenantDirs removes tenant directories whose tenant is gone.
 func (c *Core) gcTenantDirs() {
+	unlock, err := c.lockState(true)
+	if err != nil {
+		c.log.WithError(err).Warn("tenant directories not collected")
+		return
+	}
+	defer unlock()
 	tenants, err := c.reg.List()
 	if err != nil {
 		return

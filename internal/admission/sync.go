@@ -65,6 +65,16 @@ func (c *Core) Reconcile(grace time.Duration, runtimes ...bpf.Runtime) (int, err
 	return dropped, errors.Join(errs...)
 }
 
+// decisionOf is the decision stored for a live container (StoredDecision),
+// or, when the registry holds none (it was lost), a new one from Admit.
+func (c *Core) decisionOf(info ContainerInfo) (Decision, error) {
+	d, ok, err := c.StoredDecision(info)
+	if err != nil || ok {
+		return d, err
+	}
+	return c.Admit(info)
+}
+
 // SyncReport says what Synchronize changed.
 type SyncReport struct {
 	Registered int // live containers (re)registered
@@ -84,9 +94,15 @@ func (c *Core) Synchronize(runtime bpf.Runtime, live []ContainerInfo) (SyncRepor
 	for _, info := range live {
 		info.Runtime = runtime
 		liveIDs[info.ID] = true
-		d, _, err := c.Register(info)
+		d, err := c.decisionOf(info)
+		if err == nil {
+			d, _, err = c.Register(info, d)
+		}
 		if d.TenantKey != "" {
 			liveKeys[d.TenantKey] = true
+		}
+		if err == nil && d.Skipped {
+			err = d.Err
 		}
 		if err != nil {
 			rep.Failed++

@@ -121,14 +121,3 @@ type Injection struct {
 	Mounts []Mount
 	Env    []EnvVar
 }
-
-// Decision is the outcome of Admit.
-type Decision struct {
-	Tenant    bpf.TenantID
-	TenantKey string
-	Policy    policies.Policy
-	// RequestErr is the keyed error of a bad request that fail-open mode
-	// replaced with the default policy; nil for a good request.
-	RequestErr error
-	Injection  Injection
-}

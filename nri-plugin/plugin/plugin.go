@@ -129,16 +129,22 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	return nil, nil
 }
 
-// CreateContainer admits the container and returns its injection. In strict
-// mode a bad request fails the creation with the keyed error.
+// CreateContainer admits the container and returns its injection. The
+// core has applied the fail mode: an error refuses the container (strict),
+// a skipped decision lets it start without gpuext (fail-open).
 func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	core, err := p.admission()
+	info := ContainerInfo(pod, ctr)
+	if err != nil {
+		_, err = admission.ApplyFailMode(p.failMode(), info, p.log.WithField("container", ctr.GetId()), "admit", err)
+		return nil, nil, err
+	}
+	d, err := core.Admit(info)
 	if err != nil {
 		return nil, nil, err
 	}
-	d, err := core.Admit(ContainerInfo(pod, ctr))
-	if err != nil {
-		return nil, nil, err
+	if d.Skipped {
+		return nil, nil, nil
 	}
 	p.mu.Lock()
 	p.admitted[ctr.GetId()] = d
@@ -146,39 +152,53 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	return Adjustment(d.Injection), nil, nil
 }
 
-// StartContainer registers the container's cgroup. containerd 2.x creates
-// the task, and with it the cgroup, only now; the user's process has not run
-// yet (runc holds it until the task starts). PostCreateContainer would come
-// before the cgroup exists, so the plugin does not subscribe to it: measured,
-// that extra round trip cost 3-4% of a crictl create+start.
+// StartContainer registers the container's cgroup under the decision its
+// CreateContainer made (or, after a plugin restart, the one stored in the
+// registry). containerd 2.x creates the task, and with it the cgroup, only
+// now; the user's process has not run yet (runc holds it until the task
+// starts). PostCreateContainer would come before the cgroup exists, so the
+// plugin does not subscribe to it: measured, that extra round trip cost
+// 3-4% of a crictl create+start. In strict mode a failure fails the start.
 func (p *Plugin) StartContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) error {
-	p.register(pod, ctr)
-	return nil
+	return p.register(pod, ctr)
 }
 
-func (p *Plugin) register(pod *api.PodSandbox, ctr *api.Container) {
+func (p *Plugin) register(pod *api.PodSandbox, ctr *api.Container) error {
+	info := ContainerInfo(pod, ctr)
+	log := p.log.WithFields(logrus.Fields{"container": ctr.GetId(), "name": ctr.GetName(), "event": "StartContainer"})
 	core, err := p.admission()
 	if err != nil {
-		p.log.WithError(err).Error("StartContainer")
-		return
+		_, err = admission.ApplyFailMode(p.failMode(), info, log, "register", err)
+		return err
 	}
 	p.mu.Lock()
 	d, known := p.admitted[ctr.GetId()]
-	p.mu.Unlock()
-	info := ContainerInfo(pod, ctr)
-	if known {
-		_, _, err = core.RegisterAdmitted(info, d)
-	} else { // admitted before a plugin restart
-		_, _, err = core.Register(info)
-	}
-	if err != nil {
-		p.log.WithFields(logrus.Fields{"container": ctr.GetId(), "name": ctr.GetName(), "event": "StartContainer"}).
-			WithError(err).Error("register tenant cgroup")
-		return
-	}
-	p.mu.Lock()
 	delete(p.admitted, ctr.GetId())
 	p.mu.Unlock()
+	if !known { // admitted before a plugin restart, or skipped (fail-open)
+		var ok bool
+		d, ok, err = core.StoredDecision(info)
+		if err != nil {
+			_, err = admission.ApplyFailMode(p.failMode(), info, log, "register", err)
+			return err
+		}
+		if !ok {
+			log.Debug("no gpuext decision for this container: it runs without gpuext")
+			return nil
+		}
+	}
+	_, _, err = core.Register(info, d)
+	return err
+}
+
+// failMode is the configured fail mode, for errors that come before the
+// core exists.
+func (p *Plugin) failMode() admission.FailMode {
+	m, err := admission.ParseFailMode(p.base.FailMode)
+	if err != nil {
+		return admission.FailClosed
+	}
+	return m
 }
 
 // RemoveContainer detaches the container and releases an empty tenant.

@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -117,11 +118,17 @@ func HookMain(args []string, stdin io.Reader, stderr io.Writer, timeout time.Dur
 	info := HookContainerInfo(st, b, stage)
 	mode, _ := admission.ParseFailMode(cfg.FailMode) // validated by config.Load
 	if err := runHook(cfg, log, stage, info); err != nil {
-		if stage == StagePoststop || mode == admission.FailOpen {
-			log.WithError(err).WithField("failMode", mode).Error("gpuext hook failed; container continues without gpuext")
+		if stage == StagePoststop {
+			log.WithError(err).Error("gpuext poststop failed; reconcile will drop what is left")
 			return ExitOK
 		}
-		log.WithError(err).WithField("failMode", mode).Error("gpuext hook failed; failing the container (strict)")
+		// The core applied the fail mode to its own errors: an error here
+		// is a strict refusal, or one from before the core existed.
+		if !errors.Is(err, admission.ErrRefused) {
+			if _, err = admission.ApplyFailMode(mode, info, log, string(stage), err); err == nil {
+				return ExitOK
+			}
+		}
 		return fail(ExitFailed, err)
 	}
 	return ExitOK
@@ -137,11 +144,11 @@ func runHook(cfg config.Config, log *logrus.Entry, stage Stage, info admission.C
 	case StagePoststop:
 		return core.Remove(info)
 	default:
-		d, cg, err := core.Register(info)
+		d, cg, err := core.RegisterOCI(info)
 		if err != nil {
 			return err
 		}
-		log.WithFields(logrus.Fields{"tenant": d.Tenant, "policy": d.Policy.Name, "cgroupID": cg.ID,
+		log.WithFields(logrus.Fields{"tenant": d.Tenant, "policy": d.Policy.Name, "cgroupID": cg.ID, "skipped": d.Skipped,
 			"cgroup": cg.Path, "pid": info.Pid}).Debug("hook registered container")
 		return nil
 	}

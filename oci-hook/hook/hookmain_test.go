@@ -15,7 +15,12 @@ import (
 func writeTestConfig(t *testing.T, dir string, extra map[string]any) (cfgPath, logPath string) {
 	t.Helper()
 	logPath = filepath.Join(dir, "gpuext.log")
-	cfg := map[string]any{"logFile": logPath, "pinDir": filepath.Join(dir, "not-bpffs"),
+	// The pin dir lies under a regular file: no registry can open there
+	// (a directory on another filesystem would get a bpffs mounted on it).
+	if err := os.WriteFile(filepath.Join(dir, "not-a-dir"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := map[string]any{"logFile": logPath, "pinDir": filepath.Join(dir, "not-a-dir", "pins"),
 		"stateDir": filepath.Join(dir, "state"), "devrtDir": filepath.Join(dir, "devrt")}
 	for k, v := range extra {
 		cfg[k] = v

@@ -118,7 +118,7 @@ func TestInjectIdempotent(t *testing.T) {
 	info := admission.ContainerInfo{Annotations: map[string]string{"policy.gpuext.io": "batch", AnnotationContainerName: "web"}}
 	var first []byte
 	for i := range 3 {
-		if err := Inject(b, info, testInjection(b.Spec.Process.Env), hooks); err != nil {
+		if err := Inject(b, info, admission.Decision{Tenant: 3, TenantKey: "oci/ctr/x", ConfigDigest: "d", Injection: testInjection(b.Spec.Process.Env)}, hooks); err != nil {
 			t.Fatal(err)
 		}
 		out, err := b.Marshal()
@@ -196,7 +196,7 @@ func TestInjectRoundTrip(t *testing.T) {
 			b, orig := loadFixture(t, name)
 			info := admission.ContainerInfo{Annotations: map[string]string{"policy.gpuext.io": "batch", "quota.gpuext.io": "1GiB"}}
 			inj := testInjection(b.Spec.Process.Env)
-			if err := Inject(b, info, inj, HookEntries("/h/gpuext-oci-hook", "")); err != nil {
+			if err := Inject(b, info, admission.Decision{Tenant: 3, TenantKey: "oci/ctr/x", ConfigDigest: "d", Injection: inj}, HookEntries("/h/gpuext-oci-hook", "")); err != nil {
 				t.Fatal(err)
 			}
 			out, err := b.Marshal()
@@ -222,7 +222,11 @@ func TestInjectRoundTrip(t *testing.T) {
 			mounts := got["mounts"].([]any)
 			got["mounts"] = mounts[:len(mounts)-2]
 			ann := got["annotations"].(map[string]any)
+			if ann[admission.AnnotationDecision] != `{"tenant":3,"tenantKey":"oci/ctr/x","policy":"","configDigest":"d"}` {
+				t.Errorf("decision annotation = %v", ann[admission.AnnotationDecision])
+			}
 			delete(ann, "quota.gpuext.io")
+			delete(ann, admission.AnnotationDecision)
 			if _, had := want["annotations"]; !had {
 				delete(ann, "policy.gpuext.io")
 				if len(ann) == 0 {

@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -86,12 +87,14 @@ func WrapperMain(env WrapperEnv) (Exec, int) {
 		}
 	}
 	if err := admitBundle(cfg, log, cmd, hookPath, cfgPath); err != nil {
-		if mode == admission.FailOpen {
-			log.WithError(err).WithField("failMode", mode).
-				Error("gpuext admission failed; container starts without gpuext (config.json unchanged)")
-			return out, ExitOK
+		// The core applied the fail mode to its own errors: an error here
+		// is a strict refusal, or one from before the core existed.
+		if !errors.Is(err, admission.ErrRefused) {
+			info := admission.ContainerInfo{ID: cmd.ContainerID, Name: cmd.ContainerID, Runtime: bpf.RuntimeRuncWrapper}
+			if _, err = admission.ApplyFailMode(mode, info, log, "admit", err); err == nil {
+				return out, ExitOK // config.json unchanged: the container starts without gpuext
+			}
 		}
-		log.WithError(err).WithField("failMode", mode).Error("gpuext admission failed; refusing the container (strict)")
 		reportRuncError(cmd, env.Stderr, fmt.Errorf("gpuext: %w", err))
 		return Exec{}, ExitFailed
 	}
@@ -145,13 +148,16 @@ func HookEntries(hookPath, cfgPath string) map[Stage]specs.Hook {
 	}
 }
 
-// Inject writes the admission decision into the bundle: annotations
-// (gpuext keys and the name, for the hook), mounts, env and hooks.
-func Inject(b *Bundle, info admission.ContainerInfo, inj admission.Injection, hooks map[Stage]specs.Hook) error {
+// Inject writes the admission decision into the bundle: the decision
+// itself (AnnotationDecision, which the hook registers by), the gpuext keys
+// and the name, mounts, env and hooks.
+func Inject(b *Bundle, info admission.ContainerInfo, d admission.Decision, hooks map[Stage]specs.Hook) error {
+	inj := d.Injection
 	ann := GpuextKeys(info.Annotations)
 	if ann == nil {
 		ann = map[string]string{}
 	}
+	ann[admission.AnnotationDecision] = d.Encode()
 	if v := info.Annotations[AnnotationContainerName]; v != "" {
 		ann[AnnotationContainerName] = v
 	}
@@ -197,7 +203,10 @@ func admitBundle(cfg config.Config, log *logrus.Entry, cmd RuncCommand, hookPath
 	if err != nil {
 		return err
 	}
-	if err := Inject(b, info, d.Injection, HookEntries(hookPath, cfgPath)); err == nil {
+	if d.Skipped {
+		return nil // fail-open, logged by the core: config.json unchanged
+	}
+	if err := Inject(b, info, d, HookEntries(hookPath, cfgPath)); err == nil {
 		err = b.Write()
 	}
 	if err != nil {

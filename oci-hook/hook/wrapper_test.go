@@ -120,7 +120,7 @@ func TestWrapperPassthrough(t *testing.T) {
 	}
 }
 
-// With the admission core unavailable (the pin dir is not on bpffs), the
+// With the admission core unavailable (no registry can open at the pin dir), the
 // fail-open wrapper runs runc on the unchanged bundle; the strict one
 // refuses and puts the reason in runc's JSON log, where Docker finds it.
 func TestWrapperAdmissionFailure(t *testing.T) {
