@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -519,4 +520,31 @@ func (r *Resolver) Contains(c Cgroup, pid int) (bool, error) {
 		return false, err
 	}
 	return slices.Contains(pids, pid), nil
+}
+
+// kernfsHandle is the file handle type of cgroupfs (kernfs): the handle of a
+// cgroup v2 directory is its 64-bit id, the number bpf_get_current_cgroup_id
+// returns (FILEID_KERNFS in the kernel's exportfs.h).
+const kernfsHandle = 0xfe
+
+// ExistsByID reports whether a cgroup v2 directory with id exists, found by
+// its id alone (open_by_handle_at on the v2 root), not by a path: a stored
+// path may be cut to its field size or reused by another cgroup.
+func (r *Resolver) ExistsByID(id ID) (bool, error) {
+	root, err := unix.Open(r.V2Root(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, fmt.Errorf("open cgroup v2 root %s: %w", r.V2Root(), err)
+	}
+	defer unix.Close(root)
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], uint64(id))
+	fd, err := unix.OpenByHandleAt(root, unix.NewFileHandle(kernfsHandle, b[:]), unix.O_RDONLY|unix.O_CLOEXEC)
+	switch {
+	case err == nil:
+		unix.Close(fd)
+		return true, nil
+	case errors.Is(err, unix.ESTALE), errors.Is(err, unix.ENOENT):
+		return false, nil
+	}
+	return false, fmt.Errorf("look up cgroup id %d: %w", id, err)
 }

@@ -130,6 +130,11 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 		return Decision{}, errors.New("admit: container id is empty")
 	}
 	sel, reqErr := c.selectPolicy(info)
+	if reqErr == nil && sel.Tenant == "pod" {
+		if key := tenantKey(info, sel); strings.Contains(key, "/pod/") {
+			reqErr = c.samePodTenant(key, sel, configDigest(sel.Policy.Name, tenantConfig(sel.Policy, false)))
+		}
+	}
 	if reqErr != nil {
 		if c.cfg.FailMode == FailClosed {
 			return Decision{}, reqErr
@@ -148,11 +153,6 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 	key := tenantKey(info, sel)
 	cfg := tenantConfig(sel.Policy, reqErr != nil)
 	digest := configDigest(sel.Policy.Name, cfg)
-	if strings.Contains(key, "/pod/") {
-		if err := c.samePodTenant(key, sel, digest); err != nil {
-			return Decision{}, err
-		}
-	}
 	unlock, err := c.lockState(false)
 	if err != nil {
 		return Decision{}, err

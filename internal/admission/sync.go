@@ -8,15 +8,16 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/cgroup"
 )
 
-// Reconcile is the garbage collector for runtime paths that have no
-// Synchronize of their own (the OCI hooks: a runc killed between the
-// wrapper's Admit and the hook, or a lost poststop). It drops registry
-// entries of the given runtimes whose cgroup directory is gone or now has
-// another id, and tenants of those runtimes reserved more than grace ago that
-// never got a cgroup. It returns how many entries it dropped.
+// Reconcile is the garbage collector the agent runs periodically, for
+// runtime paths that have no Synchronize of their own (the OCI hooks: a runc
+// killed between the wrapper's Admit and the hook, or a lost poststop). It
+// drops registry entries of the given runtimes whose cgroup (by id) is gone,
+// tenants of those runtimes reserved more than grace ago that never got a
+// cgroup, and orphaned tenants of any runtime (reserved more than grace ago,
+// no cgroup, their key not mapping to them). It returns how many entries it
+// dropped.
 func (c *Core) Reconcile(grace time.Duration, runtimes ...bpf.Runtime) (int, error) {
 	tenants, err := c.reg.List()
 	if err != nil {
@@ -35,12 +36,12 @@ func (c *Core) Reconcile(grace time.Duration, runtimes ...bpf.Runtime) (int, err
 			if !want[cg.Runtime] {
 				continue
 			}
-			id, err := c.resolver.IDOf(cg.CgroupPath)
-			if err == nil && id == cg.CgroupID {
-				continue // still there
-			}
-			if err != nil && !errors.Is(err, cgroup.ErrNotExist) {
-				continue // cannot tell; keep it
+			// By id, not by the stored path: that is cut to its field size
+			// (a live cgroup under a long path looked gone) and a path can
+			// be reused by another cgroup.
+			exists, err := c.resolver.ExistsByID(cg.CgroupID)
+			if err != nil || exists {
+				continue // still there, or cannot tell: keep it
 			}
 			if _, err := c.reg.Detach(cg.CgroupID); err != nil && !errors.Is(err, bpf.ErrNotFound) {
 				errs = append(errs, err)
@@ -51,7 +52,12 @@ func (c *Core) Reconcile(grace time.Duration, runtimes ...bpf.Runtime) (int, err
 				Info("reconcile: dropped entry of a cgroup that is gone")
 		}
 		key, _, _ := strings.Cut(t.Key, "/")
-		if len(t.Cgroups) == 0 && prefixes[key+"/"] && time.Since(t.Created) > grace {
+		// An orphan: its key does not map back to it (a writer killed
+		// between claiming the id and mapping the key). No remove can
+		// reach it by key, whatever its runtime.
+		owner, ok, err := c.reg.LookupKey(t.Key)
+		orphan := err == nil && (!ok || owner != t.ID)
+		if len(t.Cgroups) == 0 && (prefixes[key+"/"] || orphan) && time.Since(t.Created) > grace {
 			if err := c.reg.ReleaseTenant(t.ID); err != nil && !errors.Is(err, bpf.ErrNotFound) {
 				errs = append(errs, err)
 				continue

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -57,6 +58,22 @@ type Config struct {
 	// Every tenant shares it: their POSIX shared memory is visible to each
 	// other (docs/injection.md).
 	MPSShmDirectory string `json:"mpsShmDirectory,omitempty"`
+	// ReconcileInterval is how often the agent collects what crashed or
+	// killed runtimes left behind (a Go duration, e.g. "30s"; "0" turns it
+	// off): registry entries of OCI containers whose cgroup is gone,
+	// tenants reserved but never started, orphaned tenant ids.
+	ReconcileInterval string `json:"reconcileInterval,omitempty"`
+	// ReconcileGrace is how old a reservation without a cgroup must be
+	// before reconcile releases it (a Go duration; default "60s").
+	ReconcileGrace string `json:"reconcileGrace,omitempty"`
+}
+
+// Reconcile returns ReconcileInterval and ReconcileGrace as durations
+// (validated when the config is decoded).
+func (c Config) Reconcile() (interval, grace time.Duration) {
+	interval, _ = time.ParseDuration(c.ReconcileInterval)
+	grace, _ = time.ParseDuration(c.ReconcileGrace)
+	return interval, grace
 }
 
 // Defaults used for empty fields.
@@ -72,7 +89,7 @@ func Default() Config {
 	return Config{
 		FailMode: string(admission.FailOpen), PinDir: bpf.DefaultPinDir, StateDir: DefaultStateDir,
 		DevrtDir: DefaultDevrtDir, HostRoot: "/", LogLevel: "info", DockerDataRoot: DefaultDockerDataRoot,
-		Runc: DefaultRunc,
+		Runc: DefaultRunc, ReconcileInterval: "30s", ReconcileGrace: "60s",
 	}
 }
 
@@ -102,6 +119,11 @@ func decodeInto(cfg *Config, data []byte, name string) error {
 	}
 	if _, err := logrus.ParseLevel(cfg.LogLevel); err != nil {
 		return fmt.Errorf("config %s: logLevel %q: %w", name, cfg.LogLevel, err)
+	}
+	for key, v := range map[string]string{"reconcileInterval": cfg.ReconcileInterval, "reconcileGrace": cfg.ReconcileGrace} {
+		if d, err := time.ParseDuration(v); err != nil || d < 0 {
+			return fmt.Errorf("config %s: %s %q: want a non-negative Go duration such as \"30s\"", name, key, v)
+		}
 	}
 	// mounted into every tenant container: a relative path would resolve
 	// against whatever directory the runtime runs in

@@ -28,6 +28,40 @@ type Plugin struct {
 	reg       *bpf.Registry
 	admitted  map[string]admission.Decision // decisions of CreateContainer not yet registered
 	stopBoard context.CancelFunc            // stops the priority board publisher
+	// stopReconcile stops the periodic reconcile
+	stopReconcile context.CancelFunc
+}
+
+// startReconcile runs the periodic reconcile: the agent, not an operator
+// running gpuextctl gc, collects what killed hooks and runtimes left (OCI
+// entries whose cgroup is gone, reservations that never started, orphaned
+// tenant ids). NRI containers are kept exact by the plugin's own events and
+// Synchronize.
+func (p *Plugin) startReconcile(cfg config.Config, core *admission.Core) {
+	interval, grace := cfg.Reconcile()
+	if interval <= 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.stopReconcile = cancel
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			n, err := core.Reconcile(grace, bpf.RuntimeOCIHook, bpf.RuntimeRuncWrapper)
+			log := p.log.WithFields(logrus.Fields{"dropped": n, "interval": interval.String()})
+			if err != nil {
+				log.WithError(err).Warn("reconcile finished with errors")
+			} else if n > 0 {
+				log.Info("reconciled")
+			}
+		}
+	}()
 }
 
 // BoardInterval is how often the plugin republishes the priority board.
@@ -85,8 +119,12 @@ func (p *Plugin) Configure(_ context.Context, cfgData, runtime, version string) 
 	if p.stopBoard != nil {
 		p.stopBoard()
 	}
+	if p.stopReconcile != nil {
+		p.stopReconcile()
+	}
 	p.core, p.reg = core, reg
 	p.startBoard(cfg)
+	p.startReconcile(cfg, core)
 	p.mu.Unlock()
 	p.log.WithFields(logrus.Fields{"runtime": runtime, "version": version, "failMode": cfg.FailMode,
 		"pinDir": cfg.PinDir, "stateDir": cfg.StateDir}).Info("configured")
@@ -228,6 +266,10 @@ func (p *Plugin) Shutdown(context.Context) {
 	if p.stopBoard != nil {
 		p.stopBoard()
 		p.stopBoard = nil
+	}
+	if p.stopReconcile != nil {
+		p.stopReconcile()
+		p.stopReconcile = nil
 	}
 	p.log.Info("shutdown")
 }
