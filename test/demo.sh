@@ -44,7 +44,8 @@ cat >"$GPUEXT_LAB_DIR/gpuext.json" <<JSON
   "pinDir": "$PIN_DIR",
   "stateDir": "$STATE_DIR",
   "devrtDir": "$BIN/devrt",
-  "logFile": "$PLUGIN_LOG"
+  "logFile": "$PLUGIN_LOG",
+  "agentSocket": "$GPUEXT_LAB_DIR/agent/agent.sock"
 }
 JSON
 cp "$GPUEXT_LAB_DIR/gpuext.json" "$NRI_PLUGIN_CONFIG_DIR/50-gpuext.conf"

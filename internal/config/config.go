@@ -58,6 +58,9 @@ type Config struct {
 	// Every tenant shares it: their POSIX shared memory is visible to each
 	// other (docs/injection.md).
 	MPSShmDirectory string `json:"mpsShmDirectory,omitempty"`
+	// AgentSocket is the host agent's API socket (root only), which the runc
+	// wrapper and the OCI hooks call (internal/agent).
+	AgentSocket string `json:"agentSocket,omitempty"`
 	// ReconcileInterval is how often the agent collects what crashed or
 	// killed runtimes left behind (a Go duration, e.g. "30s"; "0" turns it
 	// off): registry entries of OCI containers whose cgroup is gone,
@@ -82,6 +85,8 @@ const (
 	DefaultDevrtDir       = "/opt/gpuext/devrt"
 	DefaultDockerDataRoot = "/var/lib/docker"
 	DefaultRunc           = "runc"
+	// DefaultAgentSocket is in a root-only directory of its own.
+	DefaultAgentSocket = "/run/gpuext-agent/agent.sock"
 )
 
 // Default returns the defaults.
@@ -89,7 +94,7 @@ func Default() Config {
 	return Config{
 		FailMode: string(admission.FailOpen), PinDir: bpf.DefaultPinDir, StateDir: DefaultStateDir,
 		DevrtDir: DefaultDevrtDir, HostRoot: "/", LogLevel: "info", DockerDataRoot: DefaultDockerDataRoot,
-		Runc: DefaultRunc, ReconcileInterval: "30s", ReconcileGrace: "60s",
+		Runc: DefaultRunc, ReconcileInterval: "30s", ReconcileGrace: "60s", AgentSocket: DefaultAgentSocket,
 	}
 }
 
@@ -127,6 +132,9 @@ func decodeInto(cfg *Config, data []byte, name string) error {
 	}
 	// mounted into every tenant container: a relative path would resolve
 	// against whatever directory the runtime runs in
+	if !filepath.IsAbs(cfg.AgentSocket) {
+		return fmt.Errorf("config %s: agentSocket %q: must be an absolute path", name, cfg.AgentSocket)
+	}
 	for key, v := range map[string]string{"mpsPipeDirectory": cfg.MPSPipeDirectory, "mpsShmDirectory": cfg.MPSShmDirectory} {
 		if v != "" && !filepath.IsAbs(v) {
 			return fmt.Errorf("config %s: %s %q: must be an absolute host path", name, key, v)

@@ -198,6 +198,7 @@ func newFixture(t testing.TB) fixture {
 	}
 	t.Cleanup(func() { syscall.Unmount(cfg.StateDir, syscall.MNT_DETACH) })
 	cfg.DevrtDir = filepath.Join(dir, "devrt")
+	cfg.AgentSocket = filepath.Join(dir, "agent", "agent.sock")
 	root := cgrouptest.V2Root(t)
 	return fixture{cfg: cfg, sock: filepath.Join(dir, "nri.sock"), v2Parent: v2dir,
 		cgParent: "/" + strings.TrimPrefix(strings.TrimPrefix(v2dir, root), "/")}

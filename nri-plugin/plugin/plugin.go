@@ -13,6 +13,7 @@ import (
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/devrt/board"
 	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/agent"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/logging"
 )
@@ -30,6 +31,28 @@ type Plugin struct {
 	stopBoard context.CancelFunc            // stops the priority board publisher
 	// stopReconcile stops the periodic reconcile
 	stopReconcile context.CancelFunc
+	api           *agent.Server // the API the runc wrapper and OCI hooks call
+}
+
+// startAPI serves the agent API (internal/agent) for the OCI paths, once:
+// it hands each request to the core of the moment.
+func (p *Plugin) startAPI(cfg config.Config) {
+	if p.api != nil {
+		return
+	}
+	srv, err := agent.Listen(cfg.AgentSocket, func() (agent.Core, error) { return p.admission() }, p.log)
+	if err != nil {
+		p.log.WithError(err).WithField("socket", cfg.AgentSocket).
+			Error("agent API not served: the runc wrapper and OCI hooks apply their fail mode")
+		return
+	}
+	p.api = srv
+	go func() {
+		if err := srv.Serve(); err != nil {
+			p.log.WithError(err).Error("agent API stopped")
+		}
+	}()
+	p.log.WithField("socket", cfg.AgentSocket).Info("serving the agent API")
 }
 
 // startReconcile runs the periodic reconcile: the agent, not an operator
@@ -125,6 +148,7 @@ func (p *Plugin) Configure(_ context.Context, cfgData, runtime, version string) 
 	p.core, p.reg = core, reg
 	p.startBoard(cfg)
 	p.startReconcile(cfg, core)
+	p.startAPI(cfg)
 	p.mu.Unlock()
 	p.log.WithFields(logrus.Fields{"runtime": runtime, "version": version, "failMode": cfg.FailMode,
 		"pinDir": cfg.PinDir, "stateDir": cfg.StateDir}).Info("configured")
@@ -254,15 +278,18 @@ func (p *Plugin) RemoveContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	return nil
 }
 
-// Shutdown closes the registry handle; pinned state stays.
+// Shutdown stops the agent API (in-flight requests finish), the board and
+// reconcile, and closes the registry handle; pinned state stays.
 func (p *Plugin) Shutdown(context.Context) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.reg != nil {
-		p.reg.Close()
-		p.reg = nil
-		p.core = nil
+	api := p.api
+	p.api = nil
+	p.mu.Unlock()
+	if api != nil {
+		api.Close() // its requests take p.mu
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.stopBoard != nil {
 		p.stopBoard()
 		p.stopBoard = nil
@@ -270,6 +297,11 @@ func (p *Plugin) Shutdown(context.Context) {
 	if p.stopReconcile != nil {
 		p.stopReconcile()
 		p.stopReconcile = nil
+	}
+	if p.reg != nil {
+		p.reg.Close()
+		p.reg = nil
+		p.core = nil
 	}
 	p.log.Info("shutdown")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/agent"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/logging"
 )
@@ -134,22 +135,24 @@ func HookMain(args []string, stdin io.Reader, stderr io.Writer, timeout time.Dur
 	return ExitOK
 }
 
+// runHook asks the agent (internal/agent) to register or remove the
+// container: the hook holds no core of its own.
 func runHook(cfg config.Config, log *logrus.Entry, stage Stage, info admission.ContainerInfo) error {
-	core, reg, err := cfg.OpenCore(log)
-	if err != nil {
-		return fmt.Errorf("open admission core: %w", err)
-	}
-	defer reg.Close()
+	client := agent.NewClient(cfg.AgentSocket, agent.DefaultTimeout)
 	switch stage {
 	case StagePoststop:
-		return core.Remove(info)
+		if err := client.Remove(info); err != nil {
+			return err
+		}
+		log.Info("removed tenant cgroup")
+		return nil
 	default:
-		d, cg, err := core.RegisterOCI(info)
+		d, cg, err := client.RegisterOCI(info)
 		if err != nil {
 			return err
 		}
 		log.WithFields(logrus.Fields{"tenant": d.Tenant, "policy": d.Policy.Name, "cgroupID": cg.ID, "skipped": d.Skipped,
-			"cgroup": cg.Path, "pid": info.Pid}).Debug("hook registered container")
+			"cgroup": cg.Path, "pid": info.Pid}).Info("registered tenant cgroup")
 		return nil
 	}
 }

@@ -21,6 +21,7 @@ func writeTestConfig(t *testing.T, dir string, extra map[string]any) (cfgPath, l
 		t.Fatal(err)
 	}
 	cfg := map[string]any{"logFile": logPath, "pinDir": filepath.Join(dir, "not-a-dir", "pins"),
+		"agentSocket": filepath.Join(dir, "no-agent", "agent.sock"),
 		"stateDir": filepath.Join(dir, "state"), "devrtDir": filepath.Join(dir, "devrt")}
 	for k, v := range extra {
 		cfg[k] = v
@@ -145,7 +146,7 @@ func TestHookMainFailMode(t *testing.T) {
 				t.Fatalf("stderr = %q", stderr.String())
 			}
 			logData, _ := os.ReadFile(logPath)
-			if !strings.Contains(string(logData), "open admission core") {
+			if !strings.Contains(string(logData), "gpuext agent unavailable") {
 				t.Fatalf("log = %s", logData)
 			}
 		})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/agent"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/logging"
 )
@@ -194,12 +195,8 @@ func admitBundle(cfg config.Config, log *logrus.Entry, cmd RuncCommand, hookPath
 	}
 	log.WithFields(logrus.Fields{"dockerConfig": found, "labels": len(dc.Labels)}).Debug("read container metadata")
 	info := WrapperContainerInfo(cmd, b, dc)
-	core, reg, err := cfg.OpenCore(log)
-	if err != nil {
-		return fmt.Errorf("open admission core: %w", err)
-	}
-	defer reg.Close()
-	d, err := core.Admit(info)
+	client := agent.NewClient(cfg.AgentSocket, agent.DefaultTimeout)
+	d, err := client.Admit(info)
 	if err != nil {
 		return err
 	}
@@ -211,7 +208,7 @@ func admitBundle(cfg config.Config, log *logrus.Entry, cmd RuncCommand, hookPath
 	}
 	if err != nil {
 		// Nothing will run poststop: give the reserved tenant back.
-		if rerr := core.Remove(info); rerr != nil {
+		if rerr := client.Remove(info); rerr != nil {
 			log.WithError(rerr).Warn("release reserved tenant")
 		}
 		return fmt.Errorf("edit %s: %w", b.ConfigFile(), err)

@@ -120,7 +120,7 @@ func TestWrapperPassthrough(t *testing.T) {
 	}
 }
 
-// With the admission core unavailable (no registry can open at the pin dir), the
+// With the agent unavailable (nothing listens at agentSocket), the
 // fail-open wrapper runs runc on the unchanged bundle; the strict one
 // refuses and puts the reason in runc's JSON log, where Docker finds it.
 func TestWrapperAdmissionFailure(t *testing.T) {
@@ -137,7 +137,7 @@ func TestWrapperAdmissionFailure(t *testing.T) {
 		}
 		f.configUnchanged(t)
 		logData, _ := os.ReadFile(f.logPath)
-		if !strings.Contains(string(logData), "open admission core") || !strings.Contains(string(logData), `"container":"c1"`) {
+		if !strings.Contains(string(logData), "gpuext agent unavailable") || !strings.Contains(string(logData), `"container":"c1"`) {
 			t.Fatalf("log = %s", logData)
 		}
 	})

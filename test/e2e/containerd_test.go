@@ -55,7 +55,7 @@ func startCtdLab(t *testing.T, failMode string) *ctdLab {
 	}
 	t.Cleanup(func() { os.RemoveAll(l.pinDir) })
 	cfg := map[string]string{"failMode": failMode, "pinDir": l.pinDir, "stateDir": l.stateDir, "devrtDir": devrt,
-		"logFile": l.logFile, "logLevel": "debug"}
+		"logFile": l.logFile, "logLevel": "debug", "agentSocket": filepath.Join(work, "agent", "agent.sock")}
 	l.Containerd = lab.StartContainerd(t, lab.ContainerdOptions{BeforeStart: func(c *lab.Containerd) {
 		data, _ := json.Marshal(cfg)
 		if err := os.WriteFile(filepath.Join(c.PluginConfigDir, "50-gpuext.conf"), data, 0o644); err != nil {

@@ -71,7 +71,12 @@ type ociLab struct {
 	PinDir   string
 	Config   string
 	Log      string
-	extra    map[string]any
+	// Agent is the host agent (gpuext-nri-plugin --nri=false) the wrapper
+	// and hooks call, at AgentSocket.
+	Agent       string
+	AgentSocket string
+	agent       *exec.Cmd
+	extra       map[string]any
 }
 
 func ociNewLab(t *testing.T) *ociLab {
@@ -88,7 +93,10 @@ func ociNewLab(t *testing.T) *ociLab {
 	}
 	l.Hook = filepath.Join(l.Bin, "gpuext-oci-hook")
 	l.Wrapper = filepath.Join(l.Bin, "gpuext-runc")
+	l.Agent = filepath.Join(l.Bin, "gpuext-nri-plugin")
+	l.AgentSocket = filepath.Join(dir, "agent", "agent.sock")
 	t.Cleanup(func() {
+		l.StopAgent(t)
 		if t.Failed() {
 			if data, err := os.ReadFile(l.Log); err == nil {
 				t.Logf("gpuext log:\n%s", data)
@@ -104,17 +112,62 @@ func ociNewLab(t *testing.T) *ociLab {
 	l.build(t)
 	l.devrt(t)
 	l.WriteConfig(t, "fail-open", nil)
+	l.StartAgent(t)
 	return l
+}
+
+// StartAgent starts the host agent without containerd, as the systemd unit
+// of a Docker or podman host does, and waits for its socket.
+func (l *ociLab) StartAgent(t *testing.T) {
+	t.Helper()
+	logf, err := os.OpenFile(filepath.Join(l.Dir, "agent.stderr"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(l.Agent, "--nri=false", "--config", l.Config)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	l.agent = cmd
+	ociWait(t, 20*time.Second, "agent socket", func() bool {
+		_, err := os.Stat(l.AgentSocket)
+		return err == nil
+	})
+}
+
+// StopAgent stops the agent (SIGTERM, as systemd does) and waits for it.
+func (l *ociLab) StopAgent(t *testing.T) {
+	t.Helper()
+	if l.agent == nil {
+		return
+	}
+	l.agent.Process.Signal(syscall.SIGTERM) //nolint:errcheck
+	done := make(chan error, 1)
+	go func() { done <- l.agent.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		l.agent.Process.Kill() //nolint:errcheck
+		<-done
+	}
+	l.agent = nil
 }
 
 // build compiles the two binaries statically, as they ship.
 func (l *ociLab) build(t *testing.T) {
 	t.Helper()
-	cmd := exec.Command("go", "build", "-o", l.Bin+"/", "./oci-hook/cmd/gpuext-oci-hook", "./oci-hook/cmd/gpuext-runc")
-	cmd.Dir = ociRepoRoot(t)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	for _, b := range [][]string{
+		{"-o", l.Bin + "/", "./oci-hook/cmd/gpuext-oci-hook", "./oci-hook/cmd/gpuext-runc"},
+		{"-o", l.Agent, "./nri-plugin"},
+	} {
+		cmd := exec.Command("go", append([]string{"build"}, b...)...)
+		cmd.Dir = ociRepoRoot(t)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
 	}
 }
 
@@ -135,8 +188,9 @@ func (l *ociLab) devrt(t *testing.T) {
 	}
 }
 
-// WriteConfig (re)writes the gpuext config. The binaries read it at every
-// call, so a test may switch the fail mode between containers.
+// WriteConfig (re)writes the gpuext config. The wrapper and hooks read it
+// at every call; a running agent is restarted to read it, as an operator
+// restarts the unit after a change.
 func (l *ociLab) WriteConfig(t *testing.T, failMode string, extra map[string]any) {
 	t.Helper()
 	if extra != nil {
@@ -144,8 +198,14 @@ func (l *ociLab) WriteConfig(t *testing.T, failMode string, extra map[string]any
 	}
 	cfg := map[string]any{
 		"failMode": failMode, "pinDir": l.PinDir, "stateDir": l.StateDir, "devrtDir": l.DevrtDir,
-		"logFile": l.Log, "logLevel": "debug", "hookPath": l.Hook,
+		"logFile": l.Log, "logLevel": "debug", "hookPath": l.Hook, "agentSocket": l.AgentSocket,
 	}
+	defer func() {
+		if l.agent != nil {
+			l.StopAgent(t)
+			l.StartAgent(t)
+		}
+	}()
 	for k, v := range l.extra {
 		cfg[k] = v
 	}

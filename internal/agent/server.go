@@ -1,0 +1,167 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuext/gpuext/cgroup"
+	"github.com/gpuext/gpuext/internal/admission"
+)
+
+// Core is what the server needs of the admission core.
+type Core interface {
+	Admit(admission.ContainerInfo) (admission.Decision, error)
+	RegisterOCI(admission.ContainerInfo) (admission.Decision, cgroup.Cgroup, error)
+	Remove(admission.ContainerInfo) error
+}
+
+// Server serves the agent API for one core.
+type Server struct {
+	core func() (Core, error)
+	log  *logrus.Entry
+	ln   net.Listener
+	srv  *http.Server
+}
+
+// Listen creates the socket at path (its directory 0700, the socket 0600;
+// a stale socket of a killed agent is replaced) and returns a server that
+// hands every request to the core core returns (the NRI plugin's current
+// one: it changes when containerd reconfigures the plugin).
+func Listen(path string, core func() (Core, error), log *logrus.Entry) (*Server, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("agent socket dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("agent socket dir: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("agent socket: remove stale %s: %w", path, err)
+	}
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("agent socket: %w", err)
+	}
+	s := &Server{core: core, log: log, ln: ln}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+pathAdmit, s.handle(s.admit))
+	mux.HandleFunc("POST "+pathRegister, s.handle(s.register))
+	mux.HandleFunc("POST "+pathRemove, s.handle(s.remove))
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }}
+	return s, nil
+}
+
+type connKey struct{}
+
+// Serve serves until Close.
+func (s *Server) Serve() error {
+	err := s.srv.Serve(s.ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Close stops the server and removes the socket.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return s.srv.Shutdown(ctx)
+}
+
+// peerIsRoot checks the connecting process's uid: the socket's mode already
+// keeps others out; this holds if an operator loosened it.
+func peerIsRoot(c net.Conn) error {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return errors.New("not a unix connection")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return cerr
+	}
+	if cred.Uid != 0 {
+		return fmt.Errorf("peer uid %d (pid %d) is not root", cred.Uid, cred.Pid)
+	}
+	return nil
+}
+
+func (s *Server) handle(fn func(Core, admission.ContainerInfo) response) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		reply := func(code int, resp response) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(code)
+			_ = json.NewEncoder(w).Encode(resp)
+		}
+		if c, ok := r.Context().Value(connKey{}).(net.Conn); !ok || peerIsRoot(c) != nil {
+			err := errors.New("peer credentials not accepted")
+			if ok {
+				err = peerIsRoot(c)
+			}
+			s.log.WithError(err).Warn("agent API: refused a connection")
+			reply(http.StatusForbidden, response{Error: err.Error()})
+			return
+		}
+		var req request
+		dec := json.NewDecoder(io.LimitReader(r.Body, maxRequest))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			reply(http.StatusBadRequest, response{Error: fmt.Sprintf("bad request: %v", err)})
+			return
+		}
+		core, err := s.core()
+		if err != nil {
+			reply(http.StatusServiceUnavailable, response{Error: err.Error(), Kind: string(admission.KindInternal)})
+			return
+		}
+		reply(http.StatusOK, fn(core, req.Info))
+	}
+}
+
+func outcome(d admission.Decision, err error) response {
+	if err != nil {
+		return response{Error: err.Error(), Kind: string(admission.KindOf(err)), Refused: errors.Is(err, admission.ErrRefused)}
+	}
+	return response{Decision: toWire(d)}
+}
+
+func (s *Server) admit(c Core, info admission.ContainerInfo) response {
+	return outcome(c.Admit(info))
+}
+
+func (s *Server) register(c Core, info admission.ContainerInfo) response {
+	d, cg, err := c.RegisterOCI(info)
+	resp := outcome(d, err)
+	resp.CgroupID, resp.CgroupPath = uint64(cg.ID), cg.Path
+	return resp
+}
+
+func (s *Server) remove(c Core, info admission.ContainerInfo) response {
+	if err := c.Remove(info); err != nil {
+		return response{Error: err.Error(), Kind: string(admission.KindInternal)}
+	}
+	return response{}
+}
