@@ -22,7 +22,7 @@ deps: ## install what the tests and demo need (apt packages, containerd, crictl;
 	@test/lab/install-deps.sh
 
 generate: ## regenerate the bpf2go bindings (clang) and the devrt layout (gcc); CI fails if they differ from the committed ones
-	$(GO) generate ./bpf/... ./devrt/board/... ./policies/probes
+	$(GO) generate ./bpf/... ./devrt/board/... ./devrt/probe/maps ./policies/probes
 
 build: ## build the static binaries and the device runtime (libgpuext-devrt.so) into bin/
 	@mkdir -p $(BIN)/devrt
@@ -69,6 +69,7 @@ lint: ## gofmt, go vet, generated files up to date
 	@if command -v clang >/dev/null; then $(GO) generate ./bpf/... ./policies/probes && git diff --exit-code --stat -- bpf/ policies/probes/ || { echo "generated bpf files differ from the committed ones: run make generate and commit"; exit 1; }; fi
 	@bash kmod/nvidia/check.sh --dry-run  # CI has no NVIDIA tree: patch format only, no build claimed
 	@$(GO) generate ./devrt/board && git diff --exit-code --stat -- devrt/board/ || { echo "devrt/board/layout_gen.go differs from devrt/include/gpuext_devrt_shm.h: run make generate and commit"; exit 1; }
+	@$(GO) generate ./devrt/probe/maps && git diff --exit-code --stat -- devrt/probe/maps/layout_gen.go || { echo "devrt/probe/maps/layout_gen.go differs from devrt/include/gpuext_devrt_maps.h: run make generate and commit"; exit 1; }
 
 clean: ## remove build outputs (keeps the .cache of containerd/crictl)
 	rm -rf $(BIN)

@@ -38,6 +38,7 @@
 
 #include "devrt.h"
 #include "fatbin.h"
+#include "gpuext_devrt_maps.h"
 #include "ptxpatch.h"
 
 /* driver functions the probes call (not hooked): one list, typed pointers */
@@ -88,10 +89,7 @@ static struct {
 #define GX_SYM_LAUNCH_NS "__gpuext_launch_ns"
 #define GX_LAUNCH_CACHE 4096 /* direct-mapped by function handle: frameworks launch thousands of kernels */
 #define GX_PROBE_MAX_IMAGES 1024
-#define GX_MAPS_MAGIC "GXPMAPS\0"
-#define GX_MAPS_VERSION 1
-#define GX_MAPS_HDR 48
-#define GX_MAPS_NAME 64
+_Static_assert(GX_CONF_MAX_MAPS <= GPUEXT_DEVRT_MAPS_MAX_MAPS, "a .maps file holds every map of module.conf");
 
 struct gx_pimage {
 	int index;
@@ -706,10 +704,8 @@ static int gx_copy_out(struct gx_pimage *im, int final)
 static void gx_write_maps(struct gx_pimage *im, int final)
 {
 	char path[PATH_MAX + 64], tmp[PATH_MAX + 64];
-	unsigned char hdr[GX_MAPS_HDR];
+	struct gpuext_devrt_maps_header hdr;
 	size_t off = 0;
-	uint32_t u32;
-	uint64_t u64;
 	int fd, ok;
 
 	im->seq++;
@@ -723,27 +719,26 @@ static void gx_write_maps(struct gx_pimage *im, int final)
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return;
-	memset(hdr, 0, sizeof(hdr));
-	memcpy(hdr, GX_MAPS_MAGIC, 8);
-	u32 = GX_MAPS_VERSION, memcpy(hdr + 8, &u32, 4);
-	u32 = (uint32_t)gx_key(), memcpy(hdr + 12, &u32, 4);
-	u32 = (uint32_t)im->index, memcpy(hdr + 16, &u32, 4);
-	u32 = (uint32_t)gx_pr.conf.nmaps, memcpy(hdr + 20, &u32, 4);
-	memcpy(hdr + 24, &im->seq, 8);
-	u64 = (uint64_t)gx_realtime_ns(), memcpy(hdr + 32, &u64, 8);
-	u32 = (uint32_t)gx_cfg.tenant_id, memcpy(hdr + 40, &u32, 4);
-	u32 = final ? 1u : 0u, memcpy(hdr + 44, &u32, 4);
-	ok = write(fd, hdr, sizeof(hdr)) == (ssize_t)sizeof(hdr);
+	memset(&hdr, 0, sizeof(hdr));
+	memcpy(hdr.magic, GPUEXT_DEVRT_MAPS_MAGIC, sizeof(hdr.magic));
+	hdr.version = GPUEXT_DEVRT_MAPS_VERSION;
+	hdr.pid = (uint32_t)gx_key();
+	hdr.image = (uint32_t)im->index;
+	hdr.nmaps = (uint32_t)gx_pr.conf.nmaps;
+	hdr.seq = im->seq;
+	hdr.time_ns = (uint64_t)gx_realtime_ns();
+	hdr.tenant_id = (uint32_t)gx_cfg.tenant_id;
+	hdr.final = final ? 1u : 0u;
+	ok = write(fd, &hdr, sizeof(hdr)) == (ssize_t)sizeof(hdr);
 	off = 0;
 	for (size_t k = 0; k < gx_pr.conf.nmaps && ok; k++) {
-		unsigned char mh[GX_MAPS_NAME + 8];
+		struct gpuext_devrt_maps_entry mh;
 		size_t padded = (im->map_bytes[k] + 7) & ~(size_t)7;
 
-		memset(mh, 0, sizeof(mh));
-		memcpy(mh, gx_pr.conf.maps[k].name, strnlen(gx_pr.conf.maps[k].name, GX_MAPS_NAME - 1));
-		u64 = im->map_ptr[k] ? im->map_bytes[k] : 0;
-		memcpy(mh + GX_MAPS_NAME, &u64, 8);
-		ok = write(fd, mh, sizeof(mh)) == (ssize_t)sizeof(mh);
+		memset(&mh, 0, sizeof(mh));
+		memcpy(mh.name, gx_pr.conf.maps[k].name, strnlen(gx_pr.conf.maps[k].name, sizeof(mh.name) - 1));
+		mh.bytes = im->map_ptr[k] ? im->map_bytes[k] : 0;
+		ok = write(fd, &mh, sizeof(mh)) == (ssize_t)sizeof(mh);
 		if (ok && im->map_ptr[k] && padded)
 			ok = write(fd, im->host + off, padded) == (ssize_t)padded;
 		off += padded;

@@ -157,11 +157,28 @@ type MapLayout struct {
 	DataSize   uint64  `json:"dataSize"` // bytes after the descriptor
 }
 
-// Layout computes the device layout of a map (see gpuext_abi.h).
+// MaxMapData is the most device memory (bytes after the descriptor) one map
+// may take.
+const MaxMapData = 1 << 30
+
+// Layout computes the device layout of a map (see gpuext_abi.h). Its sizes
+// may come from a file a tenant wrote (devrt/probe/maps): each is bounded
+// before it takes part in arithmetic, so nothing wraps and no loop runs long.
 func Layout(t MapType, keySize, valueSize, maxEntries uint32) (MapLayout, error) {
 	l := MapLayout{Type: t, KeySize: keySize, ValueSize: valueSize, MaxEntries: maxEntries}
+	if t < MapArray || t > MapRingbuf {
+		return l, fmt.Errorf("map type %d is not a device map type", uint32(t))
+	}
 	if maxEntries == 0 {
 		return l, fmt.Errorf("%s map: max_entries is 0", t)
+	}
+	// Every map of more entries, or with a larger key or value, needs more
+	// than MaxMapData: refused here, before round8 or a product can wrap.
+	if maxEntries > MaxMapData || keySize > MaxMapData || valueSize > MaxMapData {
+		return l, fmt.Errorf("%s map: key size %d, value size %d, max_entries %d: more than 1 GiB of device memory", t, keySize, valueSize, maxEntries)
+	}
+	if t != MapRingbuf && valueSize == 0 {
+		return l, fmt.Errorf("%s map: value size is 0", t) // the kernel refuses it too
 	}
 	switch t {
 	case MapArray:
@@ -172,8 +189,11 @@ func Layout(t MapType, keySize, valueSize, maxEntries uint32) (MapLayout, error)
 		l.Stride = 8 + round8(valueSize)
 		l.DataSize = uint64(l.Stride) * uint64(maxEntries)
 	case MapHash:
+		if keySize == 0 {
+			return l, fmt.Errorf("hash map: key size is 0") // the kernel refuses it too
+		}
 		n := uint32(1)
-		for n < 2*maxEntries {
+		for n < 2*maxEntries { // 2*maxEntries <= 2^31: n stops at 2^31 at most
 			n <<= 1
 		}
 		l.NBuckets = n
@@ -186,7 +206,11 @@ func Layout(t MapType, keySize, valueSize, maxEntries uint32) (MapLayout, error)
 		}
 		l.NBuckets = MapWarpSlots
 		l.Stride = round8(valueSize)
-		l.DataSize = uint64(l.Stride) * uint64(maxEntries) * MapWarpSlots
+		row := uint64(l.Stride) * uint64(maxEntries) // < 2^61: times MapWarpSlots could wrap
+		if row > MaxMapData/MapWarpSlots {
+			return l, fmt.Errorf("per-warp map needs %d bytes in each of %d warp slots, more than 1 GiB", row, MapWarpSlots)
+		}
+		l.DataSize = row * MapWarpSlots
 	case MapRingbuf:
 		l.NBuckets = maxEntries
 		l.Stride = 1
@@ -194,7 +218,7 @@ func Layout(t MapType, keySize, valueSize, maxEntries uint32) (MapLayout, error)
 	default:
 		return l, fmt.Errorf("map type %d is not a device map type", uint32(t))
 	}
-	if l.DataSize > 1<<30 {
+	if l.DataSize > MaxMapData {
 		return l, fmt.Errorf("%s map needs %d bytes of device memory, more than 1 GiB", t, l.DataSize)
 	}
 	return l, nil

@@ -5,31 +5,35 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"os"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
 )
 
-// The .maps file written by the interposer (devrt/lib/probe.c gx_copy_out):
+// The .maps file written by the interposer (devrt/lib/probe.c
+// gx_write_maps), laid out by devrt/include/gpuext_devrt_maps.h (Magic,
+// Version, HeaderSize, NameSize, MaxMaps and the offsets are generated from
+// it into layout_gen.go):
 //
-//	header, 48 bytes, little-endian:
-//	  [0:8]   magic "GXPMAPS\0"
-//	  [8:12]  u32 version (1)
-//	  [12:16] u32 pid
-//	  [16:20] u32 image index
-//	  [20:24] u32 map count
-//	  [24:32] u64 copy sequence number (1, 2, ... per image)
-//	  [32:40] u64 CLOCK_REALTIME of the copy, ns
-//	  [40:44] u32 tenant id
-//	  [44:48] u32 final (1: the copy at process exit)
+//	header, 48 bytes, little-endian: magic "GXPMAPS\0", u32 version, u32
+//	pid, u32 image index, u32 map count, u64 copy sequence number (1, 2,
+//	... per image), u64 CLOCK_REALTIME of the copy (ns), u32 tenant id, u32
+//	final (1: the copy at process exit)
 //	per map: name[64] (NUL padded), u64 bytes (0: the image has no such
 //	symbol), then the symbol's bytes (descriptor + data) padded to 8.
-const (
-	Magic      = "GXPMAPS\x00"
-	Version    = 1
-	HeaderSize = 48
-	NameSize   = 64
-)
+//
+// The file is written inside the tenant's container and read by root: every
+// size in it is checked against what is left of the file before it is used.
+
+// MaxFileSize is the largest .maps file Decode reads: the headers of MaxMaps
+// maps and 1 GiB of map symbols, the most device memory probe.Layout gives
+// one map (a module whose maps hold more in all is not decoded).
+const MaxFileSize = HeaderSize + MaxMaps*entrySize + probe.MaxMapData
 
 // ErrFormat is wrapped by errors for bytes that are not a .maps file.
 var ErrFormat = errors.New("not a device maps file")
@@ -55,57 +59,133 @@ type Map struct {
 	Bytes []byte `json:"-"`
 }
 
-// Decode parses a .maps file.
+// ReadFile reads and decodes a .maps file that someone else (the tenant)
+// wrote: a regular file, opened without following a symbolic link and
+// without waiting on a FIFO, at most MaxFileSize bytes (a link to /dev/zero
+// or a sparse file of many GiB is refused before it is read).
+func ReadFile(path string) (*File, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: %w: a %s, not a regular file", path, ErrFormat, fi.Mode().Type())
+	}
+	if fi.Size() > MaxFileSize {
+		return nil, fmt.Errorf("%s: %w: %d bytes, more than %d", path, ErrFormat, fi.Size(), int64(MaxFileSize))
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	m, err := Decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return m, nil
+}
+
+// Decode parses a .maps file. It reads every count and size from the file
+// only after checking it against what is left, so no input makes it panic,
+// allocate more than the file or loop longer than the file is long.
 func Decode(b []byte) (*File, error) {
 	le := binary.LittleEndian
-	if len(b) < HeaderSize || string(b[:8]) != Magic {
+	if uint64(len(b)) > MaxFileSize {
+		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrFormat, len(b), uint64(MaxFileSize))
+	}
+	if len(b) < HeaderSize || string(b[hdrOffMagic:hdrOffMagic+len(Magic)]) != Magic {
 		return nil, fmt.Errorf("%w: no %q header", ErrFormat, "GXPMAPS")
 	}
-	if v := le.Uint32(b[8:]); v != Version {
+	if v := le.Uint32(b[hdrOffVersion:]); v != Version {
 		return nil, fmt.Errorf("%w: version %d, want %d", ErrFormat, v, Version)
 	}
-	f := &File{PID: le.Uint32(b[12:]), Image: le.Uint32(b[16:]), Seq: le.Uint64(b[24:]),
-		TimeNs: le.Uint64(b[32:]), Tenant: le.Uint32(b[40:]), Final: le.Uint32(b[44:]) != 0}
-	n := le.Uint32(b[20:])
-	off := uint64(HeaderSize)
+	final := le.Uint32(b[hdrOffFinal:])
+	if final > 1 {
+		return nil, fmt.Errorf("%w: final is %d, want 0 or 1", ErrFormat, final)
+	}
+	f := &File{PID: le.Uint32(b[hdrOffPID:]), Image: le.Uint32(b[hdrOffImage:]), Seq: le.Uint64(b[hdrOffSeq:]),
+		TimeNs: le.Uint64(b[hdrOffTimeNs:]), Tenant: le.Uint32(b[hdrOffTenant:]), Final: final == 1}
+	n := le.Uint32(b[hdrOffNMaps:])
+	if n > MaxMaps {
+		return nil, fmt.Errorf("%w: %d maps, at most %d", ErrFormat, n, MaxMaps)
+	}
+	if uint64(n)*entrySize > uint64(len(b)-HeaderSize) {
+		return nil, fmt.Errorf("%w: %d maps, the file has room for the headers of %d", ErrFormat, n, (len(b)-HeaderSize)/entrySize)
+	}
+	rest := b[HeaderSize:]
+	f.Maps = make([]Map, 0, n)
 	for i := uint32(0); i < n; i++ {
-		if uint64(len(b)) < off+NameSize+8 {
+		if len(rest) < entrySize {
 			return nil, fmt.Errorf("%w: map %d of %d: truncated header", ErrFormat, i, n)
 		}
-		name := string(bytes.TrimRight(b[off:off+NameSize], "\x00"))
-		size := le.Uint64(b[off+NameSize:])
-		off += NameSize + 8
+		name, err := mapName(rest[entryOffName : entryOffName+NameSize])
+		if err != nil {
+			return nil, fmt.Errorf("%w: map %d of %d: %w", ErrFormat, i, n, err)
+		}
+		for _, m := range f.Maps {
+			if m.Name == name {
+				return nil, fmt.Errorf("%w: map %q given twice", ErrFormat, name)
+			}
+		}
+		size := le.Uint64(rest[entryOffBytes:])
+		rest = rest[entrySize:]
 		m := Map{Name: name}
 		if size > 0 {
-			padded := (size + 7) &^ 7
-			if size < probe.MapHdrSize || uint64(len(b))-off < padded {
-				return nil, fmt.Errorf("%w: map %q: %d bytes, file has %d left", ErrFormat, name, size, uint64(len(b))-off)
+			left := uint64(len(rest))
+			if size < probe.MapHdrSize || size > left || left-size < (8-size%8)%8 {
+				return nil, fmt.Errorf("%w: map %q: %d bytes, file has %d left", ErrFormat, name, size, left)
 			}
 			m.Present = true
-			m.Bytes = b[off : off+size : off+size]
+			m.Bytes = rest[:size:size]
 			l, err := descriptor(m.Bytes)
 			if err != nil {
 				return nil, fmt.Errorf("map %q: %w", name, err)
 			}
 			m.Layout = l
-			off += padded
+			rest = rest[size+(8-size%8)%8:]
 		}
 		f.Maps = append(f.Maps, m)
 	}
-	if off != uint64(len(b)) {
-		return nil, fmt.Errorf("%w: %d bytes after the last map", ErrFormat, uint64(len(b))-off)
+	if len(rest) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the last map", ErrFormat, len(rest))
 	}
 	return f, nil
 }
 
+// mapName reads a NUL padded name: at most NameSize-1 bytes of printable
+// ASCII (what module.conf's names are), nothing but NULs after it.
+func mapName(b []byte) (string, error) {
+	name, pad, _ := bytes.Cut(b, []byte{0})
+	if len(name) == 0 || len(name) >= len(b) {
+		return "", fmt.Errorf("the name is empty or not NUL terminated")
+	}
+	if bytes.ContainsFunc(name, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
+		return "", fmt.Errorf("name %q is not printable ASCII", name)
+	}
+	if bytes.ContainsFunc(pad, func(r rune) bool { return r != 0 }) {
+		return "", fmt.Errorf("name %q has bytes after its NUL", name)
+	}
+	return string(name), nil
+}
+
 // descriptor reads struct gpuext_dmap and checks that the symbol holds the
-// data it announces and that the layout is the one probe.Layout computes.
+// data it announces and that the layout is the one probe.Layout computes
+// (which bounds every size of it before it computes with them).
 func descriptor(sym []byte) (probe.MapLayout, error) {
 	le := binary.LittleEndian
 	l := probe.MapLayout{
 		Type: probe.MapType(le.Uint32(sym[0:])), KeySize: le.Uint32(sym[4:]), ValueSize: le.Uint32(sym[8:]),
 		MaxEntries: le.Uint32(sym[12:]), NBuckets: le.Uint32(sym[16:]), Stride: le.Uint32(sym[20:]),
 		DataSize: le.Uint64(sym[24:]),
+	}
+	if l.DataSize != uint64(len(sym))-probe.MapHdrSize {
+		return l, fmt.Errorf("%w: symbol has %d bytes, descriptor says %d after its %d", ErrFormat, len(sym), l.DataSize, probe.MapHdrSize)
 	}
 	want, err := probe.Layout(l.Type, l.KeySize, l.ValueSize, l.MaxEntries)
 	if err != nil {
@@ -114,9 +194,6 @@ func descriptor(sym []byte) (probe.MapLayout, error) {
 	if want != l {
 		return l, fmt.Errorf("%w: descriptor %+v, the layout of its type and sizes is %+v", ErrFormat, l, want)
 	}
-	if uint64(len(sym)) != probe.MapHdrSize+l.DataSize {
-		return l, fmt.Errorf("%w: symbol has %d bytes, descriptor says %d", ErrFormat, len(sym), probe.MapHdrSize+l.DataSize)
-	}
 	return l, nil
 }
 
@@ -124,22 +201,22 @@ func descriptor(sym []byte) (probe.MapLayout, error) {
 func Encode(f *File) []byte {
 	le := binary.LittleEndian
 	b := make([]byte, HeaderSize)
-	copy(b, Magic)
-	le.PutUint32(b[8:], Version)
-	le.PutUint32(b[12:], f.PID)
-	le.PutUint32(b[16:], f.Image)
-	le.PutUint32(b[20:], uint32(len(f.Maps)))
-	le.PutUint64(b[24:], f.Seq)
-	le.PutUint64(b[32:], f.TimeNs)
-	le.PutUint32(b[40:], f.Tenant)
+	copy(b[hdrOffMagic:], Magic)
+	le.PutUint32(b[hdrOffVersion:], Version)
+	le.PutUint32(b[hdrOffPID:], f.PID)
+	le.PutUint32(b[hdrOffImage:], f.Image)
+	le.PutUint32(b[hdrOffNMaps:], uint32(len(f.Maps)))
+	le.PutUint64(b[hdrOffSeq:], f.Seq)
+	le.PutUint64(b[hdrOffTimeNs:], f.TimeNs)
+	le.PutUint32(b[hdrOffTenant:], f.Tenant)
 	if f.Final {
-		le.PutUint32(b[44:], 1)
+		le.PutUint32(b[hdrOffFinal:], 1)
 	}
 	for _, m := range f.Maps {
-		h := make([]byte, NameSize+8)
-		copy(h[:NameSize-1], m.Name)
+		h := make([]byte, entrySize)
+		copy(h[entryOffName:entryOffName+NameSize-1], m.Name)
 		if m.Present {
-			le.PutUint64(h[NameSize:], uint64(len(m.Bytes)))
+			le.PutUint64(h[entryOffBytes:], uint64(len(m.Bytes)))
 		}
 		b = append(b, h...)
 		if m.Present {

@@ -121,7 +121,7 @@ func SMHistogram(counts []uint64) SMSummary {
 			continue
 		}
 		s.Used++
-		s.Total += c
+		s.Total = addSat(s.Total, c)
 		if s.MinSM < 0 || c < s.Min {
 			s.Min, s.MinSM = c, sm
 		}
@@ -132,21 +132,47 @@ func SMHistogram(counts []uint64) SMSummary {
 	return s
 }
 
+// addSat is a+b, or MaxUint64 where that wraps: counts a tenant's file
+// holds may be anything.
+func addSat(a, b uint64) uint64 {
+	s, carry := bits.Add64(a, b, 0)
+	if carry != 0 {
+		return math.MaxUint64
+	}
+	return s
+}
+
+// toUint64 converts a non-negative float, MaxUint64 from 2^64 on (Go leaves
+// the conversion of a larger float undefined).
+func toUint64(f float64) uint64 {
+	if f >= 1<<64 {
+		return math.MaxUint64
+	}
+	return uint64(f)
+}
+
+// log2Buckets is how many log2 buckets a u64 value can fall in: bit
+// lengths 0..64. A histogram map with more entries (a file the tenant
+// wrote) counts its higher buckets with the top one.
+const log2Buckets = 65
+
 // bucketRange is the value range of log2 bucket b: [lo, hi).
 func bucketRange(b int) (lo, hi float64) {
 	if b == 0 {
 		return 0, 1
 	}
+	b = min(b, log2Buckets-1)
 	return math.Ldexp(1, b-1), math.Ldexp(1, b)
 }
 
 // Log2Histogram summarises a histogram whose bucket b counts values of bit
-// length b ([2^(b-1), 2^b); bucket 0 the value 0).
+// length b ([2^(b-1), 2^b); bucket 0 the value 0). Counts that add up past
+// 2^64-1 saturate there.
 func Log2Histogram(counts []uint64) HistSummary {
 	var h HistSummary
 	top := -1
 	for b, c := range counts {
-		h.Count += c
+		h.Count = addSat(h.Count, c)
 		if c > 0 {
 			top = b
 		}
@@ -155,31 +181,30 @@ func Log2Histogram(counts []uint64) HistSummary {
 		return h
 	}
 	_, hi := bucketRange(top)
-	h.Max = uint64(hi)
+	h.Max = toUint64(hi)
 	h.P50 = quantile(counts, h.Count, 0.50)
 	h.P99 = quantile(counts, h.Count, 0.99)
 	return h
 }
 
 func quantile(counts []uint64, total uint64, q float64) uint64 {
-	rank := uint64(math.Ceil(q * float64(total))) // 1-based rank of the value sought
-	if rank == 0 {
-		rank = 1
-	}
+	// the 1-based rank of the value sought (float rounding may pass total)
+	rank := min(max(toUint64(math.Ceil(q*float64(total))), 1), total)
 	var cum uint64
 	for b, c := range counts {
 		if c == 0 {
 			continue
 		}
-		if cum+c >= rank {
+		next := addSat(cum, c)
+		if next >= rank {
 			if b == 0 {
 				return 0
 			}
 			lo, hi := bucketRange(b)
 			frac := float64(rank-cum) / float64(c)
-			return uint64(lo + (hi-lo)*frac)
+			return toUint64(lo + (hi-lo)*frac)
 		}
-		cum += c
+		cum = next
 	}
 	return 0
 }
