@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
+	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/privtest"
 )
 
@@ -54,39 +56,56 @@ func built(t *testing.T) string {
 	return buildDir
 }
 
-// tenant is one tenant as injection sets it up: a config file, a writable
-// accounting directory, and the fake driver's call log.
+// tenant is one tenant as injection sets it up: a tenant dir with the files
+// admission writes there (settings.bin, which the interposer reads, and
+// config.json), a writable accounting directory, and the fake driver's call
+// log.
 type tenant struct {
 	t       *testing.T
 	bin     string
 	dir     string
-	config  string
+	file    admission.TenantFile // what write puts in the tenant dir
 	acct    string
 	fakeLog string
 	preload string
 	extra   []string
 }
 
-func newTenant(t *testing.T, id int, quota uint64, class string, extraJSON string) *tenant {
+// newTenant writes the tenant dir of a policy with this quota and class
+// (and timesliceUs 2000) with admission's own writer; tune changes the
+// tenant file before it is written.
+func newTenant(t *testing.T, id int, quota uint64, class string, tune ...func(*admission.TenantFile)) *tenant {
 	t.Helper()
 	bin := built(t)
 	dir := t.TempDir()
-	tn := &tenant{t: t, bin: bin, dir: dir, config: filepath.Join(dir, "config.json"), acct: filepath.Join(dir, "acct"),
-		fakeLog: filepath.Join(dir, "fake.log"), preload: filepath.Join(bin, "libgpuext-devrt.so")}
+	tn := &tenant{t: t, bin: bin, dir: dir, acct: filepath.Join(dir, "acct"),
+		fakeLog: filepath.Join(dir, "fake.log"), preload: filepath.Join(bin, "libgpuext-devrt.so"),
+		file: admission.TenantFile{ABIVersion: 1, TenantID: uint32(id), TenantKey: fmt.Sprintf("test/%d", id), Policy: "quota",
+			Class: class, QuotaBytes: quota, TimesliceUS: 2000, Probes: []string{}, ProbeKernels: []string{}}}
 	if err := os.Mkdir(tn.acct, 0o777); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chmod(tn.acct, 0o1777); err != nil {
 		t.Fatal(err)
 	}
-	cfg := fmt.Sprintf(`{"abiVersion": 1, "tenantId": %d, "tenantKey": "test/%d", "policy": "quota",
-  "priorityClass": %q, "quotaBytes": %d, "timesliceUs": 2000%s, "probes": []}`, id, id, class, quota, extraJSON)
-	if err := os.WriteFile(tn.config, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
+	for _, f := range tune {
+		f(&tn.file)
 	}
+	tn.write()
 	return tn
 }
 
+// write (re)writes the tenant dir from tn.file as admission does (temp file + rename).
+func (tn *tenant) write() {
+	tn.t.Helper()
+	if err := admission.WriteTenantFiles(tn.dir, tn.file); err != nil {
+		tn.t.Fatal(err)
+	}
+}
+
+func (tn *tenant) settings() string { return filepath.Join(tn.dir, admission.TenantSettingsFile) }
+
+// env is the injection's env (docs/injection.md) with the test's paths.
 func (tn *tenant) env() []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -97,7 +116,8 @@ func (tn *tenant) env() []string {
 		env = append(env, kv)
 	}
 	env = append(env, "LD_LIBRARY_PATH="+filepath.Join(tn.bin, "fake"), "FAKECUDA_LOG="+tn.fakeLog,
-		"GPUEXT_TENANT_CONFIG="+tn.config, "GPUEXT_TENANT_ACCT="+tn.acct, "GPUEXT_TENANT_ID=1", "GPUEXT_DEVRT_DEBUG=1")
+		admission.EnvTenantDir+"="+tn.dir, admission.EnvTenantConfig+"="+filepath.Join(tn.dir, admission.TenantConfigFile),
+		admission.EnvTenantAcct+"="+tn.acct, admission.EnvTenantID+"=1", tenantcfg.EnvDevrtDebug+"=1")
 	if tn.preload != "" {
 		env = append(env, "LD_PRELOAD="+tn.preload)
 	}
@@ -270,7 +290,7 @@ func wantLines(t *testing.T, got []string, want ...string) {
 func TestQuotaAcrossProcessesAndKill9(t *testing.T) {
 	for _, app := range []string{"app_procaddr", "app_linked"} {
 		t.Run(app, func(t *testing.T) {
-			tn := newTenant(t, 3, 4*gib, "standard", "")
+			tn := newTenant(t, 3, 4*gib, "standard")
 			p1 := tn.hold(app, "alloc", "2GiB")
 			wantLines(t, p1.lines, "alloc 2147483648 ok")
 			p2 := tn.hold(app, "alloc", "1GiB")
@@ -322,7 +342,7 @@ func TestQuotaAcrossProcessesAndKill9(t *testing.T) {
 // cuMemGetInfo reports the quota as total and quota - tenant usage as free;
 // without a quota it passes the device's numbers through.
 func TestMemGetInfo(t *testing.T) {
-	tn := newTenant(t, 4, 4*gib, "standard", "")
+	tn := newTenant(t, 4, 4*gib, "standard")
 	lines, _ := tn.run("app_linked", "info", "alloc", "1GiB", "info", "infov1", "nvml")
 	wantLines(t, lines, fmt.Sprintf("info free=%d total=%d", 4*gib, 4*gib), "alloc 1073741824 ok",
 		fmt.Sprintf("info free=%d total=%d", 3*gib, 4*gib),
@@ -330,12 +350,12 @@ func TestMemGetInfo(t *testing.T) {
 		fmt.Sprintf("nvml free=%d total=%d used=%d", 3*gib, 4*gib, 1*gib))
 
 	// Never more free than the device really has.
-	small := newTenant(t, 5, 4*gib, "standard", "")
+	small := newTenant(t, 5, 4*gib, "standard")
 	small.extra = []string{fmt.Sprintf("FAKECUDA_TOTAL_BYTES=%d", 2*gib)}
 	lines, _ = small.run("app_procaddr", "info")
 	wantLines(t, lines, fmt.Sprintf("info free=%d total=%d", 2*gib, 4*gib))
 
-	none := newTenant(t, 6, 0, "standard", "")
+	none := newTenant(t, 6, 0, "standard")
 	lines, _ = none.run("app_procaddr", "info", "alloc", "70GiB", "alloc", "20GiB", "info", "nvml")
 	wantLines(t, lines, fmt.Sprintf("info free=%d total=%d", 80*gib, 80*gib), "alloc 75161927680 ok",
 		"alloc 21474836480 CUDA_ERROR_OUT_OF_MEMORY", // the fake driver's own answer
@@ -349,7 +369,7 @@ func TestMemGetInfo(t *testing.T) {
 func TestAccountingPerEntryPoint(t *testing.T) {
 	for _, app := range []string{"app_procaddr", "app_linked"} {
 		t.Run(app, func(t *testing.T) {
-			tn := newTenant(t, 7, 4*gib, "standard", "")
+			tn := newTenant(t, 7, 4*gib, "standard")
 			info := func(free uint64) string { return fmt.Sprintf("info free=%d total=%d", free, 4*gib) }
 			lines, _ := tn.run(app,
 				"create", "1GiB", "info", "free", "0", "info", // 0: cuMemCreate / cuMemRelease
@@ -389,7 +409,7 @@ func TestAccountingPerEntryPoint(t *testing.T) {
 // cuGetProcAddress hands out the wrapper of the exact variant asked for, and
 // that wrapper calls the driver's function of the same variant.
 func TestPerVariantLookup(t *testing.T) {
-	tn := newTenant(t, 8, 0, "standard", "")
+	tn := newTenant(t, 8, 0, "standard")
 	lines, stderr := tn.run("app_procaddr", "launch", "2", "launchptsz", "3", "load")
 	wantLines(t, lines, "launch 2 ok", "launchptsz 3 ok", "load ok")
 	calls := tn.driverCalls(0)
@@ -421,7 +441,7 @@ func TestPerVariantLookup(t *testing.T) {
 // its dlsym(RTLD_NEXT) reaches our wrapper (the quota still holds) and its
 // other RTLD_NEXT lookups still find libc.
 func TestExistingPreloadChain(t *testing.T) {
-	tn := newTenant(t, 9, 4*gib, "standard", "")
+	tn := newTenant(t, 9, 4*gib, "standard")
 	tn.preload = filepath.Join(tn.bin, "fake", "libchain.so") + ":" + filepath.Join(tn.bin, "libgpuext-devrt.so")
 	lines, stderr := tn.run("app_linked", "alloc", "3GiB", "alloc", "2GiB", "info")
 	wantLines(t, lines, "alloc 3221225472 ok", "alloc 2147483648 CUDA_ERROR_OUT_OF_MEMORY",
@@ -438,7 +458,7 @@ func TestExistingPreloadChain(t *testing.T) {
 
 // Without an accounting directory the quota still holds, per process.
 func TestProcessLocalWithoutAcctDir(t *testing.T) {
-	tn := newTenant(t, 10, 4*gib, "standard", "")
+	tn := newTenant(t, 10, 4*gib, "standard")
 	tn.extra = []string{"GPUEXT_TENANT_ACCT="}
 	lines, _ := tn.run("app_procaddr", "alloc", "3GiB", "alloc", "2GiB")
 	wantLines(t, lines, "alloc 3221225472 ok", "alloc 2147483648 CUDA_ERROR_OUT_OF_MEMORY")
@@ -446,7 +466,7 @@ func TestProcessLocalWithoutAcctDir(t *testing.T) {
 
 // GPUEXT_DEVRT_TRACE keeps the placeholder's contract: one line per process.
 func TestTraceLine(t *testing.T) {
-	tn := newTenant(t, 11, 0, "standard", "")
+	tn := newTenant(t, 11, 0, "standard")
 	trace := filepath.Join(tn.dir, "trace")
 	tn.extra = []string{"GPUEXT_DEVRT_TRACE=" + trace, "GPUEXT_TENANT_ID=11"}
 	c := tn.cmd("app_procaddr", "info")
@@ -457,7 +477,7 @@ func TestTraceLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf("pid=%d tenant=11 config=%s\n", c.Process.Pid, tn.config)
+	want := fmt.Sprintf("pid=%d tenant=11 settings=%s\n", c.Process.Pid, tn.settings())
 	if !strings.HasSuffix(string(data), want) {
 		t.Fatalf("trace %q, want a line ending %q", data, want)
 	}
@@ -480,12 +500,10 @@ func TestNoHardCodedPaths(t *testing.T) {
 // work is pending, a best-effort tenant's launch waits (bounded, counted in
 // its own usage file); a latency-critical tenant's launch never waits.
 func TestPriorityBoard(t *testing.T) {
-	lc := newTenant(t, 12, 0, "latency-critical", "")
-	// a long window so that the best-effort app surely launches inside it
-	if err := os.WriteFile(lc.config, []byte(`{"tenantId": 12, "priorityClass": "latency-critical", "quotaBytes": 0, "timesliceUs": 400000}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	be := newTenant(t, 13, 0, "best-effort", "")
+	// A long window so that the best-effort app surely launches inside it:
+	// the policy names no activeWindowUs, so admission gives its timeslice.
+	lc := newTenant(t, 12, 0, "latency-critical", func(f *admission.TenantFile) { f.TimesliceUS = 400000 })
+	be := newTenant(t, 13, 0, "best-effort")
 	board := filepath.Join(t.TempDir(), "board")
 	dump := filepath.Join(lc.bin, "usage_dump")
 	publish := func(usageFiles ...string) {
@@ -544,7 +562,7 @@ func TestPriorityBoard(t *testing.T) {
 // Processes racing for the last of the quota never take more than the quota
 // together; the tenant can still fill it exactly afterwards.
 func TestQuotaRace(t *testing.T) {
-	tn := newTenant(t, 14, 4*gib, "standard", "")
+	tn := newTenant(t, 14, 4*gib, "standard")
 	const n = 12
 	type result struct {
 		pid int
@@ -662,20 +680,15 @@ func startReading(t *testing.T, c *exec.Cmd, n int) (*bufio.Scanner, []string) {
 	return sc, lines
 }
 
-// A quota the host changes (config.json replaced by rename) applies to running
-// processes within about a second.
-func TestQuotaFollowsConfig(t *testing.T) {
-	tn := newTenant(t, 15, 4*gib, "standard", "")
+// A quota the host changes (settings.bin replaced by rename, as admission
+// writes it) applies to running processes within about a second.
+func TestQuotaFollowsSettings(t *testing.T) {
+	tn := newTenant(t, 15, 4*gib, "standard")
 	c := tn.cmd("app_procaddr", "alloc", "3GiB", "alloc", "2GiB", "sleep", "1500", "alloc", "2GiB", "info")
 	sc, lines := startReading(t, c, 2)
 	wantLines(t, lines, "alloc 3221225472 ok", "alloc 2147483648 CUDA_ERROR_OUT_OF_MEMORY")
-	tmp := tn.config + ".tmp"
-	if err := os.WriteFile(tmp, []byte(`{"tenantId": 15, "priorityClass": "standard", "quotaBytes": 8589934592}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, tn.config); err != nil {
-		t.Fatal(err)
-	}
+	tn.file.QuotaBytes = 8 * gib
+	tn.write()
 	for sc.Scan() {
 		lines = append(lines, sc.Text())
 	}
@@ -691,7 +704,7 @@ func TestQuotaFollowsConfig(t *testing.T) {
 // lives, and its memory returns when it is killed. Needs root (unshare).
 func TestQuotaAcrossPidNamespaces(t *testing.T) {
 	privtest.RequireRoot(t)
-	tn := newTenant(t, 16, 3*gib, "standard", "")
+	tn := newTenant(t, 16, 3*gib, "standard")
 	c := exec.Command("unshare", "--pid", "--fork", "--kill-child", filepath.Join(tn.bin, "fake", "app_procaddr"), "alloc", "2GiB", "hold")
 	c.Env = tn.env()
 	_, lines := startReading(t, c, 2)
@@ -715,4 +728,139 @@ func TestQuotaAcrossPidNamespaces(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// The interposer runs with what admission wrote for the tenant: its id,
+// quota, class and latency-critical window (the policy's activeWindowUs,
+// else its timesliceUs, else the default: resolved in Go, taken as it is
+// in C), as its start-up line and the tenant's usage file show. config.json
+// beside settings.bin is not read.
+func TestInterposerSeesWhatAdmissionWrote(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		id     int
+		quota  uint64
+		class  string
+		tune   func(*admission.TenantFile)
+		want   string // the start-up line's settings
+		wantUA string // the usage header's class
+	}{
+		{"latency-critical window", 31, 5 * gib, "latency-critical", func(f *admission.TenantFile) { f.ActiveWindowUS = 7000 },
+			"tenant=31 quota=5368709120 class=1 window_ns=7000000 ", "1"},
+		{"timeslice as window", 32, 0, "best-effort", func(f *admission.TenantFile) { f.TimesliceUS = 16000; f.SMPercent = 40 },
+			"tenant=32 quota=0 class=2 window_ns=16000000 ", "2"},
+		{"default window", 33, 2 * gib, "standard", func(f *admission.TenantFile) { f.TimesliceUS = 0 },
+			fmt.Sprintf("tenant=33 quota=%d class=0 window_ns=%d ", 2*gib, tenantcfg.DefaultActiveWindow.Nanoseconds()), "0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tn := newTenant(t, tc.id, tc.quota, tc.class, tc.tune)
+			// What people read, made to disagree: the interposer must not care.
+			js := fmt.Sprintf(`{"tenantId": 99, "priorityClass": "latency-critical", "quotaBytes": %d, "activeWindowUs": 1}`, 1*gib)
+			if err := os.WriteFile(filepath.Join(tn.dir, admission.TenantConfigFile), []byte(js), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			lines, stderr := tn.run("app_procaddr", "info")
+			if !strings.Contains(stderr, tc.want) {
+				t.Errorf("start-up line lacks %q:\n%s", tc.want, stderr)
+			}
+			total := uint64(80 * gib) // the fake device
+			if tc.quota > 0 {
+				total = tc.quota
+			}
+			wantLines(t, lines, fmt.Sprintf("info free=%d total=%d", total, total))
+			u := tn.usage()
+			if u.num(t, "tenant") != uint64(tc.id) || u.num(t, "quota") != tc.quota || u.header["class"] != tc.wantUA {
+				t.Errorf("usage header %v, want tenant %d quota %d class %s", u.header, tc.id, tc.quota, tc.wantUA)
+			}
+		})
+	}
+}
+
+// A settings file the interposer cannot take (cut short, too long, not a
+// settings file at all, a directory) leaves the process running with the
+// process-local defaults (no quota, standard, the default window, the id
+// from GPUEXT_TENANT_ID) and a log line naming the file; a missing one
+// too, with a debug line. A running process whose file is replaced by a
+// bad one keeps the quota it had.
+func TestBadSettingsFileRunsWithDefaults(t *testing.T) {
+	good, err := tenantcfg.Encode(tenantcfg.Settings{TenantID: 34, QuotaBytes: 4 * gib, ActiveWindow: time.Second,
+		Class: tenantcfg.ClassLatencyCritical})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notMagic := append([]byte(nil), good...)
+	notMagic[0] ^= 0xff // the record starts with its magic
+	defaults := fmt.Sprintf("tenant=34 quota=0 class=0 window_ns=%d ", tenantcfg.DefaultActiveWindow.Nanoseconds())
+	for _, tc := range []struct {
+		name   string
+		data   []byte // nil: a directory
+		remove bool
+		logged string
+	}{
+		{name: "missing", remove: true, logged: "No such file or directory (no quota, standard priority)"},
+		{name: "empty", data: []byte{}, logged: "0 bytes, want 64: ignored (no quota, standard priority)"},
+		{name: "truncated", data: good[:40], logged: "40 bytes, want 64: ignored"},
+		{name: "too long", data: append(append([]byte(nil), good...), 0), logged: "65 bytes, want 64: ignored"},
+		{name: "not magic", data: notMagic, logged: "not a settings file"},
+		{name: "config.json", data: []byte(`{"tenantId": 34, "priorityClass": "latency-critical", "quotaBytes": 4294967296, "timesliceUs": 2000, "probes": []}` + "\n"),
+			logged: "ignored (no quota, standard priority)"},
+		{name: "directory", logged: "not a regular file: ignored"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tn := newTenant(t, 34, 4*gib, "latency-critical")
+			path := tn.settings()
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tc.remove:
+			case tc.data == nil:
+				if err := os.Mkdir(path, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				if err := os.WriteFile(path, tc.data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tn.extra = []string{admission.EnvTenantID + "=34"}
+			lines, stderr := tn.run("app_procaddr", "alloc", "6GiB", "info", "launch", "1")
+			// no quota: the 6GiB allocation and the device's own size
+			wantLines(t, lines, "alloc 6442450944 ok", fmt.Sprintf("info free=%d total=%d", 74*gib, 80*gib), "launch 1 ok")
+			if !strings.Contains(stderr, "settings "+path+": ") || !strings.Contains(stderr, tc.logged) {
+				t.Errorf("no line naming %s and %q:\n%s", path, tc.logged, stderr)
+			}
+			if !strings.Contains(stderr, defaults) {
+				t.Errorf("start-up line lacks the defaults %q:\n%s", defaults, stderr)
+			}
+			if u := tn.usage(); u.num(t, "tenant") != 34 || u.num(t, "quota") != 0 || u.header["class"] != "0" || u.num(t, "lc_active_until_ns") != 0 {
+				t.Errorf("usage header with %s settings: %v", tc.name, u.header)
+			}
+		})
+	}
+
+	t.Run("replaced while running", func(t *testing.T) {
+		tn := newTenant(t, 35, 4*gib, "standard")
+		c := tn.cmd("app_procaddr", "alloc", "3GiB", "alloc", "2GiB", "sleep", "1500", "alloc", "2GiB", "info")
+		var stderr bytes.Buffer
+		c.Stderr = &stderr
+		sc, lines := startReading(t, c, 2)
+		wantLines(t, lines, "alloc 3221225472 ok", "alloc 2147483648 CUDA_ERROR_OUT_OF_MEMORY")
+		tmp := tn.settings() + ".tmp"
+		if err := os.WriteFile(tmp, good[:32], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, tn.settings()); err != nil {
+			t.Fatal(err)
+		}
+		for sc.Scan() {
+			lines = append(lines, sc.Text())
+		}
+		_ = c.Wait()
+		wantLines(t, lines, "alloc 3221225472 ok", "alloc 2147483648 CUDA_ERROR_OUT_OF_MEMORY", "sleep 1500",
+			"alloc 2147483648 CUDA_ERROR_OUT_OF_MEMORY", fmt.Sprintf("info free=%d total=%d", 1*gib, 4*gib))
+		if !strings.Contains(stderr.String(), "32 bytes, want 64: ignored") {
+			t.Errorf("no line for the bad replacement:\n%s", stderr.String())
+		}
+	})
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gpuext/gpuext/internal/admission"
 )
 
 // A best-effort tenant with smPercent: with an MPS server to talk to, the
@@ -14,11 +16,8 @@ import (
 // and its launches no longer wait on the board (the SM share is the
 // isolation); without a server it says so and the launch gate stays on.
 func TestMPSShare(t *testing.T) {
-	lc := newTenant(t, 22, 0, "latency-critical", "")
-	if err := os.WriteFile(lc.config, []byte(`{"tenantId": 22, "priorityClass": "latency-critical", "quotaBytes": 0, "activeWindowUs": 400000}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	be := newTenant(t, 23, 0, "best-effort", `, "smPercent": 40`)
+	lc := newTenant(t, 22, 0, "latency-critical", func(f *admission.TenantFile) { f.ActiveWindowUS = 400000 })
+	be := newTenant(t, 23, 0, "best-effort", func(f *admission.TenantFile) { f.SMPercent = 40 })
 	board := filepath.Join(t.TempDir(), "board")
 	pipe := t.TempDir()
 	for _, tn := range []*tenant{lc, be} {

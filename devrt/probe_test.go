@@ -364,7 +364,7 @@ type probeRun struct {
 // probeTenant is a tenant whose directory holds probes/ (module.ptx + module.conf) unless withProbes is false.
 func probeTenant(t *testing.T, id int, withProbes bool) *tenant {
 	t.Helper()
-	tn := newTenant(t, id, 0, "standard", "")
+	tn := newTenant(t, id, 0, "standard")
 	if withProbes {
 		dir := filepath.Join(tn.dir, "probes")
 		if err := os.Mkdir(dir, 0o755); err != nil {

@@ -50,6 +50,11 @@ Commands:
                                      itself; run it on Docker/podman hosts)
   gc [--grace 10m] [--all]           drop registry entries whose cgroup is gone (OCI hook path; --all: every
                                      runtime) and tenants reserved longer than --grace that never got a cgroup
+  settings write --dir DIR --tenant N [--class C] [--quota SIZE] [--timeslice-us N] [--active-window-us N]
+                 [--sm-percent N] [--policy NAME] [--probes P,...]
+                                     write a tenant dir by hand as admission would (settings.bin, config.json),
+                                     to run the device runtime outside a container
+  settings show DIR|FILE             a tenant dir's settings.bin as the device runtime reads it
 
 The config file is the one the NRI plugin and OCI hook use (docs/configuration.md);
 --pin-dir overrides its pinDir.
@@ -89,6 +94,8 @@ func run(args []string, out io.Writer) error {
 		return gc(cfg, rest[1:], out)
 	case "board":
 		return runBoard(cfg, rest[1:], out)
+	case "settings":
+		return settingsCmd(rest[1:], out)
 	case "help", "-h", "--help":
 		fmt.Fprint(out, usage)
 		return nil

@@ -1,7 +1,6 @@
 package board
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuext/gpuext/internal/admission"
 )
 
 // buildDevrt builds the interposer, the fake libcuda and the test apps.
@@ -21,19 +22,19 @@ func buildDevrt(t *testing.T) string {
 	return out
 }
 
-type tenant struct{ cfg, acct string }
+type tenant struct{ dir, acct string }
 
-// newTenant writes a tenant config and its accounting dir under state.
+// newTenant writes a tenant dir (admission's writer) and its accounting dir under state.
 func newTenant(t *testing.T, state string, id int, class string, windowUs int) tenant {
 	t.Helper()
-	tn := tenant{cfg: filepath.Join(state, "tenants", strconv.Itoa(id), "config.json"), acct: filepath.Join(state, "acct", strconv.Itoa(id))}
-	for _, d := range []string{filepath.Dir(tn.cfg), tn.acct} {
+	tn := tenant{dir: filepath.Join(state, "tenants", strconv.Itoa(id)), acct: filepath.Join(state, "acct", strconv.Itoa(id))}
+	for _, d := range []string{tn.dir, tn.acct} {
 		if err := os.MkdirAll(d, 0o777); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cfg := fmt.Sprintf(`{"tenantId": %d, "policy": "p", "priorityClass": %q, "quotaBytes": 0, "activeWindowUs": %d}`, id, class, windowUs)
-	if err := os.WriteFile(tn.cfg, []byte(cfg), 0o644); err != nil {
+	tf := admission.TenantFile{TenantID: uint32(id), Policy: "p", Class: class, ActiveWindowUS: uint32(windowUs)}
+	if err := admission.WriteTenantFiles(tn.dir, tf); err != nil {
 		t.Fatal(err)
 	}
 	return tn
@@ -45,7 +46,7 @@ func launch(t *testing.T, build string, tn tenant, boardPath string) int {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(build, "fake", "app_procaddr"), "launch", "1")
 	cmd.Env = append(os.Environ(), "LD_PRELOAD="+filepath.Join(build, "libgpuext-devrt.so"),
-		"LD_LIBRARY_PATH="+filepath.Join(build, "fake"), "GPUEXT_TENANT_CONFIG="+tn.cfg,
+		"LD_LIBRARY_PATH="+filepath.Join(build, "fake"), admission.EnvTenantDir+"="+tn.dir,
 		"GPUEXT_TENANT_ACCT="+tn.acct, "GPUEXT_BOARD="+boardPath, "FAKECUDA_KERNEL_US=0")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -118,7 +119,7 @@ func TestReadUsageCountsLiveProcessesOnly(t *testing.T) {
 	tn := newTenant(t, state, 3, "standard", 0)
 	cmd := exec.Command(filepath.Join(build, "fake", "app_procaddr"), "alloc", "1GiB", "hold")
 	cmd.Env = append(os.Environ(), "LD_PRELOAD="+filepath.Join(build, "libgpuext-devrt.so"),
-		"LD_LIBRARY_PATH="+filepath.Join(build, "fake"), "GPUEXT_TENANT_CONFIG="+tn.cfg, "GPUEXT_TENANT_ACCT="+tn.acct)
+		"LD_LIBRARY_PATH="+filepath.Join(build, "fake"), admission.EnvTenantDir+"="+tn.dir, "GPUEXT_TENANT_ACCT="+tn.acct)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

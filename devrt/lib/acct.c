@@ -199,7 +199,7 @@ void gx_acct_open(void)
 	void *m;
 
 	if (!gx_cfg.acct_dir || !*gx_cfg.acct_dir) {
-		gx_local_fallback("GPUEXT_TENANT_ACCT not set");
+		gx_local_fallback(GPUEXT_ENV_TENANT_ACCT " not set");
 		goto header;
 	}
 	if (snprintf(path, sizeof(path), "%s/%s", gx_cfg.acct_dir, GPUEXT_DEVRT_USAGE_FILE) >= (int)sizeof(path)) {

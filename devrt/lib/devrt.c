@@ -24,6 +24,7 @@
 
 #include "devrt.h"
 #include "gpuext_devrt_shm.h"
+#include "gpuext_devrt_tenant.h"
 
 struct gx_settings gx_cfg = {.enabled = 1};
 
@@ -262,53 +263,13 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
 
 /* ---- settings ---- */
 
-/* The value after "key": in a small JSON object, or NULL. Tolerant: no full parser. */
-static const char *gx_json_value(const char *json, const char *key)
-{
-	size_t klen = strlen(key);
-	const char *p = json;
-
-	while ((p = strstr(p, key)) != NULL) {
-		const char *q = p + klen;
-
-		p = q;
-		if (q - klen == json || q[-klen - 1] != '"' || *q != '"')
-			continue;
-		q++;
-		while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')
-			q++;
-		if (*q != ':')
-			continue;
-		q++;
-		while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')
-			q++;
-		return q;
-	}
-	return NULL;
-}
-
-static uint64_t gx_json_u64(const char *json, const char *key, uint64_t dflt)
-{
-	const char *v = gx_json_value(json, key);
-	char *end;
-	unsigned long long n;
-
-	if (!v || *v < '0' || *v > '9')
-		return dflt;
-	errno = 0;
-	n = strtoull(v, &end, 10);
-	return errno || end == v ? dflt : (uint64_t)n;
-}
-
-static int gx_json_str_is(const char *json, const char *key, const char *want)
-{
-	const char *v = gx_json_value(json, key);
-	size_t n = strlen(want);
-
-	return v && *v == '"' && strncmp(v + 1, want, n) == 0 && v[n + 1] == '"';
-}
-
-/* The config file's identity: the host replaces it by rename, so a new inode or mtime means new settings. */
+/*
+ * The tenant's settings: $GPUEXT_TENANT_DIR/settings.bin, one struct
+ * gpuext_devrt_tenant written by the host (devrt/tenantcfg). The file's
+ * identity: the host replaces it by rename, so a new inode or mtime means
+ * new settings.
+ */
+static char gx_settings_file[4096];
 static struct {
 	dev_t dev;
 	ino_t ino;
@@ -317,97 +278,130 @@ static struct {
 static _Atomic uint64_t gx_cfg_next_check_ns;
 static pthread_mutex_t gx_cfg_mu = PTHREAD_MUTEX_INITIALIZER; /* process-private */
 
-/* Reads the config into buf; 0 on success. Records which file it read. */
-static int gx_config_text(char *buf, size_t size)
+/* Nonzero, with why, when t is not a record to take (the checks gpuext_devrt_tenant.h lists). */
+static int gx_settings_invalid(const struct gpuext_devrt_tenant *t, ssize_t n, char *why, size_t size)
 {
+	if (n != (ssize_t)GPUEXT_DEVRT_TENANT_SIZE)
+		snprintf(why, size, "%zd bytes, want %u", n, GPUEXT_DEVRT_TENANT_SIZE);
+	else if (t->magic != GPUEXT_DEVRT_TENANT_MAGIC)
+		snprintf(why, size, "not a settings file (magic %#llx)", (unsigned long long)t->magic);
+	else if (t->version != GPUEXT_DEVRT_TENANT_VERSION)
+		snprintf(why, size, "version %u, want %u", t->version, GPUEXT_DEVRT_TENANT_VERSION);
+	else if (t->size != GPUEXT_DEVRT_TENANT_SIZE)
+		snprintf(why, size, "size field %u, want %u", t->size, GPUEXT_DEVRT_TENANT_SIZE);
+	else if (t->priority_class > GPUEXT_DEVRT_CLASS_MAX)
+		snprintf(why, size, "priority class %u", t->priority_class);
+	else if (t->sm_percent > 100)
+		snprintf(why, size, "smPercent %u above 100", t->sm_percent);
+	else if (!t->active_window_ns)
+		snprintf(why, size, "active window 0");
+	else
+		return 0;
+	return 1;
+}
+
+/* Reads the settings file into *t; 0 when it is one to take. Records which file it read. */
+static int gx_settings_read(struct gpuext_devrt_tenant *t)
+{
+	unsigned char buf[GPUEXT_DEVRT_TENANT_SIZE + 1]; /* one more: a longer file is not ours either */
 	ssize_t n = 0, r;
 	struct stat st;
+	char why[96];
 	int fd;
 
-	fd = open(gx_cfg.config_path, O_RDONLY | O_CLOEXEC);
+	fd = open(gx_cfg.settings_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
-		GX_DEBUG("config %s: %s (no quota, standard priority)", gx_cfg.config_path, strerror(errno));
+		GX_DEBUG("settings %s: %s (no quota, standard priority)", gx_cfg.settings_path, strerror(errno));
 		return -1;
 	}
-	if (fstat(fd, &st) == 0) {
-		gx_cfg_seen.dev = st.st_dev;
-		gx_cfg_seen.ino = st.st_ino;
-		gx_cfg_seen.mtime = st.st_mtim;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		gx_log("settings %s: not a regular file: ignored (no quota, standard priority)", gx_cfg.settings_path);
+		close(fd);
+		return -1;
 	}
-	while (n < (ssize_t)size - 1 && (r = read(fd, buf + n, size - 1 - (size_t)n)) > 0)
+	gx_cfg_seen.dev = st.st_dev;
+	gx_cfg_seen.ino = st.st_ino;
+	gx_cfg_seen.mtime = st.st_mtim;
+	while (n < (ssize_t)sizeof(buf)) {
+		r = read(fd, buf + n, sizeof(buf) - (size_t)n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
 		n += r;
+	}
 	close(fd);
-	buf[n] = 0;
+	memset(t, 0, sizeof(*t));
+	memcpy(t, buf, n < (ssize_t)sizeof(*t) ? (size_t)n : sizeof(*t));
+	if (gx_settings_invalid(t, n, why, sizeof(why))) {
+		/* always logged: a file the host wrote and the interposer does not take changes behaviour */
+		gx_log("settings %s: %s: ignored (no quota, standard priority)", gx_cfg.settings_path, why);
+		return -1;
+	}
 	return 0;
 }
 
 uint64_t gx_quota(void)
 {
 	uint64_t now, next = atomic_load_explicit(&gx_cfg_next_check_ns, memory_order_relaxed);
+	struct gpuext_devrt_tenant t;
 	struct stat st;
-	char buf[16384];
 
-	if (!gx_cfg.config_path || !*gx_cfg.config_path)
+	if (!gx_cfg.settings_path)
 		return atomic_load(&gx_cfg.quota_bytes);
 	now = gx_now_ns();
 	if (now < next || pthread_mutex_trylock(&gx_cfg_mu) != 0)
 		return atomic_load(&gx_cfg.quota_bytes);
 	atomic_store_explicit(&gx_cfg_next_check_ns, now + 1000000000ull, memory_order_relaxed);
-	if (stat(gx_cfg.config_path, &st) == 0 &&
+	if (stat(gx_cfg.settings_path, &st) == 0 &&
 	    (st.st_ino != gx_cfg_seen.ino || st.st_dev != gx_cfg_seen.dev ||
 	     st.st_mtim.tv_sec != gx_cfg_seen.mtime.tv_sec || st.st_mtim.tv_nsec != gx_cfg_seen.mtime.tv_nsec) &&
-	    gx_config_text(buf, sizeof(buf)) == 0) {
-		uint64_t q = gx_json_u64(buf, "quotaBytes", 0);
+	    gx_settings_read(&t) == 0) {
 		struct gpuext_devrt_usage *u = gx_acct_usage();
 
-		if (q != atomic_load(&gx_cfg.quota_bytes))
-			GX_DEBUG("config changed: quota %llu -> %llu", (unsigned long long)atomic_load(&gx_cfg.quota_bytes),
-				 (unsigned long long)q);
-		atomic_store(&gx_cfg.quota_bytes, q);
+		if (t.quota_bytes != atomic_load(&gx_cfg.quota_bytes))
+			GX_DEBUG("settings changed: quota %llu -> %llu",
+				 (unsigned long long)atomic_load(&gx_cfg.quota_bytes), (unsigned long long)t.quota_bytes);
+		atomic_store(&gx_cfg.quota_bytes, t.quota_bytes);
 		if (u)
-			atomic_store(&u->hdr.quota_bytes, q);
+			atomic_store(&u->hdr.quota_bytes, t.quota_bytes);
 	}
 	pthread_mutex_unlock(&gx_cfg_mu);
 	return atomic_load(&gx_cfg.quota_bytes);
 }
 
-static void gx_read_config(void)
+/* The first read: every setting, taken as the host wrote it (the host resolved the defaults). */
+static void gx_settings_load(void)
 {
-	char buf[16384];
+	struct gpuext_devrt_tenant t;
 
-	if (!gx_cfg.config_path || !*gx_cfg.config_path || gx_config_text(buf, sizeof(buf)) != 0)
+	if (!gx_cfg.settings_path || gx_settings_read(&t) != 0)
 		return;
 	atomic_store_explicit(&gx_cfg_next_check_ns, gx_now_ns() + 1000000000ull, memory_order_relaxed);
-	gx_cfg.tenant_id = gx_json_u64(buf, "tenantId", gx_cfg.tenant_id);
-	atomic_store(&gx_cfg.quota_bytes, gx_json_u64(buf, "quotaBytes", 0));
-	if (gx_json_str_is(buf, "priorityClass", "latency-critical"))
-		gx_cfg.priority_class = GPUEXT_DEVRT_CLASS_LATENCY_CRITICAL;
-	else if (gx_json_str_is(buf, "priorityClass", "best-effort"))
-		gx_cfg.priority_class = GPUEXT_DEVRT_CLASS_BEST_EFFORT;
-	else
-		gx_cfg.priority_class = GPUEXT_DEVRT_CLASS_STANDARD;
-	/* The active window; configs from before it existed give the timeslice. */
-	gx_cfg.lc_window_ns = gx_json_u64(buf, "activeWindowUs", gx_json_u64(buf, "timesliceUs", 0)) * 1000ull;
-	if (!gx_cfg.lc_window_ns)
-		gx_cfg.lc_window_ns = 2000000ull;
-	gx_cfg.sm_percent = (uint32_t)gx_json_u64(buf, "smPercent", 0);
-	if (gx_cfg.sm_percent > 100)
-		gx_cfg.sm_percent = 0;
+	gx_cfg.tenant_id = t.tenant_id;
+	atomic_store(&gx_cfg.quota_bytes, t.quota_bytes);
+	gx_cfg.priority_class = t.priority_class;
+	gx_cfg.lc_window_ns = t.active_window_ns;
+	gx_cfg.sm_percent = t.sm_percent;
 }
 
 static void gx_settings_from_env(void)
 {
 	const char *s;
 
-	s = getenv("GPUEXT_DEVRT_DEBUG");
+	s = getenv(GPUEXT_ENV_DEVRT_DEBUG);
 	gx_cfg.debug = s && *s && strcmp(s, "0") != 0;
-	s = getenv("GPUEXT_TENANT_ID");
+	s = getenv(GPUEXT_ENV_TENANT_ID);
 	gx_cfg.tenant_id = s ? strtoull(s, NULL, 10) : 0;
-	gx_cfg.config_path = getenv("GPUEXT_TENANT_CONFIG");
-	gx_cfg.acct_dir = getenv("GPUEXT_TENANT_ACCT");
-	gx_cfg.board_path = getenv("GPUEXT_BOARD");
+	s = getenv(GPUEXT_ENV_TENANT_DIR);
+	if (s && *s &&
+	    snprintf(gx_settings_file, sizeof(gx_settings_file), "%s/%s", s, GPUEXT_DEVRT_TENANT_FILE) <
+		    (int)sizeof(gx_settings_file))
+		gx_cfg.settings_path = gx_settings_file;
+	gx_cfg.acct_dir = getenv(GPUEXT_ENV_TENANT_ACCT);
+	gx_cfg.board_path = getenv(GPUEXT_ENV_BOARD);
 	gx_cfg.max_delay_ns = 50000000ull;
-	gx_cfg.lc_window_ns = 2000000ull;
+	gx_cfg.lc_window_ns = GPUEXT_DEVRT_DEFAULT_WINDOW_NS;
 }
 
 static pthread_once_t gx_once = PTHREAD_ONCE_INIT;
@@ -416,7 +410,7 @@ static void gx_runtime_init_once(void)
 {
 	if (!gx_cfg.enabled)
 		return;
-	gx_read_config();
+	gx_settings_load();
 	gx_acct_open();
 	gx_priority_open();
 	GX_DEBUG("tenant=%llu quota=%llu class=%u window_ns=%llu acct=%s board=%s",
@@ -432,8 +426,8 @@ void gx_runtime_init(void)
 
 static void gx_trace_line(void)
 {
-	const char *trace = getenv("GPUEXT_DEVRT_TRACE");
-	const char *tenant = getenv("GPUEXT_TENANT_ID");
+	const char *trace = getenv(GPUEXT_ENV_DEVRT_TRACE);
+	const char *tenant = getenv(GPUEXT_ENV_TENANT_ID);
 	char line[512];
 	int fd, n;
 
@@ -442,8 +436,8 @@ static void gx_trace_line(void)
 	fd = open(trace, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return;
-	n = snprintf(line, sizeof(line), "gpuext-devrt pid=%d tenant=%s config=%s\n", (int)getpid(),
-		     tenant ? tenant : "", gx_cfg.config_path ? gx_cfg.config_path : "");
+	n = snprintf(line, sizeof(line), "gpuext-devrt pid=%d tenant=%s settings=%s\n", (int)getpid(),
+		     tenant ? tenant : "", gx_cfg.settings_path ? gx_cfg.settings_path : "");
 	if (n > 0)
 		(void)!write(fd, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 	close(fd);

@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "cuda_min.h"
+#include "gpuext_devrt_env.h" /* GPUEXT_ENV_*: the names getenv reads */
 
 enum gx_lib { GX_LIB_CUDA, GX_LIB_NVML, GX_NLIBS };
 enum gx_stream { GX_STREAM_ANY, GX_STREAM_LEGACY, GX_STREAM_PTSZ };
@@ -50,17 +51,20 @@ void *gx_real(enum gx_hook id);
 	static inline gx_pfn_##sym gx_orig_##sym(void) { return (gx_pfn_##sym)gx_real(GX_H_##sym); }
 #include "hooks.def"
 
-/* Tenant settings read once from the environment and GPUEXT_TENANT_CONFIG. */
+/*
+ * Tenant settings, read once from the environment and the tenant's settings
+ * file ($GPUEXT_TENANT_DIR/settings.bin, gpuext_devrt_tenant.h).
+ */
 struct gx_settings {
 	int enabled;              /* 0: pass everything through (secure-execution process) */
 	int debug;
 	uint64_t tenant_id;
-	_Atomic uint64_t quota_bytes; /* 0: no quota; follows the config file (gx_quota) */
+	_Atomic uint64_t quota_bytes; /* 0: no quota; follows the settings file (gx_quota) */
 	uint32_t priority_class;  /* GPUEXT_DEVRT_CLASS_* */
 	uint64_t lc_window_ns;    /* how long a latency-critical launch counts as pending */
 	uint64_t max_delay_ns;    /* longest a best-effort launch waits */
 	uint32_t sm_percent;      /* best-effort under MPS: share of the SMs (0 = not set) */
-	const char *config_path;
+	const char *settings_path; /* the settings file; NULL without GPUEXT_TENANT_DIR */
 	const char *acct_dir;
 	const char *board_path;
 };
@@ -68,7 +72,7 @@ extern struct gx_settings gx_cfg;
 
 /* Loads settings, the usage file and the board once; safe from any thread. */
 void gx_runtime_init(void);
-/* The quota now: re-reads the tenant config at most once a second when the host replaced it. */
+/* The quota now: re-reads the settings file at most once a second when the host replaced it. */
 uint64_t gx_quota(void);
 void gx_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define GX_DEBUG(...) do { if (gx_cfg.debug) gx_log(__VA_ARGS__); } while (0)

@@ -54,7 +54,7 @@ static int gx_mps_confined; /* SM share in force: the launch gate stands down */
 
 static void gx_mps_share(void)
 {
-	const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+	const char *dir = getenv(GPUEXT_ENV_MPS_PIPE_DIRECTORY);
 	char v[8], ctl[4096];
 
 	if (gx_cfg.priority_class != GPUEXT_DEVRT_CLASS_BEST_EFFORT || !gx_cfg.sm_percent)
@@ -67,13 +67,13 @@ static void gx_mps_share(void)
 		gx_log("smPercent %u set but no MPS server (%s): launch gate stays on", gx_cfg.sm_percent, ctl);
 		return;
 	}
-	if (!getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")) {
+	if (!getenv(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE)) {
 		snprintf(v, sizeof(v), "%u", gx_cfg.sm_percent);
-		setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", v, 0);
+		setenv(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE, v, 0);
 	}
 	gx_mps_confined = 1;
 	GX_DEBUG("best-effort under MPS: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s, launch gate off",
-		 getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+		 getenv(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE));
 }
 
 void gx_priority_open(void)

@@ -241,7 +241,7 @@ static void gx_status(const char *fmt, ...)
 
 static void gx_probe_init_once(void)
 {
-	const char *tdir = getenv("GPUEXT_TENANT_DIR");
+	const char *tdir = getenv(GPUEXT_ENV_TENANT_DIR);
 	char path[PATH_MAX], err[160];
 	size_t clen = 0;
 	char *ctext;

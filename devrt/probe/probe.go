@@ -1,8 +1,10 @@
 // Package probe holds what every part of the device-side eBPF pipeline
 // shares: attach points, helper numbers, the probe context, device map
-// layouts and the module manifest. The numbers mirror the DEVICE PROBES
-// section of kmod/include/gpuext_abi.h (checked by abi_test.go); the
-// pipeline itself is described in docs/device-probes.md.
+// layouts and the module manifest. The numbers and the dispatch names are
+// generated (abi_gen.go, by gen.go) from the DEVICE PROBES section of
+// kmod/include/gpuext_abi.h and from devrt/lib/ptxpatch.h, the headers the
+// probes and the interposer are built with; the pipeline itself is
+// described in docs/device-probes.md.
 //
 //	ELF (clang -target bpf) -> verifier -> ptx translator -> module.ptx + manifest.json
 //	                                                   -> interposer splices at image load (C)
@@ -19,14 +21,14 @@ import (
 type Attach uint32
 
 const (
-	KernelEntry Attach = 0 // first instruction of the kernel, every thread
-	KernelExit  Attach = 1 // before each ret/exit of the kernel, every thread
+	KernelEntry Attach = attachKernelEntry // first instruction of the kernel, every thread
+	KernelExit  Attach = attachKernelExit  // before each ret/exit of the kernel, every thread
 )
 
 // ELF section names of the attach points.
 const (
-	SecKernelEntry = "gpuext/kernel_entry"
-	SecKernelExit  = "gpuext/kernel_exit"
+	SecKernelEntry = secKernelEntry
+	SecKernelExit  = secKernelExit
 )
 
 func (a Attach) String() string {
@@ -53,23 +55,23 @@ func AttachOfSection(sec string) (Attach, bool) {
 // Helper numbers (the imm of a BPF call). Kernel numbers where the kernel
 // has the helper; device-only ones from HelperBase.
 const (
-	HelperMapLookupElem  = 1
-	HelperMapUpdateElem  = 2
-	HelperMapDeleteElem  = 3
-	HelperKtimeGetNs     = 5 // %globaltimer on the device
-	HelperSmpProcessorID = 8 // %smid on the device
-	HelperRingbufOutput  = 130
-	HelperBase           = 2000
-	HelperThreadIdx      = 2001 // (dim) -> %tid.{x,y,z}
-	HelperBlockIdx       = 2002 // (dim) -> %ctaid
-	HelperBlockDim       = 2003 // (dim) -> %ntid
-	HelperGridDim        = 2004 // (dim) -> %nctaid
-	HelperWarpID         = 2005 // linear thread index in block / 32
-	HelperLaneID         = 2006 // %laneid
-	HelperSmID           = 2007 // %smid
-	HelperGlobaltimer    = 2008 // %globaltimer
-	HelperBlockLinearID  = 2009
-	HelperThreadLinearID = 2010
+	HelperMapLookupElem  = phMapLookupElem
+	HelperMapUpdateElem  = phMapUpdateElem
+	HelperMapDeleteElem  = phMapDeleteElem
+	HelperKtimeGetNs     = phKtimeGetNs     // %globaltimer on the device
+	HelperSmpProcessorID = phSmpProcessorID // %smid on the device
+	HelperRingbufOutput  = phRingbufOutput
+	HelperBase           = phBase
+	HelperThreadIdx      = phThreadIdx // (dim) -> %tid.{x,y,z}
+	HelperBlockIdx       = phBlockIdx  // (dim) -> %ctaid
+	HelperBlockDim       = phBlockDim  // (dim) -> %ntid
+	HelperGridDim        = phGridDim   // (dim) -> %nctaid
+	HelperWarpID         = phWarpID    // linear thread index in block / 32
+	HelperLaneID         = phLaneID    // %laneid
+	HelperSmID           = phSmID      // %smid
+	HelperGlobaltimer    = phGlobaltimer
+	HelperBlockLinearID  = phBlockLinearID
+	HelperThreadLinearID = phThreadLinearID
 )
 
 // HelperNames names every helper the device runtime implements.
@@ -92,7 +94,8 @@ var HelperNames = map[int32]string{
 	HelperThreadLinearID: "gpuext_thread_linear_id",
 }
 
-// Ctx is struct gpuext_probe_ctx: what r1 points at in a probe.
+// Ctx is struct gpuext_probe_ctx: what r1 points at in a probe (its
+// offsets are checked against the header's by abi_test.go).
 type Ctx struct {
 	KernelID uint64 // FNV-1a 64 of the .entry name
 	TenantID uint32
@@ -101,7 +104,7 @@ type Ctx struct {
 }
 
 // CtxSize is sizeof(struct gpuext_probe_ctx).
-const CtxSize = 24
+const CtxSize = ctxSize
 
 // KernelID is the id the patcher gives a .entry: FNV-1a 64 of its name.
 func KernelID(entry string) uint64 {
@@ -117,10 +120,10 @@ func KernelID(entry string) uint64 {
 type MapType uint32
 
 const (
-	MapArray   MapType = 1
-	MapHash    MapType = 2
-	MapPerWarp MapType = 3
-	MapRingbuf MapType = 4
+	MapArray   MapType = dmapArray
+	MapHash    MapType = dmapHash
+	MapPerWarp MapType = dmapPerWarp
+	MapRingbuf MapType = dmapRingbuf
 )
 
 func (t MapType) String() string {
@@ -139,8 +142,8 @@ func (t MapType) String() string {
 
 // Device map layout constants (struct gpuext_dmap).
 const (
-	MapHdrSize   = 32
-	MapWarpSlots = 16384
+	MapHdrSize   = dmapHdrSize
+	MapWarpSlots = dmapWarpSlots
 )
 
 func round8(n uint32) uint32 { return (n + 7) &^ 7 }
@@ -277,8 +280,8 @@ const ManifestVersion = 1
 // patcher (docs/device-probes.md).
 const (
 	// Dispatch functions the patcher calls: .func NAME (.param .b64 kernel_id)
-	FuncEntry = "__gpuext_probe_entry"
-	FuncExit  = "__gpuext_probe_exit"
+	FuncEntry = funcEntry
+	FuncExit  = funcExit
 	// .visible .global .u32 the interposer sets after load.
 	SymTenantID = "__gpuext_tenant_id"
 	// .visible .global .u64 the interposer sets before each launch (LaunchTime).

@@ -8,14 +8,19 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/devrt/probe/compile"
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/internal/atomicfile"
 	"github.com/gpuext/gpuext/policies"
 )
 
-// TenantFile is the config.json the device runtime reads (docs/injection.md).
+// TenantFile is a tenant's config.json: the human-readable view of the
+// tenant, for people and tools (docs/injection.md). The device runtime does
+// not read it: it reads settings.bin, which Settings derives from the same
+// TenantFile (WriteTenantFiles writes both).
 type TenantFile struct {
 	ABIVersion  uint32 `json:"abiVersion"`
 	TenantID    uint32 `json:"tenantId"`
@@ -40,7 +45,67 @@ type TenantFile struct {
 	ProbeKernels []string `json:"probeKernels"`
 }
 
-// writeTenantDir writes the tenant's config.json and its probes/ directory
+// The catalog's class names as the device runtime's classes
+// (GPUEXT_DEVRT_CLASS_*, generated into tenantcfg). policies validates the
+// names; an unknown one is standard, as the device runtime always treated it.
+var devrtClasses = map[policies.PriorityClass]tenantcfg.Class{
+	policies.LatencyCritical: tenantcfg.ClassLatencyCritical,
+	policies.Standard:        tenantcfg.ClassStandard,
+	policies.BestEffort:      tenantcfg.ClassBestEffort,
+}
+
+// Settings is the device runtime's view of the tenant (settings.bin). Every
+// default is resolved here, so the interposer takes each value as it is:
+// the latency-critical window is activeWindowUs, else timesliceUs (what the
+// interposer fell back to when it read config.json), else
+// tenantcfg.DefaultActiveWindow.
+func (tf TenantFile) Settings() tenantcfg.Settings {
+	window := tenantcfg.DefaultActiveWindow
+	if us := tf.ActiveWindowUS; us > 0 {
+		window = time.Duration(us) * time.Microsecond
+	} else if us := tf.TimesliceUS; us > 0 {
+		window = time.Duration(us) * time.Microsecond
+	}
+	return tenantcfg.Settings{
+		TenantID:     uint64(tf.TenantID),
+		QuotaBytes:   tf.QuotaBytes,
+		ActiveWindow: window,
+		Class:        devrtClasses[policies.PriorityClass(tf.Class)],
+		SMPercent:    tf.SMPercent,
+	}
+}
+
+// WriteTenantFiles writes tf into the tenant dir: settings.bin, what the
+// device runtime reads, then config.json; each atomically (temp file +
+// rename: a running process sees the old file or the new one) and neither
+// when its bytes are unchanged (a second container of the tenant, a
+// re-admission), so running processes do not re-read it.
+func WriteTenantFiles(dir string, tf TenantFile) error {
+	bin, err := tenantcfg.Encode(tf.Settings())
+	if err != nil {
+		return fmt.Errorf("tenant settings: %w", err)
+	}
+	js, err := json.MarshalIndent(tf, "", "  ")
+	if err != nil {
+		return fmt.Errorf("tenant config: %w", err)
+	}
+	js = append(js, '\n')
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{TenantSettingsFile, bin}, {TenantConfigFile, js}} {
+		path := filepath.Join(dir, f.name)
+		if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, f.data) {
+			continue
+		}
+		if err := atomicfile.Write(path, f.data, 0o644); err != nil {
+			return fmt.Errorf("tenant %s: %w", f.name, err)
+		}
+	}
+	return nil
+}
+
+// writeTenantDir writes the tenant's settings.bin, config.json and probes/ directory
 // (the compiled probe module, or none when probes is nil).
 func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy, probes *compile.Bundle) (string, error) {
 	dir := c.tenantDir(id)
@@ -71,17 +136,8 @@ func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy, pr
 		Interleave: p.Priority.Interleave, ActiveWindowUS: p.Priority.ActiveWindowUS, SMPercent: p.Priority.EffectiveSMPercent(), Eviction: p.Memory.Eviction.Name, Prefetch: p.Memory.Prefetch.Name,
 		Probes: probeNames, ProbeKernels: probeKernels,
 	}
-	b, err := json.MarshalIndent(tf, "", "  ")
-	if err != nil {
+	if err := WriteTenantFiles(dir, tf); err != nil {
 		return "", err
-	}
-	b = append(b, '\n')
-	path := filepath.Join(dir, TenantConfigFile)
-	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, b) {
-		return dir, nil // unchanged: a second container of the tenant, or a re-admission
-	}
-	if err := atomicfile.Write(path, b, 0o644); err != nil {
-		return "", fmt.Errorf("tenant config: %w", err)
 	}
 	return dir, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -46,14 +47,21 @@ const (
 	// runtime writes its probes' status and map copies.
 	AcctProbesDir = "probes"
 
-	EnvTenantID     = "GPUEXT_TENANT_ID"
-	EnvTenantDir    = "GPUEXT_TENANT_DIR"
-	EnvTenantConfig = "GPUEXT_TENANT_CONFIG"
-	EnvDevrtDir     = "GPUEXT_DEVRT_DIR"
-	EnvPolicy       = "GPUEXT_POLICY"
-	EnvTenantAcct   = "GPUEXT_TENANT_ACCT"
-	EnvBoard        = "GPUEXT_BOARD"
-	EnvLDPreload    = "LD_PRELOAD"
+	// TenantSettingsFile is what the device runtime reads in the tenant
+	// dir (devrt/include/gpuext_devrt_tenant.h); config.json is its
+	// human-readable view, which the device runtime does not read.
+	TenantSettingsFile = tenantcfg.FileName
+
+	// The env names come from devrt/include/gpuext_devrt_env.h (generated
+	// into devrt/tenantcfg), the names the interposer's getenv reads.
+	EnvTenantID     = tenantcfg.EnvTenantID
+	EnvTenantDir    = tenantcfg.EnvTenantDir
+	EnvTenantConfig = tenantcfg.EnvTenantConfig
+	EnvDevrtDir     = tenantcfg.EnvDevrtDir
+	EnvPolicy       = tenantcfg.EnvPolicy
+	EnvTenantAcct   = tenantcfg.EnvTenantAcct
+	EnvBoard        = tenantcfg.EnvBoard
+	EnvLDPreload    = "LD_PRELOAD" // the dynamic loader's
 )
 
 // Sentinel errors callers test with errors.Is.

@@ -41,9 +41,9 @@ build gemm "$REPO/test/gpu/gemm.cu" -lcublas
 
 # The tenant the interposer sees.
 tenant() { # quota-bytes class
-	printf '{"abiVersion":1,"tenantId":7,"policy":"gpu-test","priorityClass":"%s","quotaBytes":%s}\n' "$2" "$1" >"$W/tenant/config.json"
+	"$REPO/bin/gpuextctl" settings write --dir "$W/tenant" --tenant 7 --policy gpu-test --class "$2" --quota "$1"
 	rm -f "$W/acct/usage"
-	INJECT=(LD_PRELOAD="$LIB" GPUEXT_TENANT_ID=7 GPUEXT_TENANT_CONFIG="$W/tenant/config.json"
+	INJECT=(LD_PRELOAD="$LIB" GPUEXT_TENANT_ID=7 GPUEXT_TENANT_DIR="$W/tenant" GPUEXT_TENANT_CONFIG="$W/tenant/config.json"
 		GPUEXT_TENANT_ACCT="$W/acct" GPUEXT_DEVRT_TRACE="$W/trace")
 }
 INJECT=() # the env admission injects (docs/injection.md), set by tenant()
@@ -186,10 +186,10 @@ mps_stop() {
 prio_run() { # mode -> prints lc p50/p99 and be throughput over the lc window
 	local mode=$1 be_pids=() i
 	rm -rf "$W/prio" && mkdir -p "$W/prio/tenants/1" "$W/prio/tenants/2" "$W/prio/acct/1" "$W/prio/acct/2" "$W/prio/board"
-	printf '{"tenantId":1,"priorityClass":"latency-critical","quotaBytes":0,"activeWindowUs":%d}\n' "$LC_WINDOW_US" >"$W/prio/tenants/1/config.json"
+	"$GPUEXTCTL" settings write --dir "$W/prio/tenants/1" --tenant 1 --class latency-critical --active-window-us "$LC_WINDOW_US"
 	local sm=0
 	[[ $mode == mps-* ]] && sm=${mode#mps-}
-	printf '{"tenantId":2,"priorityClass":"best-effort","quotaBytes":0,"timesliceUs":0,"smPercent":%d}\n' "$sm" >"$W/prio/tenants/2/config.json"
+	"$GPUEXTCTL" settings write --dir "$W/prio/tenants/2" --tenant 2 --class best-effort --sm-percent "$sm"
 	local board_pid=""
 	[[ $mode == mps* ]] && mps_start
 	if [[ $mode != alone && $mode != nopolicy ]]; then
@@ -201,7 +201,7 @@ prio_run() { # mode -> prints lc p50/p99 and be throughput over the lc window
 	pre() { # tenant-id -> env for that tenant (policy modes only)
 		[[ $mode == alone || $mode == nopolicy ]] && return 0
 		[[ $mode == mps-* ]] && echo "GPUEXT_DEVRT_DEBUG=1"
-		echo "LD_PRELOAD=$LIB GPUEXT_TENANT_CONFIG=$W/prio/tenants/$1/config.json GPUEXT_TENANT_ACCT=$W/prio/acct/$1 GPUEXT_BOARD=$W/prio/board/board"
+		echo "LD_PRELOAD=$LIB GPUEXT_TENANT_DIR=$W/prio/tenants/$1 GPUEXT_TENANT_ACCT=$W/prio/acct/$1 GPUEXT_BOARD=$W/prio/board/board"
 	}
 	if [[ $mode != alone ]]; then
 		for i in 1 2; do

@@ -48,8 +48,7 @@ ptenant() {
 	mkdir -p "$PT/tenants/$id" "$PT/acct/$id"
 	chmod 1777 "$PT/acct/$id"
 	rm -rf "$PT/acct/$id/probes"
-	printf '{"tenantId":%d,"tenantKey":"gpu-test/%d","policy":"gpu-test","priorityClass":"standard","quotaBytes":0,"probes":["%s"]}\n' \
-		"$id" "$id" "${set//,/\",\"}" >"$PT/tenants/$id/config.json"
+	"$GX" settings write --dir "$PT/tenants/$id" --tenant "$id" --policy gpu-test --probes "$set"
 	"$GX" probes compile --out "$PT/tenants/$id/probes" "$@" "$set" >>"$OUT/probes-compile.log" 2>&1 ||
 		{ bad "probes-compile-$id" "gpuextctl probes compile failed (probes-compile.log)"; return 1; }
 }
@@ -187,7 +186,7 @@ fi
 if pwant overhead && [[ -x $W/probeapps ]] && ptenant 36 launch-stats && ptenant 38 launch-count; then
 	# the interposer alone (a tenant without probes) beside them: its host-side hooks are not the probes' cost
 	mkdir -p "$PT/tenants/39" "$PT/acct/39" && chmod 1777 "$PT/acct/39"
-	printf '{"tenantId":39,"tenantKey":"gpu-test/39","policy":"gpu-test","priorityClass":"standard","quotaBytes":0,"probes":[]}\n' >"$PT/tenants/39/config.json"
+	"$GX" settings write --dir "$PT/tenants/39" --tenant 39 --policy gpu-test
 	for round in $(seq "${GPUEXT_PROBE_ROUNDS:-3}"); do
 		for what in "small ${GPUEXT_PROBE_SMALL_ITERS:-100000}" "gemm 4096 20"; do
 			declare -A us=()

@@ -1,0 +1,54 @@
+/*
+ * gpuext_devrt_tenant.h - a tenant's settings as the device runtime reads
+ * them, defined once.
+ *
+ * Admission writes $GPUEXT_TENANT_DIR/settings.bin (internal/admission,
+ * through devrt/tenantcfg, whose Go layout is generated from this header);
+ * the interposer reads it on the first CUDA call and re-reads quota_bytes
+ * when the host replaces the file (temp file + rename). config.json beside it
+ * is the human-readable view of the same tenant; the interposer never reads it.
+ *
+ * One fixed-size record: fixed-width fields, little-endian (x86-64, aarch64),
+ * naturally aligned, no implicit padding. Every default is resolved by the
+ * host: a value here is taken as it is, never replaced by another field.
+ *
+ * A reader takes the file only when it is exactly GPUEXT_DEVRT_TENANT_SIZE
+ * bytes, with magic, version and size as below and every value in range;
+ * otherwise it ignores the whole file (process-local defaults: no quota,
+ * standard class, GPUEXT_DEVRT_DEFAULT_WINDOW_NS) and says so on its debug
+ * line. Rules for editing: a new field takes reserved space, where 0 must
+ * mean what a reader that ignores the field does; bump
+ * GPUEXT_DEVRT_TENANT_VERSION for any other change.
+ */
+#ifndef GPUEXT_DEVRT_TENANT_H
+#define GPUEXT_DEVRT_TENANT_H
+
+#include <stdint.h>
+
+#include "gpuext_devrt_shm.h" /* GPUEXT_DEVRT_CLASS_* */
+
+#define GPUEXT_DEVRT_TENANT_MAGIC 0x53474e5453584750ULL /* "PGXSTNGS" read as bytes little-endian */
+#define GPUEXT_DEVRT_TENANT_VERSION 1u
+#define GPUEXT_DEVRT_TENANT_FILE "settings.bin" /* in $GPUEXT_TENANT_DIR */
+#define GPUEXT_DEVRT_TENANT_SIZE 64u
+
+/* How long a latency-critical launch counts as pending when the policy names no window. */
+#define GPUEXT_DEVRT_DEFAULT_WINDOW_NS 2000000ull
+/* The highest GPUEXT_DEVRT_CLASS_* value. */
+#define GPUEXT_DEVRT_CLASS_MAX GPUEXT_DEVRT_CLASS_BEST_EFFORT
+
+struct gpuext_devrt_tenant {
+	uint64_t magic;            /* GPUEXT_DEVRT_TENANT_MAGIC */
+	uint32_t version;          /* GPUEXT_DEVRT_TENANT_VERSION */
+	uint32_t size;             /* GPUEXT_DEVRT_TENANT_SIZE */
+	uint64_t tenant_id;        /* the host's tenant id (GPUEXT_TENANT_ID's value) */
+	uint64_t quota_bytes;      /* device memory over all the tenant's processes; 0: no quota */
+	uint64_t active_window_ns; /* latency-critical: how long after a launch its work counts as pending (> 0) */
+	uint32_t priority_class;   /* GPUEXT_DEVRT_CLASS_* (at most GPUEXT_DEVRT_CLASS_MAX) */
+	uint32_t sm_percent;       /* best-effort under MPS: share of the SMs, 1..100; 0: not confined */
+	uint64_t reserved[2];      /* 0 */
+};
+
+_Static_assert(sizeof(struct gpuext_devrt_tenant) == GPUEXT_DEVRT_TENANT_SIZE, "tenant settings layout");
+
+#endif /* GPUEXT_DEVRT_TENANT_H */

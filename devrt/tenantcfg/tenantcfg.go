@@ -1,0 +1,131 @@
+package tenantcfg
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// FileName is the settings file's name in the tenant directory.
+const FileName = fileName
+
+// Size is the settings file's exact size in bytes.
+const Size = size
+
+// DefaultActiveWindow is the latency-critical pending window of a policy
+// that names none (and the interposer's own when it has no settings file).
+const DefaultActiveWindow = time.Duration(defaultWindowNs)
+
+// Class is a GPUEXT_DEVRT_CLASS_* value: the device runtime's priority class.
+type Class uint32
+
+// The device runtime's priority classes.
+const (
+	ClassStandard        Class = classStandard
+	ClassLatencyCritical Class = classLatencyCritical
+	ClassBestEffort      Class = classBestEffort
+)
+
+// ErrInvalid is wrapped by Decode and Encode for a record the interposer
+// would ignore.
+var ErrInvalid = errors.New("invalid tenant settings")
+
+// Settings is struct gpuext_devrt_tenant without its header: everything
+// the interposer takes from the host about its tenant. Every default is
+// resolved by the writer; the interposer takes each value as it is.
+type Settings struct {
+	TenantID   uint64 // the host's tenant id
+	QuotaBytes uint64 // device memory over all the tenant's processes; 0: no quota
+	// ActiveWindow: for a latency-critical tenant, how long after a launch
+	// its work counts as pending (the launch gate). Positive.
+	ActiveWindow time.Duration
+	Class        Class
+	SMPercent    uint32 // best-effort under MPS: share of the SMs, 1..100; 0: not confined
+}
+
+// Validate makes the interposer's range checks.
+func (s Settings) Validate() error {
+	switch {
+	case s.Class > classMax:
+		return fmt.Errorf("%w: class %d", ErrInvalid, s.Class)
+	case s.SMPercent > 100:
+		return fmt.Errorf("%w: smPercent %d above 100", ErrInvalid, s.SMPercent)
+	case s.ActiveWindow <= 0:
+		return fmt.Errorf("%w: active window %v, want > 0", ErrInvalid, s.ActiveWindow)
+	}
+	return nil
+}
+
+// put stores v in the field at off of the given width (from the layout).
+func put(b []byte, off, width int, v uint64) {
+	switch width {
+	case 4:
+		binary.LittleEndian.PutUint32(b[off:], uint32(v))
+	case 8:
+		binary.LittleEndian.PutUint64(b[off:], v)
+	default:
+		panic(fmt.Sprintf("tenantcfg: field of %d bytes at %d", width, off)) // a layout change the encoder does not know
+	}
+}
+
+func get(b []byte, off, width int) uint64 {
+	switch width {
+	case 4:
+		return uint64(binary.LittleEndian.Uint32(b[off:]))
+	case 8:
+		return binary.LittleEndian.Uint64(b[off:])
+	}
+	panic(fmt.Sprintf("tenantcfg: field of %d bytes at %d", width, off))
+}
+
+// Encode returns the settings file's bytes.
+func Encode(s Settings) ([]byte, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	b := make([]byte, size)
+	put(b, offMagic, sizeMagic, magic)
+	put(b, offVersion, sizeVersion, version)
+	put(b, offSize, sizeSize, size)
+	put(b, offTenantID, sizeTenantID, s.TenantID)
+	put(b, offQuotaBytes, sizeQuotaBytes, s.QuotaBytes)
+	put(b, offActiveWindowNs, sizeActiveWindowNs, uint64(s.ActiveWindow.Nanoseconds()))
+	put(b, offPriorityClass, sizePriorityClass, uint64(s.Class))
+	put(b, offSMPercent, sizeSMPercent, uint64(s.SMPercent))
+	return b, nil
+}
+
+// Decode reads a settings file the way the interposer does: exactly Size
+// bytes, magic, version and size as the header says, values in range.
+// Reserved bytes are ignored (new fields take them).
+func Decode(b []byte) (Settings, error) {
+	if len(b) != size {
+		return Settings{}, fmt.Errorf("%w: %d bytes, want %d", ErrInvalid, len(b), size)
+	}
+	if m := get(b, offMagic, sizeMagic); m != magic {
+		return Settings{}, fmt.Errorf("%w: magic %#x", ErrInvalid, m)
+	}
+	if v := get(b, offVersion, sizeVersion); v != version {
+		return Settings{}, fmt.Errorf("%w: version %d, want %d", ErrInvalid, v, version)
+	}
+	if n := get(b, offSize, sizeSize); n != size {
+		return Settings{}, fmt.Errorf("%w: size field %d, want %d", ErrInvalid, n, size)
+	}
+	w := get(b, offActiveWindowNs, sizeActiveWindowNs)
+	if w > math.MaxInt64 { // what a time.Duration holds; the interposer takes any u64
+		return Settings{}, fmt.Errorf("%w: active window %d ns", ErrInvalid, w)
+	}
+	s := Settings{
+		TenantID:     get(b, offTenantID, sizeTenantID),
+		QuotaBytes:   get(b, offQuotaBytes, sizeQuotaBytes),
+		ActiveWindow: time.Duration(w),
+		Class:        Class(get(b, offPriorityClass, sizePriorityClass)),
+		SMPercent:    uint32(get(b, offSMPercent, sizeSMPercent)),
+	}
+	if err := s.Validate(); err != nil {
+		return Settings{}, err
+	}
+	return s, nil
+}

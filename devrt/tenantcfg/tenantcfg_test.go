@@ -1,0 +1,85 @@
+package tenantcfg
+
+import (
+	"encoding/binary"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// Every Settings field survives Encode and Decode: a field added to
+// Settings and not to the encoder (and so to the C header) fails here.
+func TestRoundTripEveryField(t *testing.T) {
+	var s Settings
+	v := reflect.ValueOf(&s).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Field(i)
+		switch {
+		case f.Type() == reflect.TypeOf(time.Duration(0)):
+			f.SetInt(int64(3*time.Millisecond) + int64(i))
+		case f.Type() == reflect.TypeOf(Class(0)):
+			f.SetUint(uint64(ClassBestEffort))
+		case v.Type().Field(i).Name == "SMPercent":
+			f.SetUint(40)
+		case f.Kind() == reflect.Uint32 || f.Kind() == reflect.Uint64:
+			f.SetUint(1<<31 + uint64(i))
+		default:
+			t.Fatalf("Settings.%s: type %s: teach this test and the encoder about it", v.Type().Field(i).Name, f.Type())
+		}
+	}
+	b, err := Encode(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != Size {
+		t.Fatalf("encoded %d bytes, the header says %d", len(b), Size)
+	}
+	got, err := Decode(b)
+	if err != nil || got != s {
+		t.Fatalf("Decode(Encode(%+v)) = %+v, %v", s, got, err)
+	}
+}
+
+// Decode refuses what the interposer ignores, each with ErrInvalid.
+func TestDecodeRefuses(t *testing.T) {
+	good, err := Encode(Settings{TenantID: 3, QuotaBytes: 1 << 30, ActiveWindow: DefaultActiveWindow, Class: ClassLatencyCritical})
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
+	for name, b := range map[string][]byte{
+		"empty":      {},
+		"truncated":  good[:Size-1],
+		"too long":   append(append([]byte(nil), good...), 0),
+		"magic":      edit(func(b []byte) []byte { b[offMagic] ^= 1; return b }),
+		"version":    edit(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[offVersion:], version+1); return b }),
+		"size field": edit(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[offSize:], size+8); return b }),
+		"class":      edit(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[offPriorityClass:], classMax+1); return b }),
+		"smPercent":  edit(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[offSMPercent:], 101); return b }),
+		"window 0":   edit(func(b []byte) []byte { binary.LittleEndian.PutUint64(b[offActiveWindowNs:], 0); return b }),
+		"config.json": []byte(`{"tenantId": 3, "priorityClass": "latency-critical", "quotaBytes": 1073741824, "x": "` +
+			"0123456789" + `"}`),
+	} {
+		if _, err := Decode(b); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: Decode err = %v, want ErrInvalid", name, err)
+		}
+	}
+	// Reserved bytes are where new fields go: a reader ignores them.
+	b := edit(func(b []byte) []byte { b[offReserved] = 1; return b })
+	if _, err := Decode(b); err != nil {
+		t.Errorf("reserved byte set: %v", err)
+	}
+}
+
+func TestEncodeRefuses(t *testing.T) {
+	for name, s := range map[string]Settings{
+		"no window": {Class: ClassLatencyCritical},
+		"class":     {Class: classMax + 1, ActiveWindow: time.Millisecond},
+		"smPercent": {Class: ClassBestEffort, SMPercent: 101, ActiveWindow: time.Millisecond},
+	} {
+		if _, err := Encode(s); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: Encode err = %v, want ErrInvalid", name, err)
+		}
+	}
+}
