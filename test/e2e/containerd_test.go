@@ -32,7 +32,7 @@ type ctdLab struct {
 
 // startCtdLab builds the plugin, installs it as 50-gpuext with its config in
 // 50-gpuext.conf, and starts containerd.
-func startCtdLab(t *testing.T, failMode string) *ctdLab {
+func startCtdLab(t *testing.T, failMode string, extra ...map[string]string) *ctdLab {
 	t.Helper()
 	root := lab.RepoRoot()
 	work, err := os.MkdirTemp("", "gpuext-ctd-")
@@ -56,6 +56,11 @@ func startCtdLab(t *testing.T, failMode string) *ctdLab {
 	t.Cleanup(func() { os.RemoveAll(l.pinDir) })
 	cfg := map[string]string{"failMode": failMode, "pinDir": l.pinDir, "stateDir": l.stateDir, "devrtDir": devrt,
 		"logFile": l.logFile, "logLevel": "debug", "agentSocket": filepath.Join(work, "agent", "agent.sock")}
+	for _, e := range extra {
+		for k, v := range e {
+			cfg[k] = v
+		}
+	}
 	l.Containerd = lab.StartContainerd(t, lab.ContainerdOptions{BeforeStart: func(c *lab.Containerd) {
 		data, _ := json.Marshal(cfg)
 		if err := os.WriteFile(filepath.Join(c.PluginConfigDir, "50-gpuext.conf"), data, 0o644); err != nil {

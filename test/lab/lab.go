@@ -157,6 +157,16 @@ func (c *Containerd) Crictl(t testing.TB, args ...string) string {
 	return out
 }
 
+// CrictlErr runs crictl and returns its output and error, for a call that
+// may fail (a refused container).
+func (c *Containerd) CrictlErr(args ...string) (string, error) {
+	out, err := c.script(context.Background(), "containerd.sh", append([]string{"crictl"}, args...)...)
+	if err != nil {
+		return out, fmt.Errorf("crictl %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return out, nil
+}
+
 // PodOptions describe the pod and container Pod creates (on top of
 // test/lab/testdata/pod.json and ctr.json).
 type PodOptions struct {
