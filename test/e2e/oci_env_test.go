@@ -125,6 +125,7 @@ func (l *ociLab) StartAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer logf.Close()
+	os.Remove(l.AgentSocket) // a killed agent's: wait for the new one's
 	cmd := exec.Command(l.Agent, "--nri=false", "--config", l.Config)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -135,6 +136,17 @@ func (l *ociLab) StartAgent(t *testing.T) {
 		_, err := os.Stat(l.AgentSocket)
 		return err == nil
 	})
+}
+
+// KillAgent kills the agent with SIGKILL, as an OOM kill or a crash would.
+func (l *ociLab) KillAgent(t *testing.T) {
+	t.Helper()
+	if l.agent == nil {
+		return
+	}
+	l.agent.Process.Kill() //nolint:errcheck
+	l.agent.Wait()         //nolint:errcheck
+	l.agent = nil
 }
 
 // StopAgent stops the agent (SIGTERM, as systemd does) and waits for it.

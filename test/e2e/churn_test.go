@@ -1,0 +1,187 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpuext/gpuext/cgroup"
+	"github.com/gpuext/gpuext/cgroup/cgrouptest"
+	"github.com/gpuext/gpuext/internal/admission"
+)
+
+// churnContainer is one container as a runtime would show it to the hooks:
+// a process in its own cgroup and a bundle.
+type churnContainer struct {
+	id, bundle, cgroupDir string
+	proc                  *exec.Cmd
+	live                  bool
+}
+
+// TestChurnWithKills: 1,000 containers through the real OCI hook binary and
+// the agent at once, 8 at a time; the agent is killed with SIGKILL twice
+// midway and restarted, one hook in ten is SIGKILLed while it runs, and half
+// the containers then go away, a third of those without their poststop (as
+// after a runc crash). After two reconcile intervals: no tenant id without a
+// live cgroup (leak), no entry whose cgroup is gone (stale), and every live
+// tenant's directories still there.
+func TestChurnWithKills(t *testing.T) {
+	ociRequirePrivileged(t, "go")
+	const n = 1000
+	l := ociNewLab(t)
+	l.WriteConfig(t, "fail-open", map[string]any{"reconcileInterval": "2s", "reconcileGrace": "1s", "logLevel": "info"})
+	parent, _ := cgrouptest.New(t)
+	res, err := cgroup.NewResolver("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := "/" + strings.TrimPrefix(strings.TrimPrefix(parent, res.V2Root()), "/")
+	policies := []string{"batch", "latency-critical", "default", "vector-search"}
+	ctrs := make([]*churnContainer, n)
+	for i := range ctrs {
+		c := &churnContainer{id: fmt.Sprintf("churn-%04d-%s", i, ociRandom(2)), cgroupDir: filepath.Join(parent, fmt.Sprintf("c%04d", i))}
+		c.bundle = filepath.Join(l.Dir, "b", c.id)
+		if err := os.MkdirAll(c.bundle, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(c.cgroupDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		spec := specs.Spec{Version: specs.Version, Annotations: map[string]string{"policy.gpuext.io": policies[i%len(policies)]},
+			Linux: &specs.Linux{CgroupsPath: rel + fmt.Sprintf("/c%04d", i)}}
+		data, _ := json.Marshal(&spec)
+		if err := os.WriteFile(filepath.Join(c.bundle, "config.json"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c.proc = cgrouptest.RunIn(t, c.cgroupDir, "sleep", "600")
+		c.live = true
+		ctrs[i] = c
+	}
+	t.Cleanup(func() {
+		for _, c := range ctrs {
+			if c.proc.ProcessState == nil {
+				c.proc.Process.Kill() //nolint:errcheck
+				c.proc.Wait()         //nolint:errcheck
+			}
+			os.Remove(c.cgroupDir)
+		}
+	})
+
+	var hooksKilled, hooksRun atomic.Int64
+	hook := func(c *churnContainer, stage string, mayKill bool) {
+		st := specs.State{Version: specs.Version, ID: c.id, Status: "creating", Pid: c.proc.Process.Pid, Bundle: c.bundle}
+		data, _ := json.Marshal(&st)
+		cmd := exec.Command(l.Hook, "--config", l.Config, stage)
+		cmd.Stdin = bytes.NewReader(data)
+		if err := cmd.Start(); err != nil {
+			t.Error(err)
+			return
+		}
+		hooksRun.Add(1)
+		if mayKill && rand.IntN(10) == 0 {
+			time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+			cmd.Process.Kill() //nolint:errcheck
+			hooksKilled.Add(1)
+		}
+		cmd.Wait() //nolint:errcheck // fail-open: exit 0, or killed
+	}
+	run := func(list []*churnContainer, stage string, onProgress func(done int)) {
+		work := make(chan *churnContainer)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for c := range work {
+					hook(c, stage, true)
+				}
+			}()
+		}
+		for i, c := range list {
+			work <- c
+			if onProgress != nil {
+				onProgress(i)
+			}
+		}
+		close(work)
+		wg.Wait()
+	}
+	start := time.Now()
+	run(ctrs, "createRuntime", func(done int) {
+		if done == n/3 || done == 2*n/3 {
+			l.KillAgent(t) // mid-request for some hooks: they fail open
+			l.StartAgent(t)
+			t.Logf("agent killed with SIGKILL and restarted after %d createRuntime hooks", done)
+		}
+	})
+	t.Logf("%d createRuntime hooks in %v, %d of them SIGKILLed", n, time.Since(start).Round(time.Millisecond), hooksKilled.Load())
+
+	// Half the containers end; a third of those never get their poststop.
+	var withPoststop []*churnContainer
+	for i, c := range ctrs {
+		if i%2 != 0 {
+			continue
+		}
+		c.proc.Process.Kill() //nolint:errcheck
+		c.proc.Wait()         //nolint:errcheck
+		if err := os.Remove(c.cgroupDir); err != nil {
+			t.Fatal(err)
+		}
+		c.live = false
+		if i%3 != 0 {
+			withPoststop = append(withPoststop, c)
+		}
+	}
+	run(withPoststop, "poststop", nil)
+	time.Sleep(5 * time.Second) // two reconcile intervals and the grace
+
+	reg := l.Registry(t)
+	list, err := reg.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	liveByID := map[string]bool{}
+	for _, c := range ctrs {
+		liveByID[c.id] = c.live
+	}
+	registeredLive := 0
+	for _, tn := range list {
+		if len(tn.Cgroups) == 0 {
+			t.Errorf("leaked tenant %d (%s): no cgroup", tn.ID, tn.Key)
+			continue
+		}
+		for _, cg := range tn.Cgroups {
+			if !liveByID[cg.ContainerID] {
+				t.Errorf("stale entry: tenant %d has cgroup %d of ended container %s", tn.ID, cg.CgroupID, cg.ContainerID)
+				continue
+			}
+			registeredLive++
+		}
+		for _, dir := range []string{admission.TenantDir(l.StateDir, uint64(tn.ID)), admission.AcctDir(l.StateDir, uint64(tn.ID))} {
+			if _, err := os.Stat(dir); err != nil {
+				t.Errorf("live tenant %d lost its directory: %v", tn.ID, err)
+			}
+		}
+	}
+	t.Logf("after reconcile: %d tenants, %d live containers registered of %d live; %d hooks run, %d SIGKILLed",
+		len(list), registeredLive, n/2, hooksRun.Load(), hooksKilled.Load())
+	// Killed hooks and a dead agent may leave live containers unregistered
+	// (fail-open), not most of them.
+	if registeredLive < n/2*7/10 {
+		t.Fatalf("only %d of %d live containers registered", registeredLive, n/2)
+	}
+	if !l.LogContains("reconciled") {
+		t.Errorf("the agent never reconciled anything")
+	}
+}
