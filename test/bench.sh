@@ -5,7 +5,9 @@
 #   1. admission latency in-process: NRI CreateContainer + StartContainer
 #      through the nri module's runtime side, p50/p99 over 1,000 containers;
 #   2. real crictl create+start with the plugin vs without, two private
-#      containerds side by side in one run, interleaved, as a ratio.
+#      containerds side by side in one run, interleaved, as a ratio;
+#   3. docker run through gpuext-runc, the hook and the agent vs plain runc
+#      (test/bench-docker.sh), interleaved, as a ratio.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 BIN="$REPO/bin"
@@ -108,4 +110,6 @@ pair=$(median "$A_DIR/pairs.txt")
 	echo "without plugin: ${mo} us"
 	echo "ratio of medians with/without: ${ratio}; median of per-pair ratios: $(printf '%.3f' "$pair")   (target < 1.05)"
 } >>"$OUT"
+log "docker run through gpuext-runc + hook + agent vs plain runc"
+"$REPO/test/bench-docker.sh"
 cat "$OUT"
