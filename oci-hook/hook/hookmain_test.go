@@ -22,7 +22,7 @@ func writeTestConfig(t *testing.T, dir string, extra map[string]any) (cfgPath, l
 	}
 	cfg := map[string]any{"logFile": logPath, "pinDir": filepath.Join(dir, "not-a-dir", "pins"),
 		"agentSocket": filepath.Join(dir, "no-agent", "agent.sock"),
-		"stateDir": filepath.Join(dir, "state"), "devrtDir": filepath.Join(dir, "devrt")}
+		"stateDir":    filepath.Join(dir, "state"), "devrtDir": filepath.Join(dir, "devrt")}
 	for k, v := range extra {
 		cfg[k] = v
 	}
