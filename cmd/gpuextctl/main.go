@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/gpuext/gpuext/bpf"
-	kpolicies "github.com/gpuext/gpuext/bpf/policies"
+	"github.com/gpuext/gpuext/bpf/kernelpolicy"
 	"github.com/gpuext/gpuext/devrt/board"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
@@ -36,7 +36,7 @@ Commands:
   policies show NAME                 one policy as JSON (copy it into catalogDir to make your own)
   policies attached [--json]         the kernel policies attached to the gpuext core: name, kind (memory/sched),
                                      classes, calls, handled, refused, errors (from pins and the core's debugfs)
-  policies attach NAME               attach a kernel policy (bpf/policies catalog) with a pinned link: it stays
+  policies attach NAME               attach a kernel policy (bpf/kernelpolicy) with a pinned link: it stays
                                      attached until detached
   policies detach NAME               unpin and detach it: its tenants return to the driver's stock behaviour
   probes [--json] [--state-dir DIR]  device probes per tenant (from the tenant dirs and the interposer's copy-outs):
@@ -250,15 +250,15 @@ func kernelPolicies(cfg config.Config, cmd string, args []string, out io.Writer)
 	fs := flag.NewFlagSet("policies "+cmd, flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
 	pinDir := fs.String("pin-dir", cfg.PinDir, "bpffs pin directory (links under <pin-dir>/links)")
-	debugfs := fs.String("debugfs", kpolicies.DefaultDebugfsDir, "the gpuext core's debugfs directory")
+	debugfs := fs.String("debugfs", kernelpolicy.DefaultDebugfsDir, "the gpuext core's debugfs directory")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	l := &kpolicies.Loader{PinDir: *pinDir, Core: kpolicies.Core{Dir: *debugfs}}
+	l := &kernelpolicy.Loader{PinDir: *pinDir, Core: kernelpolicy.Core{Dir: *debugfs}}
 	switch cmd {
 	case "attach", "detach":
 		if fs.NArg() != 1 {
-			return fmt.Errorf("usage: gpuextctl policies %s NAME (known: %s)", cmd, strings.Join(kpolicies.Names(), ", "))
+			return fmt.Errorf("usage: gpuextctl policies %s NAME (known: %s)", cmd, strings.Join(kernelpolicy.Names(), ", "))
 		}
 		name := fs.Arg(0)
 		if cmd == "detach" {

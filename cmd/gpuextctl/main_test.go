@@ -14,7 +14,7 @@ import (
 	"github.com/gpuext/gpuext/bpf/bpftest"
 
 	"github.com/gpuext/gpuext/bpf"
-	kpolicies "github.com/gpuext/gpuext/bpf/policies"
+	"github.com/gpuext/gpuext/bpf/kernelpolicy"
 	"github.com/gpuext/gpuext/cgroup"
 )
 
@@ -98,7 +98,7 @@ func TestKernelPoliciesWithoutCore(t *testing.T) {
 		{"policies", "attach", "--debugfs", nocore, "--pin-dir", t.TempDir(), "fifo"},
 	} {
 		err := run(args, &bytes.Buffer{})
-		if !errors.Is(err, kpolicies.ErrNoCore) || !strings.Contains(err.Error(), "modprobe gpuext") {
+		if !errors.Is(err, kernelpolicy.ErrNoCore) || !strings.Contains(err.Error(), "modprobe gpuext") {
 			t.Errorf("gpuextctl %v: %v, want ErrNoCore saying modprobe gpuext", args, err)
 		}
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gpuext/gpuext/bpf"
-	bpfpolicies "github.com/gpuext/gpuext/bpf/policies"
+	"github.com/gpuext/gpuext/bpf/kernelpolicy"
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/strictjson"
@@ -213,7 +213,7 @@ func (c Config) OpenCore(log *logrus.Entry) (*admission.Core, *bpf.Registry, err
 		reg.Close()
 		return nil, nil, err
 	}
-	if err := bpfpolicies.HandRegistryToCore(reg); errors.Is(err, bpfpolicies.ErrNoCore) {
+	if err := kernelpolicy.HandRegistryToCore(reg); errors.Is(err, kernelpolicy.ErrNoCore) {
 		log.WithError(err).Debug("no gpuext core module: registry not handed to the kernel")
 	} else if err != nil {
 		log.WithError(err).Warn("registry not handed to the gpuext core")

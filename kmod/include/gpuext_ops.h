@@ -2,7 +2,7 @@
 /*
  * gpuext_ops.h - the memory struct_ops type that gpuext.ko registers.
  *
- * Shared by the kernel module and the BPF policies (bpf/policies): it holds
+ * Shared by the kernel module and the BPF policies (bpf/kernelpolicy): it holds
  * function pointers, so it lives apart from gpuext_abi.h, whose types Go
  * reads through bpf2go.  Contexts and return codes are in gpuext_abi.h.
  */

@@ -17,7 +17,7 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/bpf/policies"
+	"github.com/gpuext/gpuext/bpf/kernelpolicy"
 	"github.com/gpuext/gpuext/cgroup"
 )
 
@@ -155,9 +155,9 @@ func expect(t *testing.T, what string, r evictResult, ops, order string) {
 	}
 }
 
-func attach(t *testing.T, name string) *policies.Attached {
+func attach(t *testing.T, name string) *kernelpolicy.Attached {
 	t.Helper()
-	a, err := policies.Attach(name)
+	a, err := kernelpolicy.Attach(name)
 	if err != nil {
 		t.Fatalf("attach %s: %v", name, err)
 	}
@@ -230,7 +230,7 @@ func TestOutOfRangeRequestRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rogue, err := policies.AttachSpec("rogue", spec, "rogue_ops")
+	rogue, err := kernelpolicy.AttachSpec("rogue", spec, "rogue_ops")
 	if err != nil {
 		t.Fatalf("attach rogue: %v", err)
 	}

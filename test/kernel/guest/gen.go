@@ -3,7 +3,7 @@
 // need gpuext.ko and gpusim.ko loaded, debugfs, bpffs and cgroup2 mounted.
 package guest
 
-//go:generate go tool bpf2go -tags linux -target bpfel -no-global-types rogue rogue.bpf.c -- -I../../../kmod/include -I../../../bpf/policies -I/usr/include/x86_64-linux-gnu
-//go:generate go tool bpf2go -tags linux -target bpfel -no-global-types blockcount blockcount.bpf.c -- -I../../../kmod/include -I../../../bpf/policies -I/usr/include/x86_64-linux-gnu
-//go:generate go tool bpf2go -tags linux -target bpfel -no-global-types roguePrefetch rogue_prefetch.bpf.c -- -I../../../kmod/include -I../../../bpf/policies -I/usr/include/x86_64-linux-gnu
+//go:generate go tool bpf2go -tags linux -target bpfel -no-global-types rogue rogue.bpf.c -- -I../../../kmod/include -I../../../bpf/kernelpolicy -I/usr/include/x86_64-linux-gnu
+//go:generate go tool bpf2go -tags linux -target bpfel -no-global-types blockcount blockcount.bpf.c -- -I../../../kmod/include -I../../../bpf/kernelpolicy -I/usr/include/x86_64-linux-gnu
+//go:generate go tool bpf2go -tags linux -target bpfel -no-global-types roguePrefetch rogue_prefetch.bpf.c -- -I../../../kmod/include -I../../../bpf/kernelpolicy -I/usr/include/x86_64-linux-gnu
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types rogueSched rogue_sched.bpf.c -- -I../../../kmod/include -I/usr/include/x86_64-linux-gnu

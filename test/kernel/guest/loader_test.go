@@ -11,17 +11,17 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/bpf/policies"
+	"github.com/gpuext/gpuext/bpf/kernelpolicy"
 )
 
 // attachedByName maps the loader's Attached listing by catalog name.
-func attachedByName(t *testing.T, l *policies.Loader) map[string]policies.Status {
+func attachedByName(t *testing.T, l *kernelpolicy.Loader) map[string]kernelpolicy.Status {
 	t.Helper()
 	list, err := l.Attached()
 	if err != nil {
 		t.Fatalf("attached: %v", err)
 	}
-	m := map[string]policies.Status{}
+	m := map[string]kernelpolicy.Status{}
 	for _, s := range list {
 		m[s.Name] = s
 	}
@@ -39,7 +39,7 @@ func TestPinnedPoliciesSurviveRestart(t *testing.T) {
 		t.Fatalf("open registry: %v", err)
 	}
 	t.Cleanup(func() { reg.Close() })
-	if err := policies.HandRegistryToCore(reg); err != nil {
+	if err := kernelpolicy.HandRegistryToCore(reg); err != nil {
 		t.Fatalf("hand registry to core: %v", err)
 	}
 	fifoCg, _ := tenantCgroup(t, reg, "pin-fifo", bpf.EvictFIFO)
@@ -47,7 +47,7 @@ func TestPinnedPoliciesSurviveRestart(t *testing.T) {
 
 	pinDir := "/sys/fs/bpf/gpuext-loader-test"
 	t.Cleanup(func() { os.RemoveAll(pinDir) })
-	l := policies.NewLoader(pinDir)
+	l := kernelpolicy.NewLoader(pinDir)
 	fifo, err := l.Attach("fifo")
 	if err != nil {
 		t.Fatalf("attach fifo: %v", err)
@@ -85,13 +85,13 @@ func TestPinnedPoliciesSurviveRestart(t *testing.T) {
 	expect(t, "fifo tenant after the agent closed its handles", evict(t, a), "fifo", fifoOrder)
 	expect(t, "lru tenant after the agent closed its handles", evict(t, b), "lru", lruOrder)
 
-	l2 := policies.NewLoader(pinDir)
+	l2 := kernelpolicy.NewLoader(pinDir)
 	got := attachedByName(t, l2)
 	for _, want := range []struct {
 		name, ops string
 	}{{"fifo", "fifo"}, {"lru", "lru"}} {
 		s, ok := got[want.name]
-		if !ok || !s.Pinned || !s.Listed || s.Ops != want.ops || s.Kind != policies.KindMemory {
+		if !ok || !s.Pinned || !s.Listed || s.Ops != want.ops || s.Kind != kernelpolicy.KindMemory {
 			t.Errorf("after restart, %s: %+v (present %v), want pinned, listed by the core as %s memory ops", want.name, s, ok, want.ops)
 		}
 	}
@@ -135,14 +135,14 @@ func TestLoaderSchedPolicyPinned(t *testing.T) {
 	requireLab(t)
 	pinDir := "/sys/fs/bpf/gpuext-loader-sched"
 	t.Cleanup(func() { os.RemoveAll(pinDir) })
-	l := policies.NewLoader(pinDir)
+	l := kernelpolicy.NewLoader(pinDir)
 	a, err := l.Attach("sched_priority")
 	if err != nil {
 		t.Fatalf("attach sched_priority: %v", err)
 	}
 	a.Close()
 	s := attachedByName(t, l)["sched_priority"]
-	if !s.Pinned || !s.Listed || s.Kind != policies.KindSched || s.Classes == 0 {
+	if !s.Pinned || !s.Listed || s.Kind != kernelpolicy.KindSched || s.Classes == 0 {
 		t.Errorf("sched_priority after closing its handle: %+v", s)
 	}
 	if err := l.Detach("sched_priority"); err != nil {
@@ -157,7 +157,7 @@ func TestLoaderSchedPolicyPinned(t *testing.T) {
 // in a read-only abi_version; a missing core is ErrNoCore.
 func TestCoreABIAndMissingCore(t *testing.T) {
 	requireLab(t)
-	if err := policies.DefaultCore().Check(); err != nil {
+	if err := kernelpolicy.DefaultCore().Check(); err != nil {
 		t.Fatalf("core check: %v", err)
 	}
 	data, err := os.ReadFile(gpuextDir + "/abi_version")
@@ -167,8 +167,8 @@ func TestCoreABIAndMissingCore(t *testing.T) {
 	if err := os.WriteFile(gpuextDir+"/abi_version", []byte("7"), 0); err == nil {
 		t.Errorf("abi_version is writable")
 	}
-	l := &policies.Loader{PinDir: "/sys/fs/bpf/gpuext-nocore", Core: policies.Core{Dir: "/sys/kernel/debug/no-such-core"}}
-	if _, err := l.Attach("fifo"); !errors.Is(err, policies.ErrNoCore) || !strings.Contains(err.Error(), "modprobe gpuext") {
+	l := &kernelpolicy.Loader{PinDir: "/sys/fs/bpf/gpuext-nocore", Core: kernelpolicy.Core{Dir: "/sys/kernel/debug/no-such-core"}}
+	if _, err := l.Attach("fifo"); !errors.Is(err, kernelpolicy.ErrNoCore) || !strings.Contains(err.Error(), "modprobe gpuext") {
 		t.Errorf("attach without a core: %v, want ErrNoCore saying modprobe gpuext", err)
 	}
 }

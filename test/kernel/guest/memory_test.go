@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/bpf/policies"
+	"github.com/gpuext/gpuext/bpf/kernelpolicy"
 )
 
 // The memory-model tests: gpusim's device of root chunks, VA blocks of 512
@@ -384,7 +384,7 @@ func TestBlockActivateAccessNotifications(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := policies.AttachSpec("blockcount", spec, "blockcount_ops")
+	pol, err := kernelpolicy.AttachSpec("blockcount", spec, "blockcount_ops")
 	if err != nil {
 		t.Fatalf("attach blockcount: %v", err)
 	}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/bpf/policies"
+	"github.com/gpuext/gpuext/bpf/kernelpolicy"
 )
 
 // A prefetch policy that asks for a region past the VA block is refused on
@@ -25,7 +25,7 @@ func TestPrefetchOutOfRangeRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rogue, err := policies.AttachSpec("rogue-prefetch", spec, "rogue_prefetch_ops")
+	rogue, err := kernelpolicy.AttachSpec("rogue-prefetch", spec, "rogue_prefetch_ops")
 	if err != nil {
 		t.Fatalf("attach rogue prefetch: %v", err)
 	}
@@ -93,7 +93,7 @@ func TestDetachMidWorkload(t *testing.T) {
 		}(ctx)
 	}
 	for round := 0; round < 2; round++ {
-		var attached []*policies.Attached
+		var attached []*kernelpolicy.Attached
 		for _, name := range []string{"lfu", "fifo", "stride", "always-max"} {
 			attached = append(attached, attach(t, name))
 		}

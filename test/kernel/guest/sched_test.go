@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/bpf/policies"
+	"github.com/gpuext/gpuext/bpf/kernelpolicy"
 	"github.com/gpuext/gpuext/cgroup"
 )
 
@@ -290,14 +290,14 @@ func TestSchedErringPolicyIsStock(t *testing.T) {
 		t.Fatal(err)
 	}
 	admit := attach(t, "sched_admit") // claims the standard class too
-	if r, err := policies.AttachSpec("rogue_sched", spec, "rogue_sched_ops"); err == nil {
+	if r, err := kernelpolicy.AttachSpec("rogue_sched", spec, "rogue_sched_ops"); err == nil {
 		r.Close()
 		t.Fatalf("rogue_sched attached over sched_admit's class")
 	}
 	if err := admit.Close(); err != nil {
 		t.Fatal(err)
 	}
-	rogue, err := policies.AttachSpec("rogue_sched", spec, "rogue_sched_ops")
+	rogue, err := kernelpolicy.AttachSpec("rogue_sched", spec, "rogue_sched_ops")
 	if err != nil {
 		t.Fatalf("attach rogue_sched: %v", err)
 	}

@@ -1,7 +1,10 @@
-// Package policies owns the gpuext policies: struct_ops programs for the
-// gpuext_mem_ops and gpuext_sched_ops types that the core module
-// (kmod/gpuext) registers, one C file each, and the loader that attaches
-// them by name.
+// Package kernelpolicy loads and attaches the struct_ops kernel policies
+// (programs for the gpuext_mem_ops and gpuext_sched_ops types that the core
+// module kmod/gpuext registers, one C file each), pins their links so they
+// outlive the attaching process, and hands the tenant registry's cgroup map
+// to the gpuext core (HandRegistryToCore). The policy model that tenants
+// select from (catalog, labels, validation) is package policies; this
+// package is only its kernel side.
 //
 // Eviction policies (fifo, lru, lfu, mru, tenant-quota, priority-weighted)
 // order the candidates of evict_prepare (tenant-quota and priority-weighted
@@ -22,4 +25,4 @@
 // priority_class selects the one for its TSGs.  They ask for a timeslice and
 // an interleave level at TSG init and admit or refuse a TSG at bind; the
 // core checks the bounds and keeps the driver's stock values otherwise.
-package policies
+package kernelpolicy

@@ -1,10 +1,10 @@
-package policies
+package kernelpolicy
 
 import (
 	"strings"
 	"testing"
 
-	model "github.com/gpuext/gpuext/policies"
+	"github.com/gpuext/gpuext/policies"
 )
 
 // Every attachable policy carries the name a policy file uses for it
@@ -12,14 +12,14 @@ import (
 // program object parses with the struct_ops map the catalog names.
 func TestCatalogNamesMatchPolicyModel(t *testing.T) {
 	known := map[string]bool{}
-	for _, specs := range [][]model.AlgorithmSpec{model.EvictionAlgorithms, model.PrefetchAlgorithms} {
+	for _, specs := range [][]policies.AlgorithmSpec{policies.EvictionAlgorithms, policies.PrefetchAlgorithms} {
 		for _, s := range specs {
 			known[s.Name] = true
 		}
 	}
 	for _, name := range Names() {
 		// Scheduling policies are chosen by the tenant's priority class,
-		// which the model validates, not by a name in the model.
+		// which the model validates, not by a name in the policies.
 		if !known[name] && !strings.HasPrefix(name, "sched_") {
 			t.Errorf("catalog policy %q is not an eviction or prefetch algorithm of the policy model", name)
 		}

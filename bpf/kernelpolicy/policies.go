@@ -1,4 +1,4 @@
-package policies
+package kernelpolicy
 
 import (
 	"errors"
@@ -9,7 +9,9 @@ import (
 	"github.com/cilium/ebpf/link"
 )
 
-// ErrUnknownPolicy is returned for a name that is not in the catalog.
+// ErrUnknownPolicy is returned for a name that is not one of the kernel
+// policies this package holds (Names). It is not policies.ErrUnknownPolicy,
+// which is about the policy model's catalog.
 var ErrUnknownPolicy = errors.New("unknown policy")
 
 // ErrCoreMissing is ErrNoCore (the older name).
