@@ -83,9 +83,7 @@ const stateLockFile = ".lock"
 // snapshot. The lock is an flock of its own open file description: it
 // serialises goroutines of one process too.
 func (c *Core) lockState(exclusive bool) (func(), error) {
-	if err := os.MkdirAll(c.cfg.StateDir, 0o755); err != nil {
-		return nil, fmt.Errorf("state dir: %w", err)
-	}
+	// New made the state dir (it holds the board dir).
 	f, err := os.OpenFile(filepath.Join(c.cfg.StateDir, stateLockFile), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("state dir lock: %w", err)
