@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpuext/gpuext/cgroup"
 )
@@ -434,10 +435,39 @@ func TestRegistryABIMismatch(t *testing.T) {
 	}
 
 	_, err = OpenRegistry(dir)
-	if !errors.Is(err, ErrABIMismatch) {
-		t.Fatalf("OpenRegistry over a wrong pin: err = %v, want ErrABIMismatch", err)
+	if !errors.Is(err, ErrABIMismatch) || !errors.Is(err, ebpf.ErrMapIncompatible) {
+		t.Fatalf("OpenRegistry over a wrong pin: err = %v, want ErrABIMismatch and ebpf.ErrMapIncompatible", err)
 	}
-	want := fmt.Sprintf("pinned map gpuext_cgroups has value size 64, want %d", binary.Size(GpuextTenantConfig{}))
+	// The mismatch as ebpf.MapSpec.Compatible names it: the pin's value, then this build's.
+	want := fmt.Sprintf("pinned map gpuext_cgroups: ValueSize: 64 changed to %d", binary.Size(GpuextTenantConfig{}))
+	if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("error %q does not say %q and name %s", err, want, dir)
+	}
+}
+
+// A pin of the right sizes but other map flags (here not preallocated) is
+// also another build's: the old size-only check let it through.
+func TestRegistryABIMismatchFlags(t *testing.T) {
+	requireRoot(t)
+	dir := newPinDir(t)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 8, ValueSize: uint32(binary.Size(GpuextTenantConfig{})),
+		MaxEntries: uint32(MaxCgroups), Flags: unix.BPF_F_NO_PREALLOC})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Pin(filepath.Join(dir, "gpuext_cgroups")); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err = OpenRegistry(dir)
+	if !errors.Is(err, ErrABIMismatch) {
+		t.Fatalf("OpenRegistry over a pin with other flags: err = %v, want ErrABIMismatch", err)
+	}
+	want := fmt.Sprintf("pinned map gpuext_cgroups: Flags: %d changed to 0", unix.BPF_F_NO_PREALLOC)
 	if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), dir) {
 		t.Fatalf("error %q does not say %q and name %s", err, want, dir)
 	}
