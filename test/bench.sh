@@ -52,8 +52,8 @@ cleanup() {
 trap cleanup EXIT
 rm -rf "$PIN_DIR"
 mkdir -p "$A_DIR/containerd/nri/plugins" "$A_DIR/containerd/nri/conf.d"
-printf '{"pinDir":"%s","stateDir":"%s/state","devrtDir":"%s/devrt","logFile":"%s/plugin.log"}\n' \
-	"$PIN_DIR" "$A_DIR" "$BIN" "$A_DIR" >"$A_DIR/containerd/nri/conf.d/50-gpuext.conf"
+printf '{"pinDir":"%s","stateDir":"%s/state","devrtDir":"%s/devrt","logFile":"%s/plugin.log","agentSocket":"%s/agent/agent.sock"}\n' \
+	"$PIN_DIR" "$A_DIR" "$BIN" "$A_DIR" "$A_DIR" >"$A_DIR/containerd/nri/conf.d/50-gpuext.conf"
 install -m 0755 "$BIN/gpuext-nri-plugin" "$A_DIR/containerd/nri/plugins/50-gpuext"
 GPUEXT_LAB_DIR="$A_DIR" "$REPO/test/lab/containerd.sh" up
 GPUEXT_LAB_DIR="$B_DIR" "$REPO/test/lab/containerd.sh" up
