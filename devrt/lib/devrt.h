@@ -1,8 +1,10 @@
 /*
  * devrt.h - internal interfaces of the device runtime library
  * (libgpuext-devrt.so): the hook table generated from hooks.def, the
- * resolution of real driver entry points, the tenant settings, the
- * cross-process accounting (acct.c) and the launch gate (priority.c).
+ * resolution of real driver entry points (resolve.c), the tenant settings
+ * (settings.c), logging and init (devrt.c), the cross-process accounting
+ * (acct.c), the launch gate (priority.c) and the device probes (probe_*.c,
+ * whose shared state is probe_state.h).
  */
 #ifndef GPUEXT_DEVRT_H
 #define GPUEXT_DEVRT_H
@@ -43,8 +45,17 @@ struct gx_hook_info {
 };
 extern const struct gx_hook_info gx_hooks[GX_NHOOKS];
 
-/* The real entry point of one variant (resolved lazily, cached); NULL if absent. */
+/* resolve.c: the real entry point of one variant (resolved lazily, cached); NULL if absent. */
 void *gx_real(enum gx_hook id);
+typedef void *(*gx_dlsym_fn)(void *, const char *);
+/* The real dlsym, never ours (see resolve.c for the versions it asks for); NULL if not found. */
+gx_dlsym_fn gx_dlsym_real(void);
+/* The library's handle: already loaded if possible, otherwise (load) loaded now, by soname. */
+void *gx_lib(enum gx_lib lib, int load);
+/* The variant's function in handle (the real dlsym), NULL if absent or our own wrapper. */
+void *gx_lookup_in(void *handle, enum gx_hook id);
+/* Records the driver's pointer for a variant (first one wins); returns our wrapper. */
+void *gx_adopt(enum gx_hook id, void *real);
 
 /* typed getters: gx_orig_cuMemAlloc_v2() */
 #define HOOK(sym, lib, base, vmin, vmax, stream, ret, params, args) \
@@ -69,6 +80,10 @@ struct gx_settings {
 	const char *board_path;
 };
 extern struct gx_settings gx_cfg;
+
+/* settings.c: the constructor's part (the env only), then the settings file at the first CUDA call. */
+void gx_settings_from_env(void);
+void gx_settings_load(void);
 
 /* Loads settings, the usage file and the board once; safe from any thread. */
 void gx_runtime_init(void);
@@ -95,7 +110,7 @@ void gx_priority_open(void);
 void gx_launch_gate(void);
 
 /*
- * probe.c: device probes at image load (docs/device-probes.md). A load
+ * probe_*.c: device probes at image load (docs/device-probes.md). A load
  * wrapper hands its real load as a callback: image is what to load (the
  * caller's or the patched PTX); errlog non-NULL asks for the JIT error log
  * (patched loads only); *handle receives the CUlibrary/CUmodule on success.
