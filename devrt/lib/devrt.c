@@ -1,7 +1,8 @@
 /*
  * devrt.c - the device runtime library's start (docs/devrt.md): the
- * constructor every process of the container runs (settings from the env,
- * the trace line, the checks that disable the interposer), the one-time
+ * constructor every process of the container runs (the checks that disable
+ * the interposer, a secure-execution process first; settings from the env;
+ * the trace line), the one-time
  * init at the first CUDA call (settings file, usage file, board), the fork
  * handler, and the log and clock helpers. The other jobs: resolve.c (real
  * entry points), lookup.c (dlsym, cuGetProcAddress), settings.c, wrappers.c,
@@ -46,12 +47,27 @@ uint64_t gx_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/*
+ * A secure-execution process (setuid, setgid or file capabilities: the
+ * kernel's AT_SECURE) runs with the environment of whoever started it, so
+ * the interposer opens and writes nothing from a path the env names (trace
+ * file, settings, usage file, board, probes) and passes everything through.
+ */
+static int gx_secure_exec(void)
+{
+	return getauxval(AT_SECURE) != 0;
+}
+
 static pthread_once_t gx_once = PTHREAD_ONCE_INIT;
 
 static void gx_runtime_init_once(void)
 {
 	if (!gx_cfg.enabled)
 		return;
+	if (gx_secure_exec()) { /* a CUDA call before our constructor ran (another library's constructor) */
+		gx_cfg.enabled = 0;
+		return;
+	}
 	gx_settings_load();
 	gx_acct_open();
 	gx_priority_open();
@@ -110,19 +126,24 @@ static int gx_table_is_ours(void)
 	return 1;
 }
 
-/* Cheap: every process of the container runs this; the real work waits for the first CUDA call. */
+/*
+ * Cheap: every process of the container runs this; the real work waits for
+ * the first CUDA call. The secure-execution check comes first: before it
+ * nothing is read from the env but the debug flag.
+ */
 __attribute__((constructor)) static void gx_constructor(void)
 {
+	if (gx_secure_exec()) {
+		gx_cfg.enabled = 0;
+		gx_debug_from_env();
+		GX_DEBUG("secure-execution (setuid/setgid/capabilities) process: interposer disabled, no trace line");
+		return;
+	}
 	gx_settings_from_env();
 	gx_trace_line();
 	if (!gx_table_is_ours()) {
 		gx_cfg.enabled = 0;
 		gx_log("hook table resolves to another object (built without -Bsymbolic-functions?): interposer disabled");
-		return;
-	}
-	if (getauxval(AT_SECURE)) {
-		gx_cfg.enabled = 0;
-		GX_DEBUG("secure-execution (setuid/setgid/capabilities) process: interposer disabled");
 		return;
 	}
 	pthread_atfork(NULL, NULL, gx_child_after_fork);

@@ -81,7 +81,12 @@ struct gx_settings {
 };
 extern struct gx_settings gx_cfg;
 
-/* settings.c: the constructor's part (the env only), then the settings file at the first CUDA call. */
+/*
+ * settings.c: the constructor's part (the env only, never in a
+ * secure-execution process), then the settings file at the first CUDA call.
+ * gx_debug_from_env reads GPUEXT_DEVRT_DEBUG alone, which names no path.
+ */
+void gx_debug_from_env(void);
 void gx_settings_from_env(void);
 void gx_settings_load(void);
 

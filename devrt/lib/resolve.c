@@ -23,16 +23,39 @@ static const char *const gx_lib_names[GX_NLIBS] = {"libcuda.so.1", "libnvidia-ml
 
 static _Atomic(gx_dlsym_fn) gx_next_dlsym;
 
-/* The real dlsym, never ours: glibc >= 2.34 first, then the x86-64 base version. */
+/*
+ * The version of dlsym in a glibc older than 2.34, where libdl.so.2 defines
+ * it under the architecture's first glibc version. glibc 2.34 moved it into
+ * libc as dlsym@GLIBC_2.34 on every architecture.
+ */
+#if defined(__x86_64__)
+#define GX_DLSYM_OLD_VERSION "GLIBC_2.2.5"
+#elif defined(__aarch64__)
+#define GX_DLSYM_OLD_VERSION "GLIBC_2.17"
+#endif
+
+/*
+ * The real dlsym, never ours. This library exports dlsym and is linked
+ * -Bsymbolic-functions, so a plain dlsym(RTLD_NEXT, "dlsym") from here would
+ * call our own (and recurse): the real one is looked up by version with
+ * dlvsym, GLIBC_2.34 first, then GX_DLSYM_OLD_VERSION where the architecture
+ * has one. On another architecture with a glibc older than 2.34 there is no
+ * real dlsym: every dlsym of the process fails, and the first says so.
+ */
 gx_dlsym_fn gx_dlsym_real(void)
 {
+	static _Atomic int logged;
 	gx_dlsym_fn f = atomic_load_explicit(&gx_next_dlsym, memory_order_acquire);
 
 	if (f)
 		return f;
 	f = (gx_dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+#ifdef GX_DLSYM_OLD_VERSION
 	if (!f)
-		f = (gx_dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+		f = (gx_dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", GX_DLSYM_OLD_VERSION);
+#endif
+	if (!f && !atomic_exchange(&logged, 1))
+		gx_log("no real dlsym: neither dlsym@GLIBC_2.34 nor this architecture's older version found");
 	atomic_store_explicit(&gx_next_dlsym, f, memory_order_release);
 	return f;
 }

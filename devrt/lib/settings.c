@@ -145,12 +145,18 @@ void gx_settings_load(void)
 	gx_cfg.sm_percent = t.sm_percent;
 }
 
+void gx_debug_from_env(void)
+{
+	const char *s = getenv(GPUEXT_ENV_DEVRT_DEBUG);
+
+	gx_cfg.debug = s && *s && strcmp(s, "0") != 0;
+}
+
 void gx_settings_from_env(void)
 {
 	const char *s;
 
-	s = getenv(GPUEXT_ENV_DEVRT_DEBUG);
-	gx_cfg.debug = s && *s && strcmp(s, "0") != 0;
+	gx_debug_from_env();
 	s = getenv(GPUEXT_ENV_TENANT_ID);
 	gx_cfg.tenant_id = s ? strtoull(s, NULL, 10) : 0;
 	s = getenv(GPUEXT_ENV_TENANT_DIR);
