@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -40,8 +41,9 @@ func (c *Core) injection(info ContainerInfo, id bpf.TenantID, tenantDir, acctDir
 	return inj
 }
 
-// EnvMPSPipeDir is where CUDA looks for the MPS control daemon.
-const EnvMPSPipeDir = "CUDA_MPS_PIPE_DIRECTORY"
+// EnvMPSPipeDir is where CUDA looks for the MPS control daemon (the name
+// the interposer reads too, from gpuext_devrt_env.h).
+const EnvMPSPipeDir = tenantcfg.EnvMPSPipeDir
 
 // AppendPreload appends lib to an LD_PRELOAD value unless it is already there.
 // ld.so accepts both ':' and ' ' as separators; ':' is used.
