@@ -959,7 +959,7 @@ FAKE_API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodul
 }
 
 /*
- * The interposer's clock kernel (devrt/lib/probe.c, gx_clock_sync): not an
+ * The interposer's clock kernel (devrt/lib/probe_clock.c, gx_clock_sync): not an
  * application image, so not recorded as one. Launched, a thread plays it:
  * for each round it waits for the host's round number in the mapped flag
  * and answers with the fake %globaltimer, CLOCK_REALTIME +

@@ -1,7 +1,7 @@
 /*
  * gpuext_devrt_maps.h - the .maps file, defined once.
  *
- * The interposer (devrt/lib/probe.c) copies a patched image's device-probe
+ * The interposer (devrt/lib/probe_copyout.c) copies a patched image's device-probe
  * maps out of GPU memory into $GPUEXT_TENANT_ACCT/probes/<pid>-<image>.maps;
  * the host (devrt/probe/maps, whose layout_gen.go is generated from this
  * header) decodes it. The file is written by the tenant's processes and read
@@ -28,7 +28,7 @@
 struct gpuext_devrt_maps_header {
 	char magic[8];      /* GPUEXT_DEVRT_MAPS_MAGIC */
 	uint32_t version;   /* GPUEXT_DEVRT_MAPS_VERSION */
-	uint32_t pid;       /* the process's key (probe.c gx_key) */
+	uint32_t pid;       /* the process's key (probe_load.c gx_key) */
 	uint32_t image;     /* image index in the process */
 	uint32_t nmaps;     /* entries that follow, at most GPUEXT_DEVRT_MAPS_MAX_MAPS */
 	uint64_t seq;       /* copy sequence number: 1, 2, ... per image */

@@ -3,7 +3,7 @@
  * variant in hooks.def. Each calls the original pointer of its own variant.
  * Allocations are reserved against the tenant quota before the driver sees
  * them; memory info is clamped to the quota; launches pass the priority gate;
- * image loads go through the device probes (probe.c).
+ * image loads go through the device probes (probe_load.c).
  */
 #define _GNU_SOURCE
 #include <limits.h>
@@ -302,7 +302,7 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 }
 
 /*
- * image loads: through the device probes (probe.c), which load either the
+ * image loads: through the device probes (probe_load.c), which load either the
  * caller's image or its patched PTX with the caller's options; a patched
  * load also asks for the JIT error log unless the caller already does.
  */

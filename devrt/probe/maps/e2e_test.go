@@ -64,7 +64,7 @@ func TestProbesCountSimulatedLaunches(t *testing.T) {
 		}
 	}
 
-	// Copy out as devrt/lib/probe.c does, in module.conf's map order.
+	// Copy out as devrt/lib/probe_copyout.c does, in module.conf's map order.
 	f := &File{PID: 1234, Image: 0, Seq: 1, Final: true}
 	for _, mi := range b.Manifest.Maps {
 		sym := m.Global(mi.Symbol)

@@ -15,7 +15,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
 )
 
-// The .maps file written by the interposer (devrt/lib/probe.c
+// The .maps file written by the interposer (devrt/lib/probe_copyout.c
 // gx_write_maps), laid out by devrt/include/gpuext_devrt_maps.h (Magic,
 // Version, HeaderSize, NameSize, MaxMaps and the offsets are generated from
 // it into layout_gen.go):

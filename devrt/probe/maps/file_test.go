@@ -120,7 +120,7 @@ func TestDecodeHostileFiles(t *testing.T) {
 	}
 }
 
-// What probe.c writes for a map it could not bind (size 0) and for ones of
+// What probe_copyout.c writes for a map it could not bind (size 0) and for ones of
 // every device map type decodes, field by field.
 func TestDecodeEveryMapType(t *testing.T) {
 	f := &File{PID: 7, Image: 2, Seq: 3, TimeNs: 4, Tenant: 5, Maps: seedMaps(t)}
