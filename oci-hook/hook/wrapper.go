@@ -13,6 +13,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/internal/admission"
@@ -47,7 +48,8 @@ type WrapperEnv struct {
 // execute with which arguments. A non-zero code means: print nothing more,
 // exit with it (the error is on stderr and in the runc log already).
 func WrapperMain(env WrapperEnv) (Exec, int) {
-	// On a parse error, runc gets the line (minus our flag) and reports it.
+	// A line runc refuses goes to runc (minus our flag), which reports it;
+	// perr is a create that runc versions read differently.
 	cmd, perr := ParseRuncArgs(env.Args, env.Cwd)
 	cfgPath := ConfigPath(cmd.ConfigPath, env.Getenv)
 	cfg, cfgErr := config.Load(cfgPath)
@@ -61,8 +63,8 @@ func WrapperMain(env WrapperEnv) (Exec, int) {
 		return Exec{}, ExitFailed
 	}
 	out := Exec{Path: runcPath, Argv: append([]string{"runc"}, cmd.Args()...)}
-	if !cmd.Admits() || perr != nil {
-		return out, ExitOK // runc reports a bad create command line itself
+	if !cmd.Admits() && perr == nil {
+		return out, ExitOK // creates nothing: another command, or a line runc refuses and reports
 	}
 	if cfgErr != nil {
 		// The fail mode itself is unknown: refuse rather than guess.
@@ -78,6 +80,20 @@ func WrapperMain(env WrapperEnv) (Exec, int) {
 	defer closer.Close()
 	log = log.WithFields(logrus.Fields{"container": cmd.ContainerID, "command": cmd.Command, "bundle": cmd.Bundle})
 	mode, _ := admission.ParseFailMode(cfg.FailMode) // validated by config.Load
+	if perr != nil {
+		// Which bundle runc uses, and under which id, depends on its
+		// version: nothing is admitted, and the fail mode says whether the
+		// container may start without gpuext.
+		info := admission.ContainerInfo{ID: cmd.ContainerID, Name: cmd.ContainerID, Runtime: bpf.RuntimeRuncWrapper}
+		_, err := admission.ApplyFailMode(mode, info, log, "parse runc arguments", perr)
+		if err == nil {
+			return out, ExitOK // config.json unchanged: the container starts without gpuext
+		}
+		reportRuncError(cmd, env.Stderr, fmt.Errorf("gpuext: %w", err))
+		return Exec{}, ExitFailed
+	}
+	cmd.Bundle = physicalBundle(env.Cwd, cmd)
+	log = log.WithField("bundle", cmd.Bundle)
 	hookPath := cfg.HookPath
 	if hookPath == "" {
 		hookPath = filepath.Join(filepath.Dir(env.Self), DefaultHookName)
@@ -229,6 +245,25 @@ func admitBundle(cfg config.Config, log *logrus.Entry, cmd RuncCommand, hookPath
 	return nil
 }
 
+// physicalBundle is the directory runc chdirs into for the bundle: the
+// path as given, its symbolic links resolved before a ".." is applied (as
+// the kernel does; filepath.Clean would apply "link/.." to the link's
+// name). Where it does not resolve, the lexical path: reading config.json
+// there fails with its own error.
+func physicalBundle(cwd string, cmd RuncCommand) string {
+	p := cmd.BundleArg
+	switch {
+	case p == "":
+		p = cwd
+	case !filepath.IsAbs(p):
+		p = cwd + "/" + p
+	}
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return cmd.Bundle
+}
+
 // FallbackPath is searched for runc after PATH.
 const FallbackPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -244,6 +279,11 @@ func FindRunc(runc, self, pathEnv string) (string, error) {
 		return err == nil && selfErr == nil && os.SameFile(fi, selfInfo)
 	}
 	if strings.Contains(runc, "/") {
+		// Checked before admission: a runc that cannot be executed would
+		// leave a reserved tenant and an edited config.json behind.
+		if err := executable(runc); err != nil {
+			return "", fmt.Errorf("runc %q: %w", runc, err)
+		}
 		if isSelf(runc) {
 			return "", fmt.Errorf("runc %q is this wrapper itself", runc)
 		}
@@ -255,13 +295,26 @@ func FindRunc(runc, self, pathEnv string) (string, error) {
 			dir = "."
 		}
 		p := filepath.Join(dir, runc)
-		fi, err := os.Stat(p)
-		if err != nil || fi.IsDir() || fi.Mode().Perm()&0o111 == 0 || isSelf(p) {
+		if executable(p) != nil || isSelf(p) {
 			continue
 		}
 		return p, nil
 	}
 	return "", fmt.Errorf("runc %q: %w in PATH (other than this wrapper)", runc, exec.ErrNotFound)
+}
+
+// executable checks that p is a file this process may execute.
+func executable(p string) error {
+	fi, err := os.Stat(p)
+	switch {
+	case err != nil:
+		return err
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+	case unix.Access(p, unix.X_OK) != nil || fi.Mode().Perm()&0o111 == 0:
+		return fmt.Errorf("not executable (mode %s)", fi.Mode().Perm())
+	}
+	return nil
 }
 
 // reportRuncError tells the caller why create failed: on stderr, and in

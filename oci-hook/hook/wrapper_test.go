@@ -2,11 +2,21 @@ package hook
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/gpuext/gpuext/cgroup"
+	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/agent"
+	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/policies"
 )
 
 // fakeRuncDir makes a PATH dir holding an executable named runc.
@@ -41,8 +51,22 @@ func TestFindRunc(t *testing.T) {
 	if got, err := FindRunc("runc", self, selfDir); err == nil && got == self {
 		t.Fatal("found itself")
 	}
-	if got, err := FindRunc("/usr/bin/my-runc", self, ""); err != nil || got != "/usr/bin/my-runc" {
+	if got, err := FindRunc(realRunc, self, ""); err != nil || got != realRunc {
 		t.Fatalf("absolute: %q, %v", got, err)
+	}
+	// A configured runc that is missing or cannot run is an error before
+	// admission, not when the wrapper executes it.
+	notExec := filepath.Join(t.TempDir(), "runc")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/nonexistent/gx/runc", notExec, t.TempDir()} {
+		if got, err := FindRunc(p, self, ""); err == nil {
+			t.Errorf("FindRunc(%q) = %q, want an error", p, got)
+		}
+	}
+	if got, err := FindRunc("runc", self, filepath.Dir(notExec)); err == nil && got == notExec {
+		t.Errorf("PATH: a file without x bits found")
 	}
 	if _, err := FindRunc(self, self, ""); err == nil {
 		t.Fatal("configured runc is the wrapper: no error")
@@ -184,5 +208,195 @@ func TestHookEntries(t *testing.T) {
 	}
 	if len(h) != 2 || h[StagePoststop].Path != "/opt/bin/gpuext-oci-hook" {
 		t.Fatalf("hooks = %+v", h)
+	}
+}
+
+// fakeCore is an admission core that admits every container (an empty
+// decision: annotations and hooks only) and records what it was asked.
+type fakeCore struct {
+	mu       sync.Mutex
+	admitted []admission.ContainerInfo
+}
+
+func (c *fakeCore) Admit(info admission.ContainerInfo) (admission.Decision, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.admitted = append(c.admitted, info)
+	return admission.Decision{Tenant: 7, Policy: policies.Policy{Name: "default"}}, nil
+}
+
+func (c *fakeCore) RegisterOCI(admission.ContainerInfo) (admission.Decision, cgroup.Cgroup, error) {
+	return admission.Decision{}, cgroup.Cgroup{}, errors.New("not in this test")
+}
+
+func (c *fakeCore) Remove(admission.ContainerInfo) error { return nil }
+
+func (c *fakeCore) ids() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []string
+	for _, i := range c.admitted {
+		ids = append(ids, i.ID)
+	}
+	return ids
+}
+
+// agentFixture is a wrapper fixture whose agent socket serves a fakeCore,
+// with a second bundle (other) as the working directory's neighbour.
+type agentFixture struct {
+	wrapperFixture
+	core  *fakeCore
+	other string
+}
+
+func newAgentFixture(t *testing.T, extra map[string]any) agentFixture {
+	t.Helper()
+	privtest.RequireRoot(t) // the agent answers root peers only
+	sockDir, err := os.MkdirTemp("", "gx-agent-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	sock := filepath.Join(sockDir, "agent.sock")
+	if extra == nil {
+		extra = map[string]any{}
+	}
+	extra["agentSocket"] = sock
+	f := agentFixture{wrapperFixture: newWrapperFixture(t, extra), core: &fakeCore{}}
+	srv, err := agent.Listen(sock, func() (agent.Core, error) { return f.core, nil }, logrus.NewEntry(logrus.New()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	t.Cleanup(func() { srv.Close() })
+	f.other = filepath.Join(f.dir, "other")
+	if err := os.MkdirAll(f.other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.other, "config.json"), f.orig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// edited reports whether the wrapper injected gpuext into dir's config.json.
+func edited(t *testing.T, dir string) bool {
+	t.Helper()
+	b, err := LoadBundle(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ok := b.Spec.Annotations[admission.AnnotationDecision]
+	return ok
+}
+
+// runIn runs the wrapper with the working directory cwd.
+func (f agentFixture) runIn(t *testing.T, cwd string, args ...string) (Exec, int, string) {
+	t.Helper()
+	var stderr bytes.Buffer
+	ex, code := WrapperMain(WrapperEnv{Args: append([]string{"--config", f.cfgPath}, args...), Cwd: cwd,
+		Self: filepath.Join(f.dir, "gpuext-runc"), Getenv: os.Getenv, Stderr: &stderr})
+	return ex, code, stderr.String()
+}
+
+// The wrapper edits the config.json runc will use: with --bundle after the
+// container id (runc moves it before), that of --bundle, not the working
+// directory's.
+func TestWrapperAdmitsTheBundleRuncUses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args func(f agentFixture) []string
+	}{
+		{"docker", func(f agentFixture) []string {
+			return []string{"--root", "/run/docker/runtime-runc/moby", "--log", filepath.Join(f.dir, "log.json"), "--log-format", "json",
+				"create", "--bundle", f.bundle, "--pid-file", filepath.Join(f.dir, "init.pid"), "c1"}
+		}},
+		{"--bundle after the id", func(f agentFixture) []string { return []string{"create", "c1", "--bundle", f.bundle} }},
+		{"flags both sides of the id", func(f agentFixture) []string {
+			return []string{"--root", "/r", "create", "--pid-file", "/p", "c1", "-b", f.bundle, "--no-new-keyring"}
+		}},
+		{"-- as --pid-file's value, --bundle after the id", func(f agentFixture) []string {
+			return []string{"create", "--pid-file", "--", "c1", "--bundle", f.bundle}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newAgentFixture(t, nil)
+			args := tc.args(f)
+			ex, code, stderr := f.runIn(t, f.other, args...)
+			if code != ExitOK || ex.Path != f.runc || !slices.Equal(ex.Argv[1:], args) {
+				t.Fatalf("exec %+v, code %d, stderr %q", ex, code, stderr)
+			}
+			if ids := f.core.ids(); !slices.Equal(ids, []string{"c1"}) {
+				t.Fatalf("admitted %q, want c1", ids)
+			}
+			if !edited(t, f.bundle) || edited(t, f.other) {
+				t.Fatalf("bundle edited %v, working directory's edited %v: want the bundle's only", edited(t, f.bundle), edited(t, f.other))
+			}
+		})
+	}
+}
+
+// A create that runc refuses (here: -d is run's flag, not create's) creates
+// nothing: nothing is admitted, runc gets the line and reports it.
+func TestWrapperPassesRefusedCreateToRunc(t *testing.T) {
+	f := newAgentFixture(t, nil)
+	for _, args := range [][]string{
+		{"create", "-d", "--bundle", f.bundle, "c1"},
+		{"create", "--bundle", f.bundle, "c1", "c2"},
+		{"create", "-b", f.bundle, "--bundle", f.other, "c1"},
+		{"create", "--no-pivot", "c1", "--bundle", f.bundle},
+		{"", "create", "--bundle", f.bundle, "c1"}, // runc prints its help
+	} {
+		ex, code, stderr := f.runIn(t, f.other, args...)
+		if code != ExitOK || !slices.Equal(ex.Argv[1:], args) {
+			t.Fatalf("%q: exec %+v, code %d, stderr %q", args, ex, code, stderr)
+		}
+	}
+	if ids := f.core.ids(); len(ids) != 0 || edited(t, f.bundle) || edited(t, f.other) {
+		t.Fatalf("admitted %q", ids)
+	}
+}
+
+// A line runc versions read differently is never admitted: strict refuses
+// it naming the readings, fail-open lets runc run it on unchanged bundles.
+func TestWrapperAmbiguousRuncLine(t *testing.T) {
+	line := func(f agentFixture) []string { return []string{"create", "c1", "-b", "--", "--"} }
+	t.Run("strict", func(t *testing.T) {
+		f := newAgentFixture(t, map[string]any{"failMode": "strict"})
+		_, code, stderr := f.runIn(t, f.bundle, line(f)...)
+		if code != ExitFailed || !strings.Contains(stderr, ErrAmbiguousRuncArgs.Error()) || !strings.Contains(stderr, `bundle "--"`) {
+			t.Fatalf("code %d, stderr %q", code, stderr)
+		}
+		if ids := f.core.ids(); len(ids) != 0 || edited(t, f.bundle) {
+			t.Fatalf("admitted %q", ids)
+		}
+	})
+	t.Run("fail-open", func(t *testing.T) {
+		f := newAgentFixture(t, nil)
+		ex, code, stderr := f.runIn(t, f.bundle, line(f)...)
+		if code != ExitOK || stderr != "" || !slices.Equal(ex.Argv[1:], line(f)) {
+			t.Fatalf("exec %+v, code %d, stderr %q", ex, code, stderr)
+		}
+		if ids := f.core.ids(); len(ids) != 0 || edited(t, f.bundle) {
+			t.Fatalf("admitted %q", ids)
+		}
+		if log, _ := os.ReadFile(f.logPath); !strings.Contains(string(log), ErrAmbiguousRuncArgs.Error()) {
+			t.Fatalf("log %s", log)
+		}
+	})
+}
+
+// A configured runc that is not there fails the create before admission:
+// no tenant reserved, no config.json edited.
+func TestWrapperChecksRuncBeforeAdmission(t *testing.T) {
+	for _, mode := range []string{"fail-open", "strict"} {
+		f := newAgentFixture(t, map[string]any{"failMode": mode, "runc": "/nonexistent/gx/runc"})
+		_, code, stderr := f.runIn(t, f.bundle, "create", "--bundle", f.bundle, "c1")
+		if code != ExitFailed || !strings.Contains(stderr, "/nonexistent/gx/runc") {
+			t.Fatalf("%s: code %d, stderr %q", mode, code, stderr)
+		}
+		if ids := f.core.ids(); len(ids) != 0 || edited(t, f.bundle) {
+			t.Fatalf("%s: admitted %q", mode, ids)
+		}
 	}
 }

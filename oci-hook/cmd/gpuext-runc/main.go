@@ -2,9 +2,14 @@
 // On `create` and `run` it admits the container through the gpuext admission
 // core and writes the device-runtime injection (mounts, env) and the
 // gpuext-oci-hook entries into the bundle's config.json; then it executes
-// the real runc with the original arguments. Every other runc command is
-// executed untouched. Its own flag, a global --config FILE (or env
-// GPUEXT_CONFIG), is removed before runc runs. See docs/oci-hook.md.
+// the real runc with the original arguments. It reads the line as runc does
+// (hook.ParseRuncArgs: flags before and after the container id, as every
+// runc release reads them); a create that runc versions read differently is
+// never admitted (strict: refused; fail-open: runc runs it without gpuext),
+// and the real runc must be an executable file before anything is admitted.
+// Every other runc command is executed untouched. Its own flag, a global
+// --config FILE (or env GPUEXT_CONFIG), is removed before runc runs. See
+// docs/oci-hook.md.
 package main
 
 import (
