@@ -95,9 +95,9 @@ type KeyError struct {
 
 func (e *KeyError) Error() string {
 	if e.Value == "" && errors.Is(e.Err, ErrMissingParam) {
-		return fmt.Sprintf("%s: %v", e.Key, e.Err) // the key is absent: no value to show
+		return fmt.Sprintf("%s: %v", keyText(e.Key), e.Err) // the key is absent: no value to show
 	}
-	return fmt.Sprintf("%s=%q: %v", e.Key, e.Value, e.Err)
+	return fmt.Sprintf("%s=%s: %v", keyText(e.Key), quote(e.Value), e.Err)
 }
 
 func (e *KeyError) Unwrap() error { return e.Err }

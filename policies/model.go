@@ -99,13 +99,13 @@ func algorithmNames(specs []AlgorithmSpec) string {
 func validateAlgorithm(a Algorithm, specs []AlgorithmSpec, kind, path string) error {
 	spec, ok := findAlgorithm(specs, a.Name)
 	if !ok {
-		return fieldError(path+".name", fmt.Sprintf("unknown %s policy %q (want one of: %s)", kind, a.Name, algorithmNames(specs)))
+		return fieldError(path+".name", fmt.Sprintf("unknown %s policy %s (want one of: %s)", kind, quote(a.Name), algorithmNames(specs)))
 	}
 	for _, name := range sortedKeys(a.Params) {
 		v := a.Params[name]
 		i := slices.IndexFunc(spec.Params, func(p ParamSpec) bool { return p.Name == name })
 		if i < 0 {
-			return fieldError(path+".params."+name, fmt.Sprintf("%s policy %q has no parameter %q%s", kind, a.Name, name, paramHint(spec)))
+			return fieldError(path+".params."+keyText(name), fmt.Sprintf("%s policy %q has no parameter %s%s", kind, a.Name, quote(name), paramHint(spec)))
 		}
 		p := spec.Params[i]
 		if v < p.Min || v > p.Max {
@@ -158,14 +158,14 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	for _, kv := range strings.Split(params, ",") {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return a, badValue(fmt.Sprintf("parameter %q: want PARAM=VALUE", kv))
+			return a, badValue(fmt.Sprintf("parameter %s: want PARAM=VALUE", quote(kv)))
 		}
 		if _, dup := a.Params[k]; dup {
-			return a, badValue(fmt.Sprintf("parameter %q given twice", k))
+			return a, badValue(fmt.Sprintf("parameter %s given twice", quote(k)))
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return a, badValue(fmt.Sprintf("parameter %s=%q: want an integer", k, v))
+			return a, badValue(fmt.Sprintf("parameter %s=%s: want an integer", keyText(k), quote(v)))
 		}
 		a.Params[k] = n
 	}
@@ -240,7 +240,7 @@ func validateProbes(list []string, path string) error {
 	}
 	for i, name := range list {
 		if !probeNameRE.MatchString(name) {
-			return fieldError(fmt.Sprintf("%s[%d]", path, i), fmt.Sprintf("probe name %q must match %s", name, probeNameRE))
+			return fieldError(fmt.Sprintf("%s[%d]", path, i), fmt.Sprintf("probe name %s must match %s", quote(name), probeNameRE))
 		}
 		if slices.Contains(list[:i], name) {
 			return fieldError(fmt.Sprintf("%s[%d]", path, i), fmt.Sprintf("probe %q listed twice", name))

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Domain is the key domain of gpuext labels and annotations.
@@ -78,36 +80,135 @@ type setting struct {
 	rank       int // scope*4 + source index; lower wins
 }
 
+// Limits of keys and values.
+const (
+	// MaxValueLength is the longest value of a gpuext key (64 probe-kernels
+	// names of 512 bytes fit, with room for spaces).
+	MaxValueLength = 64 << 10
+	// MaxHintKey is the longest unknown key that gets a "did you mean"
+	// hint (the edit distance takes time by the square of the length).
+	MaxHintKey = 128
+)
+
 // parseKey splits a key of the gpuext.io domain into its base key and scope.
 // ours is false for keys of other domains. scope is "", "pod" or
-// "container.NAME".
+// "container.NAME". A key that only looks like one of the domain (foldKey:
+// Cyrillic or fullwidth letters, invisible characters, a trailing dot, upper
+// case) is ours and an error naming the key it looks like: ignoring it would
+// silently drop the user's request.
 func parseKey(key string) (base, scope string, ours bool, err error) {
 	prefix, scope, slash := strings.Cut(key, "/")
-	lp := strings.ToLower(prefix)
-	if lp != Domain && !strings.HasSuffix(lp, "."+Domain) {
+	folded, fscope, _ := strings.Cut(foldKey(key), "/")
+	folded = strings.TrimRight(folded, ".")
+	if folded != Domain && !strings.HasSuffix(folded, "."+Domain) {
 		return "", "", false, nil
 	}
 	unknown := func(why string) error { return &kindError{msg: why, kind: ErrUnknownKey} }
 	if !slices.Contains(Keys, prefix) {
-		return "", "", true, unknown(fmt.Sprintf("unknown key %q%s (known: %s)", prefix, keyHint(prefix), strings.Join(Keys, ", ")))
+		if slices.Contains(Keys, folded) {
+			return "", "", true, unknown(fmt.Sprintf("unknown key %s: it looks like %s but is not (%s); write %s",
+				quote(prefix), folded, lookalikeWhy(prefix), folded))
+		}
+		return "", "", true, unknown(fmt.Sprintf("unknown key %s%s (known: %s)", keyText(prefix), keyHint(folded), strings.Join(Keys, ", ")))
 	}
+	name, isContainer := strings.CutPrefix(scope, "container.")
 	switch {
 	case !slash:
 	case scope == "pod":
-	case strings.HasPrefix(scope, "container.") && len(scope) > len("container.") && !strings.Contains(scope, "/"):
+	case isContainer && name != "" && !strings.ContainsFunc(name, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '/' }):
+	case isContainer && name != "" && !strings.Contains(name, "/"):
+		return "", "", true, unknown(fmt.Sprintf("container name %s in %s has characters no container name has (%s)",
+			quote(name), keyText(key), lookalikeWhy(name)))
 	default:
-		return "", "", true, unknown(fmt.Sprintf("unknown key suffix %q (want %s, %s/pod or %s/container.NAME)", "/"+scope, prefix, prefix, prefix))
+		hint := ""
+		if fscope == "pod" || strings.HasPrefix(fscope, "container.") {
+			hint = fmt.Sprintf(": it looks like /%s but is not (%s)", keyText(fscope), lookalikeWhy(scope))
+		}
+		return "", "", true, unknown(fmt.Sprintf("unknown key suffix %s%s (want %s, %s/pod or %s/container.NAME)", quote("/"+scope), hint, prefix, prefix, prefix))
 	}
 	return prefix, scope, true, nil
 }
 
 func keyHint(k string) string {
+	if len(k) > MaxHintKey {
+		return ""
+	}
 	for _, known := range Keys {
-		if editDistance(strings.ToLower(k), known) <= 2 {
+		if editDistance(k, known) <= 2 {
 			return fmt.Sprintf(", did you mean %q?", known)
 		}
 	}
 	return ""
+}
+
+// foldKey maps what looks like an ASCII key to that key, by hand (the
+// NFKC-and-confusables idea, for the letters a key can have): fullwidth
+// forms to ASCII, Cyrillic, Greek and other letters that look Latin to
+// their Latin twins, other dots and slashes to '.' and '/'; it drops
+// invisible characters (zero-width, bidi marks, soft hyphen, byte order
+// mark: Unicode's format class) and white space, and lower-cases.
+func foldKey(k string) string {
+	var b strings.Builder
+	b.Grow(len(k))
+	for _, r := range k {
+		switch {
+		case r < utf8.RuneSelf:
+		case r >= 0xFF01 && r <= 0xFF5E: // fullwidth ASCII
+			r -= 0xFF01 - '!'
+		case unicode.Is(unicode.Cf, r) || unicode.IsSpace(r):
+			continue
+		default:
+			if l, ok := lookalikes[r]; ok {
+				r = l
+			}
+		}
+		if unicode.IsSpace(r) {
+			continue
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
+}
+
+// lookalikes are letters and marks that look like the ASCII ones of a key.
+var lookalikes = map[rune]rune{
+	// Cyrillic
+	'а': 'a', 'в': 'b', 'с': 'c', 'ԁ': 'd', 'е': 'e', 'ё': 'e', 'һ': 'h', 'і': 'i', 'ї': 'i', 'ј': 'j', 'к': 'k',
+	'ӏ': 'l', 'м': 'm', 'н': 'h', 'о': 'o', 'р': 'p', 'ԛ': 'q', 'г': 'r', 'ѕ': 's', 'т': 't', 'ц': 'u', 'ѵ': 'v',
+	'ԝ': 'w', 'х': 'x', 'у': 'y', 'ү': 'y',
+	'А': 'A', 'В': 'B', 'С': 'C', 'Е': 'E', 'Н': 'H', 'І': 'I', 'Ј': 'J', 'К': 'K', 'М': 'M', 'О': 'O', 'Р': 'P',
+	'Ѕ': 'S', 'Т': 'T', 'Х': 'X', 'У': 'Y', 'Ԛ': 'Q', 'Ԝ': 'W',
+	// Greek
+	'α': 'a', 'β': 'b', 'ε': 'e', 'η': 'n', 'ι': 'i', 'κ': 'k', 'ν': 'v', 'ο': 'o', 'ρ': 'p', 'τ': 't', 'υ': 'u',
+	'χ': 'x', 'γ': 'y', 'ϲ': 'c', 'ϳ': 'j',
+	'Α': 'A', 'Β': 'B', 'Ε': 'E', 'Ζ': 'Z', 'Η': 'H', 'Ι': 'I', 'Κ': 'K', 'Μ': 'M', 'Ν': 'N', 'Ο': 'O', 'Ρ': 'P',
+	'Τ': 'T', 'Υ': 'Y', 'Χ': 'X',
+	// Latin variants
+	'ı': 'i', 'ȷ': 'j', 'ſ': 's', 'ɑ': 'a', 'ɡ': 'g', 'ℓ': 'l', 'ⅰ': 'i', 'ⅼ': 'l', 'ⅽ': 'c', 'ⅾ': 'd', 'ⅿ': 'm',
+	// dots, hyphens and slashes
+	'。': '.', '｡': '.', '․': '.', '﹒': '.', '·': '.', '‐': '-', '‑': '-', '‒': '-', '–': '-', '−': '-', '﹣': '-',
+	'∕': '/', '⁄': '/', '／': '/', '⧸': '/',
+}
+
+// lookalikeWhy says how a key differs from the ASCII one it looks like.
+func lookalikeWhy(k string) string {
+	var why []string
+	if strings.ContainsFunc(k, func(r rune) bool { return unicode.Is(unicode.Cf, r) || unicode.IsSpace(r) }) {
+		why = append(why, "invisible characters or spaces")
+	}
+	if strings.ContainsFunc(k, func(r rune) bool { return r >= utf8.RuneSelf && !unicode.Is(unicode.Cf, r) && !unicode.IsSpace(r) }) {
+		why = append(why, "non-ASCII letters")
+	}
+	if strings.HasSuffix(strings.TrimRightFunc(k, func(r rune) bool { return unicode.Is(unicode.Cf, r) || unicode.IsSpace(r) }), ".") {
+		why = append(why, "a trailing dot")
+	}
+	if strings.ContainsFunc(k, unicode.IsUpper) {
+		why = append(why, "upper case")
+	}
+	if len(why) == 0 {
+		return "other characters"
+	}
+	return strings.Join(why, ", ")
 }
 
 // settings resolves, for every base key, the key that applies to the
@@ -135,6 +236,9 @@ func (r Request) settings() (map[string]setting, error) {
 				rank = 2
 			default: // another container's key
 				continue
+			}
+			if v := src.kv[key]; len(v) > MaxValueLength {
+				return nil, &KeyError{Key: key, Value: v, Err: badValue(fmt.Sprintf("the value is %d bytes, at most %d", len(v), MaxValueLength))}
 			}
 			rank = rank*4 + si
 			if cur, ok := out[base]; !ok || rank < cur.rank {
@@ -164,7 +268,7 @@ func (c *Catalog) Select(req Request) (Selection, error) {
 			p = c.Default()
 		} else {
 			return Selection{}, &KeyError{Key: set[KeyPolicy].key, Value: name,
-				Err: &kindError{msg: fmt.Sprintf("unknown policy %q (known: %s)", name, c.namesList()), kind: ErrUnknownPolicy}}
+				Err: &kindError{msg: fmt.Sprintf("unknown policy %s (known: %s)", quote(name), c.namesList()), kind: ErrUnknownPolicy}}
 		}
 	}
 	policyKey := set[KeyPolicy].key
@@ -240,7 +344,7 @@ func applyOverride(p *Policy, sel *Selection, key, value string) error {
 		p.Memory.Quota, p.Memory.QuotaBytes = value, n
 	case KeyPriority:
 		if !PriorityClass(value).Valid() {
-			return badValue(fmt.Sprintf("unknown priority class %q (want one of: %s)", value, classList()))
+			return badValue(fmt.Sprintf("unknown priority class %s (want one of: %s)", quote(value), classList()))
 		}
 		p.Priority.Class = PriorityClass(value)
 	case KeyEviction, KeyPrefetch:
@@ -259,7 +363,11 @@ func applyOverride(p *Policy, sel *Selection, key, value string) error {
 	case KeyTimeslice:
 		d, err := time.ParseDuration(value)
 		if err != nil {
-			return badValue(fmt.Sprintf("want a duration such as 2ms or 500us: %v", err))
+			why := ""
+			if len(value) <= MaxQuoted { // time's error quotes the whole value
+				why = ": " + err.Error()
+			}
+			return badValue("want a duration such as 2ms or 500us" + why)
 		}
 		if d <= 0 || d > MaxTimeslice || d%time.Microsecond != 0 {
 			return badValue(fmt.Sprintf("timeslice %s must be whole microseconds, above 0 and at most %s", d, MaxTimeslice))
@@ -273,6 +381,9 @@ func applyOverride(p *Policy, sel *Selection, key, value string) error {
 		p.Priority.Interleave = uint32(n)
 	case KeyProbes:
 		var probes []string
+		if n := strings.Count(value, ",") + 1; n > MaxProbes {
+			return badValue(fmt.Sprintf("%d probes, at most %d", n, MaxProbes))
+		}
 		if value != "" {
 			probes = strings.Split(value, ",")
 			for i := range probes {
@@ -312,10 +423,10 @@ func ParseProbeKernels(value string) ([]string, error) {
 	if strings.TrimSpace(value) == "" {
 		return nil, nil
 	}
-	kernels := strings.Split(value, ",")
-	if len(kernels) > MaxProbeKernels {
-		return nil, badValue(fmt.Sprintf("%d kernels, at most %d", len(kernels), MaxProbeKernels))
+	if n := strings.Count(value, ",") + 1; n > MaxProbeKernels { // counted before a split of a long value
+		return nil, badValue(fmt.Sprintf("%d kernels, at most %d", n, MaxProbeKernels))
 	}
+	kernels := strings.Split(value, ",")
 	for i := range kernels {
 		k := strings.TrimSpace(kernels[i])
 		kernels[i] = k
@@ -325,9 +436,9 @@ func ParseProbeKernels(value string) ([]string, error) {
 		case len(k) > MaxProbeKernelLength:
 			return nil, badValue(fmt.Sprintf("kernel %d is %d bytes long, at most %d", i+1, len(k), MaxProbeKernelLength))
 		case !ptxIdentRE.MatchString(k):
-			return nil, badValue(fmt.Sprintf("kernel name %q is not a PTX identifier (letters, digits, _, $ and ., not starting with a digit)", k))
+			return nil, badValue(fmt.Sprintf("kernel name %s is not a PTX identifier (letters, digits, _, $ and ., not starting with a digit)", quote(k)))
 		case slices.Contains(kernels[:i], k):
-			return nil, badValue(fmt.Sprintf("kernel %q listed twice", k))
+			return nil, badValue(fmt.Sprintf("kernel %s listed twice", quote(k)))
 		}
 	}
 	return kernels, nil

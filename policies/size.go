@@ -23,7 +23,7 @@ const unitList = "B, KiB, MiB, GiB, TiB, Ki, Mi, Gi, Ti, KB, MB, GB, TB"
 // optional unit (see README.md), e.g. "0", "1024", "512MiB", "8GiB", "10GB".
 // Fractions are refused ("1.5GiB": write "1536MiB"). Errors wrap ErrBadSize.
 func ParseSize(s string) (uint64, error) {
-	bad := func(why string) error { return fmt.Errorf("%w %q: %s", ErrBadSize, s, why) }
+	bad := func(why string) error { return fmt.Errorf("%w %s: %s", ErrBadSize, quote(s), why) }
 	if s == "" {
 		return 0, bad("empty")
 	}
@@ -43,7 +43,7 @@ func ParseSize(s string) (uint64, error) {
 	}
 	mult, ok := sizeUnits[unit]
 	if !ok {
-		return 0, bad(fmt.Sprintf("unknown unit %q (want %s)", unit, unitList))
+		return 0, bad(fmt.Sprintf("unknown unit %s (want %s)", quote(unit), unitList))
 	}
 	n, err := strconv.ParseUint(digits, 10, 64)
 	if errors.Is(err, strconv.ErrRange) || (err == nil && n > math.MaxUint64/mult) {
