@@ -1,17 +1,26 @@
-// Package admission is the one admission path of gpuext. Both the containerd
-// NRI plugin and the Docker/runc/podman OCI hook turn what they know of a
-// container into a ContainerInfo and call the same Core:
+// Package admission is the one admission path of gpuext. The host agent
+// (the NRI plugin, which also serves the runc wrapper and the OCI hooks
+// through internal/agent) turns what a runtime knows of a container into a
+// ContainerInfo and calls one Core:
 //
 //   - Admit: labels/annotations -> validated policy (policies), a reserved
-//     tenant (bpf registry), the tenant directory, and the injection (mounts
-//     and env) for the device runtime. Called when the container is created,
-//     before its process runs.
-//   - Register: container -> cgroup -> cgroup id (cgroup), attached to the
-//     tenant in the pinned registry. Called once the cgroup exists and before
-//     the user's process runs.
+//     tenant (bpf registry), the tenant and accounting directories, and the
+//     injection (mounts and env) for the device runtime: one Decision per
+//     container (decision.go). Called when the container is created, before
+//     its process runs.
+//   - Register: applies a stored Decision (never selects again): container
+//     -> cgroup -> cgroup id (cgroup), attached to the decision's tenant
+//     after checking the decision against the registry. RegisterOCI reads
+//     the decision the runc wrapper wrote into config.json, or admits first
+//     when there is none (a hook without the wrapper).
 //   - Remove: detach the cgroup and release the tenant when it has no cgroup left.
 //   - Synchronize: rebuild the registry from the live containers of one
-//     runtime and drop stale entries of that runtime.
+//     runtime and drop stale entries of that runtime; Reconcile: collect what
+//     killed hooks and runtimes left.
 //
-// Neither runtime path re-implements selection, resolution or registration.
+// The fail mode is applied in one place, ApplyFailMode, for every runtime
+// path and every kind of error (KindOf). The files follow the jobs: core.go
+// (lifecycle), decision.go, select.go, probes.go, injection.go,
+// tenantfile.go (what the device runtime reads), statedir.go (the state
+// directory's layout, lock and collection), sync.go.
 package admission
