@@ -7,7 +7,9 @@
 #   2. real crictl create+start with the plugin vs without, two private
 #      containerds side by side in one run, interleaved, as a ratio;
 #   3. docker run through gpuext-runc, the hook and the agent vs plain runc
-#      (test/bench-docker.sh), interleaved, as a ratio.
+#      (test/bench-docker.sh), interleaved, as a ratio;
+#   4. the priority board publisher's CPU (getrusage) over 100 tenants, 10 s
+#      each: idle, one latency-critical tenant busy, one serving requests.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 BIN="$REPO/bin"
@@ -35,6 +37,18 @@ bench=$(cd "$REPO" && go test -run '^$' -bench '^BenchmarkAdmission$' -benchtime
 	echo "plugin = time inside the plugin's handlers; roundtrip = what the runtime side (nri pkg/adaptation) sees, ttrpc included."
 	echo "Target: p99 < 1000 us."
 	echo "$bench" | grep -o '[0-9.]* p50-plugin-us.*' | sed 's/^/  /'
+	echo
+} >>"$OUT"
+
+log "board publisher CPU, 100 tenants (3 x 10 s)"
+board=$(cd "$REPO" && go test -run '^$' -bench '^BenchmarkPublisherCPU$' -benchtime 1x ./devrt/board/ 2>/dev/null | grep -E 'cpu-%' || true)
+[[ -n "$board" ]] || { echo "bench: BenchmarkPublisherCPU produced no result" >&2; exit 1; }
+{
+	echo "## Board publisher CPU, 100 tenants (10 latency-critical, 6 ms window), 10 s each, getrusage of the publisher's process"
+	echo "idle: nothing pending; lc-active: one latency-critical tenant launching 1 ms kernels back to back (interposer over the fake libcuda);"
+	echo "lc-requests: one serving a request (8 kernels of 100 us) every 20 ms. late/s: reads after a deadline the tenant had extended."
+	echo "Targets: idle <= 0.5%, one latency-critical tenant active <= 2%."
+	echo "$board" | sed 's/^BenchmarkPublisherCPU\///; s/^/  /'
 	echo
 } >>"$OUT"
 

@@ -150,7 +150,7 @@ func tenants(cfg config.Config, args []string, out io.Writer) error {
 			Priority: admission.PriorityClassName(t.Config.PriorityClass), TimesliceUS: t.Config.TimesliceUs,
 			FailedOpen: t.Config.Flags&uint32(bpf.TenantFlagFailOpen) != 0,
 		}
-		if u, err := board.ReadUsage(filepath.Join(admission.AcctDir(cfg.StateDir, uint64(t.ID)), "usage")); err == nil {
+		if u, err := board.ReadUsage(admission.AcctDir(cfg.StateDir, uint64(t.ID))); err == nil {
 			base.Usage = &u
 		}
 		if len(t.Cgroups) == 0 {
@@ -319,18 +319,19 @@ func kernelPolicies(cfg config.Config, cmd string, args []string, out io.Writer)
 
 func runBoard(cfg config.Config, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("board", flag.ContinueOnError)
-	interval := fs.Duration("interval", time.Millisecond, "how often to republish")
+	interval := fs.Duration("interval", time.Millisecond, "shortest wait between two reads; how long before the board's deadline it reads again")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	pub, err := board.Open(filepath.Join(cfg.StateDir, "board"), filepath.Join(cfg.StateDir, "acct"))
+	pub, err := board.Open(filepath.Join(cfg.StateDir, "board"), filepath.Join(cfg.StateDir, "acct"),
+		board.TenantSettings(admission.TenantsRoot(cfg.StateDir)), nil)
 	if err != nil {
 		return err
 	}
 	defer pub.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	fmt.Fprintf(out, "publishing %s every %s (Ctrl-C stops)\n", filepath.Join(cfg.StateDir, "board", board.FileName), *interval)
+	fmt.Fprintf(out, "publishing %s (Ctrl-C stops)\n", filepath.Join(cfg.StateDir, "board", board.FileName))
 	pub.Run(ctx, *interval)
 	return nil
 }

@@ -1,53 +1,100 @@
 package board
 
 import (
+	"bufio"
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpuext/gpuext/internal/admission"
 )
 
-// buildDevrt builds the interposer, the fake libcuda and the test apps.
-func buildDevrt(t *testing.T) string {
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// buildDevrt builds the interposer, the fake libcuda and the test apps
+// (devrt/build.sh) and testdata/slotapp.c, once per test binary.
+func buildDevrt(t testing.TB) string {
 	t.Helper()
-	out := t.TempDir()
-	if b, err := exec.Command("sh", "../build.sh", out).CombinedOutput(); err != nil {
-		t.Fatalf("devrt/build.sh: %v\n%s", err, b)
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "gpuext-board-build-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildDir = dir
+		if b, err := exec.Command("sh", "../build.sh", dir).CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("devrt/build.sh: %w\n%s", err, b)
+			return
+		}
+		cc := exec.Command("gcc", "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-I../lib", "-I../include",
+			"-o", filepath.Join(dir, "fake", "slotapp"), "testdata/slotapp.c",
+			"-L"+filepath.Join(dir, "fake"), "-l:libcuda.so.1")
+		if b, err := cc.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("slotapp: %w\n%s", err, b)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	return out
+	return buildDir
 }
 
 type tenant struct{ dir, acct string }
 
 // newTenant writes a tenant dir (admission's writer) and its accounting dir under state.
-func newTenant(t *testing.T, state string, id int, class string, windowUs int) tenant {
+func newTenant(t testing.TB, state string, id int, class string, windowUs int) tenant {
+	return newTenantFile(t, state, admission.TenantFile{TenantID: uint32(id), Policy: "p", Class: class, ActiveWindowUS: uint32(windowUs)})
+}
+
+func newTenantFile(t testing.TB, state string, tf admission.TenantFile) tenant {
 	t.Helper()
-	tn := tenant{dir: filepath.Join(state, "tenants", strconv.Itoa(id)), acct: filepath.Join(state, "acct", strconv.Itoa(id))}
+	id := strconv.Itoa(int(tf.TenantID))
+	tn := tenant{dir: filepath.Join(state, "tenants", id), acct: filepath.Join(state, "acct", id)}
 	for _, d := range []string{tn.dir, tn.acct} {
 		if err := os.MkdirAll(d, 0o777); err != nil {
 			t.Fatal(err)
 		}
 	}
-	tf := admission.TenantFile{TenantID: uint32(id), Policy: "p", Class: class, ActiveWindowUS: uint32(windowUs)}
 	if err := admission.WriteTenantFiles(tn.dir, tf); err != nil {
 		t.Fatal(err)
 	}
 	return tn
 }
 
-// launch runs the test app's `launch 1` under the interposer as a process of
-// tenant tn and returns the launch's elapsed microseconds.
-func launch(t *testing.T, build string, tn tenant, boardPath string) int {
+// openPublisher opens a publisher of state's board over its tenant dirs.
+func openPublisher(t testing.TB, state string) *Publisher {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(build, "fake", "app_procaddr"), "launch", "1")
-	cmd.Env = append(os.Environ(), "LD_PRELOAD="+filepath.Join(build, "libgpuext-devrt.so"),
+	pub, err := Open(filepath.Join(state, "board"), filepath.Join(state, "acct"), TenantSettings(filepath.Join(state, "tenants")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pub.Close)
+	return pub
+}
+
+func (tn tenant) env(build, boardPath string) []string {
+	return append(os.Environ(), "LD_PRELOAD="+filepath.Join(build, "libgpuext-devrt.so"),
 		"LD_LIBRARY_PATH="+filepath.Join(build, "fake"), admission.EnvTenantDir+"="+tn.dir,
 		"GPUEXT_TENANT_ACCT="+tn.acct, "GPUEXT_BOARD="+boardPath, "FAKECUDA_KERNEL_US=0")
+}
+
+// launch runs the test app's `launch 1` under the interposer as a process of
+// tenant tn and returns the launch's elapsed microseconds.
+func launch(t testing.TB, build string, tn tenant, boardPath string) int {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(build, "fake", "app_procaddr"), "launch", "1")
+	cmd.Env = tn.env(build, boardPath)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("app: %v\n%s", err, out)
@@ -61,6 +108,57 @@ func launch(t *testing.T, build string, tn tenant, boardPath string) int {
 	return n
 }
 
+// holder is a process of a tenant that ran its steps and waits to be killed.
+type holder struct {
+	cmd   *exec.Cmd
+	lines []string
+}
+
+// hold starts app (in build/fake) with steps under the interposer and
+// waits until it printed want (its last line before it holds).
+func hold(t *testing.T, build string, tn tenant, want string, app string, steps ...string) *holder {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(build, "fake", app), steps...)
+	cmd.Env = tn.env(build, "")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &holder{cmd: cmd}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("%s %v exited before %q: %q", app, steps, want, h.lines)
+			}
+			h.lines = append(h.lines, l)
+			if l == want {
+				go func() {
+					for range lines {
+					}
+				}()
+				return h
+			}
+		case <-timeout:
+			t.Fatalf("%s %v: no %q after 20s: %q", app, steps, want, h.lines)
+		}
+	}
+}
+
 // TestBoardGatesBestEffort: a latency-critical tenant's launch makes its
 // pending window visible on the board the host publishes; a best-effort
 // tenant's launch then waits and counts a delayed launch; a latency-critical
@@ -71,11 +169,7 @@ func TestBoardGatesBestEffort(t *testing.T) {
 	state := t.TempDir()
 	lc := newTenant(t, state, 1, "latency-critical", 30000) // 30ms window per launch
 	be := newTenant(t, state, 2, "best-effort", 0)
-	pub, err := Open(filepath.Join(state, "board"), filepath.Join(state, "acct"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	pub := openPublisher(t, state)
 	boardPath := filepath.Join(state, "board", FileName)
 
 	if us := launch(t, build, be, boardPath); us > 5000 {
@@ -91,7 +185,7 @@ func TestBoardGatesBestEffort(t *testing.T) {
 	if us := launch(t, build, lc, boardPath); us > 5000 {
 		t.Errorf("latency-critical launch waited %dus", us)
 	}
-	u, err := ReadUsage(filepath.Join(be.acct, "usage"))
+	u, err := ReadUsage(be.acct)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +196,7 @@ func TestBoardGatesBestEffort(t *testing.T) {
 	if err := os.RemoveAll(lc.acct); err != nil {
 		t.Fatal(err)
 	}
-	pub.rescan = time.Time{} // rescan now
+	pub.nextScan = time.Time{} // rescan now
 	if until := pub.Publish(); until != 0 {
 		t.Fatalf("board still shows latency-critical work (%d) after its tenant left", until)
 	}
@@ -111,42 +205,72 @@ func TestBoardGatesBestEffort(t *testing.T) {
 	}
 }
 
+// TestWakeFIFOStartsPublishing: the publisher, idle (nothing pending, so it
+// waits for the next rescan, a second away), publishes a latency-critical
+// tenant's first launch at once: the interposer wrote to the tenant's wake
+// FIFO.
+func TestWakeFIFOStartsPublishing(t *testing.T) {
+	build := buildDevrt(t)
+	state := t.TempDir()
+	lc := newTenant(t, state, 1, "latency-critical", 100000) // 100ms
+	pub := openPublisher(t, state)
+	launch(t, build, lc, filepath.Join(state, "board", FileName)) // usage file and FIFO exist
+	runPublisher(t, pub)
+	time.Sleep(200 * time.Millisecond) // the first scan found the window of that launch, which has passed
+	if until, _ := pub.Board(); until > monotonicNow() {
+		t.Fatalf("board shows work pending (%d) before the launch", until)
+	}
+	start := monotonicNow()
+	launch(t, build, lc, filepath.Join(state, "board", FileName))
+	for {
+		if until, _ := pub.Board(); until > start {
+			t.Logf("published %v after the launch began", time.Duration(monotonicNow()-start))
+			break
+		}
+		if time.Duration(monotonicNow()-start) > 300*time.Millisecond {
+			t.Fatal("the launch was not published within 300ms (the rescan is 1s away): the wake FIFO did not wake the publisher")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// runPublisher runs pub.Run until the test ends, and checks then that Run
+// returns (it did not die or block on a tenant's file).
+func runPublisher(t *testing.T, pub *Publisher) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pub.Run(ctx, time.Millisecond)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Error("publisher did not stop within 5s: it is blocked")
+		}
+	})
+}
+
 // TestReadUsageCountsLiveProcessesOnly: the tenant view shows a process's
 // device memory while it lives and drops it when the process is killed.
 func TestReadUsageCountsLiveProcessesOnly(t *testing.T) {
 	build := buildDevrt(t)
 	state := t.TempDir()
 	tn := newTenant(t, state, 3, "standard", 0)
-	cmd := exec.Command(filepath.Join(build, "fake", "app_procaddr"), "alloc", "1GiB", "hold")
-	cmd.Env = append(os.Environ(), "LD_PRELOAD="+filepath.Join(build, "libgpuext-devrt.so"),
-		"LD_LIBRARY_PATH="+filepath.Join(build, "fake"), admission.EnvTenantDir+"="+tn.dir, "GPUEXT_TENANT_ACCT="+tn.acct)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 256)
-	var got string
-	for !strings.Contains(got, "hold") {
-		n, err := out.Read(buf)
-		if err != nil {
-			t.Fatalf("app output %q: %v", got, err)
-		}
-		got += string(buf[:n])
-	}
-	usage := filepath.Join(tn.acct, "usage")
-	u, err := ReadUsage(usage)
+	h := hold(t, build, tn, "hold", "app_procaddr", "alloc", "1GiB", "hold")
+	u, err := ReadUsage(tn.acct)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if u.UsedBytes != 1<<30 || u.PeakBytes != 1<<30 || u.TenantID != 3 {
 		t.Errorf("while the app holds 1GiB: %+v", u)
 	}
-	cmd.Process.Kill()
-	cmd.Wait()
-	if u, err = ReadUsage(usage); err != nil || u.UsedBytes != 0 {
+	h.cmd.Process.Kill()
+	h.cmd.Wait()
+	if u, err = ReadUsage(tn.acct); err != nil || u.UsedBytes != 0 {
 		t.Errorf("after kill -9: used %d (%v), want 0", u.UsedBytes, err)
 	}
 }

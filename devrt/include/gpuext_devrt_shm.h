@@ -12,13 +12,21 @@
  *    considered pending on the GPU.
  *
  * Concurrency is C11 atomics only, no mutex: a process killed at any point
- * leaves nothing locked. A slot's owner holds a POSIX record lock on the slot's
- * first byte of the usage file for as long as it lives; the kernel drops the
- * lock when the process dies, so "slot has a pid but nobody holds its lock"
- * means the owner is gone and its bytes no longer count (the slot is then
- * reclaimed: locked, pid CAS'd to 0, counters zeroed). The lock is a liveness
- * beacon, never waited on; it works across pid namespaces (containers of one
- * pod) and is immune to pid reuse. pid and start_time are kept for reporting.
+ * leaves nothing locked. A slot's owner holds an open-file-description lock
+ * (F_OFD_SETLK) on the slot's first byte of the usage file for as long as it
+ * lives; the kernel drops the lock when the process dies, so "slot has a pid
+ * but nobody holds its lock" means the owner is gone and its bytes no longer
+ * count (the slot is then reclaimed: locked, pid CAS'd to 0, counters zeroed).
+ * The lock belongs to the owner's own open of the file, not to the process
+ * (a POSIX record lock would go with any close() of the file anywhere in the
+ * process). The lock is a liveness beacon, never waited on; it works across
+ * pid namespaces (containers of one pod) and is immune to pid reuse. pid and
+ * start_time are kept for reporting.
+ *
+ * The host reads these files with pread, never mapped (a tenant can truncate
+ * its file), and trusts nothing in them about the tenant itself: the class
+ * and the active window come from the host's own tenant state, and
+ * lc_active_until_ns is clamped to now + that window.
  *
  * All fields are fixed width, little-endian (x86-64, aarch64), naturally
  * aligned. A reader checks magic, version, header_size, slot_size, nslots.
@@ -36,6 +44,16 @@
 #define GPUEXT_DEVRT_SHM_VERSION 1u
 #define GPUEXT_DEVRT_SLOTS 256u
 #define GPUEXT_DEVRT_USAGE_FILE "usage"
+/*
+ * $GPUEXT_TENANT_ACCT/wake: a FIFO. A latency-critical process writes one
+ * byte to it when it moves lc_active_until_ns from a value that had passed
+ * or was within a quarter window of passing: the host stops reading a
+ * tenant whose deadline is that close, and reads it at once when it hears
+ * from the FIFO, instead of polling while nothing is pending. Whoever comes first creates it (mode 0666); both
+ * sides open it O_RDWR|O_NONBLOCK, so neither waits for the other and a
+ * writer never gets SIGPIPE.
+ */
+#define GPUEXT_DEVRT_WAKE_FILE "wake"
 
 /* slot.pid: 0 = free; otherwise the owner's pid (in the owner's namespace). */
 
@@ -65,7 +83,7 @@ struct gpuext_devrt_usage_header {
 	_Atomic uint64_t delayed_ns;       /* total time those launches waited */
 	_Atomic uint64_t launches;         /* launches seen by the interposer */
 	_Atomic uint64_t lc_active_until_ns; /* latency-critical tenants: CLOCK_MONOTONIC deadline of own pending work */
-	_Atomic uint32_t priority_class;   /* GPUEXT_DEVRT_CLASS_* */
+	_Atomic uint32_t priority_class;   /* GPUEXT_DEVRT_CLASS_* as the process read it (reporting only) */
 	uint32_t reserved1;
 	uint64_t reserved[20];
 };
@@ -79,7 +97,7 @@ struct gpuext_devrt_usage {
 	struct gpuext_devrt_slot slot[GPUEXT_DEVRT_SLOTS];
 };
 
-/* Byte of the usage file a live slot owner keeps write-locked. */
+/* Byte of the usage file a live slot owner keeps write-locked (F_OFD_SETLK). */
 #define GPUEXT_DEVRT_SLOT_LOCK_OFFSET(i) \
 	((off_t)(offsetof(struct gpuext_devrt_usage, slot) + (size_t)(i) * sizeof(struct gpuext_devrt_slot)))
 

@@ -3,9 +3,13 @@
  *
  * The usage file ($GPUEXT_TENANT_ACCT/usage, layout in gpuext_devrt_shm.h) is
  * mapped MAP_SHARED by every process of the tenant. A process owns one slot:
- * it holds a POSIX write lock on the slot's first byte for as long as it lives
- * (liveness beacon, never waited on) and changes only its own counters, with
- * atomic adds. The tenant total is the sum over live slots; a slot whose owner
+ * it holds an open-file-description write lock (F_OFD_SETLK) on the slot's
+ * first byte for as long as it lives (liveness beacon, never waited on) and
+ * changes only its own counters, with atomic adds. The lock belongs to the
+ * library's own open of the file: another open and close of the same file in
+ * the process (any library may do it) leaves it alone, where a POSIX record
+ * lock would be dropped. A forked child reopens the file, so it never holds
+ * (through the shared open) the lock of a parent that died. The tenant total is the sum over live slots; a slot whose owner
  * is gone (pid set, lock free) is not counted and is reclaimed.
  *
  * Allocation protocol: reserve (add to own slot, then sum: sequentially
@@ -80,23 +84,25 @@ static uint64_t gx_self_start_time(void)
 	return v;
 }
 
-static int gx_lock_slot(int i, short type, int cmd)
+/* Takes (F_WRLCK) or drops (F_UNLCK) our lock on slot i; never waits. */
+static int gx_lock_slot(int i, short type)
 {
-	struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = GPUEXT_DEVRT_SLOT_LOCK_OFFSET(i), .l_len = 1};
+	/* OFD locks want l_pid 0 */
+	struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = GPUEXT_DEVRT_SLOT_LOCK_OFFSET(i), .l_len = 1, .l_pid = 0};
 
-	return fcntl(gx_fd, cmd, &fl);
+	return fcntl(gx_fd, F_OFD_SETLK, &fl);
 }
 
 /* Does a live process (other than us) own slot i? */
 static int gx_slot_live(int i)
 {
-	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = GPUEXT_DEVRT_SLOT_LOCK_OFFSET(i), .l_len = 1};
+	struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = GPUEXT_DEVRT_SLOT_LOCK_OFFSET(i), .l_len = 1, .l_pid = 0};
 
 	if (gx_fd < 0)
 		return i == gx_my;
 	if (i == gx_my)
 		return 1;
-	if (fcntl(gx_fd, F_GETLK, &fl) != 0)
+	if (fcntl(gx_fd, F_OFD_GETLK, &fl) != 0)
 		return 1; /* cannot tell: count it (never under-count) */
 	return fl.l_type != F_UNLCK;
 }
@@ -132,11 +138,11 @@ static void gx_slot_take(int i, uint32_t newpid)
 /* Reclaim a dead owner's slot: lock it, CAS its pid to 0, zero it, unlock. */
 static void gx_slot_reclaim(int i)
 {
-	if (gx_lock_slot(i, F_WRLCK, F_SETLK) != 0)
+	if (gx_lock_slot(i, F_WRLCK) != 0)
 		return; /* its owner is alive after all, or another process is reclaiming */
 	if (atomic_load(&gx_u->slot[i].pid) != 0)
 		gx_slot_take(i, 0);
-	gx_lock_slot(i, F_UNLCK, F_SETLK);
+	gx_lock_slot(i, F_UNLCK);
 }
 
 static void gx_local_fallback(const char *why);
@@ -159,12 +165,12 @@ static int gx_claim_slot(void)
 
 			if ((pass == 0) != (pid == 0))
 				continue;
-			if (gx_lock_slot(i, F_WRLCK, F_SETLK) != 0) {
+			if (gx_lock_slot(i, F_WRLCK) != 0) {
 				if (errno == EAGAIN || errno == EACCES)
 					continue; /* a live owner */
 				pthread_mutex_unlock(&gx_slot_mu);
-				GX_DEBUG("usage file: no record locks (%s)", strerror(errno));
-				gx_local_fallback("record locks unsupported");
+				GX_DEBUG("usage file: no open-file-description locks (%s)", strerror(errno));
+				gx_local_fallback("open-file-description locks unsupported");
 				return gx_claim_slot();
 			}
 			gx_slot_take(i, me);
@@ -250,9 +256,42 @@ header:
 	atomic_store(&gx_u->hdr.priority_class, gx_cfg.priority_class);
 }
 
+/*
+ * The child shares the parent's open of the usage file, and with it the
+ * parent's slot lock: were it to keep that open, a parent that died would
+ * still look alive. Both the fd and the mapping hold the open (a mapping
+ * keeps its file open), so the child opens the file anew, maps the new open
+ * over the old mapping (same file, same pages) and drops the shared fd. It
+ * holds no slot and no device memory.
+ */
+static void gx_acct_reopen_in_child(void)
+{
+	char path[4096];
+	struct stat was, now;
+	int fd;
+
+	if (gx_fd < 0)
+		return;
+	fd = -1;
+	if (fstat(gx_fd, &was) != 0 ||
+	    snprintf(path, sizeof(path), "%s/%s", gx_cfg.acct_dir, GPUEXT_DEVRT_USAGE_FILE) >= (int)sizeof(path) ||
+	    (fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)) < 0 || fstat(fd, &now) != 0 ||
+	    now.st_dev != was.st_dev || now.st_ino != was.st_ino ||
+	    mmap(gx_u, sizeof(*gx_u), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED ||
+	    dup3(fd, gx_fd, O_CLOEXEC) < 0) {
+		if (fd >= 0)
+			close(fd);
+		munmap(gx_u, sizeof(*gx_u)); /* the parent's open goes with it */
+		gx_u = NULL;
+		gx_local_fallback("usage file not reopened after fork");
+		return;
+	}
+	close(fd);
+}
+
 void gx_acct_after_fork(void)
 {
-	/* the child holds no slot lock (POSIX locks are per process) and no device memory */
+	gx_acct_reopen_in_child();
 	gx_my = -1;
 	pthread_mutex_init(&gx_slot_mu, NULL);
 	pthread_mutex_init(&gx_tab_mu, NULL);

@@ -87,14 +87,18 @@ func (p *Plugin) startReconcile(cfg config.Config, core *admission.Core) {
 	}()
 }
 
-// BoardInterval is how often the plugin republishes the priority board.
+// BoardInterval is the shortest wait between two reads of the board
+// publisher, and how long before the board's deadline it reads again.
 const BoardInterval = time.Millisecond
 
 // startBoard runs the device runtime's priority board publisher: the plugin
 // is the host agent that copies latency-critical tenants' pending work to the
-// read-only board every container maps.
+// read-only board every container maps. Which tenants are latency-critical,
+// and for how long one launch counts, come from the tenant dirs admission
+// wrote (settings.bin), never from what a tenant writes about itself.
 func (p *Plugin) startBoard(cfg config.Config) {
-	pub, err := board.Open(filepath.Join(cfg.StateDir, "board"), filepath.Join(cfg.StateDir, "acct"))
+	pub, err := board.Open(filepath.Join(cfg.StateDir, "board"), filepath.Join(cfg.StateDir, "acct"),
+		board.TenantSettings(admission.TenantsRoot(cfg.StateDir)), p.log)
 	if err != nil {
 		p.log.WithError(err).Error("priority board: not published")
 		return

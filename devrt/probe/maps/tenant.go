@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/internal/tenantfs"
 )
 
 // ImageState is what the interposer did with one image (from .status).
@@ -121,6 +121,12 @@ type Tenant struct {
 	Skipped []string `json:"skipped,omitempty"`
 }
 
+// MaxStatusSize is the largest <pid>.status file ReadTenant reads.
+const MaxStatusSize = 16 << 20
+
+// MaxEntries is the most entries ReadTenant lists in a probes directory.
+const MaxEntries = 1 << 16
+
 // ReadTenant reads a tenant's probes accounting directory
 // ($GPUEXT_TENANT_ACCT/probes on the host: <stateDir>/acct/<id>/probes).
 // manifest is the tenant's current module (probes/manifest.json of its
@@ -128,6 +134,11 @@ type Tenant struct {
 // ran an older probe set) are skipped and named in Skipped. A nil manifest
 // takes every map, the first layout of a name winning. A missing directory
 // is an empty tenant.
+//
+// The directory and its files are the tenant's: dir's last component and
+// every file are opened through internal/tenantfs (no links, regular files
+// only, bounded: MaxStatusSize, MaxFileSize, MaxEntries). What it refuses is
+// named in Skipped, never read: a link to a host file shows nothing of it.
 func ReadTenant(dir string, manifest *probe.Manifest) (*Tenant, error) {
 	t := &Tenant{Maps: map[string]*Aggregate{}, Images: []ImageState{}}
 	want := map[string]probe.MapLayout{}
@@ -137,17 +148,43 @@ func ReadTenant(dir string, manifest *probe.Manifest) (*Tenant, error) {
 			t.Maps[m.Name] = &Aggregate{Layout: m.Layout}
 		}
 	}
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
+	d, err := tenantfs.OpenDir(filepath.Dir(dir), filepath.Base(dir))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return t, nil
+	case errors.Is(err, tenantfs.ErrRefused):
+		t.Skipped = append(t.Skipped, fmt.Sprintf("%s: %v", filepath.Base(dir), refusal(err)))
+		return t, nil
+	case err != nil:
+		return nil, fmt.Errorf("read probes dir: %w", err)
+	}
+	defer d.Close()
+	names, err := d.Names(MaxEntries)
+	if errors.Is(err, tenantfs.ErrRefused) {
+		t.Skipped = append(t.Skipped, fmt.Sprintf("%s: more than %d entries: not read", filepath.Base(dir), MaxEntries))
 		return t, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read probes dir: %w", err)
 	}
+	sort.Strings(names)
+	// read is one file of the tenant: nil, nil when it was refused (named in Skipped).
+	read := func(name string, limit int64) ([]byte, error) {
+		b, err := d.ReadFile(name, limit)
+		switch {
+		case errors.Is(err, tenantfs.ErrRefused):
+			t.Skipped = append(t.Skipped, fmt.Sprintf("%s: %v", name, refusal(err)))
+			return nil, nil
+		case errors.Is(err, fs.ErrNotExist):
+			return nil, nil // gone since the listing
+		case err != nil:
+			return nil, fmt.Errorf("read %s: %w", name, err)
+		}
+		return b, nil
+	}
 	pids := map[int]bool{}
-	for _, e := range ents {
-		name := e.Name()
-		if e.IsDir() || strings.HasPrefix(name, ".") {
+	for _, name := range names {
+		if strings.HasPrefix(name, ".") {
 			continue
 		}
 		switch {
@@ -156,9 +193,12 @@ func ReadTenant(dir string, manifest *probe.Manifest) (*Tenant, error) {
 			if err != nil {
 				continue
 			}
-			b, err := os.ReadFile(filepath.Join(dir, name))
+			b, err := read(name, MaxStatusSize)
 			if err != nil {
-				return nil, fmt.Errorf("read %s: %w", name, err)
+				return nil, err
+			}
+			if b == nil {
+				continue
 			}
 			pids[pid] = true
 			imgs, off := ParseStatus(pid, string(b))
@@ -188,9 +228,12 @@ func ReadTenant(dir string, manifest *probe.Manifest) (*Tenant, error) {
 				(*m)[r]++
 			}
 		case strings.HasSuffix(name, ".maps"):
-			b, err := os.ReadFile(filepath.Join(dir, name))
+			b, err := read(name, MaxFileSize)
 			if err != nil {
-				return nil, fmt.Errorf("read %s: %w", name, err)
+				return nil, err
+			}
+			if b == nil {
+				continue
 			}
 			f, err := Decode(b)
 			if err != nil {
@@ -207,6 +250,16 @@ func ReadTenant(dir string, manifest *probe.Manifest) (*Tenant, error) {
 		return a.PID < b.PID || (a.PID == b.PID && a.Image < b.Image)
 	})
 	return t, nil
+}
+
+// refusal is what tenantfs refused, without the path (the name is given).
+func refusal(err error) error {
+	for _, r := range []error{tenantfs.ErrSymlink, tenantfs.ErrNotRegular, tenantfs.ErrTooBig} {
+		if errors.Is(err, r) {
+			return r
+		}
+	}
+	return tenantfs.ErrRefused
 }
 
 func (t *Tenant) add(file string, f *File, want map[string]probe.MapLayout, strict bool) {

@@ -1,0 +1,65 @@
+package board
+
+import (
+	"fmt"
+	"path/filepath"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuext/gpuext/internal/tenantfs"
+)
+
+// Usage is what a tenant's usage file says (the tenant view of the CLI).
+type Usage struct {
+	TenantID        uint64
+	QuotaBytes      uint64
+	UsedBytes       uint64 // sum over the slots of processes that hold memory now
+	PeakBytes       uint64
+	RefusedAllocs   uint64
+	DelayedLaunches uint64
+	Launches        uint64
+}
+
+// ReadUsage reads the usage file of the tenant accounting dir acctDir
+// (<stateDir>/acct/<id>: its parent is the host's, acctDir itself and the
+// file are the tenant's). The file is opened through internal/tenantfs (no
+// links, a regular file of at most the layout's size) and read with pread.
+// A slot counts only while its owner lives: owners hold an
+// open-file-description lock on their slot (the device runtime's liveness
+// beacon), and a slot nobody holds belongs to a process that died.
+func ReadUsage(acctDir string) (Usage, error) {
+	d, err := tenantfs.OpenDir(filepath.Dir(acctDir), filepath.Base(acctDir))
+	if err != nil {
+		return Usage{}, err
+	}
+	defer d.Close()
+	f, err := d.Open(usageFile, usageSize)
+	if err != nil {
+		return Usage{}, err
+	}
+	defer f.Close()
+	data := make([]byte, usageSize)
+	if n, err := f.ReadAt(data, 0); n < usageSize {
+		return Usage{}, fmt.Errorf("usage file %s: %d bytes, want %d: %w", f.Path(), n, usageSize, err)
+	}
+	le := func(off int) uint64 { return le64(data, off) }
+	if le(usageOffMagic) != usageMagic {
+		return Usage{}, fmt.Errorf("usage file %s: not initialised", f.Path())
+	}
+	u := Usage{TenantID: le(usageOffTenantID), QuotaBytes: le(usageOffQuota), PeakBytes: le(usageOffPeak),
+		RefusedAllocs: le(usageOffRefused), DelayedLaunches: le(usageOffDelayed), Launches: le(usageOffLaunches)}
+	for i := 0; i < nSlots; i++ {
+		off := slotsOffset + i*slotSize
+		if *(*uint32)(unsafe.Pointer(&data[off+slotOffPid])) == 0 {
+			continue
+		}
+		// OFD locks: l_pid must be 0; a lock held by any other open of the file shows.
+		lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: int64(off), Len: 1}
+		if err := unix.FcntlFlock(uintptr(f.Fd()), unix.F_OFD_GETLK, &lk); err == nil && lk.Type == unix.F_UNLCK {
+			continue // its owner is gone
+		}
+		u.UsedBytes += le(off + slotOffBytes)
+	}
+	return u, nil
+}
