@@ -63,10 +63,19 @@ func TestMPSShare(t *testing.T) {
 		t.Errorf("delayed launches went from %d to %d under MPS", before, d)
 	}
 
-	// A share the user set in the environment wins over the tenant's.
-	be.extra = append(be.extra, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25")
+	// A smaller share the tenant set in its environment wins over the policy's.
+	base := be.extra
+	be.extra = append(base, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25")
 	_, stderr = be.run("app_procaddr", "launch", "1")
 	if !strings.Contains(stderr, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25, launch gate off") {
-		t.Errorf("the environment's share did not win:\n%s", stderr)
+		t.Errorf("the environment's smaller share did not win:\n%s", stderr)
+	}
+	// A larger one does not: a best-effort tenant cannot raise its own share.
+	for _, own := range []string{"100", "41", "0", "40x", ""} {
+		be.extra = append(base, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="+own)
+		_, stderr = be.run("app_procaddr", "launch", "1")
+		if !strings.Contains(stderr, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40, launch gate off") {
+			t.Errorf("the tenant's own CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%q raised its share past the policy's 40:\n%s", own, stderr)
+		}
 	}
 }

@@ -98,7 +98,8 @@ static void gx_board_map(void)
  * smPercent of the SMs, so a latency-critical tenant finds SMs free at once
  * instead of waiting out a best-effort kernel. MPS reads the share when the
  * context is created; this runs on the first CUDA call, before the real
- * cuInit. A value the user set in the environment wins.
+ * cuInit. A value the user set in the environment wins only when it is
+ * smaller: a tenant cannot raise its own share (review row 11).
  */
 static int gx_mps_confined; /* SM share in force: the launch gate stands down */
 
@@ -117,9 +118,17 @@ static void gx_mps_share(void)
 		gx_log("smPercent %u set but no MPS server (%s): launch gate stays on", gx_cfg.sm_percent, ctl);
 		return;
 	}
-	if (!getenv(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE)) {
+	/* The tenant may ask for less than its policy's share, never more: a
+	 * larger, malformed or zero value of its own is replaced. */
+	const char *own = getenv(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE);
+	char *end = NULL;
+	unsigned long want = own ? strtoul(own, &end, 10) : 0;
+	if (!own || !*own || *end || want == 0 || want > gx_cfg.sm_percent) {
+		if (own)
+			gx_log("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%.16s is not within the policy's share: %u", own,
+			       gx_cfg.sm_percent);
 		snprintf(v, sizeof(v), "%u", gx_cfg.sm_percent);
-		setenv(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE, v, 0);
+		setenv(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE, v, 1);
 	}
 	gx_mps_confined = 1;
 	GX_DEBUG("best-effort under MPS: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s, launch gate off",
