@@ -1,7 +1,9 @@
 /*
  * usage_dump.c - prints a tenant's usage file ($GPUEXT_TENANT_ACCT/usage) as
  * key=value lines, the one reader of gpuext_devrt_shm.h outside the library
- * (tests and the host agent parse its output instead of mirroring the layout).
+ * (tests parse its output instead of mirroring the layout). Test tooling, not
+ * installed: it maps the files it reads, which the host agent never does (its
+ * reader is devrt/board, through internal/tenantfs).
  *
  *   usage_dump FILE
  *   header magic=ok version=1 nslots=256 tenant=3 quota=... used=... peak=... refused=... delayed=... delayed_ns=... launches=... lc_active_until_ns=... class=...
