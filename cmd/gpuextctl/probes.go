@@ -173,7 +173,7 @@ func probeRows(stateDir string) ([]ProbesRow, error) {
 			return nil, fmt.Errorf("tenant %d: %w", id, err)
 		}
 		acct := filepath.Join(admission.AcctDir(stateDir, id), admission.AcctProbesDir)
-		_, acctErr := os.Stat(acct)
+		_, acctErr := os.Lstat(acct) // a tenant-made link is not followed
 		if len(tf.Probes) == 0 && manifest == nil && acctErr != nil {
 			continue // no probes here
 		}
