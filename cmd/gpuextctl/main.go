@@ -319,7 +319,7 @@ func kernelPolicies(cfg config.Config, cmd string, args []string, out io.Writer)
 
 func runBoard(cfg config.Config, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("board", flag.ContinueOnError)
-	interval := fs.Duration("interval", time.Millisecond, "shortest wait between two reads; how long before the board's deadline it reads again")
+	interval := fs.Duration("interval", time.Millisecond, "how often to read the latency-critical tenants' deadlines (while the host has any)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ func BenchmarkPublisherCPU(b *testing.B) {
 		if class == "latency-critical" {
 			lc = append(lc, tn)
 		}
-		// one launch: the interposer creates the usage file (and an LC tenant's wake FIFO)
+		// one launch: the interposer creates the usage file
 		launch(b, build, tn, boardPath)
 	}
 	for _, mode := range []string{"idle", "lc-active", "lc-requests"} {
@@ -75,7 +75,7 @@ func BenchmarkPublisherCPU(b *testing.B) {
 				ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 				pub.Run(ctx, time.Millisecond) // settle: first scan, files opened
 				cancel()
-				reads0, late0, pending := pub.readsSoFar(), pub.late, 0
+				reads0, pending := pub.readsSoFar(), 0
 				ctx, cancel = context.WithTimeout(context.Background(), d)
 				done := make(chan struct{})
 				go func() {
@@ -113,7 +113,6 @@ func BenchmarkPublisherCPU(b *testing.B) {
 				}
 				b.ReportMetric(100*c.Seconds()/wall.Seconds(), "cpu-%")
 				b.ReportMetric(float64(pub.readsSoFar()-reads0)/wall.Seconds(), "reads/s")
-				b.ReportMetric(float64(pub.late-late0)/wall.Seconds(), "late/s")
 				b.ReportMetric(wall.Seconds(), "s")
 				b.Logf("%s: %v CPU over %v (%s)", mode, c, wall.Round(time.Millisecond), fmt.Sprintf("%d reads", pub.readsSoFar()-reads0))
 			}

@@ -14,9 +14,8 @@
 // tenant writes about its own class is never read. A file that cannot be
 // read is ignored and logged once.
 //
-// The publisher does not poll while nothing is pending: a latency-critical
-// process writes a byte to its tenant's wake FIFO when its work starts, and
-// while work is pending the publisher reads again shortly before the
-// board's deadline passes. The layouts and file names come from
+// The publisher reads every interval while latency-critical work is
+// pending (and a second after), else once per RescanInterval. The layouts
+// and file names come from
 // devrt/include/gpuext_devrt_shm.h through the generated layout_gen.go.
 package board

@@ -70,7 +70,7 @@ func TestTenantAttacks(t *testing.T) {
 			boardPath := filepath.Join(state, "board", FileName)
 			pub := openPublisher(t, state)
 			runPublisher(t, pub)
-			// The attacker's own process: usage file and (latency-critical) wake FIFO, nothing pending.
+			// The attacker's own process: its usage file, nothing pending.
 			hold(t, build, evil, "hold", "app_procaddr", "alloc", "1MiB", "hold")
 			launch(t, build, victim, boardPath)
 			_, seq0 := pub.Board()

@@ -44,16 +44,6 @@
 #define GPUEXT_DEVRT_SHM_VERSION 1u
 #define GPUEXT_DEVRT_SLOTS 256u
 #define GPUEXT_DEVRT_USAGE_FILE "usage"
-/*
- * $GPUEXT_TENANT_ACCT/wake: a FIFO. A latency-critical process writes one
- * byte to it when it moves lc_active_until_ns from a value that had passed
- * or was within a quarter window of passing: the host stops reading a
- * tenant whose deadline is that close, and reads it at once when it hears
- * from the FIFO, instead of polling while nothing is pending. Whoever comes first creates it (mode 0666); both
- * sides open it O_RDWR|O_NONBLOCK, so neither waits for the other and a
- * writer never gets SIGPIPE.
- */
-#define GPUEXT_DEVRT_WAKE_FILE "wake"
 
 /* slot.pid: 0 = free; otherwise the owner's pid (in the owner's namespace). */
 

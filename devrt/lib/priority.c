@@ -8,11 +8,7 @@
  * read-only here), each clamped to now + that tenant's window as the host
  * knows it. A best-effort process's launch waits while the board says
  * latency-critical work is pending, at most max_delay_ns, and counts the wait.
- * When a latency-critical tenant's work starts, or goes on after its deadline
- * came within a quarter window of passing, the process also writes a byte to
- * the tenant's wake FIFO: the host does not poll a tenant whose deadline is
- * that close (or past), it waits on the FIFO. No process writes anywhere but its own
- * tenant's files.
+ * No process writes anywhere but its own tenant's files.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -29,52 +25,6 @@
 
 static const struct gpuext_devrt_board *gx_board;
 static _Atomic uint64_t gx_board_retry_ns;
-static _Atomic int gx_wake_fd = -1;
-static _Atomic uint64_t gx_wake_retry_ns;
-
-/*
- * $GPUEXT_TENANT_ACCT/wake, created if missing, opened O_RDWR: never waits
- * for the host, never SIGPIPE when the host is gone. Tried at most once a
- * second; without it the host finds the deadline at its next poll.
- */
-static int gx_wake_open(uint64_t now)
-{
-	char path[4096];
-	struct stat st;
-	int fd = atomic_load_explicit(&gx_wake_fd, memory_order_acquire), expect = -1;
-
-	if (fd >= 0 || !gx_cfg.acct_dir || !*gx_cfg.acct_dir ||
-	    now < atomic_load_explicit(&gx_wake_retry_ns, memory_order_relaxed))
-		return fd;
-	atomic_store_explicit(&gx_wake_retry_ns, now + 1000000000ull, memory_order_relaxed);
-	if (snprintf(path, sizeof(path), "%s/%s", gx_cfg.acct_dir, GPUEXT_DEVRT_WAKE_FILE) >= (int)sizeof(path))
-		return -1;
-	if (mkfifo(path, 0666) == 0)
-		(void)chmod(path, 0666); /* processes of one tenant may run as different users */
-	fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0)
-		return -1;
-	if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
-		close(fd);
-		return -1;
-	}
-	if (!atomic_compare_exchange_strong(&gx_wake_fd, &expect, fd)) {
-		close(fd); /* another thread was first */
-		fd = expect;
-	}
-	GX_DEBUG("wake FIFO %s open", path);
-	return fd;
-}
-
-/* Tell the host that this tenant's latency-critical work just started. */
-static void gx_wake_host(uint64_t now)
-{
-	int fd = gx_wake_open(now);
-
-	if (fd >= 0)
-		(void)!write(fd, "w", 1); /* full (host gone): the host polls what it missed */
-}
-
 static void gx_board_map(void)
 {
 	struct stat st;
@@ -166,13 +116,8 @@ void gx_launch_gate(void)
 		now = gx_now_ns();
 		until = now + gx_cfg.lc_window_ns;
 		/* write only when it moves by 1/8 window: keeps the cache line quiet */
-		if (until > was + gx_cfg.lc_window_ns / 8) {
+		if (until > was + gx_cfg.lc_window_ns / 8)
 			atomic_store_explicit(&u->hdr.lc_active_until_ns, until, memory_order_release);
-			/* nothing was pending, or it ends within a quarter window: the
-			 * host no longer reads this tenant then, it waits on the FIFO */
-			if (was <= now + gx_cfg.lc_window_ns / 4)
-				gx_wake_host(now);
-		}
 		return;
 	}
 	case GPUEXT_DEVRT_CLASS_BEST_EFFORT:

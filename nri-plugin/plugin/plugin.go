@@ -87,8 +87,8 @@ func (p *Plugin) startReconcile(cfg config.Config, core *admission.Core) {
 	}()
 }
 
-// BoardInterval is the shortest wait between two reads of the board
-// publisher, and how long before the board's deadline it reads again.
+// BoardInterval is how often the board publisher reads the
+// latency-critical tenants' deadlines while the host has any.
 const BoardInterval = time.Millisecond
 
 // startBoard runs the device runtime's priority board publisher: the plugin
