@@ -7,40 +7,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuext/gpuext/bpf/bpftest"
-
-	"github.com/sirupsen/logrus"
-
 	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/cgroup"
-	"github.com/gpuext/gpuext/cgroup/cgrouptest"
 	"github.com/gpuext/gpuext/internal/admission"
-	"github.com/gpuext/gpuext/policies"
 )
 
 // TestReconcileDropsGoneCgroups: an OCI-registered container whose cgroup
 // disappeared without a poststop, and a tenant the wrapper reserved for a
 // container that never started, are dropped; a live one and an NRI one stay.
 func TestReconcileDropsGoneCgroups(t *testing.T) {
-	reg, _ := bpftest.Registry(t)
-	res, err := cgroup.NewResolver("/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lg := logrus.New()
-	lg.SetOutput(&strings.Builder{})
-	core, err := admission.New(admission.Config{StateDir: t.TempDir(), DevrtDir: t.TempDir()}, reg,
-		policies.BuiltinCatalog(), nil, res, logrus.NewEntry(lg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	parent, _ := cgrouptest.New(t)
-	rel := "/" + strings.TrimPrefix(strings.TrimPrefix(parent, res.V2Root()), "/")
+	l := newCoreLab(t, admission.FailOpen)
+	core, reg, parent := l.core, l.reg, l.parent
 	mk := func(name string) string {
 		if err := os.Mkdir(filepath.Join(parent, name), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		return rel + "/" + name
+		return l.rel + "/" + name
 	}
 	register := func(id, path string, rt bpf.Runtime) {
 		info := admission.ContainerInfo{ID: id, Name: id, CgroupsPath: path, Runtime: rt}
