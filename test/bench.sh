@@ -46,7 +46,7 @@ board=$(cd "$REPO" && go test -run '^$' -bench '^BenchmarkPublisherCPU$' -bencht
 {
 	echo "## Board publisher CPU, 100 tenants (10 latency-critical, 6 ms window), 10 s each, getrusage of the publisher's process"
 	echo "idle: nothing pending; lc-active: one latency-critical tenant launching 1 ms kernels back to back (interposer over the fake libcuda);"
-	echo "lc-requests: one serving a request (8 kernels of 100 us) every 20 ms. late/s: reads after a deadline the tenant had extended."
+	echo "lc-requests: one serving a request (8 kernels of 100 us) every 20 ms."
 	echo "Targets: idle <= 0.5%, one latency-critical tenant active <= 2%."
 	echo "$board" | sed 's/^BenchmarkPublisherCPU\///; s/^/  /'
 	echo
