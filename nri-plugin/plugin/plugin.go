@@ -245,7 +245,7 @@ func (p *Plugin) register(pod *api.PodSandbox, ctr *api.Container) error {
 		var ok bool
 		d, ok, err = core.StoredDecision(info)
 		if err != nil {
-			_, err = admission.ApplyFailMode(p.failMode(), info, log, "register", err)
+			_, err = admission.ApplyFailMode(core.FailMode(), info, log, "register", err)
 			return err
 		}
 		if !ok {
