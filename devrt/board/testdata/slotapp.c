@@ -70,18 +70,38 @@ int main(int argc, char **argv)
 			printf("reopen ok\n");
 		} else if (!strcmp(argv[i], "fork") && i + 1 < argc) {
 			unsigned long long n = size_of(argv[++i]);
-			pid_t pid = fork();
+			int go[2];
+			char c = 0;
+			pid_t pid;
 
+			/* The child allocates only after the parent has printed its
+			 * pid, so "fork child=PID" always comes before the child's
+			 * line, which is the one the test waits for. */
+			if (pipe(go) < 0) {
+				printf("pipe failed\n");
+				return 1;
+			}
+			pid = fork();
 			if (pid < 0) {
 				printf("fork failed\n");
 				return 1;
 			}
 			if (pid == 0) {
+				close(go[1]);
+				if (read(go[0], &c, 1) != 1)
+					_exit(1);
+				close(go[0]);
 				alloc("child ", n);
 				for (;;)
 					pause();
 			}
+			close(go[0]);
 			printf("fork child=%d\n", (int)pid);
+			if (write(go[1], &c, 1) != 1) {
+				printf("pipe write failed\n");
+				return 1;
+			}
+			close(go[1]);
 		} else {
 			printf("unknown step %s\n", argv[i]);
 			return 2;
