@@ -55,6 +55,12 @@ Commands:
                                      write a tenant dir by hand as admission would (settings.bin, config.json),
                                      to run the device runtime outside a container
   settings show DIR|FILE             a tenant dir's settings.bin as the device runtime reads it
+  setup-node [--devrt-src FILE] [--in-container]
+                                     prepare a node for the agent (the Helm chart's init container): mount a bpf
+                                     filesystem for pinDir when none is, install the device runtime in devrtDir
+                                     (from the image's /usr/lib/gpuext/devrt; replaced by rename, never in place)
+  ping [--socket PATH] [--timeout 2s]
+                                     exit 0 when the host agent answers on agentSocket (liveness/readiness probe)
 
 The config file is the one the NRI plugin and OCI hook use (docs/configuration.md);
 --pin-dir overrides its pinDir.
@@ -96,6 +102,10 @@ func run(args []string, out io.Writer) error {
 		return runBoard(cfg, rest[1:], out)
 	case "settings":
 		return settingsCmd(rest[1:], out)
+	case "setup-node":
+		return setupNode(cfg, rest[1:], out)
+	case "ping":
+		return ping(cfg, rest[1:], out)
 	case "help", "-h", "--help":
 		fmt.Fprint(out, usage)
 		return nil
