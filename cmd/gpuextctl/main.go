@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -68,6 +69,9 @@ The config file is the one the NRI plugin and OCI hook use (docs/configuration.m
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // -h, --help: the usage is printed, not an error
+			os.Exit(0)
+		}
 		fmt.Fprintln(os.Stderr, "gpuextctl:", err)
 		os.Exit(1)
 	}
