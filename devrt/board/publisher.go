@@ -40,6 +40,7 @@ type Publisher struct {
 	srcErr   string // the Source error last logged
 	buf      [usageHeaderSize]byte
 	reads    atomic.Uint64 // Publish calls (the benchmark reports them)
+	lastNs   atomic.Int64  // wall clock of the last Publish (Unix ns), for the agent's metrics
 }
 
 // lcTenant is a latency-critical tenant's open files.
@@ -89,6 +90,19 @@ func Open(boardDir, acctRoot string, src Source, log *logrus.Entry) (*Publisher,
 
 func (p *Publisher) readsSoFar() uint64 { return p.reads.Load() }
 
+// Publishes is how many times the publisher has read the tenants and
+// written the board; LastPublish is when it last did (zero before the
+// first). Both are safe to call from any goroutine (the agent's metrics).
+func (p *Publisher) Publishes() uint64 { return p.reads.Load() }
+
+// LastPublish: see Publishes.
+func (p *Publisher) LastPublish() time.Time {
+	if ns := p.lastNs.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
 func (p *Publisher) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&p.board[off])) }
 
 // Close closes the tenants' files and unmaps the board; the board file stays.
@@ -113,7 +127,9 @@ func (p *Publisher) Board() (until, seq uint64) {
 // returns that deadline (CLOCK_MONOTONIC ns; 0 when none).
 func (p *Publisher) Publish() uint64 {
 	p.reads.Add(1)
-	if !time.Now().Before(p.nextScan) {
+	wall := time.Now()
+	defer p.lastNs.Store(wall.UnixNano())
+	if !wall.Before(p.nextScan) {
 		p.scan()
 	}
 	now := monotonicNow()

@@ -1,6 +1,7 @@
 package board
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"unsafe"
@@ -9,6 +10,11 @@ import (
 
 	"github.com/gpuext/gpuext/internal/tenantfs"
 )
+
+// ErrUsageInvalid is wrapped by ReadUsage's errors for a usage file that
+// is there but holds no usage: shorter than the layout (truncated), or
+// not initialised.
+var ErrUsageInvalid = errors.New("invalid usage file")
 
 // Usage is what a tenant's usage file says (the tenant view of the CLI).
 type Usage struct {
@@ -41,11 +47,11 @@ func ReadUsage(acctDir string) (Usage, error) {
 	defer f.Close()
 	data := make([]byte, usageSize)
 	if n, err := f.ReadAt(data, 0); n < usageSize {
-		return Usage{}, fmt.Errorf("usage file %s: %d bytes, want %d: %w", f.Path(), n, usageSize, err)
+		return Usage{}, fmt.Errorf("usage file %s: %w: %d bytes, want %d: %w", f.Path(), ErrUsageInvalid, n, usageSize, err)
 	}
 	le := func(off int) uint64 { return le64(data, off) }
 	if le(usageOffMagic) != usageMagic {
-		return Usage{}, fmt.Errorf("usage file %s: not initialised", f.Path())
+		return Usage{}, fmt.Errorf("usage file %s: %w: not initialised", f.Path(), ErrUsageInvalid)
 	}
 	u := Usage{TenantID: le(usageOffTenantID), QuotaBytes: le(usageOffQuota), PeakBytes: le(usageOffPeak),
 		RefusedAllocs: le(usageOffRefused), DelayedLaunches: le(usageOffDelayed), Launches: le(usageOffLaunches)}
@@ -62,4 +68,28 @@ func ReadUsage(acctDir string) (Usage, error) {
 		u.UsedBytes += le(off + slotOffBytes)
 	}
 	return u, nil
+}
+
+// UsageFileName is the usage file's name in a tenant's accounting dir, and
+// UsageFileSize its size (devrt/include/gpuext_devrt_shm.h).
+const (
+	UsageFileName = usageFile
+	UsageFileSize = usageSize
+)
+
+// EncodeUsage is a usage file as the device runtime lays it out, holding
+// u's counters and no live slot (so UsedBytes reads back as 0): for tests
+// of the host's readers, which have no device runtime to write one.
+func EncodeUsage(u Usage) []byte {
+	b := make([]byte, usageSize)
+	put := func(off int, v uint64) { *(*uint64)(unsafe.Pointer(&b[off])) = v }
+	put(usageOffMagic, usageMagic)
+	*(*uint32)(unsafe.Pointer(&b[usageOffVersion])) = shmVersion
+	put(usageOffTenantID, u.TenantID)
+	put(usageOffQuota, u.QuotaBytes)
+	put(usageOffPeak, u.PeakBytes)
+	put(usageOffRefused, u.RefusedAllocs)
+	put(usageOffDelayed, u.DelayedLaunches)
+	put(usageOffLaunches, u.Launches)
+	return b
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -49,6 +50,7 @@ type Core struct {
 	// module (compile.CompileKernels: cached per set and kernels, so only
 	// a set's first admission pays for verification and translation).
 	compileProbes func(probes, kernels []string) (*compile.Bundle, error)
+	obs           Observer // SetObserver; nil: nobody observes
 }
 
 // New returns a Core. constraints may be nil (everything allowed).
@@ -86,10 +88,14 @@ func (c *Core) Registry() *bpf.Registry { return c.reg }
 // gets the default policy (Decision.RequestErr), an internal error a decision
 // to run without gpuext (Decision.Skipped). It is idempotent: admitting the
 // same container twice returns the same tenant.
-func (c *Core) Admit(info ContainerInfo) (Decision, error) {
+func (c *Core) Admit(info ContainerInfo) (d Decision, err error) {
+	if c.obs != nil {
+		start := time.Now()
+		defer func() { c.obs.Admitted(info, d, err, time.Since(start)) }()
+	}
 	log := c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name, "pod": info.PodName,
 		"namespace": info.PodNamespace})
-	d, err := c.admit(info, log)
+	d, err = c.admit(info, log)
 	if err != nil {
 		return c.failed(info, log, "admit", err)
 	}
@@ -222,7 +228,10 @@ func (c *Core) samePodTenant(key string, sel policies.Selection, digest string) 
 // AnnotationDecision), checked against the registry and the container. A
 // skipped decision registers nothing. The fail mode applies as in Admit:
 // in fail-open mode a failure returns a skipped decision and no error.
-func (c *Core) Register(info ContainerInfo, d Decision) (Decision, cgroup.Cgroup, error) {
+func (c *Core) Register(info ContainerInfo, d Decision) (rd Decision, cg cgroup.Cgroup, err error) {
+	if c.obs != nil {
+		defer func() { c.obs.Registered(info, rd, err) }()
+	}
 	log := c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name, "pod": info.PodName,
 		"namespace": info.PodNamespace, "tenant": d.Tenant})
 	if d.Skipped {

@@ -18,7 +18,11 @@ import (
 // cgroup, and orphaned tenants of any runtime (reserved more than grace ago,
 // no cgroup, their key not mapping to them). It returns how many entries it
 // dropped.
-func (c *Core) Reconcile(grace time.Duration, runtimes ...bpf.Runtime) (int, error) {
+func (c *Core) Reconcile(grace time.Duration, runtimes ...bpf.Runtime) (dropped int, err error) {
+	if c.obs != nil {
+		start := time.Now()
+		defer func() { c.obs.Reconciled(dropped, err, time.Since(start)) }()
+	}
 	tenants, err := c.reg.List()
 	if err != nil {
 		return 0, err
@@ -29,7 +33,6 @@ func (c *Core) Reconcile(grace time.Duration, runtimes ...bpf.Runtime) (int, err
 		want[r] = true
 		prefixes[runtimePrefix(r)+"/"] = true
 	}
-	dropped := 0
 	var errs []error
 	for _, t := range tenants {
 		for _, cg := range t.Cgroups {

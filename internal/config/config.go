@@ -7,8 +7,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -69,6 +73,48 @@ type Config struct {
 	// ReconcileGrace is how old a reservation without a cgroup must be
 	// before reconcile releases it (a Go duration; default "60s").
 	ReconcileGrace string `json:"reconcileGrace,omitempty"`
+	// MetricsAddress is where the agent serves Prometheus metrics
+	// (/metrics, docs/metrics.md): "IP:PORT", "localhost:PORT", or a port
+	// alone ("9464" or ":9464"), which binds 127.0.0.1 only. Empty (the
+	// default): no metrics server.
+	MetricsAddress string `json:"metricsAddress,omitempty"`
+}
+
+// MetricsListen is MetricsAddress as the address to listen on (a port
+// alone on 127.0.0.1); "" when metrics are off. Validated when decoded.
+func (c Config) MetricsListen() string {
+	addr, _ := metricsListen(c.MetricsAddress)
+	return addr
+}
+
+// metricsListen checks a metricsAddress: an IP literal or "localhost" and
+// a decimal port 1-65535; never a host name to resolve (what it binds
+// must be what the operator read in the file).
+func metricsListen(v string) (string, error) {
+	if v == "" {
+		return "", nil
+	}
+	host, port := "", v
+	if strings.ContainsAny(v, ":[]") {
+		var err error
+		if host, port, err = net.SplitHostPort(v); err != nil {
+			return "", fmt.Errorf("want IP:PORT, localhost:PORT or a port alone: %w", err)
+		}
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 || port != strconv.FormatUint(n, 10) {
+		return "", fmt.Errorf("port %q: want a decimal number from 1 to 65535", port)
+	}
+	switch {
+	case host == "":
+		host = "127.0.0.1" // a port alone: this host only
+	case host == "localhost":
+	default:
+		ip, err := netip.ParseAddr(host)
+		if err != nil || ip.Zone() != "" {
+			return "", fmt.Errorf("host %q: want an IP address or localhost, not a name to resolve", host)
+		}
+	}
+	return net.JoinHostPort(host, port), nil
 }
 
 // Reconcile returns ReconcileInterval and ReconcileGrace as durations
@@ -134,6 +180,9 @@ func decodeInto(cfg *Config, data []byte, name string) error {
 	// against whatever directory the runtime runs in
 	if !filepath.IsAbs(cfg.AgentSocket) {
 		return fmt.Errorf("config %s: agentSocket %q: must be an absolute path", name, cfg.AgentSocket)
+	}
+	if _, err := metricsListen(cfg.MetricsAddress); err != nil {
+		return fmt.Errorf("config %s: metricsAddress %q: %w", name, cfg.MetricsAddress, err)
 	}
 	for key, v := range map[string]string{"mpsPipeDirectory": cfg.MPSPipeDirectory, "mpsShmDirectory": cfg.MPSShmDirectory} {
 		if v != "" && !filepath.IsAbs(v) {

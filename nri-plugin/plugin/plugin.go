@@ -11,11 +11,13 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/bpf/kernelpolicy"
 	"github.com/gpuext/gpuext/devrt/board"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/agent"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/logging"
+	"github.com/gpuext/gpuext/internal/metrics"
 )
 
 // Plugin holds the NRI handlers. The admission core is built at Configure,
@@ -31,7 +33,49 @@ type Plugin struct {
 	stopBoard context.CancelFunc            // stops the priority board publisher
 	// stopReconcile stops the periodic reconcile
 	stopReconcile context.CancelFunc
-	api           *agent.Server // the API the runc wrapper and OCI hooks call
+	api           *agent.Server    // the API the runc wrapper and OCI hooks call
+	pub           *board.Publisher // the running board publisher, for the metrics
+	metrics       *metrics.Server  // /metrics (metricsAddress), nil when off
+	observer      *metrics.Agent   // the agent's own metrics, every core's Observer
+	metricsReg    *bpf.Registry    // the metrics' own registry handle
+}
+
+// startMetrics serves /metrics once, when the config asks for it
+// (metricsAddress; off by default). The tenant collector reads a registry
+// handle of its own, so a scrape never uses one a reconfiguration closed.
+func (p *Plugin) startMetrics(cfg config.Config) {
+	addr := cfg.MetricsListen()
+	if addr == "" || p.metrics != nil {
+		return
+	}
+	log := p.log.WithField("metricsAddress", addr)
+	reg, err := bpf.OpenRegistry(cfg.PinDir)
+	if err != nil {
+		log.WithError(err).Error("metrics not served: registry")
+		return
+	}
+	r, observer := metrics.NewRegistry(reg, cfg.StateDir, kernelpolicy.DefaultCore())
+	srv, err := metrics.Listen(addr, r)
+	if err != nil {
+		reg.Close()
+		log.WithError(err).Error("metrics not served")
+		return
+	}
+	observer.SetBoard(func() metrics.Board {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.pub == nil {
+			return nil
+		}
+		return p.pub
+	})
+	p.metrics, p.observer, p.metricsReg = srv, observer, reg
+	go func() {
+		if err := srv.Serve(); err != nil {
+			log.WithError(err).Error("metrics server stopped")
+		}
+	}()
+	log.WithField("address", srv.Addr()).Info("serving metrics")
 }
 
 // startAPI serves the agent API (internal/agent) for the OCI paths, once:
@@ -105,6 +149,7 @@ func (p *Plugin) startBoard(cfg config.Config) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.stopBoard = cancel
+	p.pub = pub
 	go func() {
 		defer pub.Close()
 		pub.Run(ctx, BoardInterval)
@@ -139,12 +184,17 @@ func (p *Plugin) Configure(_ context.Context, cfgData, runtime, version string) 
 		return 0, err
 	}
 	go core.WarmProbes()
+	p.startMetrics(cfg)
+	if p.observer != nil {
+		core.SetObserver(p.observer)
+	}
 	p.mu.Lock()
 	if p.reg != nil {
 		p.reg.Close()
 	}
 	if p.stopBoard != nil {
 		p.stopBoard()
+		p.pub = nil
 	}
 	if p.stopReconcile != nil {
 		p.stopReconcile()
@@ -286,17 +336,22 @@ func (p *Plugin) RemoveContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 // reconcile, and closes the registry handle; pinned state stays.
 func (p *Plugin) Shutdown(context.Context) {
 	p.mu.Lock()
-	api := p.api
-	p.api = nil
+	api, ms, mreg := p.api, p.metrics, p.metricsReg
+	p.api, p.metrics, p.metricsReg = nil, nil, nil
 	p.mu.Unlock()
 	if api != nil {
 		api.Close() // its requests take p.mu
+	}
+	if ms != nil {
+		ms.Close() // a scrape reads the board under p.mu
+		mreg.Close()
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopBoard != nil {
 		p.stopBoard()
 		p.stopBoard = nil
+		p.pub = nil
 	}
 	if p.stopReconcile != nil {
 		p.stopReconcile()

@@ -119,6 +119,10 @@ type Tenant struct {
 	Maps        map[string]*Aggregate `json:"maps"`
 	// Skipped names the .maps files (or maps in them) that were not added, and why.
 	Skipped []string `json:"skipped,omitempty"`
+	// Read is how many bytes of the tenant's files were read, and
+	// OverTotal whether some were left unread for Limits.Total.
+	Read      int64 `json:"-"`
+	OverTotal bool  `json:"-"`
 }
 
 // MaxStatusSize is the largest <pid>.status file ReadTenant reads.
@@ -140,6 +144,40 @@ const MaxEntries = 1 << 16
 // only, bounded: MaxStatusSize, MaxFileSize, MaxEntries). What it refuses is
 // named in Skipped, never read: a link to a host file shows nothing of it.
 func ReadTenant(dir string, manifest *probe.Manifest) (*Tenant, error) {
+	return ReadTenantWithin(dir, manifest, Limits{})
+}
+
+// Limits bound what ReadTenantWithin reads; a zero field is the package's
+// bound (MaxEntries, MaxStatusSize, MaxFileSize; no total).
+type Limits struct {
+	Entries int   // entries listed in the directory
+	Status  int64 // bytes of one .status file
+	Maps    int64 // bytes of one .maps file (MaxFileSizeFor gives a module's)
+	// Total: bytes of all the files read; the files past it are named in
+	// Skipped, not read.
+	Total int64
+}
+
+// MaxFileSizeFor is the largest .maps file the module of manifest makes:
+// the header, one entry per map and each map's symbol (descriptor and
+// data, padded to 8). A bigger file is not one of its processes' copies.
+func MaxFileSizeFor(manifest *probe.Manifest) int64 {
+	n := int64(HeaderSize)
+	for _, m := range manifest.Maps {
+		sym := int64(probe.MapHdrSize) + int64(min(m.Layout.DataSize, probe.MaxMapData))
+		n += entrySize + (sym+7)/8*8
+	}
+	return min(n, MaxFileSize)
+}
+
+// ReadTenantWithin is ReadTenant reading at most what lim allows: for a
+// reader that runs often (the agent's metrics at every scrape), where
+// ReadTenant's bounds (a GiB per file) would let a tenant make each read
+// cost that much.
+func ReadTenantWithin(dir string, manifest *probe.Manifest, lim Limits) (*Tenant, error) {
+	lim.Entries = boundInt(lim.Entries, MaxEntries)
+	lim.Status = boundInt(lim.Status, MaxStatusSize)
+	lim.Maps = boundInt(lim.Maps, MaxFileSize)
 	t := &Tenant{Maps: map[string]*Aggregate{}, Images: []ImageState{}}
 	want := map[string]probe.MapLayout{}
 	if manifest != nil {
@@ -159,9 +197,9 @@ func ReadTenant(dir string, manifest *probe.Manifest) (*Tenant, error) {
 		return nil, fmt.Errorf("read probes dir: %w", err)
 	}
 	defer d.Close()
-	names, err := d.Names(MaxEntries)
+	names, err := d.Names(lim.Entries)
 	if errors.Is(err, tenantfs.ErrRefused) {
-		t.Skipped = append(t.Skipped, fmt.Sprintf("%s: more than %d entries: not read", filepath.Base(dir), MaxEntries))
+		t.Skipped = append(t.Skipped, fmt.Sprintf("%s: more than %d entries: not read", filepath.Base(dir), lim.Entries))
 		return t, nil
 	}
 	if err != nil {
@@ -169,8 +207,27 @@ func ReadTenant(dir string, manifest *probe.Manifest) (*Tenant, error) {
 	}
 	sort.Strings(names)
 	// read is one file of the tenant: nil, nil when it was refused (named in Skipped).
+	var total int64
 	read := func(name string, limit int64) ([]byte, error) {
+		capped := false
+		if lim.Total > 0 {
+			if total >= lim.Total {
+				t.OverTotal = true
+				t.Skipped = append(t.Skipped, fmt.Sprintf("%s: not read: the files before it took the %d bytes this read may take", name, lim.Total))
+				return nil, nil
+			}
+			capped = lim.Total-total < limit
+			limit = min(limit, lim.Total-total)
+		}
 		b, err := d.ReadFile(name, limit)
+		if capped && errors.Is(err, tenantfs.ErrTooBig) {
+			t.OverTotal = true
+			t.Skipped = append(t.Skipped, fmt.Sprintf("%s: not read: more than the %d bytes this read may still take", name, limit))
+			total = lim.Total
+			return nil, nil
+		}
+		total += int64(len(b))
+		t.Read = total
 		switch {
 		case errors.Is(err, tenantfs.ErrRefused):
 			t.Skipped = append(t.Skipped, fmt.Sprintf("%s: %v", name, refusal(err)))
@@ -193,7 +250,7 @@ func ReadTenant(dir string, manifest *probe.Manifest) (*Tenant, error) {
 			if err != nil {
 				continue
 			}
-			b, err := read(name, MaxStatusSize)
+			b, err := read(name, lim.Status)
 			if err != nil {
 				return nil, err
 			}
@@ -228,7 +285,7 @@ func ReadTenant(dir string, manifest *probe.Manifest) (*Tenant, error) {
 				(*m)[r]++
 			}
 		case strings.HasSuffix(name, ".maps"):
-			b, err := read(name, MaxFileSize)
+			b, err := read(name, lim.Maps)
 			if err != nil {
 				return nil, err
 			}
@@ -250,6 +307,14 @@ func ReadTenant(dir string, manifest *probe.Manifest) (*Tenant, error) {
 		return a.PID < b.PID || (a.PID == b.PID && a.Image < b.Image)
 	})
 	return t, nil
+}
+
+// boundInt is v when it is set and within limit, else limit.
+func boundInt[T int | int64](v, limit T) T {
+	if v <= 0 || v > limit {
+		return limit
+	}
+	return v
 }
 
 // refusal is what tenantfs refused, without the path (the name is given).
