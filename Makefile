@@ -13,7 +13,7 @@ export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 GOTEST_FLAGS ?= -count=1 -timeout 45m
 
 STATIC_BINS := gpuext-nri-plugin gpuext-oci-hook gpuext-runc
-.PHONY: help deps generate build test test-unit test-e2e demo bench kernel-test gpu-prep gpu-test lint clean
+.PHONY: help deps generate build image chart-lint test test-unit test-e2e demo bench kernel-test gpu-prep gpu-test lint clean
 
 help: ## list targets
 	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -33,6 +33,17 @@ build: ## build the static binaries and the device runtime (libgpuext-devrt.so) 
 	$(GO) build -trimpath -o $(BIN)/gpuext-gpuview ./cmd/gpuext-gpuview  # cgo: NVML
 	sh devrt/build.sh $(BIN)/devrt-build
 	install -m 0755 $(BIN)/devrt-build/libgpuext-devrt.so $(BIN)/devrt/libgpuext-devrt.so
+
+# The agent's OCI image (deploy/image; no base image, reproducible): name, and labels from git.
+IMAGE_NAME ?= localhost/gpuext
+IMAGE_TAG ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+image: build ## the agent's OCI image from bin/ (no base image, reproducible): bin/gpuext-image.tar, named in bin/gpuext-image.ref; ctr -n k8s.io images import it
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct) $(GO) run ./deploy/image --bin $(BIN) --name $(IMAGE_NAME):$(IMAGE_TAG) \
+		--version $(IMAGE_TAG) --revision $$(git rev-parse HEAD) --source https://github.com/gpuext/gpuext --out $(BIN)/gpuext-image.tar
+	@echo $(IMAGE_NAME):$(IMAGE_TAG) > $(BIN)/gpuext-image.ref
+
+chart-lint: ## helm lint and helm template tests of deploy/helm/gpuext (helm from .cache/k8s/bin)
+	$(GO) test -count=1 ./deploy/helm
 
 test: deps build lint kernel-test ## every test CI runs: unit, privileged (real BPF/cgroups), NRI in-process, real runtimes, the qemu kernel lab
 	@echo "[test] go test (needs root for the privileged and real-runtime tests)"
