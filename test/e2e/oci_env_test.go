@@ -126,7 +126,9 @@ func (l *ociLab) StartAgent(t *testing.T) {
 	}
 	defer logf.Close()
 	os.Remove(l.AgentSocket) // a killed agent's: wait for the new one's
-	cmd := exec.Command(l.Agent, "--nri=false", "--config", l.Config)
+	// the systemd unit's command line (deploy/systemd) with the lab's paths
+	argv := ociUnitCommand(t, filepath.Dir(l.Agent), l.Config)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
