@@ -798,9 +798,9 @@ func TestBadSettingsFileRunsWithDefaults(t *testing.T) {
 		logged string
 	}{
 		{name: "missing", remove: true, logged: "No such file or directory (no quota, standard priority)"},
-		{name: "empty", data: []byte{}, logged: "0 bytes, want 64: ignored (no quota, standard priority)"},
-		{name: "truncated", data: good[:40], logged: "40 bytes, want 64: ignored"},
-		{name: "too long", data: append(append([]byte(nil), good...), 0), logged: "65 bytes, want 64: ignored"},
+		{name: "empty", data: []byte{}, logged: fmt.Sprintf("0 bytes, want %d: ignored (no quota, standard priority)", tenantcfg.Size)},
+		{name: "truncated", data: good[:40], logged: fmt.Sprintf("40 bytes, want %d: ignored", tenantcfg.Size)},
+		{name: "too long", data: append(append([]byte(nil), good...), 0), logged: fmt.Sprintf("%d bytes, want %d: ignored", tenantcfg.Size+1, tenantcfg.Size)},
 		{name: "not magic", data: notMagic, logged: "not a settings file"},
 		{name: "config.json", data: []byte(`{"tenantId": 34, "priorityClass": "latency-critical", "quotaBytes": 4294967296, "timesliceUs": 2000, "probes": []}` + "\n"),
 			logged: "ignored (no quota, standard priority)"},
@@ -859,7 +859,7 @@ func TestBadSettingsFileRunsWithDefaults(t *testing.T) {
 		_ = c.Wait()
 		wantLines(t, lines, "alloc 3221225472 ok", "alloc 2147483648 CUDA_ERROR_OUT_OF_MEMORY", "sleep 1500",
 			"alloc 2147483648 CUDA_ERROR_OUT_OF_MEMORY", fmt.Sprintf("info free=%d total=%d", 1*gib, 4*gib))
-		if !strings.Contains(stderr.String(), "32 bytes, want 64: ignored") {
+		if !strings.Contains(stderr.String(), fmt.Sprintf("32 bytes, want %d: ignored", tenantcfg.Size)) {
 			t.Errorf("no line for the bad replacement:\n%s", stderr.String())
 		}
 	})

@@ -29,11 +29,19 @@ var ErrNoDriver = errors.New("no NVIDIA driver (libnvidia-ml) on this host")
 func main() {
 	cfgPath := flag.String("config", os.Getenv("GPUEXT_CONFIG"), "gpuext config file (for pinDir and hostRoot)")
 	asJSON := flag.Bool("json", false, "print JSON")
+	gpus := flag.Bool("gpus", false, "list the GPUs (NVML index, UUID, memory) instead of their processes: what the agent's device plugin advertises when its config lists no GPUs")
 	flag.Usage = func() {
 		fmt.Fprintln(os.Stderr, "Usage: gpuext-gpuview [--config FILE] [--json]\n\nGPU processes (NVML) with their device memory, mapped to gpuext tenants by cgroup.")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	if *gpus {
+		if err := listGPUs(nvml.New(), *asJSON, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "gpuext-gpuview:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*cfgPath, *asJSON, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "gpuext-gpuview:", err)
 		os.Exit(1)
@@ -122,4 +130,48 @@ func nvmlProcesses(lib nvml.Interface) ([]gpuview.Process, error) {
 		}
 	}
 	return procs, nil
+}
+
+// GPU is one line of --gpus (internal/deviceplugin reads the JSON form).
+type GPU struct {
+	Index       int    `json:"index"`
+	UUID        string `json:"uuid"`
+	MemoryBytes uint64 `json:"memoryBytes"`
+}
+
+// listGPUs prints every GPU's NVML index, UUID and total memory.
+func listGPUs(lib nvml.Interface, asJSON bool, out io.Writer) error {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+			return ErrNoDriver
+		}
+		return fmt.Errorf("nvml init: %s", lib.ErrorString(ret))
+	}
+	defer lib.Shutdown()
+	n, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("nvml device count: %s", lib.ErrorString(ret))
+	}
+	gpus := []GPU{}
+	for i := 0; i < n; i++ {
+		dev, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("nvml device %d: %s", i, lib.ErrorString(ret))
+		}
+		uuid, _ := dev.GetUUID()
+		mem, ret := dev.GetMemoryInfo()
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("nvml device %d memory: %s", i, lib.ErrorString(ret))
+		}
+		gpus = append(gpus, GPU{Index: i, UUID: uuid, MemoryBytes: mem.Total})
+	}
+	if asJSON {
+		return json.NewEncoder(out).Encode(gpus)
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GPU\tUUID\tMEMORY")
+	for _, g := range gpus {
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", g.Index, g.UUID, policies.FormatSize(g.MemoryBytes))
+	}
+	return tw.Flush()
 }

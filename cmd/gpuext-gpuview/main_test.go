@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -37,5 +38,29 @@ func TestNoDriverIsAClearError(t *testing.T) {
 	lib := &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}
 	if _, err := nvmlProcesses(lib); !errors.Is(err, ErrNoDriver) {
 		t.Fatalf("err = %v, want ErrNoDriver", err)
+	}
+}
+
+func TestListGPUs(t *testing.T) {
+	dev := func(uuid string, total uint64) *mock.Device {
+		return &mock.Device{
+			GetUUIDFunc:       func() (string, nvml.Return) { return uuid, nvml.SUCCESS },
+			GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: total}, nvml.SUCCESS },
+		}
+	}
+	devs := []*mock.Device{dev("GPU-a", 143771<<20), dev("GPU-b", 80<<30)}
+	lib := &mock.Interface{
+		InitFunc:                   func() nvml.Return { return nvml.SUCCESS },
+		ShutdownFunc:               func() nvml.Return { return nvml.SUCCESS },
+		DeviceGetCountFunc:         func() (int, nvml.Return) { return len(devs), nvml.SUCCESS },
+		DeviceGetHandleByIndexFunc: func(i int) (nvml.Device, nvml.Return) { return devs[i], nvml.SUCCESS },
+	}
+	var out strings.Builder
+	if err := listGPUs(lib, true, &out); err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"index":0,"uuid":"GPU-a","memoryBytes":150754820096},{"index":1,"uuid":"GPU-b","memoryBytes":85899345920}]` + "\n"
+	if out.String() != want {
+		t.Fatalf("--gpus --json = %s, want %s", out.String(), want)
 	}
 }

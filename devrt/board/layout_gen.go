@@ -7,7 +7,7 @@ const (
 	usageMagic            = 4992030538133423952
 	boardMagic            = 4923069151340676944
 	shmVersion            = 1
-	usageSize             = 16640
+	usageSize             = 49408
 	usageHeaderSize       = 256
 	usageOffMagic         = 0
 	usageOffVersion       = 8

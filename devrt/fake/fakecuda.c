@@ -23,6 +23,14 @@
  * __gpuext_probe_entry) with CUDA_ERROR_INVALID_PTX and an error log;
  * FAKECUDA_NO_CONTEXT=1: no current context until cuCtxSetCurrent;
  * FAKECUDA_CC=90 sets the device's compute capability (default 90).
+ *
+ * Several GPUs: FAKECUDA_DEVICES=N (default 1, at most 16) fake GPUs of
+ * FAKECUDA_TOTAL_BYTES each, whose UUIDs are GPU-fa4e0000-0000-0000-0000-00000000000<i>.
+ * CUDA_VISIBLE_DEVICES is honoured as the real driver does (indices or
+ * UUIDs, comma-separated; the list ends at the first entry that names no
+ * GPU): the process sees those GPUs as ordinals 0, 1, ... Device ordinal d's
+ * primary context is 0x4000 + 0x100 * d; allocations are made on the
+ * current context's GPU, each logged as "alloc gpu=<physical index> size=..".
  * The interposer's clock kernel: see fake_clock_launch.
  */
 #define _GNU_SOURCE
@@ -42,10 +50,12 @@
 
 static pthread_mutex_t fake_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned long long fake_next = 0x7f0000000000ull;
-static unsigned long long fake_used;
+#define FAKE_MAX_GPUS 16
+static unsigned long long fake_used[FAKE_MAX_GPUS]; /* per physical GPU */
 
 struct fake_alloc {
 	unsigned long long ptr, size;
+	int gpu;
 };
 static struct fake_alloc fake_allocs[4096];
 
@@ -79,26 +89,95 @@ static unsigned long long fake_total(void)
 	return s && *s ? strtoull(s, NULL, 10) : 80ull << 30;
 }
 
+/* The GPUs this process sees: fake_phys[ordinal] is the physical index. */
+static int fake_nvis = -1, fake_phys[FAKE_MAX_GPUS];
+static pthread_once_t fake_vis_once = PTHREAD_ONCE_INIT;
+
+static void fake_vis_init(void)
+{
+	const char *s = getenv("FAKECUDA_DEVICES"), *v = getenv("CUDA_VISIBLE_DEVICES");
+	int n = s && *s ? atoi(s) : 1;
+	char buf[512], *save = NULL;
+
+	if (n < 1)
+		n = 1;
+	if (n > FAKE_MAX_GPUS)
+		n = FAKE_MAX_GPUS;
+	fake_nvis = 0;
+	if (!v) {
+		for (int i = 0; i < n; i++)
+			fake_phys[fake_nvis++] = i;
+		return;
+	}
+	snprintf(buf, sizeof(buf), "%s", v);
+	for (char *tok = strtok_r(buf, ",", &save); tok && fake_nvis < FAKE_MAX_GPUS; tok = strtok_r(NULL, ",", &save)) {
+		char *end;
+		long i = -1;
+
+		if (!strncmp(tok, "GPU-fa4e0000-0000-0000-0000-", 28))
+			i = strtol(tok + 28, &end, 10);
+		else
+			i = strtol(tok, &end, 10);
+		if (end == tok || *end || i < 0 || i >= n)
+			break; /* as the driver: the list ends at the first entry that names no GPU */
+		fake_phys[fake_nvis++] = (int)i;
+	}
+}
+
+static int fake_ndev(void)
+{
+	pthread_once(&fake_vis_once, fake_vis_init);
+	return fake_nvis;
+}
+
+static uintptr_t fake_primary_of(int ordinal)
+{
+	return 0x4000 + 0x100 * (uintptr_t)ordinal;
+}
+
+static int fake_has_context(void);
+static __thread uintptr_t fake_ctx_ptr;
+
+/* The ordinal of the current context (a primary context's device; 0 for any other context). */
+static int fake_cur_ordinal(void)
+{
+	uintptr_t c = fake_ctx_ptr ? fake_ctx_ptr : 0x4000;
+
+	if (c >= 0x4000 && (c - 0x4000) % 0x100 == 0 && (int)((c - 0x4000) / 0x100) < fake_ndev())
+		return (int)((c - 0x4000) / 0x100);
+	return 0;
+}
+
+static int fake_cur_gpu(void)
+{
+	return fake_ndev() > 0 ? fake_phys[fake_cur_ordinal()] : 0;
+}
+
 static CUresult fake_alloc(unsigned long long *out, size_t size)
 {
 	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+	int gpu = fake_cur_gpu();
 
+	if (fake_ndev() == 0)
+		return 100; /* CUDA_ERROR_NO_DEVICE */
 	pthread_mutex_lock(&fake_mu);
-	if (fake_used + size <= fake_total()) {
+	if (fake_used[gpu] + size <= fake_total()) {
 		for (int i = 0; i < 4096; i++) {
 			if (fake_allocs[i].ptr == 0) {
 				fake_allocs[i].ptr = fake_next;
 				fake_allocs[i].size = size;
+				fake_allocs[i].gpu = gpu;
 				*out = fake_next;
 				fake_next += (size + 0xfffffull) & ~0xfffffull;
 				fake_next += 0x100000ull;
-				fake_used += size;
+				fake_used[gpu] += size;
 				r = CUDA_SUCCESS;
 				break;
 			}
 		}
 	}
 	pthread_mutex_unlock(&fake_mu);
+	fake_log("alloc gpu=%d size=%zu rc=%d", gpu, size, r);
 	return r;
 }
 
@@ -109,7 +188,7 @@ static CUresult fake_free(unsigned long long ptr)
 	pthread_mutex_lock(&fake_mu);
 	for (int i = 0; i < 4096; i++) {
 		if (fake_allocs[i].ptr == ptr && ptr) {
-			fake_used -= fake_allocs[i].size;
+			fake_used[fake_allocs[i].gpu] -= fake_allocs[i].size;
 			fake_allocs[i].ptr = 0;
 			r = CUDA_SUCCESS;
 			break;
@@ -228,7 +307,7 @@ FAKE_API CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&fake_mu);
 	*total = fake_total();
-	*free = *total - fake_used;
+	*free = *total - fake_used[fake_cur_gpu()];
 	pthread_mutex_unlock(&fake_mu);
 	fake_log("cuMemGetInfo_v2 free=%zu total=%zu", *free, *total);
 	return CUDA_SUCCESS;
@@ -284,7 +363,7 @@ struct fake_image {
 static struct fake_image fake_images[FAKE_MAX_IMAGES];
 static int fake_nimages;
 static int fake_ctx_current = -1; /* -1: not decided yet (FAKECUDA_NO_CONTEXT) */
-static __thread uintptr_t fake_ctx_ptr = 0x4000; /* this thread's current context, when there is one */
+static __thread uintptr_t fake_ctx_ptr = 0x4000; /* this thread's current context, when there is one (0x4000: device 0's primary) */
 
 /* A global's memory in the current context. fake_mu held. */
 static unsigned char *fake_mem_of(struct fake_global *g)
@@ -628,7 +707,7 @@ FAKE_API CUresult cuCtxDestroy_v2(CUcontext ctx)
 
 FAKE_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
-	if (dev != 0 || !flags || !active)
+	if (dev < 0 || dev >= fake_ndev() || !flags || !active)
 		return CUDA_ERROR_INVALID_VALUE;
 	*flags = 0;
 	pthread_mutex_lock(&fake_mu);
@@ -639,12 +718,13 @@ FAKE_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, 
 
 FAKE_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
-	if (dev != 0 || !pctx)
+	if (dev < 0 || dev >= fake_ndev() || !pctx)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&fake_mu);
-	fake_primary_refs = fake_primary_refs > 0 ? fake_primary_refs + 1 : 1;
+	if (dev == 0) /* device 0's primary context ends and starts again; the others live as long as the process */
+		fake_primary_refs = fake_primary_refs > 0 ? fake_primary_refs + 1 : 1;
 	pthread_mutex_unlock(&fake_mu);
-	*pctx = (CUcontext)0x4000;
+	*pctx = (CUcontext)fake_primary_of(dev);
 	fake_log("cuDevicePrimaryCtxRetain dev=%d", dev);
 	return CUDA_SUCCESS;
 }
@@ -652,8 +732,12 @@ FAKE_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 /* one reference fewer (release), or none (reset) */
 static CUresult fake_primary_drop(const char *api, CUdevice dev, int all)
 {
-	if (dev != 0)
+	if (dev < 0 || dev >= fake_ndev())
 		return CUDA_ERROR_INVALID_VALUE;
+	if (dev != 0) {
+		fake_log("%s dev=%d", api, dev);
+		return CUDA_SUCCESS;
+	}
 	pthread_mutex_lock(&fake_mu);
 	if (all || fake_primary_refs <= 0)
 		fake_primary_refs = 0;
@@ -799,15 +883,23 @@ FAKE_API CUresult cuCtxGetDevice(CUdevice *dev)
 {
 	if (!dev || !fake_has_context())
 		return 201; /* CUDA_ERROR_INVALID_CONTEXT */
-	*dev = 0;
+	*dev = fake_cur_ordinal();
 	return CUDA_SUCCESS;
 }
 
 FAKE_API CUresult cuDeviceGet(CUdevice *dev, int ordinal)
 {
-	if (!dev || ordinal != 0)
+	if (!dev || ordinal < 0 || ordinal >= fake_ndev())
 		return CUDA_ERROR_INVALID_VALUE;
-	*dev = 0;
+	*dev = ordinal;
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDeviceGetCount(int *count)
+{
+	if (!count)
+		return CUDA_ERROR_INVALID_VALUE;
+	*count = fake_ndev();
 	return CUDA_SUCCESS;
 }
 
@@ -1170,6 +1262,9 @@ static const struct {
 	{"cuLibraryUnload", 12000, -1, (void *)cuLibraryUnload},
 	{"cuModuleUnload", 2000, -1, (void *)cuModuleUnload},
 	{"cuDevicePrimaryCtxRetain", 7000, -1, (void *)cuDevicePrimaryCtxRetain},
+	{"cuDeviceGet", 2000, -1, (void *)cuDeviceGet},
+	{"cuDeviceGetCount", 2000, -1, (void *)cuDeviceGetCount},
+	{"cuCtxGetDevice", 2000, -1, (void *)cuCtxGetDevice},
 	{"cuDevicePrimaryCtxRelease", 11000, -1, (void *)cuDevicePrimaryCtxRelease_v2},
 	{"cuDevicePrimaryCtxRelease", 7000, -1, (void *)cuDevicePrimaryCtxRelease},
 	{"cuDevicePrimaryCtxReset", 11000, -1, (void *)cuDevicePrimaryCtxReset_v2},

@@ -1,7 +1,8 @@
 /*
- * fakenvml.c - a fake libnvidia-ml.so.1 for CI: one device with 80 GiB
- * (FAKECUDA_TOTAL_BYTES overrides) of which FAKENVML_USED_BYTES are in use.
- * Enough for the device runtime's NVML memory-info clamp to be tested.
+ * fakenvml.c - a fake libnvidia-ml.so.1 for CI: FAKECUDA_DEVICES devices
+ * (default 1) with 80 GiB each (FAKECUDA_TOTAL_BYTES overrides) of which
+ * FAKENVML_USED_BYTES are in use. Enough for the device runtime's NVML
+ * memory-info clamp to be tested. Device i's handle is 0x4000 + i.
  */
 #include <stdlib.h>
 
@@ -23,9 +24,19 @@ FAKE_API nvmlReturn_t nvmlInit_v2(void)
 
 FAKE_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
-	if (index != 0 || !device)
+	if (index >= fake_env("FAKECUDA_DEVICES", 1) || !device)
 		return 2; /* NVML_ERROR_INVALID_ARGUMENT */
-	*device = (nvmlDevice_t)0x4000;
+	*device = (nvmlDevice_t)(0x4000 + (unsigned long)index);
+	return NVML_SUCCESS;
+}
+
+FAKE_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
+{
+	unsigned long h = (unsigned long)device;
+
+	if (!index || h < 0x4000 || h - 0x4000 >= fake_env("FAKECUDA_DEVICES", 1))
+		return 2;
+	*index = (unsigned int)(h - 0x4000);
 	return NVML_SUCCESS;
 }
 

@@ -44,6 +44,8 @@
 #define GPUEXT_DEVRT_SHM_VERSION 1u
 #define GPUEXT_DEVRT_SLOTS 256u
 #define GPUEXT_DEVRT_USAGE_FILE "usage"
+/* The most device ordinals a tenant has a quota and an account for. */
+#define GPUEXT_DEVRT_MAX_DEVICES 16u
 
 /* slot.pid: 0 = free; otherwise the owner's pid (in the owner's namespace). */
 
@@ -82,9 +84,19 @@ struct gpuext_devrt_usage_header {
 #define GPUEXT_DEVRT_CLASS_LATENCY_CRITICAL 1u
 #define GPUEXT_DEVRT_CLASS_BEST_EFFORT 2u
 
+/*
+ * A slot's bytes per device ordinal (the owner's view, after
+ * CUDA_VISIBLE_DEVICES): slot.bytes is their sum. Kept apart from the slot
+ * so a reader of the totals keeps its layout; zeroed with the slot.
+ */
+struct gpuext_devrt_slot_devices {
+	_Atomic uint64_t bytes[GPUEXT_DEVRT_MAX_DEVICES];
+};
+
 struct gpuext_devrt_usage {
 	struct gpuext_devrt_usage_header hdr;
 	struct gpuext_devrt_slot slot[GPUEXT_DEVRT_SLOTS];
+	struct gpuext_devrt_slot_devices slot_dev[GPUEXT_DEVRT_SLOTS];
 };
 
 /* Byte of the usage file a live slot owner keeps write-locked (F_OFD_SETLK). */
@@ -107,6 +119,7 @@ struct gpuext_devrt_board {
 _Static_assert(sizeof(struct gpuext_devrt_slot) == 64, "slot layout");
 _Static_assert(sizeof(struct gpuext_devrt_usage_header) == 256, "usage header layout");
 _Static_assert(sizeof(struct gpuext_devrt_board) == 64, "board layout");
-_Static_assert(sizeof(struct gpuext_devrt_usage) == 256 + 64 * GPUEXT_DEVRT_SLOTS, "usage layout");
+_Static_assert(sizeof(struct gpuext_devrt_usage) == 256 + (64 + 8 * GPUEXT_DEVRT_MAX_DEVICES) * GPUEXT_DEVRT_SLOTS,
+	       "usage layout");
 
 #endif /* GPUEXT_DEVRT_SHM_H */

@@ -16,21 +16,22 @@
  * bytes, with magic, version and size as below and every value in range;
  * otherwise it ignores the whole file (process-local defaults: no quota,
  * standard class, GPUEXT_DEVRT_DEFAULT_WINDOW_NS) and says so on its debug
- * line. Rules for editing: a new field takes reserved space, where 0 must
- * mean what a reader that ignores the field does; bump
- * GPUEXT_DEVRT_TENANT_VERSION for any other change.
+ * line; ndevices above GPUEXT_DEVRT_MAX_DEVICES is out of range. Rules for
+ * editing: a new field takes reserved space, where 0 must mean what a
+ * reader that ignores the field does; bump GPUEXT_DEVRT_TENANT_VERSION for
+ * any other change (version 2 appended the per-device quotas).
  */
 #ifndef GPUEXT_DEVRT_TENANT_H
 #define GPUEXT_DEVRT_TENANT_H
 
 #include <stdint.h>
 
-#include "gpuext_devrt_shm.h" /* GPUEXT_DEVRT_CLASS_* */
+#include "gpuext_devrt_shm.h" /* GPUEXT_DEVRT_CLASS_*, GPUEXT_DEVRT_MAX_DEVICES */
 
 #define GPUEXT_DEVRT_TENANT_MAGIC 0x53474e5453584750ULL /* "PGXSTNGS" read as bytes little-endian */
-#define GPUEXT_DEVRT_TENANT_VERSION 1u
+#define GPUEXT_DEVRT_TENANT_VERSION 2u /* 2: per-device quotas */
 #define GPUEXT_DEVRT_TENANT_FILE "settings.bin" /* in $GPUEXT_TENANT_DIR */
-#define GPUEXT_DEVRT_TENANT_SIZE 64u
+#define GPUEXT_DEVRT_TENANT_SIZE 200u
 
 /* How long a latency-critical launch counts as pending when the policy names no window. */
 #define GPUEXT_DEVRT_DEFAULT_WINDOW_NS 2000000ull
@@ -47,6 +48,17 @@ struct gpuext_devrt_tenant {
 	uint32_t priority_class;   /* GPUEXT_DEVRT_CLASS_* (at most GPUEXT_DEVRT_CLASS_MAX) */
 	uint32_t sm_percent;       /* best-effort under MPS: share of the SMs, 1..100; 0: not confined */
 	uint64_t reserved[2];      /* 0 */
+	/*
+	 * Per-device quotas (version 2): a container given GPU memory by the
+	 * scheduler (gpuext.io/gpu-memory) has a quota on each GPU it was
+	 * given. ndevices 0: quota_bytes applies on every device, each on its
+	 * own. ndevices N: device ordinal i < N (as the process sees them, after
+	 * CUDA_VISIBLE_DEVICES) has device_quota_bytes[i] (0: no quota there),
+	 * and an ordinal >= N has no memory (every allocation there is refused).
+	 */
+	uint32_t ndevices;         /* at most GPUEXT_DEVRT_MAX_DEVICES */
+	uint32_t reserved2;        /* 0 */
+	uint64_t device_quota_bytes[GPUEXT_DEVRT_MAX_DEVICES];
 };
 
 _Static_assert(sizeof(struct gpuext_devrt_tenant) == GPUEXT_DEVRT_TENANT_SIZE, "tenant settings layout");

@@ -17,6 +17,10 @@
  * against the quota, and only then call the driver; undo on refusal or on
  * driver failure. Sizes of live allocations are remembered per pointer/handle
  * in a process-private table so frees subtract exactly what was added.
+ *
+ * The quota applies per GPU: each slot also counts its bytes per device
+ * ordinal (slot_dev), and an allocation is checked against the quota of the
+ * device it is made on (gx_device_limit) with the tenant's bytes there.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -42,6 +46,7 @@ struct gx_entry {
 	uint64_t key;
 	uint64_t bytes;
 	int kind; /* 0 empty, -1 deleted */
+	int dev;  /* device ordinal it was made on; -1: not accounted per device */
 };
 
 static pthread_mutex_t gx_tab_mu = PTHREAD_MUTEX_INITIALIZER; /* process-private */
@@ -107,8 +112,20 @@ static int gx_slot_live(int i)
 	return fl.l_type != F_UNLCK;
 }
 
-static void gx_slot_zero(struct gpuext_devrt_slot *s)
+/* The slot's counter of device dev, or NULL for an ordinal the file has no counter for. */
+static _Atomic uint64_t *gx_dev_counter(int slot, int dev)
 {
+	if (!gx_u || slot < 0 || dev < 0 || dev >= (int)GPUEXT_DEVRT_MAX_DEVICES)
+		return NULL;
+	return &gx_u->slot_dev[slot].bytes[dev];
+}
+
+static void gx_slot_zero(int i)
+{
+	struct gpuext_devrt_slot *s = &gx_u->slot[i];
+
+	for (unsigned d = 0; d < GPUEXT_DEVRT_MAX_DEVICES; d++)
+		atomic_store(&gx_u->slot_dev[i].bytes[d], 0);
 	atomic_store(&s->bytes, 0);
 	atomic_store(&s->peak, 0);
 	atomic_store(&s->allocs, 0);
@@ -126,7 +143,7 @@ static void gx_slot_take(int i, uint32_t newpid)
 
 	if (old != 0 && atomic_compare_exchange_strong(&s->pid, &old, 0))
 		GX_DEBUG("reclaimed slot %d of dead pid %u", i, old);
-	gx_slot_zero(s);
+	gx_slot_zero(i);
 	if (newpid) {
 		uint32_t zero = 0;
 
@@ -299,28 +316,45 @@ void gx_acct_after_fork(void)
 	gx_tab_cap = gx_tab_used = 0;
 }
 
-/* Sum of live slots; with reclaim, also clears slots of dead owners. */
-static uint64_t gx_tenant_used(int reclaim)
+/*
+ * Sum of live slots, over every device (dev < 0) or on one; with reclaim,
+ * also clears slots of dead owners.
+ */
+static uint64_t gx_tenant_used_on(int dev, int reclaim)
 {
 	uint64_t sum = 0;
 
 	for (int i = 0; i < (int)GPUEXT_DEVRT_SLOTS; i++) {
 		struct gpuext_devrt_slot *s = &gx_u->slot[i];
+		_Atomic uint64_t *d = gx_dev_counter(i, dev);
 
 		if (atomic_load(&s->pid) == 0)
 			continue;
 		if (gx_slot_live(i))
-			sum += atomic_load(&s->bytes);
+			sum += atomic_load(dev < 0 ? &s->bytes : d ? d : &s->bytes);
 		else if (reclaim)
 			gx_slot_reclaim(i);
 	}
 	return sum;
 }
 
+static uint64_t gx_tenant_used(int reclaim)
+{
+	return gx_tenant_used_on(-1, reclaim);
+}
+
 uint64_t gx_acct_tenant_used(void)
 {
 	gx_runtime_init();
 	return gx_u ? gx_tenant_used(1) : 0;
+}
+
+uint64_t gx_acct_device_used(int dev)
+{
+	gx_runtime_init();
+	if (!gx_u || dev < 0 || dev >= (int)GPUEXT_DEVRT_MAX_DEVICES)
+		return 0;
+	return gx_tenant_used_on(dev, 1);
 }
 
 static void gx_max(_Atomic uint64_t *a, uint64_t v)
@@ -331,49 +365,59 @@ static void gx_max(_Atomic uint64_t *a, uint64_t v)
 		;
 }
 
-int gx_acct_reserve(uint64_t bytes, const char *what)
+int gx_acct_reserve(int dev, uint64_t bytes, const char *what)
 {
 	struct gpuext_devrt_slot *s;
+	_Atomic uint64_t *d;
 	uint64_t mine, used, quota;
-	int i;
+	int i, limited;
 
 	gx_runtime_init();
 	if (!gx_u || !gx_cfg.enabled)
 		return 0;
-	quota = gx_quota();
+	limited = gx_device_limit(dev, &quota);
 	i = gx_claim_slot();
 	if (i < 0) {
-		if (!quota)
+		if (!limited)
 			return 0;
 		atomic_fetch_add(&gx_u->hdr.refused_allocs, 1);
 		return -1;
 	}
 	s = &gx_u->slot[i];
+	d = gx_dev_counter(i, dev);
 	mine = atomic_fetch_add(&s->bytes, bytes) + bytes;
-	used = gx_tenant_used(0);
-	if (quota && used > quota) {
-		used = gx_tenant_used(1); /* dead owners' bytes do not count: check again */
-		if (used > quota) {
+	if (d)
+		atomic_fetch_add(d, bytes);
+	used = d ? gx_tenant_used_on(dev, 0) : gx_tenant_used(0);
+	if (limited && (used > quota || !d)) {
+		used = d ? gx_tenant_used_on(dev, 1) : 0; /* dead owners' bytes do not count: check again */
+		if (used > quota || !d) {
 			atomic_fetch_sub(&s->bytes, bytes);
+			if (d)
+				atomic_fetch_sub(d, bytes);
 			atomic_fetch_add(&s->refused, 1);
 			atomic_fetch_add(&gx_u->hdr.refused_allocs, 1);
-			GX_DEBUG("%s %llu refused: tenant would use %llu of quota %llu", what,
-				 (unsigned long long)bytes, (unsigned long long)used, (unsigned long long)quota);
+			GX_DEBUG("%s %llu refused: tenant would use %llu of quota %llu on device %d", what,
+				 (unsigned long long)bytes, (unsigned long long)used, (unsigned long long)quota, dev);
 			return -1;
 		}
 	}
 	gx_max(&s->peak, mine);
-	gx_max(&gx_u->hdr.peak_bytes, used);
-	GX_DEBUG("%s %llu reserved: tenant uses %llu of quota %llu", what, (unsigned long long)bytes,
-		 (unsigned long long)used, (unsigned long long)quota);
+	gx_max(&gx_u->hdr.peak_bytes, gx_tenant_used(0));
+	GX_DEBUG("%s %llu reserved: tenant uses %llu of quota %llu on device %d", what, (unsigned long long)bytes,
+		 (unsigned long long)used, (unsigned long long)quota, dev);
 	return 0;
 }
 
-void gx_acct_unreserve(uint64_t bytes)
+void gx_acct_unreserve(int dev, uint64_t bytes)
 {
+	_Atomic uint64_t *d = gx_dev_counter(gx_my, dev);
+
 	if (!gx_u || gx_my < 0 || !bytes)
 		return;
 	atomic_fetch_sub(&gx_u->slot[gx_my].bytes, bytes);
+	if (d)
+		atomic_fetch_sub(d, bytes);
 }
 
 /* ---- process-private size table: (kind, key) -> bytes, open addressing ---- */
@@ -387,7 +431,7 @@ static size_t gx_hash(uint64_t key, int kind)
 	return (size_t)key;
 }
 
-static int gx_tab_put(int kind, uint64_t key, uint64_t bytes);
+static int gx_tab_put(int kind, uint64_t key, int dev, uint64_t bytes);
 
 static int gx_tab_grow(void)
 {
@@ -402,12 +446,12 @@ static int gx_tab_grow(void)
 	gx_tab_used = 0;
 	for (size_t i = 0; i < oldcap; i++)
 		if (old[i].kind > 0)
-			gx_tab_put(old[i].kind, old[i].key, old[i].bytes);
+			gx_tab_put(old[i].kind, old[i].key, old[i].dev, old[i].bytes);
 	free(old);
 	return 0;
 }
 
-static int gx_tab_put(int kind, uint64_t key, uint64_t bytes)
+static int gx_tab_put(int kind, uint64_t key, int dev, uint64_t bytes)
 {
 	size_t i;
 
@@ -417,7 +461,7 @@ static int gx_tab_put(int kind, uint64_t key, uint64_t bytes)
 		if (gx_tab[i].kind <= 0) {
 			if (gx_tab[i].kind == 0)
 				gx_tab_used++;
-			gx_tab[i] = (struct gx_entry){key, bytes, kind};
+			gx_tab[i] = (struct gx_entry){key, bytes, kind, dev};
 			return 0;
 		}
 		if (gx_tab[i].kind == kind && gx_tab[i].key == key) {
@@ -427,26 +471,28 @@ static int gx_tab_put(int kind, uint64_t key, uint64_t bytes)
 	}
 }
 
-void gx_acct_commit(int kind, uint64_t key, uint64_t bytes)
+void gx_acct_commit(int kind, uint64_t key, int dev, uint64_t bytes)
 {
 	int rc;
 
 	if (!gx_u || gx_my < 0 || !gx_cfg.enabled)
 		return;
+	if (!gx_dev_counter(gx_my, dev))
+		dev = -1;
 	atomic_fetch_add(&gx_u->slot[gx_my].allocs, 1);
 	pthread_mutex_lock(&gx_tab_mu);
-	rc = gx_tab_put(kind, key, bytes);
+	rc = gx_tab_put(kind, key, dev, bytes);
 	pthread_mutex_unlock(&gx_tab_mu);
 	if (rc != 0) {
 		/* cannot remember the size: stay exact by not keeping it charged */
-		atomic_fetch_sub(&gx_u->slot[gx_my].bytes, bytes);
+		gx_acct_unreserve(dev, bytes);
 		GX_DEBUG("size table full: %llu bytes not tracked", (unsigned long long)bytes);
 	}
 }
 
 int gx_acct_forget(int kind, uint64_t key, uint64_t *bytes)
 {
-	int found = -1;
+	int found = -1, dev = -1;
 
 	if (!gx_u || gx_my < 0)
 		return -1;
@@ -455,6 +501,7 @@ int gx_acct_forget(int kind, uint64_t key, uint64_t *bytes)
 		for (size_t i = gx_hash(key, kind) & (gx_tab_cap - 1); gx_tab[i].kind != 0; i = (i + 1) & (gx_tab_cap - 1)) {
 			if (gx_tab[i].kind == kind && gx_tab[i].key == key) {
 				*bytes = gx_tab[i].bytes;
+				dev = gx_tab[i].dev;
 				gx_tab[i].kind = -1;
 				found = 0;
 				break;
@@ -463,7 +510,7 @@ int gx_acct_forget(int kind, uint64_t key, uint64_t *bytes)
 	}
 	pthread_mutex_unlock(&gx_tab_mu);
 	if (found == 0) {
-		atomic_fetch_sub(&gx_u->slot[gx_my].bytes, *bytes);
+		gx_acct_unreserve(dev, *bytes);
 		atomic_fetch_add(&gx_u->slot[gx_my].frees, 1);
 	}
 	return found;

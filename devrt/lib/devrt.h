@@ -15,6 +15,7 @@
 
 #include "cuda_min.h"
 #include "gpuext_devrt_env.h" /* GPUEXT_ENV_*: the names getenv reads */
+#include "gpuext_devrt_shm.h" /* GPUEXT_DEVRT_MAX_DEVICES */
 
 enum gx_lib { GX_LIB_CUDA, GX_LIB_NVML, GX_NLIBS };
 enum gx_stream { GX_STREAM_ANY, GX_STREAM_LEGACY, GX_STREAM_PTSZ };
@@ -71,6 +72,9 @@ struct gx_settings {
 	int debug;
 	uint64_t tenant_id;
 	_Atomic uint64_t quota_bytes; /* 0: no quota; follows the settings file (gx_quota) */
+	/* per-device quotas (gpuext_devrt_tenant.h): ndevices 0: quota_bytes on every device */
+	_Atomic uint32_t ndevices;
+	_Atomic uint64_t device_quota[GPUEXT_DEVRT_MAX_DEVICES];
 	uint32_t priority_class;  /* GPUEXT_DEVRT_CLASS_* */
 	uint64_t lc_window_ns;    /* how long a latency-critical launch counts as pending */
 	uint64_t max_delay_ns;    /* longest a best-effort launch waits */
@@ -94,6 +98,14 @@ void gx_settings_load(void);
 void gx_runtime_init(void);
 /* The quota now: re-reads the settings file at most once a second when the host replaced it. */
 uint64_t gx_quota(void);
+/*
+ * The quota of device ordinal dev now (the settings file followed as by
+ * gx_quota): 0 when it has none, else 1 and the limit in *limit, which is 0
+ * for a device the tenant was not given (or an ordinal it cannot account).
+ */
+int gx_device_limit(int dev, uint64_t *limit);
+/* The device ordinal of the calling thread's current context; 0 without one. */
+int gx_current_device(void);
 void gx_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define GX_DEBUG(...) do { if (gx_cfg.debug) gx_log(__VA_ARGS__); } while (0)
 uint64_t gx_now_ns(void);
@@ -101,11 +113,13 @@ uint64_t gx_now_ns(void);
 /* acct.c: the tenant's usage file */
 void gx_acct_open(void);
 void gx_acct_after_fork(void);
-int gx_acct_reserve(uint64_t bytes, const char *what); /* 0: reserved; -1: over quota (counted as refused) */
-void gx_acct_unreserve(uint64_t bytes);                 /* driver refused what we reserved */
-void gx_acct_commit(int kind, uint64_t key, uint64_t bytes); /* allocation succeeded: remember its size */
+/* Allocations are accounted on the device ordinal they are made on (dev). */
+int gx_acct_reserve(int dev, uint64_t bytes, const char *what); /* 0: reserved; -1: over quota (counted as refused) */
+void gx_acct_unreserve(int dev, uint64_t bytes);                 /* driver refused what we reserved */
+void gx_acct_commit(int kind, uint64_t key, int dev, uint64_t bytes); /* allocation succeeded: remember its size */
 int gx_acct_forget(int kind, uint64_t key, uint64_t *bytes); /* free succeeded: 0 and the size if known */
 uint64_t gx_acct_tenant_used(void);
+uint64_t gx_acct_device_used(int dev); /* the tenant's bytes on device ordinal dev */
 struct gpuext_devrt_usage *gx_acct_usage(void);
 int gx_acct_slot(void);
 enum { GX_KEY_DEVPTR = 1, GX_KEY_HANDLE = 2 };

@@ -55,6 +55,8 @@ static int gx_settings_invalid(const struct gpuext_devrt_tenant *t, ssize_t n, c
 		snprintf(why, size, "smPercent %u above 100", t->sm_percent);
 	else if (!t->active_window_ns)
 		snprintf(why, size, "active window 0");
+	else if (t->ndevices > GPUEXT_DEVRT_MAX_DEVICES)
+		snprintf(why, size, "ndevices %u above %u", t->ndevices, GPUEXT_DEVRT_MAX_DEVICES);
 	else
 		return 0;
 	return 1;
@@ -101,6 +103,14 @@ static int gx_settings_read(struct gpuext_devrt_tenant *t)
 	return 0;
 }
 
+/* The per-device quotas of t into gx_cfg. */
+static void gx_take_devices(const struct gpuext_devrt_tenant *t)
+{
+	for (unsigned i = 0; i < GPUEXT_DEVRT_MAX_DEVICES; i++)
+		atomic_store(&gx_cfg.device_quota[i], i < t->ndevices ? t->device_quota_bytes[i] : 0);
+	atomic_store(&gx_cfg.ndevices, t->ndevices);
+}
+
 uint64_t gx_quota(void)
 {
 	uint64_t now, next = atomic_load_explicit(&gx_cfg_next_check_ns, memory_order_relaxed);
@@ -123,11 +133,29 @@ uint64_t gx_quota(void)
 			GX_DEBUG("settings changed: quota %llu -> %llu",
 				 (unsigned long long)atomic_load(&gx_cfg.quota_bytes), (unsigned long long)t.quota_bytes);
 		atomic_store(&gx_cfg.quota_bytes, t.quota_bytes);
+		gx_take_devices(&t);
 		if (u)
 			atomic_store(&u->hdr.quota_bytes, t.quota_bytes);
 	}
 	pthread_mutex_unlock(&gx_cfg_mu);
 	return atomic_load(&gx_cfg.quota_bytes);
+}
+
+int gx_device_limit(int dev, uint64_t *limit)
+{
+	uint64_t q = gx_quota();
+	uint32_t n = atomic_load(&gx_cfg.ndevices);
+
+	if (n == 0) {
+		*limit = q;
+		return q != 0;
+	}
+	if (dev < 0 || (uint32_t)dev >= n) {
+		*limit = 0; /* not one of the tenant's devices */
+		return 1;
+	}
+	*limit = atomic_load(&gx_cfg.device_quota[dev]);
+	return *limit != 0;
 }
 
 /* The first read: every setting, taken as the host wrote it (the host resolved the defaults). */
@@ -140,6 +168,7 @@ void gx_settings_load(void)
 	atomic_store_explicit(&gx_cfg_next_check_ns, gx_now_ns() + 1000000000ull, memory_order_relaxed);
 	gx_cfg.tenant_id = t.tenant_id;
 	atomic_store(&gx_cfg.quota_bytes, t.quota_bytes);
+	gx_take_devices(&t);
 	gx_cfg.priority_class = t.priority_class;
 	gx_cfg.lc_window_ns = t.active_window_ns;
 	gx_cfg.sm_percent = t.sm_percent;

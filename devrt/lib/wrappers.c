@@ -1,8 +1,9 @@
 /*
  * wrappers.c - the interposed CUDA driver and NVML entry points, one per
  * variant in hooks.def. Each calls the original pointer of its own variant.
- * Allocations are reserved against the tenant quota before the driver sees
- * them; memory info is clamped to the quota; launches pass the priority gate;
+ * Allocations are reserved against the tenant's quota on their device (the
+ * current context's, or the one cuMemCreate names) before the driver sees
+ * them; memory info is clamped to the current device's quota; launches pass the priority gate;
  * image loads go through the device probes (probe_load.c).
  */
 #define _GNU_SOURCE
@@ -23,20 +24,57 @@ CUresult cuInit(unsigned int Flags)
 	return real(Flags);
 }
 
-/* reserve, call, then commit or undo: the body shared by every allocating entry point */
-#define GX_ALLOC(what, kind, keyp, bytes, call)                          \
-	do {                                                             \
-		CUresult r_;                                             \
-		uint64_t n_ = (uint64_t)(bytes);                         \
-		if (gx_acct_reserve(n_, what) != 0)                      \
-			return CUDA_ERROR_OUT_OF_MEMORY;                 \
-		r_ = (call);                                             \
-		if (r_ != CUDA_SUCCESS || !(keyp))                       \
-			gx_acct_unreserve(n_);                           \
-		else                                                     \
-			gx_acct_commit(kind, (uint64_t) * (keyp), n_);   \
-		return r_;                                               \
+typedef CUresult (*gx_ctx_get_device_fn)(CUdevice *);
+
+int gx_current_device(void)
+{
+	static _Atomic(gx_ctx_get_device_fn) get;
+	gx_ctx_get_device_fn f = atomic_load(&get);
+	CUdevice dev = 0;
+
+	if (!f) {
+		f = (gx_ctx_get_device_fn)gx_driver_sym("cuCtxGetDevice");
+		if (!f)
+			return 0;
+		atomic_store(&get, f);
+	}
+	if (f(&dev) != CUDA_SUCCESS || dev < 0)
+		return 0; /* no current context: the call that follows fails in the driver, or makes one on device 0 */
+	return (int)dev;
+}
+
+/* reserve on dev, call, then commit or undo: the body shared by every allocating entry point */
+#define GX_ALLOC_ON(dev, what, kind, keyp, bytes, call)                       \
+	do {                                                                  \
+		CUresult r_;                                                  \
+		int d_ = (dev);                                               \
+		uint64_t n_ = (uint64_t)(bytes);                              \
+		if (gx_acct_reserve(d_, n_, what) != 0)                       \
+			return CUDA_ERROR_OUT_OF_MEMORY;                      \
+		r_ = (call);                                                  \
+		if (r_ != CUDA_SUCCESS || !(keyp))                            \
+			gx_acct_unreserve(d_, n_);                            \
+		else                                                          \
+			gx_acct_commit(kind, (uint64_t) * (keyp), d_, n_);    \
+		return r_;                                                    \
 	} while (0)
+#define GX_ALLOC(what, kind, keyp, bytes, call) GX_ALLOC_ON(gx_current_device(), what, kind, keyp, bytes, call)
+
+/*
+ * The device a cuMemCreate allocates on: CUmemAllocationProp's location
+ * (documented layout: type and requestedHandleTypes, then the CUmemLocation
+ * {type, id} at offset 8), when it is a device (CU_MEM_LOCATION_TYPE_DEVICE,
+ * 1); else the current context's.
+ */
+static int gx_prop_device(const CUmemAllocationProp *prop)
+{
+	int loc[2];
+
+	if (!prop)
+		return gx_current_device();
+	memcpy(loc, (const char *)prop + 8, sizeof(loc));
+	return loc[0] == 1 && loc[1] >= 0 ? loc[1] : gx_current_device();
+}
 
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
@@ -54,7 +92,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CU
 		     unsigned long long flags)
 {
 	GX_REAL_OR(cuMemCreate, CUDA_ERROR_NOT_INITIALIZED);
-	GX_ALLOC("cuMemCreate", GX_KEY_HANDLE, handle, size, real(handle, size, prop, flags));
+	GX_ALLOC_ON(gx_prop_device(prop), "cuMemCreate", GX_KEY_HANDLE, handle, size, real(handle, size, prop, flags));
 }
 
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
@@ -91,28 +129,30 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInByt
 {
 	uint64_t guess = (((uint64_t)WidthInBytes + 511u) & ~(uint64_t)511u) * (uint64_t)Height, real_size;
 	CUresult r;
+	int dev;
 
 	GX_REAL_OR(cuMemAllocPitch_v2, CUDA_ERROR_NOT_INITIALIZED);
-	if (gx_acct_reserve(guess, "cuMemAllocPitch_v2") != 0)
+	dev = gx_current_device();
+	if (gx_acct_reserve(dev, guess, "cuMemAllocPitch_v2") != 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	r = real(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
 	if (r != CUDA_SUCCESS || !dptr || !pPitch) {
-		gx_acct_unreserve(guess);
+		gx_acct_unreserve(dev, guess);
 		return r;
 	}
 	real_size = (uint64_t)*pPitch * (uint64_t)Height;
 	if (real_size > guess) {
-		if (gx_acct_reserve(real_size - guess, "cuMemAllocPitch_v2 (pitch)") != 0) {
-			gx_acct_unreserve(guess);
+		if (gx_acct_reserve(dev, real_size - guess, "cuMemAllocPitch_v2 (pitch)") != 0) {
+			gx_acct_unreserve(dev, guess);
 			gx_pfn_cuMemFree_v2 f = gx_orig_cuMemFree_v2();
 			if (f)
 				f(*dptr);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
 	} else {
-		gx_acct_unreserve(guess - real_size);
+		gx_acct_unreserve(dev, guess - real_size);
 	}
-	gx_acct_commit(GX_KEY_DEVPTR, (uint64_t)*dptr, real_size);
+	gx_acct_commit(GX_KEY_DEVPTR, (uint64_t)*dptr, dev, real_size);
 	return r;
 }
 
@@ -150,16 +190,18 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 	GX_FREE("cuMemFreeAsync_ptsz", GX_KEY_DEVPTR, dptr, real(dptr, hStream));
 }
 
-/* The tenant's view: total = quota, free = quota - tenant usage, never above the device's real free. */
-static int gx_clamp(uint64_t real_free, uint64_t *free_out, uint64_t *total_out, uint64_t *used_out)
+/*
+ * The tenant's view of device dev: total = its quota there, free = quota -
+ * the tenant's usage there, never above the device's real free.
+ */
+static int gx_clamp(int dev, uint64_t real_free, uint64_t *free_out, uint64_t *total_out, uint64_t *used_out)
 {
 	uint64_t used, f, quota;
 
 	gx_runtime_init();
-	quota = gx_quota();
-	if (!gx_cfg.enabled || !quota)
+	if (!gx_cfg.enabled || !gx_device_limit(dev, &quota))
 		return 0;
-	used = gx_acct_tenant_used();
+	used = gx_acct_device_used(dev);
 	f = used >= quota ? 0 : quota - used;
 	if (f > real_free)
 		f = real_free;
@@ -179,7 +221,7 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 
 	GX_REAL_OR(cuMemGetInfo_v2, CUDA_ERROR_NOT_INITIALIZED);
 	r = real(free, total);
-	if (r == CUDA_SUCCESS && free && total && gx_clamp(*free, &f, &t, NULL)) {
+	if (r == CUDA_SUCCESS && free && total && gx_clamp(gx_current_device(), *free, &f, &t, NULL)) {
 		*free = (size_t)f;
 		*total = (size_t)t;
 	}
@@ -193,7 +235,7 @@ CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
 
 	GX_REAL_OR(cuMemGetInfo, CUDA_ERROR_NOT_INITIALIZED);
 	r = real(free, total);
-	if (r == CUDA_SUCCESS && free && total && gx_clamp(*free, &f, &t, NULL)) {
+	if (r == CUDA_SUCCESS && free && total && gx_clamp(gx_current_device(), *free, &f, &t, NULL)) {
 		*free = f > UINT_MAX ? UINT_MAX : (unsigned int)f;
 		*total = t > UINT_MAX ? UINT_MAX : (unsigned int)t;
 	}
@@ -202,6 +244,24 @@ CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
 
 #define NVML_ERROR_UNINITIALIZED 1
 
+/*
+ * The device ordinal of an NVML handle: its NVML index, which is the CUDA
+ * ordinal where the container sees only its own GPUs (the NVIDIA container
+ * toolkit, PCI order); 0 when NVML cannot say.
+ */
+static int gx_nvml_device(nvmlDevice_t device)
+{
+	typedef nvmlReturn_t (*index_fn)(nvmlDevice_t, unsigned int *);
+	gx_dlsym_fn real = gx_dlsym_real();
+	void *lib = gx_lib(GX_LIB_NVML, 0);
+	index_fn f = real && lib ? (index_fn)real(lib, "nvmlDeviceGetIndex") : NULL;
+	unsigned int i = 0;
+
+	if (!f || f(device, &i) != NVML_SUCCESS || i >= GPUEXT_DEVRT_MAX_DEVICES)
+		return 0;
+	return (int)i;
+}
+
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
 	uint64_t f, t, u;
@@ -209,7 +269,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 
 	GX_REAL_OR(nvmlDeviceGetMemoryInfo, NVML_ERROR_UNINITIALIZED);
 	r = real(device, memory);
-	if (r == NVML_SUCCESS && memory && gx_clamp(memory->free, &f, &t, &u)) {
+	if (r == NVML_SUCCESS && memory && gx_clamp(gx_nvml_device(device), memory->free, &f, &t, &u)) {
 		memory->free = f;
 		memory->total = t;
 		memory->used = u;
@@ -224,7 +284,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
 
 	GX_REAL_OR(nvmlDeviceGetMemoryInfo_v2, NVML_ERROR_UNINITIALIZED);
 	r = real(device, memory);
-	if (r == NVML_SUCCESS && memory && gx_clamp(memory->free, &f, &t, &u)) {
+	if (r == NVML_SUCCESS && memory && gx_clamp(gx_nvml_device(device), memory->free, &f, &t, &u)) {
 		memory->free = f;
 		memory->total = t;
 		memory->used = u;

@@ -7,8 +7,8 @@ const fileName = "settings.bin"
 
 const (
 	magic                = 6000851152576989008
-	version              = 1
-	size                 = 64
+	version              = 2
+	size                 = 200
 	defaultWindowNs      = 2000000
 	classStandard        = 0
 	classLatencyCritical = 1
@@ -23,6 +23,9 @@ const (
 	offPriorityClass     = 40
 	offSMPercent         = 44
 	offReserved          = 48
+	offNDevices          = 64
+	offDeviceQuotaBytes  = 72
+	maxDevices           = 16
 	sizeMagic            = 8
 	sizeVersion          = 4
 	sizeSize             = 4
@@ -32,4 +35,6 @@ const (
 	sizePriorityClass    = 4
 	sizeSMPercent        = 4
 	sizeReserved         = 16
+	sizeNDevices         = 4
+	sizeDeviceQuotaBytes = 8
 )

@@ -40,6 +40,9 @@ int main(void)
 	OFF("offPriorityClass", priority_class);
 	OFF("offSMPercent", sm_percent);
 	OFF("offReserved", reserved);
+	OFF("offNDevices", ndevices);
+	OFF("offDeviceQuotaBytes", device_quota_bytes);
+	C("maxDevices", GPUEXT_DEVRT_MAX_DEVICES);
 	SIZE("sizeMagic", magic);
 	SIZE("sizeVersion", version);
 	SIZE("sizeSize", size);
@@ -49,6 +52,8 @@ int main(void)
 	SIZE("sizePriorityClass", priority_class);
 	SIZE("sizeSMPercent", sm_percent);
 	SIZE("sizeReserved", reserved);
+	SIZE("sizeNDevices", ndevices);
+	SIZE("sizeDeviceQuotaBytes", device_quota_bytes[0]);
 	printf(")\n");
 	return 0;
 }

@@ -43,7 +43,15 @@ type Settings struct {
 	ActiveWindow time.Duration
 	Class        Class
 	SMPercent    uint32 // best-effort under MPS: share of the SMs, 1..100; 0: not confined
+	// DeviceQuotas, when not empty, is the quota of each device ordinal
+	// the process sees (0: none on that ordinal); ordinals past the list
+	// have no memory. Empty: QuotaBytes applies on every device, each on
+	// its own. At most MaxDevices.
+	DeviceQuotas []uint64
 }
+
+// MaxDevices is the most device ordinals Settings.DeviceQuotas holds.
+const MaxDevices = maxDevices
 
 // Validate makes the interposer's range checks.
 func (s Settings) Validate() error {
@@ -54,6 +62,8 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("%w: smPercent %d above 100", ErrInvalid, s.SMPercent)
 	case s.ActiveWindow <= 0:
 		return fmt.Errorf("%w: active window %v, want > 0", ErrInvalid, s.ActiveWindow)
+	case len(s.DeviceQuotas) > maxDevices:
+		return fmt.Errorf("%w: %d device quotas, at most %d", ErrInvalid, len(s.DeviceQuotas), maxDevices)
 	}
 	return nil
 }
@@ -94,6 +104,10 @@ func Encode(s Settings) ([]byte, error) {
 	put(b, offActiveWindowNs, sizeActiveWindowNs, uint64(s.ActiveWindow.Nanoseconds()))
 	put(b, offPriorityClass, sizePriorityClass, uint64(s.Class))
 	put(b, offSMPercent, sizeSMPercent, uint64(s.SMPercent))
+	put(b, offNDevices, sizeNDevices, uint64(len(s.DeviceQuotas)))
+	for i, q := range s.DeviceQuotas {
+		put(b, offDeviceQuotaBytes+i*sizeDeviceQuotaBytes, sizeDeviceQuotaBytes, q)
+	}
 	return b, nil
 }
 
@@ -123,6 +137,13 @@ func Decode(b []byte) (Settings, error) {
 		ActiveWindow: time.Duration(w),
 		Class:        Class(get(b, offPriorityClass, sizePriorityClass)),
 		SMPercent:    uint32(get(b, offSMPercent, sizeSMPercent)),
+	}
+	n := get(b, offNDevices, sizeNDevices)
+	if n > maxDevices {
+		return Settings{}, fmt.Errorf("%w: ndevices %d, at most %d", ErrInvalid, n, maxDevices)
+	}
+	for i := 0; i < int(n); i++ {
+		s.DeviceQuotas = append(s.DeviceQuotas, get(b, offDeviceQuotaBytes+i*sizeDeviceQuotaBytes, sizeDeviceQuotaBytes))
 	}
 	if err := s.Validate(); err != nil {
 		return Settings{}, err

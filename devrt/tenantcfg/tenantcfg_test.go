@@ -24,6 +24,12 @@ func TestRoundTripEveryField(t *testing.T) {
 			f.SetUint(40)
 		case f.Kind() == reflect.Uint32 || f.Kind() == reflect.Uint64:
 			f.SetUint(1<<31 + uint64(i))
+		case f.Type() == reflect.TypeOf([]uint64(nil)):
+			q := make([]uint64, MaxDevices)
+			for k := range q {
+				q[k] = 1<<33 + uint64(k)
+			}
+			f.Set(reflect.ValueOf(q))
 		default:
 			t.Fatalf("Settings.%s: type %s: teach this test and the encoder about it", v.Type().Field(i).Name, f.Type())
 		}
@@ -36,7 +42,7 @@ func TestRoundTripEveryField(t *testing.T) {
 		t.Fatalf("encoded %d bytes, the header says %d", len(b), Size)
 	}
 	got, err := Decode(b)
-	if err != nil || got != s {
+	if err != nil || !reflect.DeepEqual(got, s) {
 		t.Fatalf("Decode(Encode(%+v)) = %+v, %v", s, got, err)
 	}
 }
@@ -58,6 +64,7 @@ func TestDecodeRefuses(t *testing.T) {
 		"class":      edit(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[offPriorityClass:], classMax+1); return b }),
 		"smPercent":  edit(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[offSMPercent:], 101); return b }),
 		"window 0":   edit(func(b []byte) []byte { binary.LittleEndian.PutUint64(b[offActiveWindowNs:], 0); return b }),
+		"ndevices":   edit(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[offNDevices:], maxDevices+1); return b }),
 		"config.json": []byte(`{"tenantId": 3, "priorityClass": "latency-critical", "quotaBytes": 1073741824, "x": "` +
 			"0123456789" + `"}`),
 	} {
@@ -77,6 +84,7 @@ func TestEncodeRefuses(t *testing.T) {
 		"no window": {Class: ClassLatencyCritical},
 		"class":     {Class: classMax + 1, ActiveWindow: time.Millisecond},
 		"smPercent": {Class: ClassBestEffort, SMPercent: 101, ActiveWindow: time.Millisecond},
+		"devices":   {ActiveWindow: time.Millisecond, DeviceQuotas: make([]uint64, MaxDevices+1)},
 	} {
 		if _, err := Encode(s); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: Encode err = %v, want ErrInvalid", name, err)

@@ -10,6 +10,7 @@
  *   load                                           -> "load ok" (cuLibraryLoadData + cuModuleLoadData)
  *   nvml                                           -> "nvml free=F total=T used=U" (dlopen libnvidia-ml.so.1)
  *   sleep MS                                       -> "sleep MS"
+ *   device N          (N-th device's primary context current) -> "device N ok" | "device N rc=R"
  *   hold                                           -> "hold", then waits to be killed
  * SIZE accepts a KiB/MiB/GiB suffix.
  */
@@ -108,6 +109,34 @@ static int app_nvml(void)
 	}
 	printf("nvml free=%llu total=%llu used=%llu\n", m.free, m.total, m.used);
 	return 0;
+}
+
+/* Makes device ordinal n's primary context current (the driver's own entry points, not interposed). */
+static CUresult app_device(int n)
+{
+	typedef CUresult (*get_fn)(CUdevice *, int);
+	typedef CUresult (*retain_fn)(CUcontext *, CUdevice);
+	typedef CUresult (*set_fn)(CUcontext);
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	get_fn get;
+	retain_fn retain;
+	set_fn set;
+	CUdevice dev;
+	CUcontext ctx;
+	CUresult r;
+
+	if (!h)
+		h = dlopen("libcuda.so.1", RTLD_NOW);
+	if (!h)
+		return CUDA_ERROR_NOT_FOUND;
+	get = (get_fn)dlsym(h, "cuDeviceGet");
+	retain = (retain_fn)dlsym(h, "cuDevicePrimaryCtxRetain");
+	set = (set_fn)dlsym(h, "cuCtxSetCurrent");
+	if (!get || !retain || !set)
+		return CUDA_ERROR_NOT_FOUND;
+	if ((r = get(&dev, n)) != CUDA_SUCCESS || (r = retain(&ctx, dev)) != CUDA_SUCCESS)
+		return r;
+	return set(ctx);
 }
 
 static int app_run(const struct app_api *api, int argc, char **argv)
@@ -209,6 +238,13 @@ static int app_run(const struct app_api *api, int argc, char **argv)
 			printf("load %s\n", r == CUDA_SUCCESS ? "ok" : "failed");
 		} else if (!strcmp(v, "nvml")) {
 			app_nvml();
+		} else if (!strcmp(v, "device")) {
+			i++;
+			r = app_device(atoi(a));
+			if (r == CUDA_SUCCESS)
+				printf("device %s ok\n", a);
+			else
+				printf("device %s rc=%d\n", a, r);
 		} else if (!strcmp(v, "sleep")) {
 			i++;
 			usleep((useconds_t)atoi(a) * 1000u);

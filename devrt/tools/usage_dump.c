@@ -7,7 +7,9 @@
  *
  *   usage_dump FILE
  *   header magic=ok version=1 nslots=256 tenant=3 quota=... used=... peak=... refused=... delayed=... delayed_ns=... launches=... lc_active_until_ns=... class=...
- *   slot i=0 pid=123 start_time=... live=1 bytes=... peak=... allocs=... frees=... refused=... delayed=...
+ *   slot i=0 pid=123 start_time=... live=1 bytes=... peak=... allocs=... frees=... refused=... delayed=... [dev0=... dev1=...]
+ *
+ * A slot's devN=BYTES are its bytes on device ordinal N, for the ordinals it holds any on.
  *
  * "used" sums the live slots; a slot is live while its owner holds the lock
  * on the slot's byte (see gpuext_devrt_shm.h). Only slots with a pid are printed.
@@ -155,11 +157,15 @@ int main(int argc, char **argv)
 		if (atomic_load(&s->pid) == 0)
 			continue;
 		printf("slot i=%u pid=%u start_time=%llu live=%d bytes=%llu peak=%llu allocs=%llu frees=%llu refused=%llu "
-		       "delayed=%llu\n",
+		       "delayed=%llu",
 		       i, atomic_load(&s->pid), (unsigned long long)atomic_load(&s->start_time), live[i],
 		       (unsigned long long)atomic_load(&s->bytes), (unsigned long long)atomic_load(&s->peak),
 		       (unsigned long long)atomic_load(&s->allocs), (unsigned long long)atomic_load(&s->frees),
 		       (unsigned long long)atomic_load(&s->refused), (unsigned long long)atomic_load(&s->delayed));
+		for (unsigned d = 0; d < GPUEXT_DEVRT_MAX_DEVICES; d++)
+			if (atomic_load(&u->slot_dev[i].bytes[d]))
+				printf(" dev%u=%llu", d, (unsigned long long)atomic_load(&u->slot_dev[i].bytes[d]));
+		printf("\n");
 	}
 	return 0;
 }

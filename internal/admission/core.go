@@ -51,6 +51,9 @@ type Core struct {
 	// a set's first admission pays for verification and translation).
 	compileProbes func(probes, kernels []string) (*compile.Bundle, error)
 	obs           Observer // SetObserver; nil: nobody observes
+	// gpuMem answers what GPU memory the scheduler gave a Kubernetes
+	// container (SetGPUMemory; nil: no device plugin, no request).
+	gpuMem GPUMemorySource
 }
 
 // New returns a Core. constraints may be nil (everything allowed).
@@ -136,9 +139,20 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 		return Decision{}, errors.New("admit: container id is empty")
 	}
 	sel, reqErr := c.selectPolicy(info)
+	var gpus tenantGPUs
+	if reqErr == nil {
+		gm, err := c.gpuMemory(info, sel)
+		if err != nil {
+			return Decision{}, err
+		}
+		gpus, reqErr = applyGPUMemory(&sel, gm)
+	}
 	if reqErr == nil && sel.Tenant == "pod" {
 		if key := tenantKey(info, sel); strings.Contains(key, "/pod/") {
 			reqErr = c.samePodTenant(key, sel, configDigest(sel.Policy.Name, tenantConfig(sel.Policy, false)))
+			if reqErr == nil {
+				reqErr = c.samePodGPUs(key, gpus)
+			}
 		}
 	}
 	if reqErr != nil {
@@ -148,6 +162,15 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 		log.WithError(reqErr).WithFields(logrus.Fields{"failMode": c.cfg.FailMode, "errorKind": KindOf(reqErr)}).
 			Warn("bad gpu policy request: container starts with the default policy")
 		sel = policies.Selection{Policy: c.catalog.Default(), Tenant: "container"}
+		// the default policy keeps the GPU memory the scheduler gave the
+		// container as its quota: fail-open never lifts the request
+		gm, err := c.gpuMemory(info, sel)
+		if err != nil {
+			return Decision{}, err
+		}
+		if gpus, err = applyGPUMemory(&sel, gm); err != nil {
+			return Decision{}, err
+		}
 	}
 	log = log.WithField("policy", sel.Policy.Name)
 	// probes dropped in fail-open mode (they did not compile) are logged
@@ -170,7 +193,7 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 	}
 	d := Decision{Tenant: id, TenantKey: key, Policy: sel.Policy, ConfigDigest: digest, RequestErr: reqErr,
 		FailedOpen: reqErr != nil}
-	dir, err := c.writeTenantDir(id, key, sel.Policy, bundle)
+	dir, err := c.writeTenantDir(id, key, sel.Policy, bundle, gpus)
 	if err != nil {
 		return Decision{}, c.undoReserve(info, err)
 	}
@@ -185,6 +208,9 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 	}
 	if bundle != nil && len(bundle.Manifest.Kernels) > 0 {
 		fields["probeKernels"] = strings.Join(bundle.Manifest.Kernels, ",")
+	}
+	if len(gpus.GPUs) > 0 {
+		fields["gpus"], fields["gpuQuotaBytes"] = gpus.GPUs, gpus.Quotas
 	}
 	log.WithFields(fields).Info("admitted container")
 	return d, nil

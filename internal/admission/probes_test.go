@@ -46,7 +46,7 @@ func admitProbes(t *testing.T, c *Core, sel policies.Selection) (string, error, 
 	if err != nil {
 		return "", nil, err
 	}
-	dir, err := c.writeTenantDir(7, "nri/ctr/c1", sel.Policy, b)
+	dir, err := c.writeTenantDir(7, "nri/ctr/c1", sel.Policy, b, tenantGPUs{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,6 +43,12 @@ type TenantFile struct {
 	// probe-kernels.gpuext.io narrowed by the probes' catalog kernels.
 	// Empty: every kernel (or no probes).
 	ProbeKernels []string `json:"probeKernels"`
+	// GPUs and GPUQuotaBytes: for a container given GPU memory by the
+	// scheduler (gpuext.io/gpu-memory), the host GPU index and the quota of
+	// each device ordinal the container sees; the quota applies per GPU.
+	// Empty: QuotaBytes applies on every GPU.
+	GPUs          []int    `json:"gpus,omitempty"`
+	GPUQuotaBytes []uint64 `json:"gpuQuotaBytes,omitempty"`
 }
 
 // The catalog's class names as the device runtime's classes
@@ -72,6 +78,7 @@ func (tf TenantFile) Settings() tenantcfg.Settings {
 		ActiveWindow: window,
 		Class:        devrtClasses[policies.PriorityClass(tf.Class)],
 		SMPercent:    tf.SMPercent,
+		DeviceQuotas: tf.GPUQuotaBytes,
 	}
 }
 
@@ -107,7 +114,7 @@ func WriteTenantFiles(dir string, tf TenantFile) error {
 
 // writeTenantDir writes the tenant's settings.bin, config.json and probes/ directory
 // (the compiled probe module, or none when probes is nil).
-func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy, probes *compile.Bundle) (string, error) {
+func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy, probes *compile.Bundle, gpus tenantGPUs) (string, error) {
 	dir := c.tenantDir(id)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -134,7 +141,7 @@ func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy, pr
 		ABIVersion: abiVersion, TenantID: uint32(id), TenantKey: key, Policy: p.Name,
 		Class: string(p.Priority.Class), QuotaBytes: p.Memory.QuotaBytes, TimesliceUS: p.Priority.TimesliceUS,
 		Interleave: p.Priority.Interleave, ActiveWindowUS: p.Priority.ActiveWindowUS, SMPercent: p.Priority.EffectiveSMPercent(), Eviction: p.Memory.Eviction.Name, Prefetch: p.Memory.Prefetch.Name,
-		Probes: probeNames, ProbeKernels: probeKernels,
+		Probes: probeNames, ProbeKernels: probeKernels, GPUs: gpus.GPUs, GPUQuotaBytes: gpus.Quotas,
 	}
 	if err := WriteTenantFiles(dir, tf); err != nil {
 		return "", err

@@ -37,6 +37,8 @@ var settingsFrom = map[string]struct {
 	"Prefetch":       {hostOnly: "a kernel policy (gpuext_tenant_config)"},
 	"Probes":         {hostOnly: "the interposer finds the compiled probes in probes/"},
 	"ProbeKernels":   {hostOnly: "the interposer reads the kernel list from probes/module.conf"},
+	"GPUs":           {hostOnly: "host GPU indices: the interposer sees device ordinals, in this order"},
+	"GPUQuotaBytes":  {fields: []string{"DeviceQuotas"}},
 }
 
 // TestTenantFileFieldsReachSettings changes one TenantFile field at a time
@@ -65,6 +67,10 @@ func TestTenantFileFieldsReachSettings(t *testing.T) {
 			v.SetString("x")
 		case v.Kind() == reflect.Uint32, v.Kind() == reflect.Uint64:
 			v.SetUint(37)
+		case v.Type() == reflect.TypeOf([]uint64(nil)):
+			v.Set(reflect.ValueOf([]uint64{37}))
+		case v.Type() == reflect.TypeOf([]int(nil)):
+			v.Set(reflect.ValueOf([]int{1}))
 		case v.Kind() == reflect.Slice:
 			v.Set(reflect.ValueOf([]string{"x"}))
 		default:
@@ -124,7 +130,7 @@ func TestTenantDirSettingsForCatalog(t *testing.T) {
 		if name == "quota" {
 			p.Memory.QuotaBytes = 8 << 30
 		}
-		dir, err := c.writeTenantDir(9, "nri/ctr/"+name, p, nil)
+		dir, err := c.writeTenantDir(9, "nri/ctr/"+name, p, nil, tenantGPUs{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,11 +150,11 @@ func TestTenantDirSettingsForCatalog(t *testing.T) {
 		}
 		want := tenantcfg.Settings{TenantID: 9, QuotaBytes: p.Memory.QuotaBytes, ActiveWindow: window,
 			Class: devrtClasses[p.Priority.Class], SMPercent: p.Priority.EffectiveSMPercent()}
-		if s != want {
+		if !reflect.DeepEqual(s, want) {
 			t.Errorf("%s: settings.bin %+v, want %+v", name, s, want)
 		}
 		var tf TenantFile
-		if b, err := os.ReadFile(filepath.Join(dir, TenantConfigFile)); err != nil || json.Unmarshal(b, &tf) != nil || tf.Settings() != s {
+		if b, err := os.ReadFile(filepath.Join(dir, TenantConfigFile)); err != nil || json.Unmarshal(b, &tf) != nil || !reflect.DeepEqual(tf.Settings(), s) {
 			t.Errorf("%s: config.json does not describe settings.bin: %+v vs %+v (%v)", name, tf.Settings(), s, err)
 		}
 	}

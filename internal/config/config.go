@@ -21,6 +21,7 @@ import (
 	"github.com/gpuext/gpuext/bpf/kernelpolicy"
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/deviceplugin/pools"
 	"github.com/gpuext/gpuext/internal/strictjson"
 	"github.com/gpuext/gpuext/policies"
 )
@@ -78,6 +79,21 @@ type Config struct {
 	// alone ("9464" or ":9464"), which binds 127.0.0.1 only. Empty (the
 	// default): no metrics server.
 	MetricsAddress string `json:"metricsAddress,omitempty"`
+	// DevicePlugin, when present, makes the agent advertise the node's GPU
+	// memory to the kubelet as an extended resource and take each
+	// Kubernetes container's quota from what the kubelet allocated to it
+	// (docs/device-plugin.md). Absent (the default): no device plugin.
+	DevicePlugin *pools.Config `json:"devicePlugin,omitempty"`
+}
+
+// DevicePluginSpec is the validated DevicePlugin section; ok is false when
+// there is none. Validated when decoded.
+func (c Config) DevicePluginSpec() (spec pools.Spec, ok bool) {
+	if c.DevicePlugin == nil {
+		return pools.Spec{}, false
+	}
+	spec, err := c.DevicePlugin.Validate()
+	return spec, err == nil
 }
 
 // MetricsListen is MetricsAddress as the address to listen on (a port
@@ -183,6 +199,11 @@ func decodeInto(cfg *Config, data []byte, name string) error {
 	}
 	if _, err := metricsListen(cfg.MetricsAddress); err != nil {
 		return fmt.Errorf("config %s: metricsAddress %q: %w", name, cfg.MetricsAddress, err)
+	}
+	if cfg.DevicePlugin != nil {
+		if _, err := cfg.DevicePlugin.Validate(); err != nil {
+			return fmt.Errorf("config %s: %w", name, err)
+		}
 	}
 	for key, v := range map[string]string{"mpsPipeDirectory": cfg.MPSPipeDirectory, "mpsShmDirectory": cfg.MPSShmDirectory} {
 		if v != "" && !filepath.IsAbs(v) {

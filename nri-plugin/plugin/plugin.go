@@ -16,6 +16,7 @@ import (
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/agent"
 	"github.com/gpuext/gpuext/internal/config"
+	"github.com/gpuext/gpuext/internal/deviceplugin"
 	"github.com/gpuext/gpuext/internal/logging"
 	"github.com/gpuext/gpuext/internal/metrics"
 )
@@ -38,6 +39,10 @@ type Plugin struct {
 	metrics       *metrics.Server  // /metrics (metricsAddress), nil when off
 	observer      *metrics.Agent   // the agent's own metrics, every core's Observer
 	metricsReg    *bpf.Registry    // the metrics' own registry handle
+	// the device plugin (devicePlugin): the kubelet's pod-resources API,
+	// every core's GPU memory source, and what stops the plugin
+	podResources     *deviceplugin.PodResources
+	stopDevicePlugin context.CancelFunc
 }
 
 // startMetrics serves /metrics once, when the config asks for it
@@ -188,6 +193,7 @@ func (p *Plugin) Configure(_ context.Context, cfgData, runtime, version string) 
 	if p.observer != nil {
 		core.SetObserver(p.observer)
 	}
+	p.startDevicePlugin(cfg, core)
 	p.mu.Lock()
 	if p.reg != nil {
 		p.reg.Close()
@@ -357,6 +363,7 @@ func (p *Plugin) Shutdown(context.Context) {
 		p.stopReconcile()
 		p.stopReconcile = nil
 	}
+	p.stopDevicePluginLocked()
 	if p.reg != nil {
 		p.reg.Close()
 		p.reg = nil

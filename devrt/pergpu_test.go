@@ -1,0 +1,94 @@
+package devrt
+
+// The quota applies per GPU (docs/device-plugin.md): a container given GPU
+// memory on some GPUs by the scheduler has a quota on each device ordinal it
+// sees (after CUDA_VISIBLE_DEVICES), accounted across its processes, and no
+// memory on a GPU it was not given. The fake driver exposes two GPUs
+// (FAKECUDA_DEVICES=2) and honours CUDA_VISIBLE_DEVICES as the real one does.
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/gpuext/gpuext/internal/admission"
+)
+
+// gpuTenant is a tenant given quotas on host GPUs, as admission writes it
+// for a container the device plugin bound to those GPUs.
+func gpuTenant(t *testing.T, id int, gpus []int, quotas []uint64, visible string) *tenant {
+	t.Helper()
+	var most uint64
+	for _, q := range quotas {
+		most = max(most, q)
+	}
+	tn := newTenant(t, id, most, "standard", func(f *admission.TenantFile) {
+		f.GPUs, f.GPUQuotaBytes = gpus, quotas
+	})
+	tn.extra = []string{"FAKECUDA_DEVICES=2", fmt.Sprintf("FAKECUDA_TOTAL_BYTES=%d", 8*gib)}
+	if visible != "" {
+		tn.extra = append(tn.extra, "CUDA_VISIBLE_DEVICES="+visible)
+	}
+	return tn
+}
+
+// A container given 2 units (2 GiB) on gpu1: its device 0 is gpu1, where it
+// allocates 2 GiB and is refused beyond; cuMemGetInfo shows the 2 GiB.
+func TestQuotaOnTheGPUItWasGiven(t *testing.T) {
+	tn := gpuTenant(t, 11, []int{1}, []uint64{2 * gib}, "1")
+	lines, _ := tn.run("app_linked", "info", "alloc", "2GiB", "alloc", "1MiB", "info")
+	wantLines(t, lines, fmt.Sprintf("info free=%d total=%d", 2*gib, 2*gib), "alloc 2147483648 ok",
+		"alloc 1048576 CUDA_ERROR_OUT_OF_MEMORY", fmt.Sprintf("info free=0 total=%d", 2*gib))
+	calls := tn.driverCalls(0)
+	if countPrefix(calls, "alloc gpu=1 size=2147483648 rc=0") != 1 || countPrefix(calls, "alloc gpu=0 ") != 0 {
+		t.Fatalf("the 2 GiB did not go to gpu1 (and only there): %q", calls)
+	}
+	if countPrefix(calls, "size=1048576") != 0 {
+		t.Fatalf("the refused allocation reached the driver: %q", calls)
+	}
+	// a second process of the tenant, while a first one holds 1.5 GiB on
+	// gpu1: the GPU's quota is the tenant's, not the process's
+	h := tn.hold("app_linked", "alloc", "1536MiB")
+	wantLines(t, h.lines, "alloc 1610612736 ok")
+	lines, _ = tn.run("app_procaddr", "alloc", "512MiB", "alloc", "1MiB")
+	wantLines(t, lines, "alloc 536870912 ok", "alloc 1048576 CUDA_ERROR_OUT_OF_MEMORY")
+}
+
+// Two GPUs with their own quotas: what one GPU has left is not usable on
+// the other, and the usage file counts each ordinal on its own.
+func TestQuotaPerGPU(t *testing.T) {
+	tn := gpuTenant(t, 12, []int{0, 1}, []uint64{1 * gib, 3 * gib}, "0,1")
+	h := tn.hold("app_linked", "alloc", "1GiB", "alloc", "1MiB", "device", "1", "alloc", "3GiB", "info")
+	wantLines(t, h.lines, "alloc 1073741824 ok", "alloc 1048576 CUDA_ERROR_OUT_OF_MEMORY", "device 1 ok",
+		"alloc 3221225472 ok", fmt.Sprintf("info free=0 total=%d", 3*gib))
+	s := tn.usage().slotOf(h.cmd.Process.Pid)
+	if s == nil || s["bytes"] != fmt.Sprint(4*gib) || s["dev0"] != fmt.Sprint(1*gib) || s["dev1"] != fmt.Sprint(3*gib) {
+		t.Fatalf("slot = %v, want bytes=4GiB dev0=1GiB dev1=3GiB", s)
+	}
+	lines, _ := tn.run("app_linked", "info", "device", "1", "alloc", "1MiB")
+	wantLines(t, lines, fmt.Sprintf("info free=0 total=%d", 1*gib), "device 1 ok", "alloc 1048576 CUDA_ERROR_OUT_OF_MEMORY")
+	h.kill9(t)
+	lines, _ = tn.run("app_linked", "device", "1", "alloc", "3GiB")
+	wantLines(t, lines, "device 1 ok", "alloc 3221225472 ok")
+}
+
+// A GPU the container was not given has no memory for it, even where it
+// can see the GPU (no CUDA_VISIBLE_DEVICES: both fake GPUs are visible).
+func TestNoMemoryOnAGPUNotGiven(t *testing.T) {
+	tn := gpuTenant(t, 13, []int{0}, []uint64{2 * gib}, "")
+	lines, stderr := tn.run("app_linked", "alloc", "1GiB", "device", "1", "alloc", "1MiB")
+	wantLines(t, lines, "alloc 1073741824 ok", "device 1 ok", "alloc 1048576 CUDA_ERROR_OUT_OF_MEMORY")
+	if !strings.Contains(stderr, "on device 1") {
+		t.Fatalf("the refusal's debug line does not name device 1:\n%s", stderr)
+	}
+}
+
+// Without per-GPU quotas (a quota from quota.gpuext.io alone) the quota
+// applies on each GPU on its own.
+func TestPolicyQuotaAppliesOnEachGPU(t *testing.T) {
+	tn := newTenant(t, 14, 2*gib, "standard")
+	tn.extra = []string{"FAKECUDA_DEVICES=2"}
+	lines, _ := tn.run("app_linked", "alloc", "2GiB", "alloc", "1MiB", "device", "1", "alloc", "2GiB", "alloc", "1MiB")
+	wantLines(t, lines, "alloc 2147483648 ok", "alloc 1048576 CUDA_ERROR_OUT_OF_MEMORY", "device 1 ok",
+		"alloc 2147483648 ok", "alloc 1048576 CUDA_ERROR_OUT_OF_MEMORY")
+}

@@ -1,0 +1,135 @@
+package admission
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/policies"
+)
+
+// GPUMemorySource says what GPU memory the scheduler gave a container: the
+// kubelet's own record of the devices it allocated (internal/deviceplugin
+// asks its pod-resources API), never anything the pod wrote about itself.
+type GPUMemorySource interface {
+	// GPUMemory is the container's memory per GPU or, with wholePod, its
+	// pod's (each device counted once over the pod's containers). A
+	// container or pod that holds none of the resource has no GPUs.
+	GPUMemory(info ContainerInfo, wholePod bool) (GPUMemory, error)
+}
+
+// GPUMemory is the GPU memory a container or pod was given.
+type GPUMemory struct {
+	// Resource is the extended resource (gpuext.io/gpu-memory), for messages.
+	Resource string
+	// GPUs: the memory on each GPU, in GPU index order, which is the order
+	// of the container's device ordinals (the device plugin lists its GPUs
+	// in that order in CUDA_VISIBLE_DEVICES).
+	GPUs []GPUShare
+	// ContainerGPUs are the GPU indices of the container's own devices.
+	ContainerGPUs []int
+}
+
+// GPUShare is the memory on one GPU.
+type GPUShare struct {
+	GPU   int // the GPU's NVML index on the node
+	Bytes uint64
+}
+
+func (g GPUMemory) indices() []int {
+	out := make([]int, 0, len(g.GPUs))
+	for _, s := range g.GPUs {
+		out = append(out, s.GPU)
+	}
+	return out
+}
+
+// SetGPUMemory makes src the source of every Kubernetes container's GPU
+// memory request from now on: it becomes the tenant's quota on each GPU,
+// which a quota key may lower, never raise. Call it before the core is
+// shared (it is not synchronised with calls in flight); nil turns it off.
+func (c *Core) SetGPUMemory(src GPUMemorySource) { c.gpuMem = src }
+
+// gpuMemory asks the source for a Kubernetes container's GPU memory; none
+// without a source, or for a container that is not a pod's.
+func (c *Core) gpuMemory(info ContainerInfo, sel policies.Selection) (GPUMemory, error) {
+	if c.gpuMem == nil || info.Runtime != bpf.RuntimeNRI || info.PodName == "" {
+		return GPUMemory{}, nil
+	}
+	gm, err := c.gpuMem.GPUMemory(info, sel.Tenant == policies.TenantPod)
+	if err != nil {
+		return GPUMemory{}, fmt.Errorf("gpu memory of container %q of pod %s/%s: %w", info.Name, info.PodNamespace, info.PodName, err)
+	}
+	return gm, nil
+}
+
+// tenantGPUs is the per-GPU part of a tenant: the host GPU index and the
+// quota of each device ordinal the container sees.
+type tenantGPUs struct {
+	GPUs   []int
+	Quotas []uint64
+}
+
+// applyGPUMemory makes the request the tenant's quota on each GPU it was
+// given. A quota the selection already has (quota.gpuext.io, or the
+// catalog policy's) may lower it on every GPU, never raise it: a
+// quota.gpuext.io above the request on some GPU is a request error naming
+// the key; a catalog policy's quota above it is capped to the request. The
+// policy's QuotaBytes becomes the largest per-GPU quota (the kernel-facing
+// config holds one).
+func applyGPUMemory(sel *policies.Selection, gm GPUMemory) (tenantGPUs, error) {
+	if len(gm.GPUs) == 0 {
+		return tenantGPUs{}, nil
+	}
+	if sel.Tenant == policies.TenantPod && len(gm.ContainerGPUs) > 0 && !slices.Equal(gm.ContainerGPUs, gm.indices()) {
+		return tenantGPUs{}, fmt.Errorf("%w: %s=pod: this container was given %s on GPUs %v, its pod on GPUs %v: "+
+			"the containers of a pod tenant see their GPUs as the same device ordinals only when each is given the same GPUs",
+			errRequest, policies.KeyTenant, gm.Resource, gm.ContainerGPUs, gm.indices())
+	}
+	asked := sel.Policy.Memory.QuotaBytes
+	key := sel.Sources[policies.KeyQuota]
+	var t tenantGPUs
+	var most uint64
+	for _, s := range gm.GPUs {
+		q := s.Bytes
+		if asked > 0 && asked <= s.Bytes {
+			q = asked
+		} else if asked > 0 && key != "" {
+			return tenantGPUs{}, fmt.Errorf("%w: %s=%q: above the %s of %s given on GPU %d: a quota may lower the request, never raise it",
+				errRequest, key, sel.Policy.Memory.Quota, policies.FormatSize(s.Bytes), gm.Resource, s.GPU)
+		}
+		t.GPUs = append(t.GPUs, s.GPU)
+		t.Quotas = append(t.Quotas, q)
+		most = max(most, q)
+	}
+	sel.Policy.Memory.QuotaBytes = most
+	sel.Policy.Memory.Quota = policies.FormatSize(most)
+	return t, nil
+}
+
+// samePodGPUs refuses a container whose per-GPU quotas differ from those
+// its pod's tenant was admitted with (the tenant's config.json, which the
+// host wrote): one tenant has one set of quotas.
+func (c *Core) samePodGPUs(key string, t tenantGPUs) error {
+	id, ok, err := c.reg.LookupKey(key)
+	if err != nil || !ok {
+		return err
+	}
+	data, err := os.ReadFile(filepath.Join(c.tenantDir(id), TenantConfigFile))
+	if err != nil {
+		return nil // not written yet (a sibling's admission failed): nothing to differ from
+	}
+	var have TenantFile
+	if err := json.Unmarshal(data, &have); err != nil {
+		return fmt.Errorf("tenant %d config.json: %w", id, err)
+	}
+	if !slices.Equal(have.GPUs, t.GPUs) || !slices.Equal(have.GPUQuotaBytes, t.Quotas) {
+		return fmt.Errorf("%w: %s=pod: this container's GPU quotas %v on GPUs %v differ from its pod's tenant %d (%v on GPUs %v): "+
+			"per-container settings are not possible in a pod tenant",
+			errRequest, policies.KeyTenant, t.Quotas, t.GPUs, id, have.GPUQuotaBytes, have.GPUs)
+	}
+	return nil
+}

@@ -1,0 +1,39 @@
+package deviceplugin
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/gpuext/gpuext/internal/deviceplugin/pools"
+)
+
+func spec(t *testing.T, c pools.Config) pools.Spec {
+	t.Helper()
+	s, err := c.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func ids(gpu, from, to int) []string {
+	var out []string
+	for u := from; u < to; u++ {
+		out = append(out, pools.DeviceID{GPU: gpu, Unit: u}.String())
+	}
+	return out
+}
+
+func TestDiscoveredGPUs(t *testing.T) {
+	s := spec(t, pools.Config{})
+	got, err := withDiscovered(s, []byte(`[{"index":0,"uuid":"GPU-a1","memoryBytes":150754820096}]`))
+	if err != nil || len(got.GPUs) != 1 || got.Units(got.GPUs[0]) != 140 || got.GPUs[0].UUID != "GPU-a1" {
+		t.Fatalf("an H200 (143771 MiB) in 1GiB units: %+v, %v", got.GPUs, err)
+	}
+	for _, bad := range []string{`[]`, `[{"index":1,"memoryBytes":1073741824}]`, `[{"index":0,"memoryBytes":1}]`,
+		`[{"index":0,"memoryBytes":1073741824,"extra":1}]`, `[{"index":0,"uuid":"x","memoryBytes":1073741824}]`, `{}`} {
+		if _, err := withDiscovered(s, []byte(bad)); !errors.Is(err, ErrDiscover) {
+			t.Errorf("%s: err = %v", bad, err)
+		}
+	}
+}

@@ -1,0 +1,64 @@
+package plugin
+
+import (
+	"context"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/config"
+	"github.com/gpuext/gpuext/internal/deviceplugin"
+)
+
+// startDevicePlugin serves the kubelet device plugin of cfg.devicePlugin,
+// once (docs/device-plugin.md), and hands every core the kubelet's
+// pod-resources API as the source of its containers' GPU memory. The GPUs
+// come from the config, or from NVML through gpuext-gpuview; when neither
+// answers, nothing is advertised and admission still asks the kubelet (it
+// then refuses devices this node never advertised). Configure calls it
+// before the core is shared.
+func (p *Plugin) startDevicePlugin(cfg config.Config, core *admission.Core) {
+	spec, ok := cfg.DevicePluginSpec()
+	if !ok {
+		return
+	}
+	if p.podResources == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		log := p.log.WithField("resource", spec.Resource)
+		found, err := deviceplugin.Discover(ctx, spec)
+		if err != nil {
+			log.WithError(err).Error("device plugin: no GPUs to advertise")
+		} else {
+			spec = found
+		}
+		pr, err := deviceplugin.NewPodResources(spec)
+		if err != nil {
+			cancel()
+			log.WithError(err).Error("device plugin: the kubelet's pod-resources API cannot be asked: GPU memory requests are not applied")
+			return
+		}
+		p.podResources, p.stopDevicePlugin = pr, cancel
+		if dp, err := deviceplugin.New(spec, p.log); err == nil {
+			go func() {
+				if err := dp.Run(ctx); err != nil {
+					log.WithError(err).Error("device plugin stopped")
+				}
+			}()
+		}
+		log.WithFields(logrus.Fields{"kubeletDir": spec.KubeletDir, "gpus": len(spec.GPUs)}).Info("device plugin started")
+	}
+	core.SetGPUMemory(p.podResources)
+}
+
+// stopDevicePluginLocked (p.mu held) stops the device plugin (its socket is removed;
+// the kubelet keeps the node's allocations) and the pod-resources client.
+func (p *Plugin) stopDevicePluginLocked() {
+	if p.stopDevicePlugin != nil {
+		p.stopDevicePlugin()
+		p.stopDevicePlugin = nil
+	}
+	if p.podResources != nil {
+		_ = p.podResources.Close()
+		p.podResources = nil
+	}
+}
