@@ -7,7 +7,8 @@
 //
 // It owns:
 //
-//   - the node's pools (config.go, devices.go): each GPU is a pool of units
+//   - the node's pools (the pools subpackage, without gRPC so that
+//     internal/config can decode the section): each GPU is a pool of units
 //     whose device ids name their GPU ("gpu1-m017": GPU 1, unit 17); the
 //     GPUs' memory comes from the config, or from NVML through
 //     gpuext-gpuview when the config names none (discover.go: the agent is
