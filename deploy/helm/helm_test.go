@@ -64,7 +64,23 @@ type object struct {
 	Data       map[string]string `yaml:"data"`
 	// ServiceAccount
 	AutomountServiceAccountToken *bool `yaml:"automountServiceAccountToken"`
-	Spec                         struct {
+	// Role, RoleBinding
+	Rules []struct {
+		APIGroups     []string `yaml:"apiGroups"`
+		Resources     []string `yaml:"resources"`
+		ResourceNames []string `yaml:"resourceNames"`
+		Verbs         []string `yaml:"verbs"`
+	} `yaml:"rules"`
+	RoleRef struct {
+		Kind string `yaml:"kind"`
+		Name string `yaml:"name"`
+	} `yaml:"roleRef"`
+	Subjects []struct {
+		Kind      string `yaml:"kind"`
+		Name      string `yaml:"name"`
+		Namespace string `yaml:"namespace"`
+	} `yaml:"subjects"`
+	Spec struct {
 		UpdateStrategy struct {
 			Type string `yaml:"type"`
 		} `yaml:"updateStrategy"`
@@ -310,18 +326,39 @@ func TestChartDefaults(t *testing.T) {
 		}
 	}
 	sort.Strings(kinds)
-	// least RBAC: the agent never calls the API, so no Role, no binding
-	if want := []string{"ConfigMap/gpuext-config", "DaemonSet/gpuext", "ServiceAccount/gpuext"}; !reflect.DeepEqual(kinds, want) {
+	// least RBAC: the only API call is the watch of the agent's own
+	// DaemonSet (cleanupOnUninstall, on by default)
+	if want := []string{"ConfigMap/gpuext-config", "DaemonSet/gpuext", "Role/gpuext", "RoleBinding/gpuext", "ServiceAccount/gpuext"}; !reflect.DeepEqual(kinds, want) {
 		t.Errorf("objects %v, want %v", kinds, want)
 	}
 	for _, o := range r.objects {
-		if o.Kind == "ServiceAccount" && (o.AutomountServiceAccountToken == nil || *o.AutomountServiceAccountToken) {
-			t.Error("the ServiceAccount mounts a token the agent never uses")
+		switch o.Kind {
+		case "ServiceAccount":
+			if o.AutomountServiceAccountToken == nil || *o.AutomountServiceAccountToken {
+				t.Error("the ServiceAccount mounts a token in every pod that uses it; only the agent's pod should")
+			}
+		case "Role":
+			if len(o.Rules) != 1 {
+				t.Fatalf("Role rules %+v, want one", o.Rules)
+			}
+			rule := o.Rules[0]
+			if !reflect.DeepEqual(rule.APIGroups, []string{"apps"}) || !reflect.DeepEqual(rule.Resources, []string{"daemonsets"}) ||
+				!reflect.DeepEqual(rule.ResourceNames, []string{"gpuext"}) || !reflect.DeepEqual(rule.Verbs, []string{"get", "list", "watch"}) {
+				t.Errorf("Role rule %+v, want get/list/watch of daemonset gpuext only", rule)
+			}
+		case "RoleBinding":
+			if o.RoleRef.Kind != "Role" || o.RoleRef.Name != "gpuext" || len(o.Subjects) != 1 ||
+				o.Subjects[0].Kind != "ServiceAccount" || o.Subjects[0].Name != "gpuext" || o.Subjects[0].Namespace != "gpuext-system" {
+				t.Errorf("RoleBinding %+v %+v, want Role gpuext to ServiceAccount gpuext-system/gpuext", o.RoleRef, o.Subjects)
+			}
 		}
 	}
 	p := r.pod
-	if p.ServiceAccountName != "gpuext" || p.AutomountServiceAccountToken == nil || *p.AutomountServiceAccountToken {
-		t.Errorf("pod: serviceAccountName %q, automountServiceAccountToken %v; want gpuext without a token", p.ServiceAccountName, p.AutomountServiceAccountToken)
+	if p.ServiceAccountName != "gpuext" || p.AutomountServiceAccountToken == nil || !*p.AutomountServiceAccountToken {
+		t.Errorf("pod: serviceAccountName %q, automountServiceAccountToken %v; want gpuext with a token (the owner watch)", p.ServiceAccountName, p.AutomountServiceAccountToken)
+	}
+	if cmd := strings.Join(r.agent.Command, " "); !strings.Contains(cmd, "--owner-daemonset gpuext-system/gpuext") {
+		t.Errorf("agent command %q: want --owner-daemonset gpuext-system/gpuext", cmd)
 	}
 	if p.PriorityClassName != "system-node-critical" {
 		t.Errorf("priorityClassName %q", p.PriorityClassName)
@@ -501,5 +538,22 @@ func TestChartSchemaKnowsEveryConfigField(t *testing.T) {
 		if !fields[name] {
 			t.Errorf("values.schema.json allows config.%s, which the agent refuses", name)
 		}
+	}
+}
+
+// TestChartWithoutCleanup: cleanupOnUninstall=false renders no RBAC, no
+// token, and an agent that never watches the API.
+func TestChartWithoutCleanup(t *testing.T) {
+	r := render(t, "--set", "cleanupOnUninstall=false")
+	for _, o := range r.objects {
+		if o.Kind == "Role" || o.Kind == "RoleBinding" {
+			t.Errorf("%s/%s rendered with cleanupOnUninstall=false", o.Kind, o.Metadata.Name)
+		}
+	}
+	if p := r.pod; p.AutomountServiceAccountToken == nil || *p.AutomountServiceAccountToken {
+		t.Errorf("pod mounts a token with cleanupOnUninstall=false")
+	}
+	if cmd := strings.Join(r.agent.Command, " "); strings.Contains(cmd, "--owner-daemonset") {
+		t.Errorf("agent command %q watches its DaemonSet with cleanupOnUninstall=false", cmd)
 	}
 }

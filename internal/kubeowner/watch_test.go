@@ -1,0 +1,191 @@
+package kubeowner
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// apiServer answers the two requests the watcher makes, as the API server
+// does: GET of the DaemonSet, and a watch stream of it.
+type apiServer struct {
+	exists  atomic.Bool
+	getCode atomic.Int32 // when not 0: the GET's status
+	events  chan string  // lines the watch stream sends; closed: EOF
+	token   string
+}
+
+func (a *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") != "Bearer "+a.token {
+		http.Error(w, `{"message":"Unauthorized"}`, http.StatusUnauthorized)
+		return
+	}
+	if r.URL.Query().Get("watch") == "1" {
+		if got := r.URL.Query().Get("fieldSelector"); got != "metadata.name=gpuext" {
+			http.Error(w, "bad selector "+got, http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		for {
+			select {
+			case line, ok := <-a.events:
+				if !ok {
+					return
+				}
+				fmt.Fprintln(w, line)
+				w.(http.Flusher).Flush()
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}
+	if r.URL.Path != "/apis/apps/v1/namespaces/kube-system/daemonsets/gpuext" {
+		http.NotFound(w, r)
+		return
+	}
+	if c := a.getCode.Load(); c != 0 {
+		http.Error(w, `{"message":"daemonsets.apps \"gpuext\" is forbidden"}`, int(c))
+		return
+	}
+	if !a.exists.Load() {
+		http.Error(w, `{"kind":"Status","message":"not found"}`, http.StatusNotFound)
+		return
+	}
+	fmt.Fprint(w, `{"metadata":{"name":"gpuext","resourceVersion":"42"}}`)
+}
+
+func newWatcher(t *testing.T, a *apiServer) *Watcher {
+	t.Helper()
+	srv := httptest.NewServer(a)
+	t.Cleanup(srv.Close)
+	tok := t.TempDir() + "/token"
+	a.token = "t0k"
+	if err := writeFile(tok, "t0k\n"); err != nil {
+		t.Fatal(err)
+	}
+	return &Watcher{Namespace: "kube-system", Name: "gpuext", Server: srv.URL, TokenFile: tok,
+		Client: srv.Client(), Log: logrus.NewEntry(logrus.New()), Retry: 20 * time.Millisecond}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestDeletedEventMarksUninstall: helm uninstall deletes the DaemonSet; the
+// open watch delivers DELETED and the agent will clean the node.
+func TestDeletedEventMarksUninstall(t *testing.T) {
+	a := &apiServer{events: make(chan string, 4)}
+	a.exists.Store(true)
+	w := newWatcher(t, a)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	a.events <- `{"type":"MODIFIED","object":{"metadata":{"name":"gpuext","resourceVersion":"43"}}}`
+	time.Sleep(50 * time.Millisecond)
+	if w.Deleted() {
+		t.Fatal("a MODIFIED event (a rollout) marked the DaemonSet deleted")
+	}
+	a.exists.Store(false)
+	a.events <- `{"type":"DELETED","object":{"metadata":{"name":"gpuext","resourceVersion":"44"}}}`
+	waitUntil(t, "DELETED seen", w.Deleted)
+}
+
+// TestDeletionTimestampMarksUninstall: foreground deletion first sets the
+// deletion timestamp.
+func TestDeletionTimestampMarksUninstall(t *testing.T) {
+	a := &apiServer{events: make(chan string, 4)}
+	a.exists.Store(true)
+	w := newWatcher(t, a)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	a.events <- `{"type":"MODIFIED","object":{"metadata":{"name":"gpuext","deletionTimestamp":"2026-12-01T00:00:00Z"}}}`
+	waitUntil(t, "deletion timestamp seen", w.Deleted)
+}
+
+// TestGoneAfterStreamEnds: the watch ends (the server closes watches after
+// a while) and the DaemonSet is gone when the watcher looks again.
+func TestGoneAfterStreamEnds(t *testing.T) {
+	a := &apiServer{events: make(chan string)}
+	a.exists.Store(true)
+	w := newWatcher(t, a)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	waitUntil(t, "DaemonSet seen", w.seen.Load)
+	a.exists.Store(false)
+	close(a.events)
+	waitUntil(t, "gone after the stream ended", w.Deleted)
+}
+
+// TestNeverSeenIsNotDeleted: a wrong --owner-daemonset (404 from the first
+// GET) must not wipe the node when the agent exits.
+func TestNeverSeenIsNotDeleted(t *testing.T) {
+	a := &apiServer{events: make(chan string)}
+	w := newWatcher(t, a)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	w.Run(ctx)
+	if w.Deleted() || w.Confirm(context.Background()) {
+		t.Fatal("a DaemonSet never seen counted as deleted")
+	}
+}
+
+// TestConfirmRefusedKeepsTenants: at exit the RoleBinding may be gone; a
+// 403 is no proof of an uninstall, so the node keeps its tenants; a 404 of
+// a DaemonSet seen before is.
+func TestConfirmRefusedKeepsTenants(t *testing.T) {
+	a := &apiServer{events: make(chan string)}
+	a.exists.Store(true)
+	w := newWatcher(t, a)
+	ctx, cancel := context.WithCancel(context.Background())
+	go w.Run(ctx)
+	waitUntil(t, "DaemonSet seen", w.seen.Load)
+	cancel()
+	a.getCode.Store(http.StatusForbidden)
+	if w.Confirm(context.Background()) {
+		t.Fatal("403 at exit counted as an uninstall")
+	}
+	a.getCode.Store(0)
+	if w.Confirm(context.Background()) {
+		t.Fatal("an existing DaemonSet counted as deleted")
+	}
+	a.exists.Store(false)
+	if !w.Confirm(context.Background()) {
+		t.Fatal("404 of a DaemonSet seen before: not counted as deleted")
+	}
+}
+
+func TestParseOwner(t *testing.T) {
+	for _, tc := range []struct {
+		in       string
+		ns, name string
+		ok       bool
+	}{
+		{"kube-system/gpuext", "kube-system", "gpuext", true},
+		{"gpuext", "", "", false},
+		{"/gpuext", "", "", false},
+		{"kube-system/", "", "", false},
+		{"Kube/gpuext", "", "", false},
+		{"ns/a/b", "", "", false},
+		{"ns/-x", "", "", false},
+	} {
+		ns, name, err := ParseOwner(tc.in)
+		if (err == nil) != tc.ok || ns != tc.ns || name != tc.name {
+			t.Errorf("ParseOwner(%q) = %q, %q, %v", tc.in, ns, name, err)
+		}
+	}
+}
