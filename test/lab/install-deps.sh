@@ -91,4 +91,5 @@ if [[ "${GPUEXT_LAB_SKIP_APT:-0}" != 1 ]]; then
 	install_apt
 fi
 install_go_tools
+"$LAB_SCRIPTS/install-prometheus.sh" # the Prometheus server the metrics e2e test scrapes the agent with
 lab_log "deps ready in $(( SECONDS - start ))s (binaries in $LAB_BIN)"
