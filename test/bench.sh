@@ -9,7 +9,8 @@
 #   3. docker run through gpuext-runc, the hook and the agent vs plain runc
 #      (test/bench-docker.sh), interleaved, as a ratio;
 #   4. the priority board publisher's CPU (getrusage) over 100 tenants, 10 s
-#      each: idle, one latency-critical tenant busy, one serving requests.
+#      each: idle, one latency-critical tenant busy, one serving requests;
+#   5. the agent's /metrics at 200 tenants: CPU per scrape, response size.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 BIN="$REPO/bin"
@@ -49,6 +50,16 @@ board=$(cd "$REPO" && go test -run '^$' -bench '^BenchmarkPublisherCPU$' -bencht
 	echo "lc-requests: one serving a request (8 kernels of 100 us) every 20 ms."
 	echo "Targets: idle <= 0.5%, one latency-critical tenant active <= 2%."
 	echo "$board" | sed 's/^BenchmarkPublisherCPU\///; s/^/  /'
+	echo
+} >>"$OUT"
+
+log "metrics scrape, 200 tenants (real pinned registry, HTTP with gzip)"
+scrape=$(cd "$REPO" && go test -run '^$' -bench '^BenchmarkScrape200Tenants' -benchtime 50x -count 3 ./internal/metrics/ 2>/dev/null | grep -E 'cpu-ms/scrape' || true)
+[[ -n "$scrape" ]] || { echo "bench: BenchmarkScrape200Tenants produced no result" >&2; exit 1; }
+{
+	echo "## /metrics scrape at 200 tenants, 3 runs of 50 scrapes"
+	echo "The agent's CPU per scrape (getrusage of the serving process) and the response size, plain and gzip (what Prometheus asks for)."
+	echo "$scrape" | sed 's/^BenchmarkScrape200Tenants//; s/^/  /'
 	echo
 } >>"$OUT"
 
