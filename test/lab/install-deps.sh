@@ -92,4 +92,5 @@ if [[ "${GPUEXT_LAB_SKIP_APT:-0}" != 1 ]]; then
 fi
 install_go_tools
 "$LAB_SCRIPTS/install-prometheus.sh" # the Prometheus server the metrics e2e test scrapes the agent with
+"$REPO/test/k8s/install.sh" # etcd, the Kubernetes components and helm of the k8s lab (test/k8s)
 lab_log "deps ready in $(( SECONDS - start ))s (binaries in $LAB_BIN)"
