@@ -64,6 +64,15 @@ bench: deps build ## admission latency, crictl with/without the plugin (bench/re
 	@test/kernel/lab.sh bench
 	@$(GO) run ./test/kernel/benchplot -in bench/kernel-sim.txt -png docs/kernel-sim.png
 
+# The policy SDK: the headers come from kmod/include (one source), never copies kept in the tree.
+SDK_DIR ?= $(BIN)/sdk
+SDK_HEADERS := kmod/include/gpuext_abi.h kmod/include/gpuext_ops.h kmod/include/gpuext_kfuncs.h kmod/include/gpuext_policy.h
+.PHONY: sdk
+sdk: ## the kernel-policy SDK into SDK_DIR (default bin/sdk): headers from kmod/include, policy.mk, Makefile.template (docs/write-a-policy.md)
+	install -d $(SDK_DIR)/include
+	install -m 0644 $(SDK_HEADERS) $(SDK_DIR)/include/
+	install -m 0644 sdk/policy.mk sdk/Makefile.template $(SDK_DIR)/
+
 kernel-test: ## boot Debian's 6.12 kernel in qemu with gpuext.ko + gpusim.ko and run the guest tests (cached in .cache/kernel)
 	@test/kernel/lab.sh all
 

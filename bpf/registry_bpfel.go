@@ -16,12 +16,15 @@ import (
 type registryGpuextAbiConstants uint32
 
 const (
-	registryGpuextAbiConstantsGPUEXT_ABI_CONST_ABI_VERSION registryGpuextAbiConstants = 1
-	registryGpuextAbiConstantsGPUEXT_ABI_CONST_KEY_LEN     registryGpuextAbiConstants = 128
-	registryGpuextAbiConstantsGPUEXT_ABI_CONST_NAME_LEN    registryGpuextAbiConstants = 64
-	registryGpuextAbiConstantsGPUEXT_ABI_CONST_MAX_PROBES  registryGpuextAbiConstants = 8
-	registryGpuextAbiConstantsGPUEXT_ABI_CONST_MAX_TENANTS registryGpuextAbiConstants = 4096
-	registryGpuextAbiConstantsGPUEXT_ABI_CONST_MAX_CGROUPS registryGpuextAbiConstants = 16384
+	registryGpuextAbiConstantsGPUEXT_ABI_CONST_ABI_VERSION  registryGpuextAbiConstants = 1
+	registryGpuextAbiConstantsGPUEXT_ABI_CONST_KEY_LEN      registryGpuextAbiConstants = 128
+	registryGpuextAbiConstantsGPUEXT_ABI_CONST_NAME_LEN     registryGpuextAbiConstants = 64
+	registryGpuextAbiConstantsGPUEXT_ABI_CONST_MAX_PROBES   registryGpuextAbiConstants = 8
+	registryGpuextAbiConstantsGPUEXT_ABI_CONST_MAX_TENANTS  registryGpuextAbiConstants = 4096
+	registryGpuextAbiConstantsGPUEXT_ABI_CONST_MAX_CGROUPS  registryGpuextAbiConstants = 16384
+	registryGpuextAbiConstantsGPUEXT_ABI_CONST_POLICY_NAMED registryGpuextAbiConstants = 2147483648
+	registryGpuextAbiConstantsGPUEXT_ABI_CONST_FNV32OFFSET  registryGpuextAbiConstants = 2166136261
+	registryGpuextAbiConstantsGPUEXT_ABI_CONST_FNV32PRIME   registryGpuextAbiConstants = 16777619
 )
 
 type registryGpuextCgroupMeta struct {

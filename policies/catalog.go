@@ -21,6 +21,9 @@ var builtinFS embed.FS
 // returns a new catalog, Get and List return copies.
 type Catalog struct {
 	policies map[string]Policy
+	// algs: the algorithms its policies and a request's overrides may name
+	// (zero: the built-in ones).
+	algs Algorithms
 }
 
 // BuiltinFiles returns the embedded catalog files (default.json, ...) so a
@@ -57,17 +60,23 @@ func BuiltinCatalog() *Catalog { return builtin() }
 // whose name is the file name without .json. Decoding is strict (see
 // README.md) and every policy is validated; errors name the file.
 func LoadCatalog(fsys fs.FS, dir string) (*Catalog, error) {
+	return LoadCatalogWith(fsys, dir, Algorithms{})
+}
+
+// LoadCatalogWith is LoadCatalog where policies may name any algorithm of
+// algs (the built-in ones and a kernel policy directory's).
+func LoadCatalogWith(fsys fs.FS, dir string, algs Algorithms) (*Catalog, error) {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return nil, fmt.Errorf("load catalog: %w", err)
 	}
-	c := &Catalog{policies: map[string]Policy{}}
+	c := &Catalog{policies: map[string]Policy{}, algs: algs}
 	for _, e := range entries {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
 		file := path.Join(dir, e.Name())
-		p, err := loadPolicyFile(fsys, file)
+		p, err := loadPolicyFile(fsys, file, algs)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", file, err)
 		}
@@ -79,7 +88,12 @@ func LoadCatalog(fsys fs.FS, dir string) (*Catalog, error) {
 // LoadCatalogDir loads a user's catalog directory (see LoadCatalog); merge it
 // over the built-in one with BuiltinCatalog().Merge.
 func LoadCatalogDir(dir string) (*Catalog, error) {
-	c, err := LoadCatalog(os.DirFS(dir), ".")
+	return LoadCatalogDirWith(dir, Algorithms{})
+}
+
+// LoadCatalogDirWith is LoadCatalogDir where policies may name any algorithm of algs.
+func LoadCatalogDirWith(dir string, algs Algorithms) (*Catalog, error) {
+	c, err := LoadCatalogWith(os.DirFS(dir), ".", algs)
 	if err != nil {
 		return nil, fmt.Errorf("catalog dir %s: %w", dir, err)
 	}
@@ -89,7 +103,7 @@ func LoadCatalogDir(dir string) (*Catalog, error) {
 	return c, nil
 }
 
-func loadPolicyFile(fsys fs.FS, file string) (Policy, error) {
+func loadPolicyFile(fsys fs.FS, file string, algs Algorithms) (Policy, error) {
 	data, err := fs.ReadFile(fsys, file)
 	if err != nil {
 		return Policy{}, err
@@ -101,11 +115,11 @@ func loadPolicyFile(fsys fs.FS, file string) (Policy, error) {
 	if want := strings.TrimSuffix(path.Base(file), ".json"); p.Name != want {
 		return Policy{}, fieldError("name", fmt.Sprintf("%q must match the file name %q", p.Name, want))
 	}
-	p, err = p.normalize()
+	p, err = p.normalize(algs)
 	if err != nil {
 		return Policy{}, err
 	}
-	if err := p.Validate(); err != nil {
+	if err := p.ValidateWith(algs); err != nil {
 		return Policy{}, err
 	}
 	p.Source = file
@@ -114,11 +128,16 @@ func loadPolicyFile(fsys fs.FS, file string) (Policy, error) {
 
 // Merge returns a new catalog holding c's policies with over's added, a
 // policy of over replacing c's policy of the same name. over may be nil.
+// The merged catalog takes over's algorithms when it has any (a catalog
+// directory loaded with a kernel policy directory's), else c's.
 func (c *Catalog) Merge(over *Catalog) (*Catalog, error) {
-	m := &Catalog{policies: map[string]Policy{}}
+	m := &Catalog{policies: map[string]Policy{}, algs: c.algs}
 	for _, src := range []*Catalog{c, over} {
 		if src == nil {
 			continue
+		}
+		if src.algs.Eviction != nil || src.algs.Prefetch != nil {
+			m.algs = src.algs
 		}
 		for name, p := range src.policies {
 			m.policies[name] = p.Clone()
@@ -129,6 +148,20 @@ func (c *Catalog) Merge(over *Catalog) (*Catalog, error) {
 	}
 	return m, nil
 }
+
+// WithAlgorithms returns a copy of c whose requests may name any algorithm
+// of algs in their eviction and prefetch overrides (c's policies are
+// already valid: algs must hold the built-in algorithms).
+func (c *Catalog) WithAlgorithms(algs Algorithms) *Catalog {
+	m := &Catalog{policies: map[string]Policy{}, algs: algs}
+	for name, p := range c.policies {
+		m.policies[name] = p.Clone()
+	}
+	return m
+}
+
+// Algorithms returns the algorithms c's requests may name.
+func (c *Catalog) Algorithms() Algorithms { return c.algs.orBuiltin() }
 
 // Get returns a copy of the named policy.
 func (c *Catalog) Get(name string) (Policy, bool) {

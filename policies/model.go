@@ -49,6 +49,61 @@ type AlgorithmSpec struct {
 	Name   string
 	Doc    string
 	Params []ParamSpec
+	// Source is where an algorithm that is not built in comes from (the
+	// descriptor file of a policy in the host's kernelPolicyDir); "" for the
+	// built-in ones.
+	Source string
+}
+
+// Algorithms are the eviction and prefetch algorithms a catalog's policies
+// and a container's overrides may name: the built-in ones, and those the
+// host's kernel policy directory adds (bpf/kernelpolicy.Dir).
+type Algorithms struct {
+	Eviction []AlgorithmSpec
+	Prefetch []AlgorithmSpec
+}
+
+// BuiltinAlgorithms are EvictionAlgorithms and PrefetchAlgorithms.
+func BuiltinAlgorithms() Algorithms {
+	return Algorithms{Eviction: slices.Clone(EvictionAlgorithms), Prefetch: slices.Clone(PrefetchAlgorithms)}
+}
+
+// With returns a with extra's algorithms added. A name that a already has
+// is an error naming the algorithm and where both come from.
+func (a Algorithms) With(extra Algorithms) (Algorithms, error) {
+	out := Algorithms{Eviction: slices.Clone(a.Eviction), Prefetch: slices.Clone(a.Prefetch)}
+	for _, k := range []struct {
+		kind       string
+		dst        *[]AlgorithmSpec
+		extraSpecs []AlgorithmSpec
+	}{{"eviction", &out.Eviction, extra.Eviction}, {"prefetch", &out.Prefetch, extra.Prefetch}} {
+		for _, s := range k.extraSpecs {
+			if old, ok := findAlgorithm(*k.dst, s.Name); ok {
+				from := old.Source
+				if from == "" {
+					from = "built in"
+				}
+				return Algorithms{}, badValue(fmt.Sprintf("%s: %s policy %q is already defined (%s)", s.Source, k.kind, s.Name, from))
+			}
+			*k.dst = append(*k.dst, s)
+		}
+	}
+	return out, nil
+}
+
+// Lookup returns the eviction (kind "eviction") or prefetch algorithm name.
+func (a Algorithms) Lookup(kind, name string) (AlgorithmSpec, bool) {
+	if kind == "prefetch" {
+		return findAlgorithm(a.Prefetch, name)
+	}
+	return findAlgorithm(a.Eviction, name)
+}
+
+func (a Algorithms) orBuiltin() Algorithms {
+	if a.Eviction == nil && a.Prefetch == nil {
+		return Algorithms{Eviction: EvictionAlgorithms, Prefetch: PrefetchAlgorithms}
+	}
+	return a
 }
 
 // EvictionAlgorithms are the eviction policies, in ABI order (enum gpuext_eviction_policy).
@@ -184,16 +239,21 @@ func (a Algorithm) String() string {
 	return a.Name + ":" + strings.Join(parts, ",")
 }
 
-// Validate checks every field of p; errors name the field path
-// (`memory.eviction.name: unknown eviction policy "lruu" ...`) and wrap ErrBadValue.
-func (p Policy) Validate() error {
+// Validate checks every field of p against the built-in algorithms; errors
+// name the field path (`memory.eviction.name: unknown eviction policy "lruu"
+// ...`) and wrap ErrBadValue.
+func (p Policy) Validate() error { return p.ValidateWith(BuiltinAlgorithms()) }
+
+// ValidateWith is Validate where the eviction and prefetch names may be any of algs.
+func (p Policy) ValidateWith(algs Algorithms) error {
+	algs = algs.orBuiltin()
 	if !policyNameRE.MatchString(p.Name) {
 		return fieldError("name", fmt.Sprintf("%q must match %s", p.Name, policyNameRE))
 	}
-	if err := validateAlgorithm(p.Memory.Eviction, EvictionAlgorithms, "eviction", "memory.eviction"); err != nil {
+	if err := validateAlgorithm(p.Memory.Eviction, algs.Eviction, "eviction", "memory.eviction"); err != nil {
 		return err
 	}
-	if err := validateAlgorithm(p.Memory.Prefetch, PrefetchAlgorithms, "prefetch", "memory.prefetch"); err != nil {
+	if err := validateAlgorithm(p.Memory.Prefetch, algs.Prefetch, "prefetch", "memory.prefetch"); err != nil {
 		return err
 	}
 	if p.Memory.Quota != "" {
@@ -266,7 +326,8 @@ func classList() string {
 }
 
 // normalize parses the quota and fills in default algorithm parameters.
-func (p Policy) normalize() (Policy, error) {
+func (p Policy) normalize(algs Algorithms) (Policy, error) {
+	algs = algs.orBuiltin()
 	p = p.Clone()
 	if p.Memory.Quota != "" {
 		n, err := ParseSize(p.Memory.Quota)
@@ -275,8 +336,8 @@ func (p Policy) normalize() (Policy, error) {
 		}
 		p.Memory.QuotaBytes = n
 	}
-	p.Memory.Eviction = p.Memory.Eviction.withDefaults(EvictionAlgorithms)
-	p.Memory.Prefetch = p.Memory.Prefetch.withDefaults(PrefetchAlgorithms)
+	p.Memory.Eviction = p.Memory.Eviction.withDefaults(algs.Eviction)
+	p.Memory.Prefetch = p.Memory.Prefetch.withDefaults(algs.Prefetch)
 	return p, nil
 }
 

@@ -286,7 +286,7 @@ func (c *Catalog) Select(req Request) (Selection, error) {
 		if !ok {
 			continue
 		}
-		if err := applyOverride(&p, &sel, k, s.value); err != nil {
+		if err := applyOverride(&p, &sel, c.Algorithms(), k, s.value); err != nil {
 			return Selection{}, &KeyError{Key: s.key, Value: s.value, Err: err}
 		}
 		sel.Sources[k] = s.key
@@ -308,7 +308,7 @@ func (c *Catalog) Select(req Request) (Selection, error) {
 		return Selection{}, &KeyError{Key: k, Value: rawValue(set, k),
 			Err: badValue(`"tenant-quota" eviction needs a non-zero quota (` + KeyQuota + `)`)}
 	}
-	if err := p.Validate(); err != nil { // overrides are checked above; this is a backstop
+	if err := p.ValidateWith(c.Algorithms()); err != nil { // overrides are checked above; this is a backstop
 		return Selection{}, &KeyError{Key: policyKey, Value: name, Err: err}
 	}
 	sel.Policy = p
@@ -334,7 +334,7 @@ func rawValue(set map[string]setting, key string) string {
 }
 
 // applyOverride applies one override key to p (or sel). Errors wrap a sentinel.
-func applyOverride(p *Policy, sel *Selection, key, value string) error {
+func applyOverride(p *Policy, sel *Selection, algs Algorithms, key, value string) error {
 	switch key {
 	case KeyQuota:
 		n, err := ParseSize(value)
@@ -352,9 +352,9 @@ func applyOverride(p *Policy, sel *Selection, key, value string) error {
 		if err != nil {
 			return err
 		}
-		specs, kind, field := EvictionAlgorithms, "eviction", &p.Memory.Eviction
+		specs, kind, field := algs.Eviction, "eviction", &p.Memory.Eviction
 		if key == KeyPrefetch {
-			specs, kind, field = PrefetchAlgorithms, "prefetch", &p.Memory.Prefetch
+			specs, kind, field = algs.Prefetch, "prefetch", &p.Memory.Prefetch
 		}
 		if err := validateAlgorithm(a, specs, kind, kind); err != nil {
 			return err

@@ -88,6 +88,9 @@ type OpsStats struct {
 	Refused uint64 `json:"refused"`
 	// Denied: binds a sched ops refused.
 	Denied uint64 `json:"denied"`
+	// ID is a memory ops' GPUEXT_POLICY_NAMED id (bpf.NamedPolicyID of
+	// Ops), 0 from a core that lists none.
+	ID uint32 `json:"id,omitempty"`
 }
 
 // Stats reads the core's per-ops counters (debugfs ops and sched_ops).
@@ -149,6 +152,8 @@ func readOpsFile(path string, kind Kind) ([]OpsStats, error) {
 				s.Refused = n
 			case "denied":
 				s.Denied = n
+			case "id":
+				s.ID = uint32(n)
 			}
 		}
 		list = append(list, s)

@@ -15,3 +15,6 @@ package kernelpolicy
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types prioWeighted prio_weighted.bpf.c -- -I../../kmod/include -I/usr/include/x86_64-linux-gnu
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types schedPriority sched_priority.bpf.c -- -I../../kmod/include -I/usr/include/x86_64-linux-gnu
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types schedAdmit sched_admit.bpf.c -- -I../../kmod/include -I/usr/include/x86_64-linux-gnu
+
+// The object fixtures of dir_test.go (SDK policies, good and bad).
+//go:generate sh testdata/objects/build.sh

@@ -111,7 +111,7 @@ func (l *Loader) Detach(name string) error {
 	if derr != nil && !errors.Is(derr, link.ErrNotSupported) {
 		return fmt.Errorf("detach %q: %w", name, derr)
 	}
-	ops := name
+	ops := bpf.OpsName(name) // a kernel policy directory's policy
 	if e, ok := catalog[name]; ok {
 		ops = e.ops
 	}
@@ -172,7 +172,7 @@ func (l *Loader) Attached() ([]Status, error) {
 	for _, d := range dirents {
 		name := d.Name()
 		st := Status{Name: name, Pinned: true}
-		ops, kind := name, Kind("")
+		ops, kind := bpf.OpsName(name), Kind("")
 		if e, ok := catalog[name]; ok {
 			ops, kind = e.ops, e.kind
 		}

@@ -82,7 +82,10 @@ func (a *Attached) Pinned() bool { return a.pinned }
 // Close detaches an unpinned policy (its tenants get the driver's stock
 // behaviour); for a pinned one it only releases this process's handle.
 func (a *Attached) Close() error {
-	err := a.link.Close()
+	var err error
+	if a.link != nil { // nil after a replace: the pinned link holds the new ops
+		err = a.link.Close()
+	}
 	if a.coll != nil {
 		a.coll.Close()
 	}

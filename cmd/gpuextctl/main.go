@@ -37,8 +37,13 @@ Commands:
   policies show NAME                 one policy as JSON (copy it into catalogDir to make your own)
   policies attached [--json]         the kernel policies attached to the gpuext core: name, kind (memory/sched),
                                      classes, calls, handled, refused, errors (from pins and the core's debugfs)
-  policies attach NAME               attach a kernel policy (bpf/kernelpolicy) with a pinned link: it stays
-                                     attached until detached
+  policies attach NAME [--replace]   attach a kernel policy, built in (bpf/kernelpolicy) or from the config's
+                                     kernelPolicyDir, with a pinned link: it stays attached until detached;
+                                     --replace swaps a new object in for an attached memory policy atomically
+  policies attach --object FILE [--name N] [--replace]
+                                     attach a policy object built with the SDK (docs/write-a-policy.md) under
+                                     N (default: the file name without .bpf.o); a failed load or attach
+                                     leaves what is attached in place
   policies detach NAME               unpin and detach it: its tenants return to the driver's stock behaviour
   probes [--json] [--state-dir DIR]  device probes per tenant (from the tenant dirs and the interposer's copy-outs):
                                      probes, processes, images patched/unpatched (and why), launches, blocks,
@@ -265,16 +270,37 @@ func kernelPolicies(cfg config.Config, cmd string, args []string, out io.Writer)
 	asJSON := fs.Bool("json", false, "print JSON")
 	pinDir := fs.String("pin-dir", cfg.PinDir, "bpffs pin directory (links under <pin-dir>/links)")
 	debugfs := fs.String("debugfs", kernelpolicy.DefaultDebugfsDir, "the gpuext core's debugfs directory")
-	if err := fs.Parse(args); err != nil {
+	object := fs.String("object", "", "attach: a BPF policy object built with the SDK instead of a policy NAME")
+	objName := fs.String("name", "", "attach --object: the name to attach it under (default: the file name without .bpf.o)")
+	replace := fs.Bool("replace", false, "attach: replace the attached policy of that name atomically (memory policies)")
+	if err := fs.Parse(reorderFlags(args)); err != nil {
 		return err
 	}
 	l := &kernelpolicy.Loader{PinDir: *pinDir, Core: kernelpolicy.Core{Dir: *debugfs}}
 	switch cmd {
 	case "attach", "detach":
+		dir, err := cfg.KernelPolicies()
+		if err != nil {
+			return err
+		}
+		if cmd == "attach" && *object != "" {
+			if fs.NArg() != 0 {
+				return fmt.Errorf("usage: gpuextctl policies attach --object FILE [--name N] [--replace] (no NAME with --object)")
+			}
+			p, err := kernelpolicy.ObjectPolicy(*object, *objName)
+			if err != nil {
+				return err
+			}
+			return attachDirPolicy(l, p, *replace, out)
+		}
 		if fs.NArg() != 1 {
-			return fmt.Errorf("usage: gpuextctl policies %s NAME (known: %s)", cmd, strings.Join(kernelpolicy.Names(), ", "))
+			known := append(kernelpolicy.Names(), dir.Names()...)
+			return fmt.Errorf("usage: gpuextctl policies %s NAME (known: %s)", cmd, strings.Join(known, ", "))
 		}
 		name := fs.Arg(0)
+		if p, ok := dir.Get(name); ok && cmd == "attach" {
+			return attachDirPolicy(l, p, *replace, out)
+		}
 		if cmd == "detach" {
 			if err := l.Detach(name); err != nil {
 				return err
@@ -329,6 +355,53 @@ func kernelPolicies(cfg config.Config, cmd string, args []string, out io.Writer)
 			r.Calls, r.Handled, r.Refused, r.Errors, state)
 	}
 	return tw.Flush()
+}
+
+// attachDirPolicy attaches a kernel policy directory's (or a loose object's) policy.
+func attachDirPolicy(l *kernelpolicy.Loader, p *kernelpolicy.DirPolicy, replace bool, out io.Writer) error {
+	a, err := l.AttachPolicy(p, kernelpolicy.AttachOptions{Replace: replace})
+	if err != nil {
+		return err
+	}
+	a.Close() // the pin keeps it attached
+	verb := "attached"
+	if replace && a.Link() == nil {
+		verb = "replaced"
+	}
+	fmt.Fprintf(out, "%s %s from %s (%s policy, ops %s, pinned at %s)\n", verb, p.Name, p.ObjectPath, p.Kind,
+		bpf.OpsName(p.Name), filepath.Join(l.LinksDir(), p.Name))
+	return nil
+}
+
+// reorderFlags moves flags after positional arguments to the front, so
+// "attach NAME --replace" parses like "attach --replace NAME".
+func reorderFlags(args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			pos = append(pos, args[i+1:]...)
+			i = len(args)
+		case strings.HasPrefix(a, "-"):
+			flags = append(flags, a)
+			if !strings.Contains(a, "=") && takesValue(a) && i+1 < len(args) {
+				flags = append(flags, args[i+1])
+				i++
+			}
+		default:
+			pos = append(pos, a)
+		}
+	}
+	return append(flags, pos...)
+}
+
+func takesValue(flag string) bool {
+	switch strings.TrimLeft(flag, "-") {
+	case "json", "replace":
+		return false
+	}
+	return true
 }
 
 func runBoard(cfg config.Config, args []string, out io.Writer) error {

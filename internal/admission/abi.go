@@ -45,8 +45,8 @@ func tenantConfig(p policies.Policy, failedOpen bool) bpf.GpuextTenantConfig {
 	cfg.PriorityClass = uint32(priorityIDs[p.Priority.Class])
 	cfg.TimesliceUs = p.Priority.TimesliceUS
 	cfg.Interleave = p.Priority.Interleave
-	cfg.EvictionPolicy = uint32(evictionIDs[p.Memory.Eviction.Name])
-	cfg.PrefetchPolicy = uint32(prefetchIDs[p.Memory.Prefetch.Name])
+	cfg.EvictionPolicy = policyID(evictionIDs, p.Memory.Eviction.Name)
+	cfg.PrefetchPolicy = policyID(prefetchIDs, p.Memory.Prefetch.Name)
 	cfg.EvictionParam = uint64(firstParam(p.Memory.Eviction.Params))
 	cfg.PrefetchParam = uint64(firstParam(p.Memory.Prefetch.Params))
 	cfg.QuotaBytes = p.Memory.QuotaBytes
@@ -57,6 +57,17 @@ func tenantConfig(p policies.Policy, failedOpen bool) bpf.GpuextTenantConfig {
 		cfg.Flags |= uint32(bpf.TenantFlagFailOpen)
 	}
 	return cfg
+}
+
+// policyID is the ABI value of an eviction or prefetch algorithm name: the
+// enum's for a built-in one, else (a kernel policy directory's, which the
+// policy's validation let through) the id the core gives the ops of that
+// name (bpf.NamedPolicyID).
+func policyID[T ~uint32](builtin map[string]T, name string) uint32 {
+	if id, ok := builtin[name]; ok {
+		return uint32(id)
+	}
+	return bpf.NamedPolicyID(bpf.OpsName(name))
 }
 
 // firstParam returns the algorithm's parameter (each algorithm has at most one).

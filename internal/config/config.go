@@ -39,6 +39,11 @@ type Config struct {
 	DevrtDir string `json:"devrtDir,omitempty"`
 	// CatalogDir holds extra policy files (*.json) that add to or override the built-in catalog.
 	CatalogDir string `json:"catalogDir,omitempty"`
+	// KernelPolicyDir holds kernel policies that are not built in: NAME.json
+	// (a descriptor) and its BPF object, built with the SDK
+	// (docs/write-a-policy.md). Catalog policies and overrides name its
+	// memory policies like built-in eviction/prefetch algorithms.
+	KernelPolicyDir string `json:"kernelPolicyDir,omitempty"`
 	// ConstraintsFile is the admin constraints file (who may ask for what).
 	ConstraintsFile string `json:"constraintsFile,omitempty"`
 	// HostRoot prefixes /proc and /sys/fs/cgroup (for running inside a container).
@@ -205,6 +210,9 @@ func decodeInto(cfg *Config, data []byte, name string) error {
 			return fmt.Errorf("config %s: %w", name, err)
 		}
 	}
+	if v := cfg.KernelPolicyDir; v != "" && !filepath.IsAbs(v) {
+		return fmt.Errorf("config %s: kernelPolicyDir %q: must be an absolute path", name, v)
+	}
 	for key, v := range map[string]string{"mpsPipeDirectory": cfg.MPSPipeDirectory, "mpsShmDirectory": cfg.MPSShmDirectory} {
 		if v != "" && !filepath.IsAbs(v) {
 			return fmt.Errorf("config %s: %s %q: must be an absolute host path", name, key, v)
@@ -225,13 +233,34 @@ func Load(path string) (Config, error) {
 	return Parse(data, path)
 }
 
-// Catalog returns the built-in catalog merged with CatalogDir.
+// KernelPolicies loads KernelPolicyDir; nil when none is configured.
+func (c Config) KernelPolicies() (*kernelpolicy.Dir, error) {
+	if c.KernelPolicyDir == "" {
+		return nil, nil
+	}
+	return kernelpolicy.LoadDir(c.KernelPolicyDir)
+}
+
+// Catalog returns the built-in catalog merged with CatalogDir, whose
+// policies (and a request's overrides) may name KernelPolicyDir's memory
+// policies as eviction and prefetch algorithms.
 func (c Config) Catalog() (*policies.Catalog, error) {
 	cat := policies.BuiltinCatalog()
+	algs := policies.BuiltinAlgorithms()
+	dir, err := c.KernelPolicies()
+	if err != nil {
+		return nil, err
+	}
+	if dir != nil {
+		if algs, err = algs.With(dir.Algorithms()); err != nil {
+			return nil, fmt.Errorf("kernelPolicyDir: %w", err)
+		}
+		cat = cat.WithAlgorithms(algs)
+	}
 	if c.CatalogDir == "" {
 		return cat, nil
 	}
-	user, err := policies.LoadCatalogDir(c.CatalogDir)
+	user, err := policies.LoadCatalogDirWith(c.CatalogDir, algs)
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,8 @@
  * debugfs (/sys/kernel/debug/gpuext):
  *   registry  write: fd of the pinned gpuext_cgroups map (cgroup id -> tenant
  *             config); read: "map <id>" or "none"
- *   ops       read: one line per attached ops with its counters
+ *   ops       read: one line per attached ops with its counters and its
+ *             GPUEXT_POLICY_NAMED id
  *   abi_version  read-only: GPUEXT_ABI_VERSION of this core (loaders refuse
  *             to attach policies built for another)
  *   system    write: name of the memory ops that arbitrates device memory
@@ -49,8 +50,10 @@ struct gpuext_ctx {
 /* An attached memory ops; lives from reg to unreg (+ an RCU grace period). */
 struct gpuext_mem_entry {
 	struct list_head node;
-	struct gpuext_mem_ops *ops; /* the struct_ops map's kernel copy */
+	/* The struct_ops map's kernel copy; replaced in place by a link update. Readers: READ_ONCE. */
+	struct gpuext_mem_ops *ops;
 	char name[GPUEXT_OPS_NAME_LEN];
+	u32 id; /* GPUEXT_POLICY_NAMED id of name (a tenant config may name the ops by it) */
 	atomic64_t calls;
 	atomic64_t handled;
 	atomic64_t errors;
@@ -93,6 +96,28 @@ static const char *const gpuext_prefetch_names[] = {
 
 /* ---- ops registry ---------------------------------------------------- */
 
+/* GPUEXT_POLICY_NAMED | FNV-1a 32 of the ops name (gpuext_abi.h). */
+static u32 gpuext_named_id(const char *name)
+{
+	u32 h = GPUEXT_FNV32_OFFSET;
+
+	for (; *name; name++) {
+		h ^= (u8)*name;
+		h *= GPUEXT_FNV32_PRIME;
+	}
+	return GPUEXT_POLICY_NAMED | (h & ~GPUEXT_POLICY_NAMED);
+}
+
+static struct gpuext_mem_entry *gpuext_find_id_locked(u32 id)
+{
+	struct gpuext_mem_entry *e;
+
+	list_for_each_entry_rcu(e, &gpuext_mem_list, node, lockdep_is_held(&gpuext_mem_lock))
+		if (e->id == id)
+			return e;
+	return NULL;
+}
+
 static struct gpuext_mem_entry *gpuext_find_locked(const char *name)
 {
 	struct gpuext_mem_entry *e;
@@ -125,9 +150,10 @@ static int gpuext_mem_reg(void *kdata, struct bpf_link *link)
 		return -ENOMEM;
 	e->ops = ops;
 	memcpy(e->name, ops->name, GPUEXT_OPS_NAME_LEN);
+	e->id = gpuext_named_id(e->name);
 
 	mutex_lock(&gpuext_mem_lock);
-	if (gpuext_find_locked(e->name)) {
+	if (gpuext_find_locked(e->name) || gpuext_find_id_locked(e->id)) {
 		err = -EEXIST;
 	} else {
 		list_add_tail_rcu(&e->node, &gpuext_mem_list);
@@ -159,6 +185,36 @@ static void gpuext_mem_unreg(void *kdata, struct bpf_link *link)
 	pr_info("gpuext: memory ops \"%s\" detached (calls %lld refused %lld)\n",
 		found->name, atomic64_read(&found->calls), atomic64_read(&found->refused));
 	kfree(found);
+}
+
+/*
+ * BPF_LINK_UPDATE of an attached ops' link: the new ops take the old ones'
+ * place in the list at once, so a tenant that names them never sees no
+ * policy.  The name (what tenants name) must stay the same.
+ */
+static int gpuext_mem_update(void *kdata, void *old_kdata, struct bpf_link *link)
+{
+	struct gpuext_mem_ops *ops = kdata;
+	struct gpuext_mem_entry *e, *found = NULL;
+
+	mutex_lock(&gpuext_mem_lock);
+	list_for_each_entry(e, &gpuext_mem_list, node) {
+		if (e->ops == old_kdata) {
+			found = e;
+			break;
+		}
+	}
+	if (found && !strncmp(found->name, ops->name, GPUEXT_OPS_NAME_LEN))
+		WRITE_ONCE(found->ops, ops);
+	mutex_unlock(&gpuext_mem_lock);
+	if (!found)
+		return -ENOENT;
+	if (READ_ONCE(found->ops) != ops)
+		return -EINVAL; /* another name: attach it beside, then detach the old */
+	/* No call site still runs the old ops once this returns. */
+	synchronize_rcu();
+	pr_info("gpuext: memory ops \"%s\" replaced\n", found->name);
+	return 0;
 }
 
 static int gpuext_mem_init(struct btf *btf)
@@ -250,6 +306,7 @@ static struct bpf_struct_ops gpuext_mem_struct_ops = {
 	.init_member = gpuext_mem_init_member,
 	.reg = gpuext_mem_reg,
 	.unreg = gpuext_mem_unreg,
+	.update = gpuext_mem_update,
 	.cfi_stubs = &gpuext_mem_cfi_stubs,
 	.name = "gpuext_mem_ops",
 	.owner = THIS_MODULE,
@@ -372,6 +429,22 @@ __bpf_kfunc u64 bpf_gpuext_prefetch_param(struct gpuext_prefetch_ctx *ctx)
 	return param;
 }
 
+/*
+ * The eviction_param of the evicting context's tenant (0 when none), so an
+ * eviction policy follows its tenant's config.  A read, not a request.
+ */
+__bpf_kfunc u64 bpf_gpuext_evict_param(struct gpuext_evict_ctx *ctx)
+{
+	struct gpuext_tenant_config cfg;
+	u64 param = 0;
+
+	rcu_read_lock();
+	if (gpuext_lookup_tenant(ctx->cgroup_id, &cfg))
+		param = cfg.eviction_param;
+	rcu_read_unlock();
+	return param;
+}
+
 __bpf_kfunc_end_defs();
 
 BTF_KFUNCS_START(gpuext_kfunc_ids)
@@ -382,6 +455,7 @@ BTF_ID_FLAGS(func, bpf_gpuext_arbitrate_owner, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_arbitrate_pick, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_prefetch_param, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_prefetch_resident, KF_TRUSTED_ARGS)
+BTF_ID_FLAGS(func, bpf_gpuext_evict_param, KF_TRUSTED_ARGS)
 /* sched.c (one kfunc set per module and program type) */
 BTF_ID_FLAGS(func, bpf_gpuext_tsg_set_timeslice, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_tsg_set_interleave, KF_TRUSTED_ARGS)
@@ -412,6 +486,26 @@ static bool gpuext_lookup_tenant(u64 cgid, struct gpuext_tenant_config *cfg)
 static const char *gpuext_name_of(const char *const *names, size_t n, u32 id)
 {
 	return id < n ? names[id] : NULL;
+}
+
+/*
+ * The attached memory ops a tenant config's eviction_policy or
+ * prefetch_policy value names: an enum value through names, or a
+ * GPUEXT_POLICY_NAMED id.  Caller holds rcu_read_lock().
+ */
+static struct gpuext_mem_entry *gpuext_policy_rcu(const char *const *names, size_t n, u32 id)
+{
+	struct gpuext_mem_entry *e;
+	const char *name;
+
+	if (id & GPUEXT_POLICY_NAMED) {
+		list_for_each_entry_rcu(e, &gpuext_mem_list, node)
+			if (e->id == id)
+				return e;
+		return NULL;
+	}
+	name = gpuext_name_of(names, n, id);
+	return name ? gpuext_find_rcu(name) : NULL;
 }
 
 /* ---- call sites -------------------------------------------------------- */
@@ -448,7 +542,7 @@ int gpuext_evict_prepare(struct gpuext_ctx *gctx, struct gpuext_evict_ctx *ectx,
 	struct gpuext_tenant_config cfg;
 	struct gpuext_chunk_info *saved;
 	struct gpuext_mem_entry *e;
-	const char *name;
+	struct gpuext_mem_ops *ops;
 	size_t bytes;
 	int ret = 0;
 
@@ -469,12 +563,12 @@ int gpuext_evict_prepare(struct gpuext_ctx *gctx, struct gpuext_evict_ctx *ectx,
 	if (!gpuext_lookup_tenant(gctx->cgroup_id, &cfg))
 		goto out;
 	ectx->tenant_id = cfg.tenant_id;
-	name = gpuext_name_of(gpuext_evict_names, ARRAY_SIZE(gpuext_evict_names), cfg.eviction_policy);
-	e = name ? gpuext_find_rcu(name) : NULL;
-	if (!e || !e->ops->evict_prepare)
+	e = gpuext_policy_rcu(gpuext_evict_names, ARRAY_SIZE(gpuext_evict_names), cfg.eviction_policy);
+	ops = e ? READ_ONCE(e->ops) : NULL;
+	if (!ops || !ops->evict_prepare)
 		goto out;
 	atomic64_inc(&e->calls);
-	ret = e->ops->evict_prepare(ectx);
+	ret = ops->evict_prepare(ectx);
 	if (ectx->refused)
 		atomic64_add(ectx->refused, &e->refused);
 	if (ret < 0)
@@ -500,7 +594,7 @@ static int gpuext_prefetch_run(struct gpuext_ctx *gctx, struct gpuext_prefetch_c
 {
 	struct gpuext_tenant_config cfg;
 	struct gpuext_mem_entry *e;
-	const char *name;
+	struct gpuext_mem_ops *ops;
 	int ret = 0;
 
 	pctx->cgroup_id = gctx->cgroup_id;
@@ -514,12 +608,12 @@ static int gpuext_prefetch_run(struct gpuext_ctx *gctx, struct gpuext_prefetch_c
 	if (!gpuext_lookup_tenant(gctx->cgroup_id, &cfg))
 		goto out;
 	pctx->tenant_id = cfg.tenant_id;
-	name = gpuext_name_of(gpuext_prefetch_names, ARRAY_SIZE(gpuext_prefetch_names), cfg.prefetch_policy);
-	e = name ? gpuext_find_rcu(name) : NULL;
-	if (!e || !e->ops->prefetch)
+	e = gpuext_policy_rcu(gpuext_prefetch_names, ARRAY_SIZE(gpuext_prefetch_names), cfg.prefetch_policy);
+	ops = e ? READ_ONCE(e->ops) : NULL;
+	if (!ops || !ops->prefetch)
 		goto out;
 	atomic64_inc(&e->calls);
-	ret = (e->ops->prefetch)(pctx); /* prefetch() is a kernel macro */
+	ret = (ops->prefetch)(pctx); /* prefetch() is a kernel macro */
 	if (pctx->refused)
 		atomic64_add(pctx->refused, &e->refused);
 	if (ret < 0)
@@ -572,7 +666,7 @@ static void gpuext_block_notify(struct gpuext_ctx *gctx, struct gpuext_block_ctx
 {
 	struct gpuext_tenant_config cfg;
 	struct gpuext_mem_entry *e;
-	const char *name;
+	struct gpuext_mem_ops *ops;
 	int (*hook)(struct gpuext_block_ctx *ctx);
 
 	if (!gctx || !bctx)
@@ -583,9 +677,9 @@ static void gpuext_block_notify(struct gpuext_ctx *gctx, struct gpuext_block_ctx
 	if (!gpuext_lookup_tenant(gctx->cgroup_id, &cfg))
 		goto out;
 	bctx->tenant_id = cfg.tenant_id;
-	name = gpuext_name_of(gpuext_evict_names, ARRAY_SIZE(gpuext_evict_names), cfg.eviction_policy);
-	e = name ? gpuext_find_rcu(name) : NULL;
-	hook = !e ? NULL : activate ? e->ops->block_activate : e->ops->block_access;
+	e = gpuext_policy_rcu(gpuext_evict_names, ARRAY_SIZE(gpuext_evict_names), cfg.eviction_policy);
+	ops = e ? READ_ONCE(e->ops) : NULL;
+	hook = !ops ? NULL : activate ? ops->block_activate : ops->block_access;
 	if (!hook)
 		goto out;
 	atomic64_inc(&e->calls);
@@ -612,6 +706,7 @@ int gpuext_evict_arbitrate(struct gpuext_arbitrate_ctx *actx)
 	struct gpuext_tenant_config cfg;
 	char name[GPUEXT_OPS_NAME_LEN];
 	struct gpuext_mem_entry *e;
+	struct gpuext_mem_ops *ops;
 	int ret = 0;
 	u32 i;
 
@@ -648,10 +743,11 @@ int gpuext_evict_arbitrate(struct gpuext_arbitrate_ctx *actx)
 				o->tenant_resident_bytes += actx->cand[j].resident_bytes;
 	}
 	e = name[0] ? gpuext_find_rcu(name) : NULL;
-	if (!e || !e->ops->evict_arbitrate)
+	ops = e ? READ_ONCE(e->ops) : NULL;
+	if (!ops || !ops->evict_arbitrate)
 		goto out;
 	atomic64_inc(&e->calls);
-	ret = e->ops->evict_arbitrate(actx);
+	ret = ops->evict_arbitrate(actx);
 	if (actx->refused)
 		atomic64_add(actx->refused, &e->refused);
 	if (ret < 0)
@@ -788,9 +884,9 @@ static int gpuext_ops_show(struct seq_file *m, void *v)
 
 	rcu_read_lock();
 	list_for_each_entry_rcu(e, &gpuext_mem_list, node)
-		seq_printf(m, "%s calls %lld handled %lld errors %lld refused %lld\n", e->name,
+		seq_printf(m, "%s calls %lld handled %lld errors %lld refused %lld id 0x%x\n", e->name,
 			   atomic64_read(&e->calls), atomic64_read(&e->handled),
-			   atomic64_read(&e->errors), atomic64_read(&e->refused));
+			   atomic64_read(&e->errors), atomic64_read(&e->refused), e->id);
 	rcu_read_unlock();
 	return 0;
 }

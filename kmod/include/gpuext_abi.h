@@ -68,6 +68,18 @@ enum gpuext_prefetch_policy {
 	GPUEXT_PREFETCH_STRIDE = 5,
 };
 
+/*
+ * A memory policy that none of the two enums above names (one from the
+ * host's kernel policy directory, docs/write-a-policy.md) is named in
+ * eviction_policy or prefetch_policy by its id: GPUEXT_POLICY_NAMED | the
+ * low 31 bits of the FNV-1a 32-bit hash of its ops name (the bytes before
+ * the NUL).  The core computes the id of every attached memory ops (debugfs
+ * ops lists it) and refuses a second ops with the same id.
+ */
+#define GPUEXT_POLICY_NAMED 0x80000000u
+#define GPUEXT_FNV32_OFFSET 2166136261u
+#define GPUEXT_FNV32_PRIME 16777619u
+
 /* Bits of gpuext_tenant_config.flags. */
 enum gpuext_tenant_flags {
 	GPUEXT_TENANT_F_QUOTA = 1 << 0,      /* quota_bytes is enforced */
