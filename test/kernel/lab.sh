@@ -114,10 +114,37 @@ cmd_build() {
 	make -s -C "$kd" M="$REPO/kmod" modules >"$OUT/kbuild.log" 2>&1 || { cat "$OUT/kbuild.log"; die "module build failed"; }
 	grep -i warn "$OUT/kbuild.log" || true
 	cp "$REPO/kmod/gpuext/gpuext.ko" "$REPO/kmod/gpusim/gpusim.ko" "$OUT/"
+	build_sdk_policies
 	log "building the static guest test binary"
 	# The SIMULATED benchmark (bench_test.go) is compiled in only for `lab.sh bench`.
 	(cd "$REPO" && CGO_ENABLED=0 go test -tags "kernellab${KERNEL_LAB_EXTRA_TAGS:+,$KERNEL_LAB_EXTRA_TAGS}" -c -o "$OUT/guest.test" ./test/kernel/guest) || die "guest test build failed"
 	log "built in $((SECONDS - t0))s"
+}
+
+# build_sdk_policies: the SDK test's host half.  Each example policy
+# (examples/*) and the lab's SDK fixtures (test/kernel/guest/sdkpolicies) are
+# copied into a temporary directory outside the tree that holds nothing but
+# the SDK (make sdk), built there with clang, and installed into the
+# kernel policy directory the guest tests attach from (/lab/policydir;
+# fixtures without a descriptor into /lab/sdkobjects).
+build_sdk_policies() {
+	local tmp d name
+	tmp=$(mktemp -d /tmp/gpuext-sdk-lab.XXXXXX)
+	make -s -C "$REPO" sdk SDK_DIR="$tmp/sdk" >/dev/null
+	rm -rf "$OUT/policydir" "$OUT/sdkobjects"
+	mkdir -p "$OUT/policydir" "$OUT/sdkobjects"
+	for d in "$REPO"/examples/*/ "$REPO/test/kernel/guest/sdkpolicies/"; do
+		name=$(basename "$d")
+		cp -r "$d" "$tmp/$name"
+		make -s -C "$tmp/$name" GPUEXT_SDK="$tmp/sdk" >"$OUT/sdk-$name.log" 2>&1 || { cat "$OUT/sdk-$name.log"; rm -rf "$tmp"; die "SDK build of $name failed"; }
+		if ls "$tmp/$name"/*.json >/dev/null 2>&1; then
+			make -s -C "$tmp/$name" GPUEXT_SDK="$tmp/sdk" install POLICY_DIR="$OUT/policydir" >/dev/null
+		else
+			cp "$tmp/$name"/*.bpf.o "$OUT/sdkobjects/"
+		fi
+	done
+	rm -rf "$tmp"
+	log "SDK policies built outside the tree: $(cd "$OUT/policydir" && echo *) + $(cd "$OUT/sdkobjects" && echo *)"
 }
 
 make_initramfs() {
@@ -128,6 +155,7 @@ make_initramfs() {
 	cp "$bb" "$ir/bin/busybox"
 	cp "$OUT/gpuext.ko" "$OUT/gpusim.ko" "$OUT/guest.test" "$ir/lab/"
 	cp "$REPO/test/kernel/init.sh" "$ir/init"
+	cp -r "$OUT/policydir" "$OUT/sdkobjects" "$ir/lab/"
 	chmod 755 "$ir/init"
 	(cd "$ir" && find . | cpio -o -H newc --quiet | gzip -1 >"$OUT/initrd.cpio.gz")
 }
