@@ -34,17 +34,20 @@ type AttachOptions struct {
 // ObjectPolicy makes a DirPolicy of a loose object file (gpuextctl policies
 // attach --object FILE): the kind, the hooks and a scheduling policy's
 // classes are read from the object; name "" is the file name without
-// .bpf.o.
+// .bpf.o, '_' as '-'.
 func ObjectPolicy(file, name string) (*DirPolicy, error) {
+	field := "--name"
 	if name == "" {
+		field = "the name from the file name (give --name)"
 		name = strings.TrimSuffix(strings.TrimSuffix(filepath.Base(file), ".o"), ".bpf")
+		name = strings.ReplaceAll(name, "_", "-")
 	}
 	d := Descriptor{Name: name}
 	if !dirNameRE.MatchString(name) {
-		return nil, fmt.Errorf("--name: %q must match %s: %w", name, dirNameRE, ErrBadPolicyDir)
+		return nil, fmt.Errorf("%s: %q must match %s: %w", field, name, dirNameRE, ErrBadPolicyDir)
 	}
 	if err := checkNameFree(name); err != nil {
-		return nil, fmt.Errorf("--name: %w: %w", err, ErrBadPolicyDir)
+		return nil, fmt.Errorf("%s: %w: %w", field, err, ErrBadPolicyDir)
 	}
 	st, err := os.Lstat(file)
 	if err != nil {

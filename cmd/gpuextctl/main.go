@@ -301,6 +301,9 @@ func kernelPolicies(cfg config.Config, cmd string, args []string, out io.Writer)
 		if p, ok := dir.Get(name); ok && cmd == "attach" {
 			return attachDirPolicy(l, p, *replace, out)
 		}
+		if *replace {
+			return fmt.Errorf("--replace: %q is not a kernelPolicyDir policy (built-in policies change with the release; --object FILE --name N replaces a directory policy)", name)
+		}
 		if cmd == "detach" {
 			if err := l.Detach(name); err != nil {
 				return err
