@@ -21,12 +21,15 @@
 # PKI from openssl: a CA, serving and client certs, the service account keys;
 # authorization Node,RBAC; the admin is in system:masters.
 #
-# The node is named `localhost`: the apiserver reaches the kubelet (logs, exec)
-# by that name, on 127.0.0.1, since the kubelet refuses a loopback node IP and
-# nothing here may talk to the host's other addresses.
+# Nothing talks to an address off loopback. The node is named `localhost`: the
+# apiserver reaches the kubelet (logs, exec) by that name, on 127.0.0.1, since
+# the kubelet refuses a loopback node IP. Services get addresses in
+# 127.96.0.0/16 and the apiserver listens on the kubernetes Service's own,
+# 127.96.0.1:443, so that a pod's in-cluster client reaches it with no kube-proxy.
 # The kubelet's device plugin socket dir is fixed by Kubernetes
-# (/var/lib/kubelet/device-plugins), so one cluster runs per host: `up`
-# refuses while another work dir's cluster runs.
+# (/var/lib/kubelet/device-plugins): it is bind-mounted from the kubelet's
+# root dir, and one cluster runs per host (`up` refuses while another work
+# dir's cluster runs).
 #
 # Layout of $K8S_DIR: pki/, kubeconfig/{admin,controller-manager,scheduler,kubelet}.conf,
 # ports.env, logs/<component>.log, pids/<component>.pid, etcd/, kubelet/ (--root-dir),
@@ -66,8 +69,14 @@ HOST_OWNER=/run/gpuext-k8slab.owner
 KUBECTL="$K8S_BIN/kubectl"
 HELM="$K8S_BIN/helm"
 V="${GPUEXT_K8S_V:-1}"
-SERVICE_CIDR=10.96.0.0/16
-SERVICE_IP=10.96.0.1
+# Services get loopback addresses: no kube-proxy runs, and a pod's in-cluster
+# client (KUBERNETES_SERVICE_HOST=127.96.0.1, port 443, which the kubelet sets
+# from the kubernetes Service) must reach the apiserver without any traffic
+# leaving the host. The apiserver listens on exactly that address and port.
+SERVICE_CIDR=127.96.0.0/16
+SERVICE_IP=127.96.0.1
+API_HOST=$SERVICE_IP
+API_PORT=443
 # Stop order: the kubelet first (no restarts of pods while the rest goes).
 COMPONENTS=(kubelet kube-scheduler kube-controller-manager kube-apiserver etcd)
 
@@ -102,14 +111,12 @@ pick_port() {
 	die "no free port found"
 }
 
-PORT_NAMES=(ETCD_PORT ETCD_PEER_PORT API_PORT KCM_PORT SCHED_PORT KUBELET_PORT KUBELET_HEALTHZ_PORT)
+PORT_NAMES=(ETCD_PORT ETCD_PEER_PORT KCM_PORT SCHED_PORT KUBELET_PORT KUBELET_HEALTHZ_PORT)
 
 # load_ports: read ports.env; pick new ports when it is missing or one is taken.
 load_ports() {
 	local f="$K8S_DIR/ports.env" n ok=1
-	if [[ -f "$f" ]]; then
-		# shellcheck disable=SC1090
-		source "$f"
+	if read_ports; then
 		for n in "${PORT_NAMES[@]}"; do
 			[[ -n "${!n:-}" ]] && port_free "${!n}" || ok=0
 		done
@@ -125,8 +132,12 @@ load_ports() {
 
 read_ports() {
 	[[ -f "$K8S_DIR/ports.env" ]] || return 1
-	# shellcheck disable=SC1090
-	source "$K8S_DIR/ports.env"
+	local n line
+	while IFS= read -r line; do
+		n="${line%%=*}"
+		[[ " ${PORT_NAMES[*]} " == *" $n "* ]] && printf -v "$n" '%s' "${line#*=}"
+	done < "$K8S_DIR/ports.env"
+	return 0
 }
 
 # --- PKI -------------------------------------------------------------------------
@@ -134,9 +145,11 @@ read_ports() {
 # cert NAME CN O [SAN]: a key and a cert signed by the cluster CA (client+server usage).
 cert() {
 	local name="$1" cn="$2" o="$3" san="${4:-}"
-	[[ -s "$PKI/$name.crt" ]] && return 0
 	local subj="/CN=$cn"
 	[[ -n "$o" ]] && subj="/O=$o$subj"
+	# Made again when the subject or the names changed (e.g. another service range).
+	[[ -s "$PKI/$name.crt" && "$(cat "$PKI/$name.spec" 2>/dev/null)" == "$subj $san" ]] && return 0
+	printf '%s\n' "$subj $san" > "$PKI/$name.spec"
 	openssl genrsa -out "$PKI/$name.key" 2048 2>/dev/null
 	openssl req -new -key "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
 	{
@@ -183,7 +196,7 @@ kind: Config
 clusters:
 - name: gpuext-k8slab
   cluster:
-    server: https://127.0.0.1:$API_PORT
+    server: https://$API_HOST:$API_PORT
     certificate-authority: $PKI/ca.crt
 users:
 - name: $crt
@@ -244,6 +257,19 @@ make_cgroup_root() {
 }
 
 # --- up ----------------------------------------------------------------------------
+
+# bind_device_plugin_dir: the kubelet serves its registration socket in
+# /var/lib/kubelet/device-plugins whatever its --root-dir; that dir is the
+# bind mount of <root-dir>/device-plugins, so that a DaemonSet given
+# kubeletDir=<root-dir> finds both device-plugins/ and pod-resources/.
+bind_device_plugin_dir() {
+	mkdir -p "$KUBELET_ROOT/device-plugins" "$DEVICE_PLUGIN_DIR"
+	if lab_mounts_under "$DEVICE_PLUGIN_DIR" | grep -q .; then
+		return 0
+	fi
+	[[ -z "$(ls -A "$DEVICE_PLUGIN_DIR")" ]] || die "$DEVICE_PLUGIN_DIR is not empty: another kubelet's? (not ours to clear)"
+	mount --bind "$KUBELET_ROOT/device-plugins" "$DEVICE_PLUGIN_DIR"
+}
 
 write_kubelet_config() {
 	cat > "$K8S_DIR/kubelet.yaml" <<EOT
@@ -333,6 +359,10 @@ cmd_up() {
 	else
 		load_ports
 	fi
+	if ! lab_pid_alive "$PIDS/kube-apiserver.pid" \
+		&& ss -Htanl | awk '{print $4}' | grep -qE "^($API_HOST|0\.0\.0\.0|\*|\[::\]):$API_PORT\$"; then
+		die "$API_HOST:$API_PORT is taken: the apiserver must listen there (the kubernetes Service's address)"
+	fi
 	make_pki
 	kubeconfig admin admin
 	kubeconfig controller-manager controller-manager
@@ -348,8 +378,8 @@ cmd_up() {
 
 	start kube-apiserver --v="$V" \
 		--etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-		--bind-address=127.0.0.1 --secure-port="$API_PORT" \
-		--advertise-address=127.0.0.1 --endpoint-reconciler-type=none \
+		--bind-address="$API_HOST" --secure-port="$API_PORT" \
+		--advertise-address="$API_HOST" --endpoint-reconciler-type=none \
 		--tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
 		--client-ca-file="$PKI/ca.crt" \
 		--kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
@@ -380,7 +410,7 @@ cmd_up() {
 		--leader-elect=false --profiling=false
 
 	make_cgroup_root
-	mkdir -p "$DEVICE_PLUGIN_DIR"
+	bind_device_plugin_dir
 	write_kubelet_config
 	# PATH without /usr/sbin and /sbin: the kubelet finds no iptables and so
 	# leaves the host's firewall alone (it would add KUBE-FIREWALL to INPUT and
@@ -398,7 +428,7 @@ cmd_up() {
 	# (the token volume) before the apiserver admits them.
 	wait_for 60 kube-controller-manager "service account default/default" kubectl -n default get serviceaccount default
 	wait_for 60 kube-controller-manager "config map default/kube-root-ca.crt" kubectl -n default get configmap kube-root-ca.crt
-	log "cluster up in $(( SECONDS - start ))s: node $NODE Ready, apiserver https://127.0.0.1:$API_PORT, KUBECONFIG=$KCONF/admin.conf"
+	log "cluster up in $(( SECONDS - start ))s: node $NODE Ready, apiserver https://$API_HOST:$API_PORT, KUBECONFIG=$KCONF/admin.conf"
 }
 
 # --- down --------------------------------------------------------------------------
@@ -412,6 +442,10 @@ cmd_down() {
 		fi
 		lab_stop_pid "$PIDS/$c.pid" 20
 	done
+	if [[ "$(cat "$HOST_OWNER" 2>/dev/null)" == "$K8S_DIR" ]]; then
+		lab_umount_under "$DEVICE_PLUGIN_DIR"
+		rmdir "$DEVICE_PLUGIN_DIR" /var/lib/kubelet 2>/dev/null || true
+	fi
 	# Pods, containers, shims, the runtime and its state (images included).
 	containerd_sh clean
 	lab_umount_under "$KUBELET_ROOT"
@@ -423,13 +457,13 @@ cmd_down() {
 	[[ -z "$left" ]] || log "cgroups left (busy): $(tr '\n' ' ' <<<"$left")"
 	left="$(lab_mounts_under "$K8S_DIR")"
 	[[ -z "$left" ]] || log "still mounted: $left"
-	rm -rf "$K8S_DIR/etcd" "$KUBELET_ROOT" "$POD_LOGS" "$K8S_DIR/helm" "$K8S_DIR/lab"
-	if [[ -s "$HOST_OWNER" && "$(cat "$HOST_OWNER")" == "$K8S_DIR" ]]; then
-		# The kubelet's socket and checkpoint; plugins' sockets are theirs to remove.
-		rm -f "$DEVICE_PLUGIN_DIR/kubelet.sock" "$DEVICE_PLUGIN_DIR/kubelet_internal_checkpoint"
-		rmdir "$DEVICE_PLUGIN_DIR" /var/lib/kubelet 2>/dev/null || true
-		rm -f "$HOST_OWNER"
+	if [[ -n "$left" ]]; then
+		# rm -rf would follow a bind mount into the node's files.
+		log "not removing the state under $K8S_DIR while something is mounted there"
+		return 1
 	fi
+	rm -rf "$K8S_DIR/etcd" "$KUBELET_ROOT" "$POD_LOGS" "$K8S_DIR/helm" "$K8S_DIR/lab"
+	[[ "$(cat "$HOST_OWNER" 2>/dev/null)" == "$K8S_DIR" ]] && rm -f "$HOST_OWNER"
 	log "cluster down"
 }
 
@@ -463,7 +497,7 @@ export GPUEXT_K8S_DIR=$K8S_DIR
 export GPUEXT_K8S_NODE=$NODE
 export GPUEXT_K8S_KUBECTL=$KUBECTL
 export GPUEXT_K8S_HELM=$HELM
-export GPUEXT_K8S_APISERVER=https://127.0.0.1:${API_PORT:-}
+export GPUEXT_K8S_APISERVER=https://$API_HOST:$API_PORT
 export GPUEXT_K8S_CGROUP_ROOT=/$CGROUP_ROOT
 export GPUEXT_K8S_KUBELET_ROOT=$KUBELET_ROOT
 export GPUEXT_K8S_POD_LOG_DIR=$POD_LOGS
