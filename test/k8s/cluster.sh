@@ -239,6 +239,14 @@ wait_for() {
 	fi
 }
 
+# pid_running PID: PID runs (a zombie, not yet reaped by PID 1, does not).
+pid_running() {
+	local stat
+	stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
+	stat="${stat##*) }"
+	[[ "${stat:0:1}" != Z ]]
+}
+
 healthz() { curl -fsk --max-time 2 "https://127.0.0.1:$1/healthz" >/dev/null; }
 
 # --- cgroups ---------------------------------------------------------------------
@@ -264,9 +272,9 @@ make_cgroup_root() {
 # kubeletDir=<root-dir> finds both device-plugins/ and pod-resources/.
 bind_device_plugin_dir() {
 	mkdir -p "$KUBELET_ROOT/device-plugins" "$DEVICE_PLUGIN_DIR"
-	if lab_mounts_under "$DEVICE_PLUGIN_DIR" | grep -q .; then
-		return 0
-	fi
+	# Ours while our kubelet runs; else a crashed cluster's: bind it anew.
+	lab_pid_alive "$PIDS/kubelet.pid" && lab_mounts_under "$DEVICE_PLUGIN_DIR" | grep -q . && return 0
+	lab_umount_under "$DEVICE_PLUGIN_DIR"
 	[[ -z "$(ls -A "$DEVICE_PLUGIN_DIR")" ]] || die "$DEVICE_PLUGIN_DIR is not empty: another kubelet's? (not ours to clear)"
 	mount --bind "$KUBELET_ROOT/device-plugins" "$DEVICE_PLUGIN_DIR"
 }
@@ -342,7 +350,7 @@ cmd_up() {
 	if [[ -s "$HOST_OWNER" && "$(cat "$HOST_OWNER")" != "$K8S_DIR" ]]; then
 		local other
 		other="$(cat "$HOST_OWNER")"
-		if [[ -s "$other/pids/kubelet.pid" ]] && kill -0 "$(cat "$other/pids/kubelet.pid")" 2>/dev/null; then
+		if [[ -s "$other/pids/kubelet.pid" ]] && pid_running "$(cat "$other/pids/kubelet.pid")"; then
 			die "another k8s lab cluster runs (work dir $other): GPUEXT_K8S_DIR=$other test/k8s/cluster.sh down"
 		fi
 	fi
