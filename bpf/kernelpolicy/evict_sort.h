@@ -17,10 +17,8 @@
 #include <bpf/bpf_tracing.h>
 
 #include "gpuext_ops.h"
+#include "gpuext_kfuncs.h"
 
-extern int bpf_gpuext_evict_chunk(struct gpuext_evict_ctx *ctx, __u32 idx,
-				  struct gpuext_chunk_info *info) __ksym;
-extern int bpf_gpuext_evict_move_to_front(struct gpuext_evict_ctx *ctx, __u32 idx) __ksym;
 
 enum evict_key {
 	EVICT_KEY_ALLOC,  /* arrival order: FIFO */

@@ -16,10 +16,6 @@
 
 #define PRIO_WEIGHT 4 /* the catalog's default weight */
 
-extern int bpf_gpuext_arbitrate_owner(struct gpuext_arbitrate_ctx *ctx, __u32 idx,
-				      struct gpuext_evict_owner *owner) __ksym;
-extern int bpf_gpuext_arbitrate_pick(struct gpuext_arbitrate_ctx *ctx, __u32 idx) __ksym;
-
 SEC("struct_ops/evict_arbitrate")
 int BPF_PROG(prio_weighted_arbitrate, struct gpuext_arbitrate_ctx *actx)
 {

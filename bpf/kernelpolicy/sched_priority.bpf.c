@@ -17,9 +17,7 @@
 #include <bpf/bpf_tracing.h>
 
 #include "gpuext_ops.h"
-
-extern int bpf_gpuext_tsg_set_timeslice(struct gpuext_tsg_ctx *ctx, __u32 us) __ksym;
-extern int bpf_gpuext_tsg_set_interleave(struct gpuext_tsg_ctx *ctx, __u32 level) __ksym;
+#include "gpuext_kfuncs.h"
 
 #define LC_TIMESLICE_US 500
 #define LC_INTERLEAVE 32

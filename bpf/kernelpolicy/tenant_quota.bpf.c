@@ -12,10 +12,6 @@
  */
 #include "evict_sort.h"
 
-extern int bpf_gpuext_arbitrate_owner(struct gpuext_arbitrate_ctx *ctx, __u32 idx,
-				      struct gpuext_evict_owner *owner) __ksym;
-extern int bpf_gpuext_arbitrate_pick(struct gpuext_arbitrate_ctx *ctx, __u32 idx) __ksym;
-
 SEC("struct_ops/evict_arbitrate")
 int BPF_PROG(tenant_quota_arbitrate, struct gpuext_arbitrate_ctx *actx)
 {
