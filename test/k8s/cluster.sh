@@ -325,8 +325,9 @@ EOT
 
 # write_cni_config: containerd reports NetworkReady (so the node gets Ready)
 # once its CNI conf dir holds a network. This one names a plugin that does not
-# exist: host-network pods never call CNI, and any other pod fails to start
-# with "failed to find plugin gpuext-k8slab-host-network-only".
+# exist: host-network pods never call CNI, and any other pod's sandbox fails
+# (FailedCreatePodSandBox: failed to find plugin "loopback", the first one
+# containerd calls).
 write_cni_config() {
 	local dir="$GPUEXT_LAB_DIR/containerd/cni/net.d"
 	mkdir -p "$dir"
