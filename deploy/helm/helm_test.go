@@ -273,6 +273,9 @@ func checkHostPaths(t *testing.T, r rendered, nriSocket, propagation string) {
 	same(a, filepath.Dir(cfg.AgentSocket), "")
 	same(s, bpffsDir(cfg.PinDir), propagation)
 	same(s, cfg.DevrtDir, "")
+	if cfg.KernelPolicyDir != "" {
+		same(a, cfg.KernelPolicyDir, "")
+	}
 	for host, inside := range map[string]string{"/proc": "/proc", "/sys/fs/cgroup": "/sys/fs/cgroup"} {
 		if got, _ := r.hostPathAt(t, a, path.Join(cfg.HostRoot, inside)); got != host {
 			t.Errorf("agent: hostRoot %s%s is the node's %s, want %s", cfg.HostRoot, inside, got, host)
