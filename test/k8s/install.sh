@@ -71,7 +71,7 @@ build() {
 	ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
 	ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
 	ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
-	local env=(GOFLAGS=-mod=readonly GOWORK=off)
+	local env=(GOFLAGS="-mod=readonly -buildvcs=false" GOWORK=off)
 	[[ -n "${GPUEXT_K8S_GOCACHE:-}" ]] && env+=("GOCACHE=$GPUEXT_K8S_GOCACHE")
 	log "building etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl $K8S_VERSION (one binary; cached after the first run)"
 	(cd "$TOOLS" && env "${env[@]}" go build -trimpath -ldflags "$ldflags" -o "$K8S_BIN/gpuext-kube.new" .)
