@@ -560,3 +560,20 @@ func TestChartWithoutCleanup(t *testing.T) {
 		t.Errorf("agent command %q watches its DaemonSet with cleanupOnUninstall=false", cmd)
 	}
 }
+
+// TestChartKernelPolicyDir: an operator's policy directory on the node is
+// mounted read-only at the path the agent reads.
+func TestChartKernelPolicyDir(t *testing.T) {
+	r := render(t, "--set", "config.kernelPolicyDir=/etc/gpuext-policies")
+	if r.cfg.KernelPolicyDir != "/etc/gpuext-policies" {
+		t.Fatalf("config kernelPolicyDir %q", r.cfg.KernelPolicyDir)
+	}
+	if host, _ := r.hostPathAt(t, r.agent, "/etc/gpuext-policies"); host != "/etc/gpuext-policies" {
+		t.Errorf("kernelPolicyDir is the node's %s", host)
+	}
+	for _, m := range r.agent.VolumeMounts {
+		if m.MountPath == "/etc/gpuext-policies" && !m.ReadOnly {
+			t.Error("the policy directory is mounted writable")
+		}
+	}
+}
