@@ -13,10 +13,10 @@ export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 GOTEST_FLAGS ?= -count=1 -timeout 45m
 
 STATIC_BINS := gpuext-nri-plugin gpuext-oci-hook gpuext-runc
-.PHONY: help deps generate build image chart-lint test test-unit test-e2e demo bench kernel-test gpu-prep gpu-test lint clean
+.PHONY: help deps generate build image chart-lint test test-unit test-e2e demo demo-k8s bench kernel-test gpu-prep gpu-test lint clean
 
 help: ## list targets
-	@grep -hE '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z][a-z0-9-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 deps: ## install what the tests and demo need (apt packages, containerd, crictl; cached in .cache/)
 	@test/lab/install-deps.sh
@@ -58,6 +58,9 @@ test-e2e: deps build ## only the real-runtime end-to-end tests
 
 demo: deps build ## real containerd + NRI + runc: labelled containers and the tenant table
 	@test/demo.sh
+
+demo-k8s: deps image ## a real single-node Kubernetes cluster: helm install the chart, pods asking for gpuext.io/gpu-memory, one Pending, the tenant table, helm uninstall
+	@test/demo-k8s.sh
 
 bench: deps build ## admission latency, crictl with/without the plugin (bench/results.txt); kernel-lab trace replay, SIMULATED (bench/kernel-sim.txt, docs/kernel-sim.png)
 	@test/bench.sh
