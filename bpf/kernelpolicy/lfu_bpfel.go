@@ -17,6 +17,7 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	lfuMapLfuOps           = "lfu_ops"
+	lfuMapLfuScores        = "lfu_scores"
 	lfuProgLfuEvictPrepare = "lfu_evict_prepare"
 )
 
@@ -69,7 +70,8 @@ type lfuProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lfuMapSpecs struct {
-	LfuOps *ebpf.MapSpec `ebpf:"lfu_ops"`
+	LfuOps    *ebpf.MapSpec `ebpf:"lfu_ops"`
+	LfuScores *ebpf.MapSpec `ebpf:"lfu_scores"`
 }
 
 // lfuVariableSpecs contains global variables before they are loaded into the kernel.
@@ -98,12 +100,14 @@ func (o *lfuObjects) Close() error {
 //
 // It can be passed to loadLfuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lfuMaps struct {
-	LfuOps *ebpf.Map `ebpf:"lfu_ops"`
+	LfuOps    *ebpf.Map `ebpf:"lfu_ops"`
+	LfuScores *ebpf.Map `ebpf:"lfu_scores"`
 }
 
 func (m *lfuMaps) Close() error {
 	return _LfuClose(
 		m.LfuOps,
+		m.LfuScores,
 	)
 }
 

@@ -4,17 +4,21 @@
 /*
  * prio_weighted.bpf.c - priority-weighted eviction.  As the system ops
  * (debugfs gpuext/system = "prio_weighted") it arbitrates a full device:
- * each context's resident memory counts PRIO_WEIGHT times more for each
- * priority class below latency-critical, and the context with the largest
- * weighted share gives up the chunk (ties: least recently used).  So a
- * class keeps PRIO_WEIGHT times as much memory as the class below it before
- * it is asked first.  Within a context, chunks leave in LRU order.
+ * each context's resident memory counts its tenant's weight times more for
+ * each priority class below latency-critical, and the context with the
+ * largest weighted share gives up the chunk (ties: least recently used).
+ * So with one weight W for all, a class keeps W times as much memory as the
+ * class below it before it is asked first.  The weight is per tenant: its
+ * eviction_param (the catalog's priority-weighted "weight", 1..100), or
+ * PRIO_WEIGHT when the tenant has none (not registered, or another
+ * eviction policy).  Within a context, chunks leave in LRU order.
  * Memory ops "prio_weighted"
  * (tenant config eviction_policy = GPUEXT_EVICT_PRIORITY_WEIGHTED).
  */
 #include "evict_sort.h"
 
-#define PRIO_WEIGHT 4 /* the catalog's default weight */
+#define PRIO_WEIGHT 4       /* the catalog's default weight */
+#define PRIO_MAX_WEIGHT 100 /* the catalog's bound */
 
 SEC("struct_ops/evict_arbitrate")
 int BPF_PROG(prio_weighted_arbitrate, struct gpuext_arbitrate_ctx *actx)
@@ -26,15 +30,20 @@ int BPF_PROG(prio_weighted_arbitrate, struct gpuext_arbitrate_ctx *actx)
 	/* Bounded by the constant; ends on the kfunc's end-of-list answer. */
 	for (i = 0; i < GPUEXT_EVICT_MAX_CANDIDATES; i++) {
 		struct gpuext_evict_owner o = {};
-		__u64 score;
+		__u64 score, w;
 
 		if (bpf_gpuext_arbitrate_owner(actx, i, &o))
 			break;
+		w = bpf_gpuext_arbitrate_param(actx, i);
+		if (!w)
+			w = PRIO_WEIGHT;
+		if (w > PRIO_MAX_WEIGHT)
+			w = PRIO_MAX_WEIGHT;
 		score = o.resident_bytes >> 12; /* pages */
 		if (o.priority_class >= GPUEXT_PRIO_STANDARD)
-			score *= PRIO_WEIGHT;
+			score *= w;
 		if (o.priority_class >= GPUEXT_PRIO_BEST_EFFORT)
-			score *= PRIO_WEIGHT;
+			score *= w;
 		if (!found || score > best_score || (score == best_score && o.access_seq < best_seq)) {
 			found = 1;
 			best = i;

@@ -249,9 +249,32 @@ static int gpuext_mem_init_member(const struct btf_type *t, const struct btf_mem
 	return gpuext_ops_name_copy(kops->name, uops->name);
 }
 
+/*
+ * bpf_get_current_comm for gpuext's struct_ops programs (policies written
+ * for gpu_ext's scheduling ops name the task that creates a TSG).  The
+ * kernel's proto is not exported to modules, so the core brings its own:
+ * the same contract (the comm of current, NUL padded to size).  Every hook
+ * runs in the task that made the driver call.
+ */
+BPF_CALL_2(gpuext_get_current_comm, char *, buf, u32, size)
+{
+	strscpy_pad(buf, current->comm, size);
+	return 0;
+}
+
+static const struct bpf_func_proto gpuext_get_current_comm_proto = {
+	.func = gpuext_get_current_comm,
+	.gpl_only = false,
+	.ret_type = RET_INTEGER,
+	.arg1_type = ARG_PTR_TO_UNINIT_MEM,
+	.arg2_type = ARG_CONST_SIZE,
+};
+
 static const struct bpf_func_proto *gpuext_get_func_proto(enum bpf_func_id func_id,
 							  const struct bpf_prog *prog)
 {
+	if (func_id == BPF_FUNC_get_current_comm)
+		return &gpuext_get_current_comm_proto;
 	return bpf_base_func_proto(func_id, prog);
 }
 
@@ -445,6 +468,25 @@ __bpf_kfunc u64 bpf_gpuext_evict_param(struct gpuext_evict_ctx *ctx)
 	return param;
 }
 
+/*
+ * The eviction_param of arbitration candidate idx's tenant (0 when it has
+ * none or idx is past the last), so a system ops weighs each tenant by its
+ * own config (prio_weighted's weight).  A read, not a request.
+ */
+__bpf_kfunc u64 bpf_gpuext_arbitrate_param(struct gpuext_arbitrate_ctx *ctx, u32 idx)
+{
+	struct gpuext_tenant_config cfg;
+	u64 param = 0;
+
+	if (idx >= ctx->nr_candidates || idx >= GPUEXT_EVICT_MAX_CANDIDATES)
+		return 0;
+	rcu_read_lock();
+	if (gpuext_lookup_tenant(ctx->cand[idx].cgroup_id, &cfg))
+		param = cfg.eviction_param;
+	rcu_read_unlock();
+	return param;
+}
+
 __bpf_kfunc_end_defs();
 
 BTF_KFUNCS_START(gpuext_kfunc_ids)
@@ -456,6 +498,7 @@ BTF_ID_FLAGS(func, bpf_gpuext_arbitrate_pick, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_prefetch_param, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_prefetch_resident, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_evict_param, KF_TRUSTED_ARGS)
+BTF_ID_FLAGS(func, bpf_gpuext_arbitrate_param, KF_TRUSTED_ARGS)
 /* sched.c (one kfunc set per module and program type) */
 BTF_ID_FLAGS(func, bpf_gpuext_tsg_set_timeslice, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_tsg_set_interleave, KF_TRUSTED_ARGS)

@@ -38,6 +38,8 @@ extern __u64 bpf_gpuext_prefetch_param(struct gpuext_prefetch_ctx *ctx) __ksym;
 extern int bpf_gpuext_arbitrate_owner(struct gpuext_arbitrate_ctx *ctx, __u32 idx,
 				      struct gpuext_evict_owner *owner) __ksym;
 extern int bpf_gpuext_arbitrate_pick(struct gpuext_arbitrate_ctx *ctx, __u32 idx) __ksym;
+/* evict_arbitrate: the eviction_param of candidate idx's tenant (0: none). */
+extern __u64 bpf_gpuext_arbitrate_param(struct gpuext_arbitrate_ctx *ctx, __u32 idx) __ksym;
 
 /* tsg_init: request a timeslice (GPUEXT_TIMESLICE_MIN_US..MAX_US) and an interleave level. */
 extern int bpf_gpuext_tsg_set_timeslice(struct gpuext_tsg_ctx *ctx, __u32 us) __ksym;
