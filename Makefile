@@ -62,7 +62,7 @@ demo: deps build ## real containerd + NRI + runc: labelled containers and the te
 demo-k8s: deps image ## a real single-node Kubernetes cluster: helm install the chart, pods asking for gpuext.io/gpu-memory, one Pending, the tenant table, helm uninstall
 	@test/demo-k8s.sh
 
-bench: deps build ## admission latency, crictl with/without the plugin (bench/results.txt); kernel-lab trace replay, SIMULATED (bench/kernel-sim.txt, docs/kernel-sim.png)
+bench: deps image ## admission latency, crictl with/without the plugin (bench/results.txt); kernel-lab trace replay, SIMULATED (bench/kernel-sim.txt, docs/kernel-sim.png)
 	@test/bench.sh
 	@test/kernel/lab.sh bench
 	@$(GO) run ./test/kernel/benchplot -in bench/kernel-sim.txt -png docs/kernel-sim.png

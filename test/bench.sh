@@ -10,7 +10,9 @@
 #      (test/bench-docker.sh), interleaved, as a ratio;
 #   4. the priority board publisher's CPU (getrusage) over 100 tenants, 10 s
 #      each: idle, one latency-critical tenant busy, one serving requests;
-#   5. the agent's /metrics at 200 tenants: CPU per scrape, response size.
+#   5. the agent's /metrics at 200 tenants: CPU per scrape, response size;
+#   6. pod start through a real kubelet with the agent's DaemonSet vs without
+#      (test/bench-k8s.sh), as a ratio.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 BIN="$REPO/bin"
@@ -137,4 +139,6 @@ pair=$(median "$A_DIR/pairs.txt")
 } >>"$OUT"
 log "docker run through gpuext-runc + hook + agent vs plain runc"
 "$REPO/test/bench-docker.sh"
+log "pod start through a real kubelet, with the agent's DaemonSet vs without (test/bench-k8s.sh)"
+"$REPO/test/bench-k8s.sh"
 cat "$OUT"
