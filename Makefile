@@ -75,6 +75,8 @@ sdk: ## the kernel-policy SDK into SDK_DIR (default bin/sdk): headers from kmod/
 	install -d $(SDK_DIR)/include
 	install -m 0644 $(SDK_HEADERS) $(SDK_DIR)/include/
 	install -m 0644 sdk/policy.mk sdk/Makefile.template $(SDK_DIR)/
+	install -d $(SDK_DIR)/include/compat/gpu_ext
+	install -m 0644 kmod/include/compat/gpu_ext/*.h $(SDK_DIR)/include/compat/gpu_ext/
 
 kernel-test: ## boot Debian's 6.12 kernel in qemu with gpuext.ko + gpusim.ko and run the guest tests (cached in .cache/kernel)
 	@test/kernel/lab.sh all

@@ -368,11 +368,13 @@ func parseObject(file string, data []byte) (*ebpf.CollectionSpec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("object %s: not a BPF ELF object: %v: %w", file, err, ErrBadPolicyDir)
 	}
-	if f.Section(".struct_ops") != nil {
-		return nil, fmt.Errorf("object %s: its ops are in the legacy .struct_ops section; declare them SEC(\".struct_ops.link\") (the SDK's GPUEXT_MEM_OPS / GPUEXT_SCHED_OPS do): %w", file, ErrBadPolicyDir)
-	}
 	if f.Machine != elf.EM_BPF {
 		return nil, fmt.Errorf("object %s: ELF for %s, not BPF (build with clang --target=bpf): %w", file, f.Machine, ErrBadPolicyDir)
+	}
+	// Ops in the legacy .struct_ops section (gpu_ext's policies) are read
+	// as .struct_ops.link: attached through a link like every other (legacy.go).
+	if data, _, err = legacyAsLink(data); err != nil {
+		return nil, fmt.Errorf("object %s: its ops are in the legacy .struct_ops section, which cannot be read as .struct_ops.link: %v: %w", file, err, ErrBadPolicyDir)
 	}
 	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(data))
 	if err != nil {

@@ -45,7 +45,9 @@ func TestAttachObjectErrors(t *testing.T) {
 		{[]string{"policies", "attach", "--debugfs", nocore, "--object", filepath.Join(fixtures, "fx_abi99.bpf.o")},
 			[]string{"fx_abi99.bpf.o was built for gpuext ABI version 99", "this gpuext has ABI version 1"}, kernelpolicy.ErrABIMismatch},
 		{[]string{"policies", "attach", "--debugfs", nocore, "--object", filepath.Join(fixtures, "fx_legacy.bpf.o")},
-			[]string{"legacy .struct_ops section"}, kernelpolicy.ErrBadPolicyDir},
+			[]string{`attach "fx-legacy"`, "modprobe gpuext"}, kernelpolicy.ErrNoCore}, // legacy .struct_ops is read as .struct_ops.link
+		{[]string{"policies", "attach", "--debugfs", nocore, "--object", filepath.Join(fixtures, "fx_legacy_nobtf.bpf.o")},
+			[]string{"legacy .struct_ops section", "no .BTF"}, kernelpolicy.ErrBadPolicyDir},
 		{[]string{"policies", "attach", "--object", filepath.Join(fixtures, "fx_mem.bpf.o"), "--name", "Bad"},
 			[]string{`--name: "Bad" must match`}, kernelpolicy.ErrBadPolicyDir},
 		{[]string{"policies", "attach", "--object", filepath.Join(fixtures, "fx_mem.bpf.o"), "fifo"},

@@ -8,4 +8,5 @@ for c in *.bpf.c; do
 	o=${c%.c}.o
 	clang --target=bpf -g -O2 -Wall -fdebug-prefix-map="$(pwd)"=. -I../../../../kmod/include -I/usr/include/$(gcc -print-multiarch) -c "$c" -o "$o"
 	llvm-strip -g "$o"
+	case $c in *_nobtf.bpf.c) llvm-objcopy --remove-section .BTF --remove-section .BTF.ext "$o" ;; esac
 done
