@@ -22,6 +22,7 @@
  *   system    write: name of the memory ops that arbitrates device memory
  *             across tenants (evict_arbitrate), "" or "none" for stock;
  *             read: that name or "none"
+ *   migrate   read: "calls N pages N refused N" of bpf_gpuext_migrate_range
  */
 #include <linux/bpf.h>
 #include <linux/bpf_verifier.h>
@@ -29,11 +30,13 @@
 #include <linux/btf_ids.h>
 #include <linux/cgroup.h>
 #include <linux/debugfs.h>
+#include <linux/hash.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/rculist.h>
 #include <linux/seq_file.h>
 #include <linux/slab.h>
+#include <linux/srcu.h>
 #include <linux/string.h>
 #include <linux/uaccess.h>
 
@@ -45,7 +48,18 @@ MODULE_IMPORT_NS(BPF_INTERNAL); /* bpf_map_get() for the registry map fd */
 
 struct gpuext_ctx {
 	u64 cgroup_id;
+	u64 id;                /* never reused: bpf_gpuext_migrate_range names a context by it */
+	struct list_head node; /* gpuext_ctxs */
+	const struct gpuext_migrate_ops *migrate; /* set once by the driver, or NULL */
+	void *migrate_priv;
 };
+
+/* Every live context, for bpf_gpuext_migrate_range (it sleeps: SRCU readers). */
+static LIST_HEAD(gpuext_ctxs);
+static DEFINE_MUTEX(gpuext_ctxs_lock);
+DEFINE_STATIC_SRCU(gpuext_ctx_srcu);
+static atomic64_t gpuext_ctx_seq;
+static atomic64_t gpuext_migrate_calls, gpuext_migrate_pages, gpuext_migrate_refused;
 
 /* An attached memory ops; lives from reg to unreg (+ an RCU grace period). */
 struct gpuext_mem_entry {
@@ -85,7 +99,7 @@ static const char *const gpuext_evict_names[] = {
 };
 
 /* enum gpuext_prefetch_policy -> ops name. */
-static const char *const gpuext_prefetch_names[] = {
+static const char *const gpuext_prefetch_names[GPUEXT_PREFETCH_STRIDE + 1] = {
 	[GPUEXT_PREFETCH_DEFAULT] = NULL,
 	[GPUEXT_PREFETCH_NONE] = "pf_none",
 	[GPUEXT_PREFETCH_ALWAYS_MAX] = "pf_always_max",
@@ -93,6 +107,7 @@ static const char *const gpuext_prefetch_names[] = {
 	[GPUEXT_PREFETCH_SEQUENTIAL] = "pf_sequential",
 	[GPUEXT_PREFETCH_STRIDE] = "pf_stride",
 };
+static const size_t gpuext_prefetch_names_n = ARRAY_SIZE(gpuext_prefetch_names);
 
 /* ---- ops registry ---------------------------------------------------- */
 
@@ -315,12 +330,18 @@ static int gpuext_stub_block_access(struct gpuext_block_ctx *ctx)
 	return GPUEXT_RET_DEFAULT;
 }
 
+static int gpuext_stub_prefetch_node(struct gpuext_prefetch_node_ctx *ctx)
+{
+	return GPUEXT_RET_DEFAULT;
+}
+
 static struct gpuext_mem_ops gpuext_mem_cfi_stubs = {
 	.prefetch = gpuext_stub_prefetch,
 	.evict_prepare = gpuext_stub_evict_prepare,
 	.evict_arbitrate = gpuext_stub_evict_arbitrate,
 	.block_activate = gpuext_stub_block_activate,
 	.block_access = gpuext_stub_block_access,
+	.prefetch_node = gpuext_stub_prefetch_node,
 };
 
 static struct bpf_struct_ops gpuext_mem_struct_ops = {
@@ -487,6 +508,78 @@ __bpf_kfunc u64 bpf_gpuext_arbitrate_param(struct gpuext_arbitrate_ctx *ctx, u32
 	return param;
 }
 
+/*
+ * Take (1) or leave (0) this node of the prefetch tree.  Refused for any
+ * other value, and take=1 for a node outside the allowed region or
+ * without the faulting page.
+ */
+__bpf_kfunc int bpf_gpuext_prefetch_node_take(struct gpuext_prefetch_node_ctx *ctx, u32 take)
+{
+	ctx->requests++;
+	if (take > 1 || (take && (ctx->node_first < ctx->region_first || ctx->node_last > ctx->region_last ||
+				  ctx->fault_page < ctx->node_first || ctx->fault_page > ctx->node_last))) {
+		ctx->refused++;
+		return -ERANGE;
+	}
+	ctx->take = take;
+	return 0;
+}
+
+static struct gpuext_mem_entry *gpuext_policy_rcu(const char *const *names, size_t n, u32 id);
+
+/*
+ * Migrate a range of a context ahead of its faults (sleepable: a BPF
+ * workqueue callback calls it).  The core checks that the context lives
+ * and its driver can migrate, that it belongs to tenant_id and that tenant
+ * has its prefetch policy attached (so a policy acts for a tenant that
+ * chose it, and a context that changed hands is refused), and the driver's
+ * bounds; then the driver migrates.
+ */
+__bpf_kfunc int bpf_gpuext_migrate_range(u64 ctx_id, u32 tenant_id, u64 va_block, u32 first, u32 last)
+{
+	struct gpuext_tenant_config cfg;
+	struct gpuext_ctx *c, *found = NULL;
+	int idx, ret;
+	bool ok;
+
+	atomic64_inc(&gpuext_migrate_calls);
+	idx = srcu_read_lock(&gpuext_ctx_srcu);
+	list_for_each_entry_srcu(c, &gpuext_ctxs, node, srcu_read_lock_held(&gpuext_ctx_srcu))
+		if (c->id == ctx_id) {
+			found = c;
+			break;
+		}
+	if (!found) {
+		ret = -ENOENT;
+		goto out;
+	}
+	if (!found->migrate) {
+		ret = -EOPNOTSUPP;
+		goto out;
+	}
+	rcu_read_lock();
+	ok = tenant_id && gpuext_lookup_tenant(found->cgroup_id, &cfg) && cfg.tenant_id == tenant_id &&
+	     gpuext_policy_rcu(gpuext_prefetch_names, gpuext_prefetch_names_n, cfg.prefetch_policy);
+	rcu_read_unlock();
+	if (!ok) {
+		ret = -EPERM;
+		goto out;
+	}
+	if (va_block >= found->migrate->nr_blocks || first > last ||
+	    last >= found->migrate->pages_per_block) {
+		ret = -ERANGE;
+		goto out;
+	}
+	ret = found->migrate->migrate(found->migrate_priv, va_block, first, last);
+	if (ret > 0)
+		atomic64_add(ret, &gpuext_migrate_pages);
+out:
+	srcu_read_unlock(&gpuext_ctx_srcu, idx);
+	if (ret < 0)
+		atomic64_inc(&gpuext_migrate_refused);
+	return ret;
+}
+
 __bpf_kfunc_end_defs();
 
 BTF_KFUNCS_START(gpuext_kfunc_ids)
@@ -499,9 +592,12 @@ BTF_ID_FLAGS(func, bpf_gpuext_prefetch_param, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_prefetch_resident, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_evict_param, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_arbitrate_param, KF_TRUSTED_ARGS)
+BTF_ID_FLAGS(func, bpf_gpuext_prefetch_node_take, KF_TRUSTED_ARGS)
+BTF_ID_FLAGS(func, bpf_gpuext_migrate_range, KF_SLEEPABLE)
 /* sched.c (one kfunc set per module and program type) */
 BTF_ID_FLAGS(func, bpf_gpuext_tsg_set_timeslice, KF_TRUSTED_ARGS)
 BTF_ID_FLAGS(func, bpf_gpuext_tsg_set_interleave, KF_TRUSTED_ARGS)
+BTF_ID_FLAGS(func, bpf_gpuext_tsg_preempt, KF_TRUSTED_ARGS)
 BTF_KFUNCS_END(gpuext_kfunc_ids)
 
 static const struct btf_kfunc_id_set gpuext_kfunc_set = {
@@ -563,15 +659,45 @@ struct gpuext_ctx *gpuext_ctx_create(void)
 	rcu_read_lock();
 	gctx->cgroup_id = cgroup_id(task_dfl_cgroup(current));
 	rcu_read_unlock();
+	gctx->id = atomic64_inc_return(&gpuext_ctx_seq);
+	mutex_lock(&gpuext_ctxs_lock);
+	list_add_tail_rcu(&gctx->node, &gpuext_ctxs);
+	mutex_unlock(&gpuext_ctxs_lock);
 	return gctx;
 }
 EXPORT_SYMBOL_GPL(gpuext_ctx_create);
 
 void gpuext_ctx_destroy(struct gpuext_ctx *gctx)
 {
+	if (!gctx)
+		return;
+	mutex_lock(&gpuext_ctxs_lock);
+	list_del_rcu(&gctx->node);
+	mutex_unlock(&gpuext_ctxs_lock);
+	/* No migration of this context still runs once this returns. */
+	synchronize_srcu(&gpuext_ctx_srcu);
 	kfree(gctx);
 }
 EXPORT_SYMBOL_GPL(gpuext_ctx_destroy);
+
+u64 gpuext_ctx_id(const struct gpuext_ctx *gctx)
+{
+	return gctx->id;
+}
+EXPORT_SYMBOL_GPL(gpuext_ctx_id);
+
+int gpuext_ctx_set_migrate(struct gpuext_ctx *gctx, const struct gpuext_migrate_ops *ops, void *priv)
+{
+	if (!gctx || !ops || !ops->migrate || !ops->nr_blocks || !ops->pages_per_block ||
+	    ops->pages_per_block > GPUEXT_MIGRATE_MAX_PAGES)
+		return -EINVAL;
+	if (gctx->migrate)
+		return -EBUSY;
+	gctx->migrate_priv = priv;
+	smp_store_release(&gctx->migrate, ops);
+	return 0;
+}
+EXPORT_SYMBOL_GPL(gpuext_ctx_set_migrate);
 
 u64 gpuext_ctx_cgroup_id(const struct gpuext_ctx *gctx)
 {
@@ -641,6 +767,7 @@ static int gpuext_prefetch_run(struct gpuext_ctx *gctx, struct gpuext_prefetch_c
 	int ret = 0;
 
 	pctx->cgroup_id = gctx->cgroup_id;
+	pctx->ctx_id = gctx->id;
 	pctx->tenant_id = 0;
 	pctx->requests = 0;
 	pctx->refused = 0;
@@ -704,6 +831,48 @@ int gpuext_prefetch_resident(struct gpuext_ctx *gctx, struct gpuext_prefetch_ctx
 	return gpuext_prefetch_call(gctx, pctx, resident);
 }
 EXPORT_SYMBOL_GPL(gpuext_prefetch_resident);
+
+int gpuext_prefetch_node(struct gpuext_ctx *gctx, struct gpuext_prefetch_node_ctx *nctx)
+{
+	struct gpuext_tenant_config cfg;
+	struct gpuext_mem_entry *e;
+	struct gpuext_mem_ops *ops;
+	int ret = 0;
+
+	if (!gctx || !nctx || nctx->node_first > nctx->node_last || nctx->region_first > nctx->region_last)
+		return -EINVAL;
+	nctx->cgroup_id = gctx->cgroup_id;
+	nctx->ctx_id = gctx->id;
+	nctx->tenant_id = 0;
+	nctx->take = 0;
+	nctx->requests = 0;
+	nctx->refused = 0;
+	rcu_read_lock();
+	if (!gpuext_lookup_tenant(gctx->cgroup_id, &cfg))
+		goto out;
+	nctx->tenant_id = cfg.tenant_id;
+	e = gpuext_policy_rcu(gpuext_prefetch_names, gpuext_prefetch_names_n, cfg.prefetch_policy);
+	ops = e ? READ_ONCE(e->ops) : NULL;
+	if (!ops || !ops->prefetch_node)
+		goto out;
+	atomic64_inc(&e->calls);
+	ret = ops->prefetch_node(nctx);
+	if (nctx->refused)
+		atomic64_add(nctx->refused, &e->refused);
+	if (ret < 0)
+		atomic64_inc(&e->errors);
+	if (ret == GPUEXT_RET_HANDLED && !nctx->refused && nctx->requests) {
+		atomic64_inc(&e->handled);
+		ret = 1;
+	} else {
+		nctx->take = 0;
+		ret = 0;
+	}
+out:
+	rcu_read_unlock();
+	return ret;
+}
+EXPORT_SYMBOL_GPL(gpuext_prefetch_node);
 
 static void gpuext_block_notify(struct gpuext_ctx *gctx, struct gpuext_block_ctx *bctx, bool activate)
 {
@@ -935,6 +1104,14 @@ static int gpuext_ops_show(struct seq_file *m, void *v)
 }
 DEFINE_SHOW_ATTRIBUTE(gpuext_ops);
 
+static int gpuext_migrate_show(struct seq_file *m, void *v)
+{
+	seq_printf(m, "calls %lld pages %lld refused %lld\n", atomic64_read(&gpuext_migrate_calls),
+		   atomic64_read(&gpuext_migrate_pages), atomic64_read(&gpuext_migrate_refused));
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(gpuext_migrate);
+
 #include "sched.c" /* scheduling struct_ops, kfuncs and TSG call sites */
 
 static int __init gpuext_init(void)
@@ -959,6 +1136,7 @@ static int __init gpuext_init(void)
 	debugfs_create_file("registry", 0600, gpuext_debugfs, NULL, &gpuext_registry_fops);
 	debugfs_create_file("ops", 0400, gpuext_debugfs, NULL, &gpuext_ops_fops);
 	debugfs_create_file("system", 0600, gpuext_debugfs, NULL, &gpuext_system_fops);
+	debugfs_create_file("migrate", 0400, gpuext_debugfs, NULL, &gpuext_migrate_fops);
 	gpuext_sched_debugfs(gpuext_debugfs);
 	pr_info("gpuext: core loaded (abi %d)\n", GPUEXT_ABI_VERSION);
 	return 0;

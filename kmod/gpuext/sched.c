@@ -16,8 +16,10 @@
  * a bind hook that returns anything but GPUEXT_BIND_ADMIT/REFUSE admits.
  *
  * debugfs /sys/kernel/debug/gpuext/sched_ops: one line per attached ops,
- *   "<name> classes 0x<mask> calls N handled N errors N refused N denied N"
- *   (calls: tsg_init calls; refused: refused requests; denied: refused binds).
+ *   "<name> classes 0x<mask> calls N handled N errors N refused N denied N
+ *   submits N preempts N" (calls: tsg_init calls; refused: refused requests;
+ *   denied: refused binds; submits: tsg_submit calls; preempts: accepted
+ *   preemption requests).
  */
 
 struct gpuext_sched_entry {
@@ -30,11 +32,46 @@ struct gpuext_sched_entry {
 	atomic64_t errors;
 	atomic64_t refused;
 	atomic64_t denied;
+	atomic64_t submits;  /* tsg_submit calls */
+	atomic64_t preempts; /* preemptions the core accepted */
 };
 
 static LIST_HEAD(gpuext_sched_list); /* RCU readers, writers hold gpuext_sched_lock */
 static DEFINE_MUTEX(gpuext_sched_lock);
 static atomic64_t gpuext_tsg_seq;
+
+/*
+ * Every initialised TSG by tsg_id, so bpf_gpuext_tsg_preempt can check a
+ * victim: that it lives and how urgent its tenant is.  RCU readers;
+ * writers hold gpuext_tsgs_lock (a spinlock: drivers may init a TSG in
+ * atomic context, so the entry is allocated GFP_NOWAIT and a TSG without
+ * one simply cannot be preempted by a policy).
+ */
+#define GPUEXT_TSG_HASH_BITS 8
+struct gpuext_tsg_ref {
+	struct hlist_node node;
+	u64 tsg_id;
+	u64 cgroup_id;
+	struct rcu_head rcu;
+};
+static struct hlist_head gpuext_tsgs[1 << GPUEXT_TSG_HASH_BITS];
+static DEFINE_SPINLOCK(gpuext_tsgs_lock);
+
+static struct hlist_head *gpuext_tsg_bucket(u64 tsg_id)
+{
+	return &gpuext_tsgs[hash_64(tsg_id, GPUEXT_TSG_HASH_BITS)];
+}
+
+/* Caller holds rcu_read_lock(). */
+static struct gpuext_tsg_ref *gpuext_tsg_find_rcu(u64 tsg_id)
+{
+	struct gpuext_tsg_ref *r;
+
+	hlist_for_each_entry_rcu(r, gpuext_tsg_bucket(tsg_id), node)
+		if (r->tsg_id == tsg_id)
+			return r;
+	return NULL;
+}
 
 /* ---- ops registry ---------------------------------------------------- */
 
@@ -128,10 +165,16 @@ static void gpuext_stub_tsg_destroy(struct gpuext_tsg_ctx *ctx)
 {
 }
 
+static int gpuext_stub_tsg_submit(struct gpuext_tsg_submit_ctx *ctx)
+{
+	return GPUEXT_RET_DEFAULT;
+}
+
 static struct gpuext_sched_ops gpuext_sched_cfi_stubs = {
 	.tsg_init = gpuext_stub_tsg_init,
 	.tsg_bind = gpuext_stub_tsg_bind,
 	.tsg_destroy = gpuext_stub_tsg_destroy,
+	.tsg_submit = gpuext_stub_tsg_submit,
 };
 
 static struct bpf_struct_ops gpuext_sched_struct_ops = {
@@ -170,6 +213,38 @@ __bpf_kfunc int bpf_gpuext_tsg_set_interleave(struct gpuext_tsg_ctx *ctx, u32 le
 		return -ERANGE;
 	}
 	ctx->interleave = level;
+	return 0;
+}
+
+/*
+ * Ask the driver to preempt TSG tsg_id for the submitting TSG.  Refused:
+ * the submitting TSG itself, a TSG the core does not know, one whose
+ * tenant's class is not strictly less urgent than the submitter's (an
+ * unregistered TSG counts as standard), and past GPUEXT_MAX_PREEMPT.
+ */
+__bpf_kfunc int bpf_gpuext_tsg_preempt(struct gpuext_tsg_submit_ctx *ctx, u64 tsg_id)
+{
+	struct gpuext_tenant_config cfg;
+	struct gpuext_tsg_ref *r;
+	u32 class = GPUEXT_PRIO_STANDARD;
+	u64 cgid = 0;
+	bool known;
+
+	ctx->requests++;
+	rcu_read_lock();
+	r = gpuext_tsg_find_rcu(tsg_id);
+	known = r != NULL;
+	if (r)
+		cgid = r->cgroup_id;
+	if (known && gpuext_lookup_tenant(cgid, &cfg))
+		class = cfg.priority_class;
+	rcu_read_unlock();
+	if (!known || tsg_id == ctx->tsg_id || class <= ctx->priority_class ||
+	    ctx->nr_preempt >= GPUEXT_MAX_PREEMPT) {
+		ctx->refused++;
+		return -EPERM;
+	}
+	ctx->preempt[ctx->nr_preempt++] = tsg_id;
 	return 0;
 }
 
@@ -214,6 +289,7 @@ int gpuext_tsg_init(struct gpuext_ctx *gctx, struct gpuext_tsg_ctx *tctx,
 		    char ops_name[GPUEXT_OPS_NAME_LEN])
 {
 	struct gpuext_sched_entry *e;
+	struct gpuext_tsg_ref *ref;
 	u32 stock_ts, stock_il;
 	int ret = 0;
 
@@ -224,6 +300,14 @@ int gpuext_tsg_init(struct gpuext_ctx *gctx, struct gpuext_tsg_ctx *tctx,
 	stock_ts = tctx->timeslice_us;
 	stock_il = tctx->interleave;
 	tctx->tsg_id = atomic64_inc_return(&gpuext_tsg_seq);
+	ref = kzalloc(sizeof(*ref), GFP_NOWAIT);
+	if (ref) {
+		ref->tsg_id = tctx->tsg_id;
+		ref->cgroup_id = gctx->cgroup_id;
+		spin_lock(&gpuext_tsgs_lock);
+		hlist_add_head_rcu(&ref->node, gpuext_tsg_bucket(ref->tsg_id));
+		spin_unlock(&gpuext_tsgs_lock);
+	}
 
 	rcu_read_lock();
 	e = gpuext_sched_select(gctx, tctx);
@@ -283,9 +367,19 @@ void gpuext_tsg_destroy(struct gpuext_ctx *gctx, struct gpuext_tsg_ctx *tctx)
 {
 	struct gpuext_sched_entry *e;
 	struct gpuext_tsg_ctx snap;
+	struct gpuext_tsg_ref *ref;
 
 	if (!gctx || !tctx)
 		return;
+	spin_lock(&gpuext_tsgs_lock);
+	hlist_for_each_entry(ref, gpuext_tsg_bucket(tctx->tsg_id), node) {
+		if (ref->tsg_id == tctx->tsg_id) {
+			hlist_del_rcu(&ref->node);
+			kfree_rcu(ref, rcu);
+			break;
+		}
+	}
+	spin_unlock(&gpuext_tsgs_lock);
 	/*
 	 * Every attached ops hears of the end of every TSG: the tenant's class
 	 * or registration may have changed since bind, and the ops that
@@ -304,6 +398,44 @@ void gpuext_tsg_destroy(struct gpuext_ctx *gctx, struct gpuext_tsg_ctx *tctx)
 }
 EXPORT_SYMBOL_GPL(gpuext_tsg_destroy);
 
+int gpuext_tsg_submit(struct gpuext_ctx *gctx, struct gpuext_tsg_ctx *tctx,
+		      struct gpuext_tsg_submit_ctx *sctx)
+{
+	struct gpuext_sched_entry *e;
+	struct gpuext_tsg_ctx snap;
+	int ret = 0;
+
+	if (!gctx || !tctx || !sctx)
+		return -EINVAL;
+	memset(sctx, 0, sizeof(*sctx));
+	snap = *tctx;
+	rcu_read_lock();
+	e = gpuext_sched_select(gctx, &snap);
+	sctx->cgroup_id = snap.cgroup_id;
+	sctx->tsg_id = tctx->tsg_id;
+	sctx->tenant_id = snap.tenant_id;
+	sctx->priority_class = snap.tenant_id ? snap.priority_class : GPUEXT_PRIO_STANDARD;
+	if (!e || !e->ops->tsg_submit)
+		goto out;
+	atomic64_inc(&e->submits);
+	ret = e->ops->tsg_submit(sctx);
+	if (sctx->refused)
+		atomic64_add(sctx->refused, &e->refused);
+	if (ret < 0)
+		atomic64_inc(&e->errors);
+	if (ret == GPUEXT_RET_HANDLED && !sctx->refused) {
+		atomic64_add(sctx->nr_preempt, &e->preempts);
+		ret = sctx->nr_preempt;
+	} else {
+		sctx->nr_preempt = 0;
+		ret = 0;
+	}
+out:
+	rcu_read_unlock();
+	return ret;
+}
+EXPORT_SYMBOL_GPL(gpuext_tsg_submit);
+
 /* ---- debugfs and module hooks ------------------------------------------ */
 
 static int gpuext_sched_ops_show(struct seq_file *m, void *v)
@@ -312,10 +444,12 @@ static int gpuext_sched_ops_show(struct seq_file *m, void *v)
 
 	rcu_read_lock();
 	list_for_each_entry_rcu(e, &gpuext_sched_list, node)
-		seq_printf(m, "%s classes 0x%x calls %lld handled %lld errors %lld refused %lld denied %lld\n",
+		seq_printf(m, "%s classes 0x%x calls %lld handled %lld errors %lld refused %lld denied %lld "
+			   "submits %lld preempts %lld\n",
 			   e->name, e->classes, atomic64_read(&e->calls), atomic64_read(&e->handled),
 			   atomic64_read(&e->errors), atomic64_read(&e->refused),
-			   atomic64_read(&e->denied));
+			   atomic64_read(&e->denied), atomic64_read(&e->submits),
+			   atomic64_read(&e->preempts));
 	rcu_read_unlock();
 	return 0;
 }

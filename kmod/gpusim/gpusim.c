@@ -66,6 +66,10 @@ struct gpusim_mem_stats {
 	u64 policy_faults;  /* faults whose region a policy chose */
 	u64 policy_evicts;  /* evictions whose order a policy chose */
 	u64 service_ns;     /* time spent servicing faults (hooks, eviction, migration) */
+	u64 migrations;     /* bpf_gpuext_migrate_range calls the driver served */
+	u64 migrated;       /* pages they made resident (no fault) */
+	u64 node_calls;     /* prefetch_node hook calls */
+	u64 node_taken;     /* nodes a policy took */
 };
 
 struct gpusim_chunk {
@@ -86,6 +90,7 @@ struct gpusim_ctx {
 	char result[GPUSIM_RESULT_LEN]; /* last eviction, as the evict file shows it */
 
 	/* memory model */
+	bool dead;      /* destroyed: no more migrations (gpusim_free_ctx follows) */
 	u32 tenant_id;  /* as the core last resolved it (0: unregistered) */
 	u32 nr_backed;  /* root chunks held */
 	struct gpusim_mem_stats st;
@@ -367,16 +372,29 @@ static u32 gpusim_resident_in(const struct gpusim_block *blk, u32 first, u32 las
  * 2, 4, ... 512 pages that hold the faulting page, take the largest one in
  * which the resident pages plus the faulting one exceed the threshold.
  */
-static void gpusim_stock_region(const struct gpusim_block *blk, u32 page, u32 *first, u32 *last)
+static void gpusim_stock_region(struct gpusim_ctx *c, u32 b, u32 page, u32 *first, u32 *last)
 {
-	u32 size;
+	const struct gpusim_block *blk = &c->blocks[b];
+	u32 size, level = 0;
 
 	*first = *last = page;
-	for (size = 2; size <= GPUSIM_PAGES_PER_BLOCK; size *= 2) {
+	for (size = 2; size <= GPUSIM_PAGES_PER_BLOCK; size *= 2, level++) {
 		u32 lo = page & ~(size - 1), hi = lo + size - 1;
 		u32 n = gpusim_resident_in(blk, lo, hi) + 1;
+		struct gpuext_prefetch_node_ctx nctx = {
+			.va_block = b, .fault_page = page, .node_first = lo, .node_last = hi,
+			.level = level, .counter = n, .region_first = 0,
+			.region_last = GPUSIM_PAGES_PER_BLOCK - 1,
+		};
+		bool take = n * 100 > GPUSIM_TREE_THRESHOLD * size;
 
-		if (n * 100 > GPUSIM_TREE_THRESHOLD * size) {
+		/* The tenant's prefetch ops may decide each node (prefetch_node). */
+		if (gpuext_prefetch_node(c->gctx, &nctx) == 1) {
+			c->st.node_calls++;
+			take = nctx.take;
+			c->st.node_taken += take;
+		}
+		if (take) {
 			*first = lo;
 			*last = hi;
 		}
@@ -424,6 +442,7 @@ static int gpusim_touch_page(struct gpusim_ctx *c, u32 b, u32 page)
 
 		c->st.faults++;
 		pctx.fault_page = page;
+		pctx.va_block = b;
 		pctx.region_first = 0;
 		pctx.region_last = GPUSIM_PAGES_PER_BLOCK - 1;
 		ret = gpuext_prefetch_resident(c->gctx, &pctx, blk->resident);
@@ -435,7 +454,7 @@ static int gpusim_touch_page(struct gpusim_ctx *c, u32 b, u32 page)
 			last = pctx.result_last;
 			c->st.policy_faults++;
 		} else {
-			gpusim_stock_region(blk, page, &first, &last);
+			gpusim_stock_region(c, b, page, &first, &last);
 		}
 		if (!blk->backed) {
 			ret = gpusim_back_block(c, b);
@@ -456,6 +475,48 @@ static int gpusim_touch_page(struct gpusim_ctx *c, u32 b, u32 page)
 		gpusim_block_notify(c, b, page, true);
 	return 0;
 }
+
+/*
+ * bpf_gpuext_migrate_range for a context of gpusim (the core checked the
+ * context, its tenant and the bounds): back VA block b and make pages
+ * [first, last] resident without a fault, evicting when the device is full.
+ */
+static int gpusim_migrate(void *priv, u64 va_block, u32 first, u32 last)
+{
+	struct gpusim_ctx *c = priv;
+	struct gpusim_block *blk;
+	u32 p, in = 0;
+	int ret = 0;
+
+	mutex_lock(&gpusim_lock);
+	if (c->dead) {
+		ret = -ENOENT;
+		goto out;
+	}
+	blk = &c->blocks[va_block];
+	if (!blk->backed) {
+		ret = gpusim_back_block(c, va_block);
+		if (ret)
+			goto out;
+	}
+	for (p = first; p <= last; p++)
+		if (!__test_and_set_bit(p, blk->resident))
+			in++;
+	blk->nr_resident += in;
+	c->st.pages_in += in;
+	c->st.migrations++;
+	c->st.migrated += in;
+	ret = in;
+out:
+	mutex_unlock(&gpusim_lock);
+	return ret;
+}
+
+static const struct gpuext_migrate_ops gpusim_migrate_ops = {
+	.migrate = gpusim_migrate,
+	.nr_blocks = GPUSIM_MAX_BLOCKS,
+	.pages_per_block = GPUSIM_PAGES_PER_BLOCK,
+};
 
 /*
  * Replay trace lines: "touch B P" (page P of VA block B) or
@@ -528,9 +589,12 @@ static int gpusim_stats_show(struct seq_file *m, void *v)
 	seq_printf(m, "cgroup %llu\ntenant %u\nchunks %u\n", gpuext_ctx_cgroup_id(c->gctx),
 		   c->tenant_id, c->nr_backed);
 	seq_printf(m, "touches %llu\nfaults %llu\npages_in %llu\npages_out %llu\nevictions %llu\n"
-		   "prefetched %llu\npolicy_faults %llu\npolicy_evictions %llu\nservice_ns %llu\nevicted",
+		   "prefetched %llu\npolicy_faults %llu\npolicy_evictions %llu\nservice_ns %llu\n"
+		   "migrations %llu\nmigrated %llu\nnode_calls %llu\nnode_taken %llu\nctx_id %llu\nevicted",
 		   c->st.touches, c->st.faults, c->st.pages_in, c->st.pages_out, c->st.evictions,
-		   c->st.prefetched, c->st.policy_faults, c->st.policy_evicts, c->st.service_ns);
+		   c->st.prefetched, c->st.policy_faults, c->st.policy_evicts, c->st.service_ns,
+		   c->st.migrations, c->st.migrated, c->st.node_calls, c->st.node_taken,
+		   gpuext_ctx_id(c->gctx));
 	for (i = 0; i < c->nr_evicted; i++)
 		seq_printf(m, " %u", c->evicted[i]);
 	seq_puts(m, "\nresident");
@@ -691,6 +755,7 @@ static int gpusim_create(const char *name)
 	}
 	strscpy(c->name, name, sizeof(c->name));
 	strscpy(c->result, "ops none\norder\n", sizeof(c->result));
+	gpuext_ctx_set_migrate(c->gctx, &gpusim_migrate_ops, c);
 	c->dir = debugfs_create_dir(c->name, gpusim_debugfs);
 	debugfs_create_file("ctl", 0200, c->dir, c, &gpusim_ctx_ctl_fops);
 	debugfs_create_file("evict", 0400, c->dir, c, &gpusim_evict_fops);
@@ -701,12 +766,21 @@ static int gpusim_create(const char *name)
 	return 0;
 }
 
+/*
+ * Caller holds gpusim_lock; gpusim_free_ctx() after dropping it, since
+ * gpuext_ctx_destroy() waits for migrations, which take gpusim_lock.
+ */
 static void gpusim_destroy_ctx(struct gpusim_ctx *c)
 {
 	gpusim_dev_used -= c->nr_backed; /* its chunks return to the device */
+	c->dead = true;
 	list_del(&c->node);
 	gpusim_runlist_drop_ctx(c);
 	debugfs_remove_recursive(c->dir); /* waits for open files to drain */
+}
+
+static void gpusim_free_ctx(struct gpusim_ctx *c)
+{
 	gpuext_ctx_destroy(c->gctx);
 	kfree(c);
 }
@@ -714,7 +788,7 @@ static void gpusim_destroy_ctx(struct gpusim_ctx *c)
 static ssize_t gpusim_ctl_write(struct file *f, const char __user *ubuf, size_t len, loff_t *ppos)
 {
 	char buf[64], cmd[16], name[GPUSIM_NAME_LEN];
-	struct gpusim_ctx *c;
+	struct gpusim_ctx *c = NULL;
 	int err;
 
 	if (len >= sizeof(buf))
@@ -746,6 +820,8 @@ static ssize_t gpusim_ctl_write(struct file *f, const char __user *ubuf, size_t 
 		err = -EINVAL;
 	}
 	mutex_unlock(&gpusim_lock);
+	if (!strcmp(cmd, "destroy") && c)
+		gpusim_free_ctx(c);
 	return err ?: len;
 }
 
@@ -769,10 +845,16 @@ static void __exit gpusim_exit(void)
 {
 	struct gpusim_ctx *c, *tmp;
 
+	LIST_HEAD(gone);
+
 	mutex_lock(&gpusim_lock);
-	list_for_each_entry_safe(c, tmp, &gpusim_ctxs, node)
+	list_for_each_entry_safe(c, tmp, &gpusim_ctxs, node) {
 		gpusim_destroy_ctx(c);
+		list_add(&c->node, &gone);
+	}
 	mutex_unlock(&gpusim_lock);
+	list_for_each_entry_safe(c, tmp, &gone, node)
+		gpusim_free_ctx(c);
 	debugfs_remove_recursive(gpusim_debugfs);
 }
 

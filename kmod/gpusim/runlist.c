@@ -9,12 +9,19 @@
  *   write "create TSG CTX"  new TSG of context CTX (-EPERM when bind refused;
  *                           the TSG stays listed as refused until destroyed)
  *   write "destroy TSG"
+ *   write "run TSG"         TSG starts its timeslice on the engine now
+ *   write "submit TSG"      TSG has work: gpuext_tsg_submit(); the TSG that
+ *                           runs is preempted when the policy asked (the wait
+ *                           is then GPUSIM_PREEMPT_US), else the submitter
+ *                           waits out its timeslice; the submitter runs next
  *   read                    one line per TSG, then the runlist order
  */
 
 #define GPUSIM_STOCK_TIMESLICE_US 1024
 #define GPUSIM_STOCK_INTERLEAVE 2
 #define GPUSIM_RUNLIST_BUF 4096
+/* The modelled cost of a preemption: gpu_ext reports 312 us on its hardware. */
+#define GPUSIM_PREEMPT_US 300
 
 struct gpusim_tsg {
 	struct list_head node;
@@ -23,9 +30,13 @@ struct gpusim_tsg {
 	struct gpuext_tsg_ctx t;        /* kept for the TSG's lifetime */
 	char ops[GPUEXT_OPS_NAME_LEN];  /* ops that set the values, "" = stock */
 	bool bound;
+	u32 wait_us;    /* the last submit's wait for the engine */
+	u32 submits;
+	u32 preempted;  /* times this TSG was preempted */
 };
 
 static LIST_HEAD(gpusim_tsgs); /* under gpusim_lock, in creation order */
+static struct gpusim_tsg *gpusim_running; /* on the engine, or NULL */
 
 static struct gpusim_tsg *gpusim_tsg_find(const char *name)
 {
@@ -39,6 +50,8 @@ static struct gpusim_tsg *gpusim_tsg_find(const char *name)
 
 static void gpusim_tsg_free(struct gpusim_tsg *g)
 {
+	if (gpusim_running == g)
+		gpusim_running = NULL;
 	list_del(&g->node);
 	gpuext_tsg_destroy(g->ctx->gctx, &g->t);
 	kfree(g);
@@ -72,6 +85,39 @@ static int gpusim_tsg_create(const char *name, const char *ctx_name)
 	return ret;
 }
 
+/*
+ * Work arrives for g.  The engine's TSG (another one) would run out its
+ * timeslice first; the policy may ask to preempt it (tsg_submit), and the
+ * driver preempts what the core accepted.  g runs next.
+ */
+static int gpusim_tsg_submit(struct gpusim_tsg *g)
+{
+	struct gpuext_tsg_submit_ctx sctx;
+	struct gpusim_tsg *r = gpusim_running;
+	bool preempt = false;
+	int n, i;
+
+	if (!g->bound)
+		return -EPERM;
+	n = gpuext_tsg_submit(g->ctx->gctx, &g->t, &sctx);
+	if (n < 0)
+		return n;
+	for (i = 0; i < n && r; i++)
+		if (sctx.preempt[i] == r->t.tsg_id)
+			preempt = true;
+	g->submits++;
+	if (!r || r == g)
+		g->wait_us = 0;
+	else if (preempt)
+		g->wait_us = GPUSIM_PREEMPT_US;
+	else
+		g->wait_us = r->t.timeslice_us;
+	if (r && r != g && preempt)
+		r->preempted++;
+	gpusim_running = g;
+	return 0;
+}
+
 /* gpusim_destroy_ctx(): the context's TSGs go with it. */
 static void gpusim_runlist_drop_ctx(struct gpusim_ctx *c)
 {
@@ -97,6 +143,13 @@ static ssize_t gpusim_runlist_write(struct file *f, const char __user *ubuf, siz
 	mutex_lock(&gpusim_lock);
 	if (n == 3 && !strcmp(cmd, "create")) {
 		err = gpusim_tsg_create(name, ctx);
+	} else if (n == 2 && (!strcmp(cmd, "run") || !strcmp(cmd, "submit"))) {
+		g = gpusim_tsg_find(name);
+		err = !g ? -ENOENT : !g->bound ? -EPERM : 0;
+		if (!err && cmd[0] == 'r')
+			gpusim_running = g;
+		else if (!err)
+			err = gpusim_tsg_submit(g);
 	} else if (n == 2 && !strcmp(cmd, "destroy")) {
 		g = gpusim_tsg_find(name);
 		err = g ? 0 : -ENOENT;
@@ -127,10 +180,12 @@ static ssize_t gpusim_runlist_read(struct file *f, char __user *ubuf, size_t len
 	mutex_lock(&gpusim_lock);
 	list_for_each_entry(g, &gpusim_tsgs, node)
 		off += scnprintf(buf + off, GPUSIM_RUNLIST_BUF - off,
-				 "%s ctx %s tenant %u timeslice_us %u interleave %u ops %s bind %s\n",
+				 "%s ctx %s tenant %u timeslice_us %u interleave %u ops %s bind %s "
+				 "tsg_id %llu submits %u wait_us %u preempted %u\n",
 				 g->name, g->ctx->name, g->t.tenant_id, g->t.timeslice_us,
 				 g->t.interleave, g->ops[0] ? g->ops : "stock",
-				 g->bound ? "admitted" : "refused");
+				 g->bound ? "admitted" : "refused", g->t.tsg_id, g->submits,
+				 g->wait_us, g->preempted);
 	off += scnprintf(buf + off, GPUSIM_RUNLIST_BUF - off, "order");
 	list_for_each_entry(g, &gpusim_tsgs, node)
 		for (i = 0; g->bound && i < g->t.interleave; i++)

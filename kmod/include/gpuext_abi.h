@@ -204,6 +204,9 @@ struct gpuext_prefetch_ctx {
 	__u32 result_last;
 	__u32 requests;
 	__u32 refused;
+	/* ==== appended: cross-block migration (bpf_gpuext_migrate_range) ==== */
+	__u64 ctx_id;        /* core: the GPU context's id (never reused) */
+	__u64 va_block;      /* driver: the faulting VA block (gpusim: its index; NVIDIA: start >> 21) */
 };
 
 /*
@@ -253,6 +256,46 @@ struct gpuext_block_ctx {
 	__u32 resident_pages; /* driver: pages of the block resident */
 };
 
+/*
+ * ==== memory: the prefetch tree, node by node (appended) ====
+ *
+ * prefetch_node: the stock prefetch walks a tree of aligned regions around
+ * the faulting page (2, 4, ... pages up to the allowed region) and takes the
+ * largest node whose occupancy passes its threshold.  When the tenant's
+ * prefetch ops did not choose the region in prefetch, the driver asks this
+ * hook at each node; the policy answers with
+ * bpf_gpuext_prefetch_node_take(ctx, 1 or 0), which the core refuses for a
+ * node outside the allowed region or without the faulting page.  No answer
+ * keeps the stock rule for that node.
+ */
+struct gpuext_prefetch_node_ctx {
+	__u64 cgroup_id;    /* core */
+	__u64 ctx_id;       /* core */
+	__u64 va_block;     /* driver */
+	__u32 tenant_id;    /* core: 0 when the cgroup is not registered */
+	__u32 fault_page;   /* driver */
+	__u32 node_first;   /* driver: the node's pages [node_first, node_last] */
+	__u32 node_last;
+	__u32 level;        /* driver: 0 for the smallest node (2 pages), +1 per doubling */
+	__u32 counter;      /* driver: pages of the node resident or faulting */
+	__u32 region_first; /* driver: the allowed region */
+	__u32 region_last;
+	__u32 take;         /* core: the accepted answer (1 take the node, 0 do not) */
+	__u32 requests;
+	__u32 refused;
+	__u32 _pad;
+};
+
+/*
+ * bpf_gpuext_migrate_range (sleepable, from a BPF workqueue callback): ask
+ * the driver to migrate pages [first, last] of VA block va_block of GPU
+ * context ctx_id to the device ahead of any fault.  The core refuses a
+ * context that is gone or whose driver cannot migrate (-ENOENT,
+ * -EOPNOTSUPP), a context whose tenant is not tenant_id or has no prefetch
+ * policy attached (-EPERM), and a range past the driver's limits (-ERANGE).
+ */
+#define GPUEXT_MIGRATE_MAX_PAGES 512
+
 /* ==== SCHEDULING (TSG runlist; sched struct_ops in gpuext_ops.h) ========== */
 
 /* Bounds the core enforces on a policy's requests (bpf_gpuext_tsg_set_*). */
@@ -289,6 +332,31 @@ struct gpuext_tsg_ctx {
 	__u32 interleave;       /* in: driver stock; out: the value that applies */
 	__u32 requests;         /* requests the policy made in this call */
 	__u32 refused;          /* requests the core refused in this call */
+};
+
+/*
+ * ==== scheduling: preemption (appended) ====
+ *
+ * tsg_submit: a TSG has work to run (the driver's work-submit path).  The
+ * policy may ask the driver to preempt other TSGs with
+ * bpf_gpuext_tsg_preempt(ctx, tsg_id); the core refuses the TSG itself, a
+ * TSG it does not know, one whose tenant's priority class is not strictly
+ * less urgent than this TSG's, and more than GPUEXT_MAX_PREEMPT requests.
+ * The driver preempts the accepted ones after the hook returns, and only
+ * when no request of the call was refused.
+ */
+#define GPUEXT_MAX_PREEMPT 4
+
+struct gpuext_tsg_submit_ctx {
+	__u64 cgroup_id;       /* core */
+	__u64 tsg_id;          /* the submitting TSG (its gpuext_tsg_ctx.tsg_id) */
+	__u32 tenant_id;       /* core */
+	__u32 priority_class;  /* core: the tenant's class */
+	__u32 nr_preempt;      /* core: accepted requests in preempt */
+	__u32 requests;
+	__u32 refused;
+	__u32 _pad;
+	__u64 preempt[GPUEXT_MAX_PREEMPT]; /* core: tsg ids the driver preempts */
 };
 
 /* ==== DEVICE PROBES (eBPF run inside GPU kernels; docs/device-probes.md) ==== */

@@ -65,6 +65,30 @@ int gpuext_evict_arbitrate(struct gpuext_arbitrate_ctx *actx);
 void gpuext_block_activate(struct gpuext_ctx *gctx, struct gpuext_block_ctx *bctx);
 void gpuext_block_access(struct gpuext_ctx *gctx, struct gpuext_block_ctx *bctx);
 
+/*
+ * Ask the tenant's prefetch ops about one node of the prefetch tree (the
+ * driver fills va_block, fault_page, node_*, level, counter, region_*).
+ * Returns 1 when nctx->take is the policy's answer, 0 for the stock rule,
+ * or -EINVAL for a malformed node.
+ */
+int gpuext_prefetch_node(struct gpuext_ctx *gctx, struct gpuext_prefetch_node_ctx *nctx);
+
+/*
+ * Proactive migration (bpf_gpuext_migrate_range): a driver that can migrate
+ * a range outside a fault registers how.  migrate() may sleep and takes the
+ * driver's own locks; it is never called after gpuext_ctx_destroy()
+ * returns, so a driver must not hold a lock that migrate() takes around
+ * gpuext_ctx_destroy().
+ */
+struct gpuext_migrate_ops {
+	/* Make pages [first, last] of va_block resident; pages migrated or -errno. */
+	int (*migrate)(void *priv, u64 va_block, u32 first, u32 last);
+	u64 nr_blocks;       /* va_block < nr_blocks */
+	u32 pages_per_block; /* last < pages_per_block (at most GPUEXT_MIGRATE_MAX_PAGES) */
+};
+int gpuext_ctx_set_migrate(struct gpuext_ctx *gctx, const struct gpuext_migrate_ops *ops, void *priv);
+u64 gpuext_ctx_id(const struct gpuext_ctx *gctx);
+
 /* ==== SCHEDULING ============================================================ */
 
 /*
@@ -80,5 +104,14 @@ int gpuext_tsg_init(struct gpuext_ctx *gctx, struct gpuext_tsg_ctx *tctx,
 		    char ops_name[GPUEXT_OPS_NAME_LEN]);
 int gpuext_tsg_bind(struct gpuext_ctx *gctx, struct gpuext_tsg_ctx *tctx);
 void gpuext_tsg_destroy(struct gpuext_ctx *gctx, struct gpuext_tsg_ctx *tctx);
+
+/*
+ * The TSG tctx has work to run.  The core fills sctx and runs the tsg_submit
+ * of the ops that claim the tenant's class.  Returns how many TSGs the
+ * driver must preempt now (sctx->preempt[0..n)), 0 when none or when the
+ * policy declined, erred or asked for something refused.
+ */
+int gpuext_tsg_submit(struct gpuext_ctx *gctx, struct gpuext_tsg_ctx *tctx,
+		      struct gpuext_tsg_submit_ctx *sctx);
 
 #endif /* GPUEXT_CORE_H */

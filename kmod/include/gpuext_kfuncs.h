@@ -34,6 +34,17 @@ extern int bpf_gpuext_prefetch_resident(struct gpuext_prefetch_ctx *ctx, __u32 f
 /* prefetch: the tenant config's prefetch_param for this fault's context (0: none). */
 extern __u64 bpf_gpuext_prefetch_param(struct gpuext_prefetch_ctx *ctx) __ksym;
 
+/* prefetch_node: take (1) or do not take (0) this node of the prefetch tree. */
+extern int bpf_gpuext_prefetch_node_take(struct gpuext_prefetch_node_ctx *ctx, __u32 take) __ksym;
+
+/*
+ * Sleepable (a BPF workqueue callback): migrate pages [first, last] of VA
+ * block va_block of context ctx_id (a prefetch ctx's ctx_id) whose tenant is
+ * tenant_id.  Returns the pages migrated, or the core's refusal (gpuext_abi.h).
+ */
+extern int bpf_gpuext_migrate_range(__u64 ctx_id, __u32 tenant_id, __u64 va_block, __u32 first,
+				    __u32 last) __ksym;
+
 /* evict_arbitrate (system ops): read candidate context idx; request that idx give up a chunk. */
 extern int bpf_gpuext_arbitrate_owner(struct gpuext_arbitrate_ctx *ctx, __u32 idx,
 				      struct gpuext_evict_owner *owner) __ksym;
@@ -44,5 +55,7 @@ extern __u64 bpf_gpuext_arbitrate_param(struct gpuext_arbitrate_ctx *ctx, __u32 
 /* tsg_init: request a timeslice (GPUEXT_TIMESLICE_MIN_US..MAX_US) and an interleave level. */
 extern int bpf_gpuext_tsg_set_timeslice(struct gpuext_tsg_ctx *ctx, __u32 us) __ksym;
 extern int bpf_gpuext_tsg_set_interleave(struct gpuext_tsg_ctx *ctx, __u32 level) __ksym;
+/* tsg_submit: request that TSG tsg_id (less urgent than this one) be preempted. */
+extern int bpf_gpuext_tsg_preempt(struct gpuext_tsg_submit_ctx *ctx, __u64 tsg_id) __ksym;
 
 #endif /* GPUEXT_KFUNCS_H */

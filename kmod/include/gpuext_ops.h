@@ -27,6 +27,8 @@ struct gpuext_mem_ops {
 	/* Notifications to the tenant's eviction ops; the return value is ignored. */
 	int (*block_activate)(struct gpuext_block_ctx *ctx);
 	int (*block_access)(struct gpuext_block_ctx *ctx);
+	/* ==== appended: the tenant's prefetch ops, at each node of the prefetch tree ==== */
+	int (*prefetch_node)(struct gpuext_prefetch_node_ctx *ctx);
 };
 
 
@@ -50,6 +52,9 @@ struct gpuext_sched_ops {
 	void (*tsg_destroy)(struct gpuext_tsg_ctx *ctx);
 	__u32 classes;
 	char name[GPUEXT_OPS_NAME_LEN];
+	/* ==== appended ==== */
+	/* The TSG has work to run: ask to preempt less urgent TSGs (bpf_gpuext_tsg_preempt). */
+	int (*tsg_submit)(struct gpuext_tsg_submit_ctx *ctx);
 };
 
 #endif /* GPUEXT_OPS_H */

@@ -28,6 +28,7 @@ type memStats struct {
 	touches, faults, pagesIn, pagesOut, evictions uint64
 	prefetched, policyFaults, policyEvictions     uint64
 	serviceNs                                     uint64
+	migrations, migrated, nodeCalls, nodeTaken    uint64
 	evicted, resident                             string
 }
 
@@ -72,6 +73,14 @@ func readStatsQuiet(t *testing.T, ctx string) memStats {
 			s.policyEvictions = n
 		case "service_ns":
 			s.serviceNs = n
+		case "migrations":
+			s.migrations = n
+		case "migrated":
+			s.migrated = n
+		case "node_calls":
+			s.nodeCalls = n
+		case "node_taken":
+			s.nodeTaken = n
 		case "evicted":
 			s.evicted = v
 		case "resident":
