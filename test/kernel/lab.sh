@@ -7,7 +7,7 @@
 #   test/kernel/lab.sh run     pack an initramfs, boot qemu, print the guest's go test -v output
 #   test/kernel/lab.sh all     fetch + build + run
 #   test/kernel/lab.sh bench   fetch + build, boot with the trace-replay benchmark
-#                              (TestBenchmarkTraces only) and write its BENCH lines
+#                              (TestBenchmarkTraces, TestBenchmarkMixes) and write their BENCH lines
 #                              to bench/kernel-sim.txt (SIMULATED figures)
 #
 # Everything is cached under $REPO/.cache/kernel.  Exit status is non-zero when
@@ -206,18 +206,19 @@ cmd_run() {
 
 # cmd_bench: build the guest with -tags kernelbench and boot it (the kernel hands
 # unknown name=value parameters to /init's environment), run only
-# TestBenchmarkTraces, and keep its BENCH lines in bench/kernel-sim.txt.
+# TestBenchmarkTraces and TestBenchmarkMixes (KERNEL_LAB_BENCH_RUN: another
+# -run pattern), and keep their BENCH lines in bench/kernel-sim.txt.
 cmd_bench() {
 	cmd_fetch
 	KERNEL_LAB_EXTRA_TAGS=kernelbench cmd_build
 	local t0=$SECONDS dest=${KERNEL_LAB_BENCH_OUT:-$REPO/bench/kernel-sim.txt} serial tmp
 	TIMEOUT=${KERNEL_LAB_BENCH_TIMEOUT:-900}
-	KERNEL_LAB_APPEND="${KERNEL_LAB_APPEND:-} GPUEXT_KERNEL_TEST_RUN=^TestBenchmarkTraces\$"
+	KERNEL_LAB_APPEND="${KERNEL_LAB_APPEND:-} GPUEXT_KERNEL_TEST_RUN=${KERNEL_LAB_BENCH_RUN:-^TestBenchmark(Traces|Mixes)\$}"
 	rm -f "$OUT"/serial-*.log
 	cmd_run >"$OUT/bench-run.log" 2>&1 || { cat "$OUT/bench-run.log"; die "benchmark run failed"; }
 	serial=$(ls -t "$OUT"/serial-*.log | head -1)
 	tmp=$(mktemp)
-	tr -d '\r' <"$serial" | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g' | grep -oE 'BENCH(-BEGIN|-END)? .*SIMULATED' >"$tmp" || true
+	tr -d '\r' <"$serial" | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g' | grep -oE 'BENCH(-BEGIN|-END|-MIX|-MIXSUM)? .*SIMULATED' >"$tmp" || true
 	grep -q '^BENCH-END' "$tmp" || { rm -f "$tmp"; cat "$OUT/bench-run.log"; die "no BENCH-END line in $serial"; }
 	mkdir -p "$(dirname "$dest")"
 	{
