@@ -176,7 +176,7 @@ verify() { # module.ko symbol...
 	! grep -q 'depends=.*gpuext' <<<"$modinfo" || die "$m depends on gpuext"
 	log "$m: imports __symbol_get/__symbol_put, no link-time dependency on gpuext.ko"
 }
-UVM_SYMS=(gpuext_ctx_create gpuext_ctx_destroy gpuext_prefetch gpuext_evict_prepare gpuext_block_activate gpuext_block_access)
+UVM_SYMS=(gpuext_ctx_create gpuext_ctx_destroy gpuext_prefetch gpuext_prefetch_node gpuext_evict_prepare gpuext_block_activate gpuext_block_access)
 TSG_SYMS=(gpuext_tsg_init gpuext_tsg_bind gpuext_tsg_destroy)
 case " $MODULES " in *" nvidia-uvm "*)
 	verify nvidia-uvm.ko "${UVM_SYMS[@]}"
