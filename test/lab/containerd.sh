@@ -180,8 +180,16 @@ import_images() {
 			lab_die "ctr images import $tar failed"
 		fi
 	done
-	crictl inspecti "$LAB_IMAGE" >/dev/null || lab_die "CRI does not see $LAB_IMAGE after import"
-	crictl inspecti "$LAB_PAUSE_IMAGE" >/dev/null || lab_die "CRI does not see $LAB_PAUSE_IMAGE after import"
+	# CRI learns of an imported image from containerd's image events, not at
+	# once: under load the first look can come before the event (seen in CI).
+	local img i
+	for img in "$LAB_IMAGE" "$LAB_PAUSE_IMAGE"; do
+		for i in $(seq 50); do
+			crictl inspecti "$img" >/dev/null 2>&1 && break
+			(( i == 50 )) && { crictl inspecti "$img" >&2 || true; lab_die "CRI does not see $img 10 s after import"; }
+			sleep 0.2
+		done
+	done
 }
 
 cmd_up() {
