@@ -41,9 +41,9 @@ func Discover(ctx context.Context, s pools.Spec) (pools.Spec, error) {
 	if len(s.GPUs) > 0 {
 		return s, nil
 	}
-	bin, err := gpuviewPath(s)
+	bin, err := GpuviewPath(s.Gpuview)
 	if err != nil {
-		return s, err
+		return s, fmt.Errorf("%w: no GPUs in devicePlugin.gpus and %w", ErrDiscover, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -100,9 +100,12 @@ func withDiscovered(s pools.Spec, data []byte) (pools.Spec, error) {
 	return s, s.CheckDevices()
 }
 
-func gpuviewPath(s pools.Spec) (string, error) {
-	if s.Gpuview != "" {
-		return s.Gpuview, nil
+// GpuviewPath is the gpuext-gpuview binary to run: configured (the config's
+// devicePlugin.gpuview) when set, else gpuext-gpuview beside the running
+// binary, else on PATH. Discover and the metrics' NVML series use it.
+func GpuviewPath(configured string) (string, error) {
+	if configured != "" {
+		return configured, nil
 	}
 	if self, err := os.Executable(); err == nil {
 		p := filepath.Join(filepath.Dir(self), "gpuext-gpuview")
@@ -112,7 +115,7 @@ func gpuviewPath(s pools.Spec) (string, error) {
 	}
 	p, err := exec.LookPath("gpuext-gpuview")
 	if err != nil {
-		return "", fmt.Errorf("%w: no GPUs in devicePlugin.gpus and no gpuext-gpuview: %w", ErrDiscover, err)
+		return "", fmt.Errorf("no gpuext-gpuview beside the agent or on PATH: %w", err)
 	}
 	return p, nil
 }

@@ -19,13 +19,19 @@ const Path = "/metrics"
 // NewRegistry is the agent's registry: the Go runtime and process
 // collectors (process_cpu_seconds_total is the agent's CPU), the agent's
 // own metrics (returned, to be the admission core's Observer), the tenant
-// collector over reg and stateDir, and the kernel core's counters.
-func NewRegistry(reg Registry, stateDir string, core KernelCore) (*prometheus.Registry, *Agent) {
+// collector over reg and stateDir, and the kernel core's counters. With
+// nvml, the tenant collector also shows NVML's per-process memory
+// (gpuext-gpuview) per tenant and GPU.
+func NewRegistry(reg Registry, stateDir string, core KernelCore, nvml ...NVMLOptions) (*prometheus.Registry, *Agent) {
 	r := prometheus.NewRegistry()
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	agent := NewAgent(r)
 	kernel := NewKernelCollector(core)
-	r.MustRegister(kernel, NewTenantCollector(reg, stateDir, kernel))
+	tenants := NewTenantCollector(reg, stateDir, kernel)
+	for _, o := range nvml {
+		tenants.SetNVML(o)
+	}
+	r.MustRegister(kernel, tenants)
 	return r, agent
 }
 

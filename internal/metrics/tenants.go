@@ -61,6 +61,8 @@ type TenantCollector struct {
 	first atomic.Uint32
 	// probeBudget is ProbeBytesPerScrape (tests lower it).
 	probeBudget int64
+	// nvml, when set, is the per-process NVML view (gpuext-gpuview).
+	nvml *nvmlSource
 }
 
 // NewTenantCollector reads reg's tenants and their files under stateDir.
@@ -138,7 +140,7 @@ func (c *TenantCollector) Describe(ch chan<- *prometheus.Desc) {
 		descLaunches, descContainer, descProbeState, descProbeProcesses, descProbeImages, descProbeSkipped,
 		descProbeEvents, descProbeTime, descProbeSMs, descProbeHist, descKFaults, descKPagesIn, descKPagesOut,
 		descKEvict, descKPrefetch, descKAlloc, descKPeak, descKRefused, descKDelayed, descKLaunches,
-		descTenants, descOmitted, descRegistryUp} {
+		descTenants, descOmitted, descRegistryUp, descNVMLUp, descNVMLUsed, descNVMLUntracked} {
 		ch <- d
 	}
 }
@@ -152,6 +154,7 @@ func (c *TenantCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- gauge(descRegistryUp, 1)
 	ch <- gauge(descTenants, float64(len(list)))
+	all := list
 	omitted := 0
 	if len(list) > MaxTenants {
 		omitted = len(list) - MaxTenants
@@ -182,6 +185,9 @@ func (c *TenantCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	c.first.Store(next)
+	if c.nvml != nil {
+		collectNVML(ch, c.nvml, all, list)
+	}
 }
 
 // usageState names what ReadUsage made of a tenant's usage file.

@@ -59,7 +59,14 @@ func (p *Plugin) startMetrics(cfg config.Config) {
 		log.WithError(err).Error("metrics not served: registry")
 		return
 	}
-	r, observer := metrics.NewRegistry(reg, cfg.StateDir, kernelpolicy.DefaultCore())
+	gpuview := "" // devicePlugin.gpuview, else beside the agent, else PATH
+	if cfg.DevicePlugin != nil {
+		gpuview = cfg.DevicePlugin.Gpuview
+	}
+	r, observer := metrics.NewRegistry(reg, cfg.StateDir, kernelpolicy.DefaultCore(), metrics.NVMLOptions{
+		Gpuview:  func() (string, error) { return deviceplugin.GpuviewPath(gpuview) },
+		HostRoot: cfg.HostRoot, Log: log,
+	})
 	srv, err := metrics.Listen(addr, r)
 	if err != nil {
 		reg.Close()
