@@ -3,7 +3,10 @@
  * (default 1) with 80 GiB each (FAKECUDA_TOTAL_BYTES overrides) of which
  * FAKENVML_USED_BYTES are in use. Enough for the device runtime's NVML
  * memory-info clamp to be tested. Device i's handle is 0x4000 + i.
+ * FAKENVML_PROCESSES lists the compute processes gpuext-gpuview reads,
+ * "GPU:PID:BYTES" separated by commas; device i's UUID is GPU-fake-<i>.
  */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "cuda_min.h"
@@ -60,5 +63,75 @@ FAKE_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory
 	memory->used = fake_env("FAKENVML_USED_BYTES", 0);
 	memory->reserved = 0;
 	memory->free = memory->total - memory->used;
+	return NVML_SUCCESS;
+}
+
+FAKE_API nvmlReturn_t nvmlShutdown(void)
+{
+	return NVML_SUCCESS;
+}
+
+FAKE_API const char *nvmlErrorString(nvmlReturn_t result)
+{
+	(void)result;
+	return "fake NVML error";
+}
+
+FAKE_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count)
+{
+	if (!count)
+		return 2;
+	*count = (unsigned int)fake_env("FAKECUDA_DEVICES", 1);
+	return NVML_SUCCESS;
+}
+
+FAKE_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+{
+	unsigned int i;
+
+	if (!uuid || nvmlDeviceGetIndex(device, &i) != NVML_SUCCESS)
+		return 2;
+	if ((unsigned int)snprintf(uuid, length, "GPU-fake-%u", i) >= length)
+		return 7; /* NVML_ERROR_INSUFFICIENT_SIZE */
+	return NVML_SUCCESS;
+}
+
+/* nvmlProcessInfo_v2_t */
+typedef struct {
+	unsigned int pid;
+	unsigned long long usedGpuMemory;
+	unsigned int gpuInstanceId;
+	unsigned int computeInstanceId;
+} fake_process_info;
+
+FAKE_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+							      fake_process_info *infos)
+{
+	const char *s = getenv("FAKENVML_PROCESSES");
+	unsigned int i, n = 0;
+
+	if (!count || nvmlDeviceGetIndex(device, &i) != NVML_SUCCESS)
+		return 2;
+	while (s && *s) {
+		char *end;
+		unsigned long gpu = strtoul(s, &end, 10);
+		unsigned long pid = *end == ':' ? strtoul(end + 1, &end, 10) : 0;
+		unsigned long long used = *end == ':' ? strtoull(end + 1, &end, 10) : 0;
+
+		if (gpu == i) {
+			if (n < *count && infos) {
+				infos[n].pid = (unsigned int)pid;
+				infos[n].usedGpuMemory = used;
+				infos[n].gpuInstanceId = infos[n].computeInstanceId = 0xFFFFFFFFu;
+			}
+			n++;
+		}
+		s = *end == ',' ? end + 1 : "";
+	}
+	if (n > *count) {
+		*count = n;
+		return 7; /* NVML_ERROR_INSUFFICIENT_SIZE */
+	}
+	*count = n;
 	return NVML_SUCCESS;
 }
