@@ -14,8 +14,6 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/gpuext/gpuext/cgroup"
-	"github.com/gpuext/gpuext/cgroup/cgrouptest"
 	"github.com/gpuext/gpuext/internal/admission"
 )
 
@@ -47,42 +45,8 @@ func TestChurnNRIAndOCIHooksAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	parent, _ := cgrouptest.New(t)
-	res, err := cgroup.NewResolver("/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel := "/" + strings.TrimPrefix(strings.TrimPrefix(parent, res.V2Root()), "/")
+	ctrs := newChurnContainers(t, filepath.Join(l.work, "b"), "mixed", nOCI)
 	pols := []string{"batch", "latency-critical", "default", "vector-search"}
-	ctrs := make([]*churnContainer, nOCI)
-	for i := range ctrs {
-		c := &churnContainer{id: fmt.Sprintf("mixed-%04d-%s", i, ociRandom(2)), cgroupDir: filepath.Join(parent, fmt.Sprintf("c%04d", i))}
-		c.bundle = filepath.Join(l.work, "b", c.id)
-		if err := os.MkdirAll(c.bundle, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Mkdir(c.cgroupDir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		spec := specs.Spec{Version: specs.Version, Annotations: map[string]string{"policy.gpuext.io": pols[i%len(pols)]},
-			Linux: &specs.Linux{CgroupsPath: rel + fmt.Sprintf("/c%04d", i)}}
-		data, _ := json.Marshal(&spec)
-		if err := os.WriteFile(filepath.Join(c.bundle, "config.json"), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		c.proc = cgrouptest.RunIn(t, c.cgroupDir, "sleep", "600")
-		c.live = true
-		ctrs[i] = c
-	}
-	t.Cleanup(func() {
-		for _, c := range ctrs {
-			if c.proc.ProcessState == nil {
-				c.proc.Process.Kill() //nolint:errcheck
-				c.proc.Wait()         //nolint:errcheck
-			}
-			os.Remove(c.cgroupDir)
-		}
-	})
 	// hook runs one stage; strict mode, so a hook that could not reach the
 	// agent or register exits non-zero and the test sees it.
 	hook := func(c *churnContainer, stage string) error {

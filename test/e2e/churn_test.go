@@ -41,42 +41,7 @@ func TestChurnWithKills(t *testing.T) {
 	const n = 1000
 	l := ociNewLab(t)
 	l.WriteConfig(t, "fail-open", map[string]any{"reconcileInterval": "2s", "reconcileGrace": "1s", "logLevel": "info"})
-	parent, _ := cgrouptest.New(t)
-	res, err := cgroup.NewResolver("/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel := "/" + strings.TrimPrefix(strings.TrimPrefix(parent, res.V2Root()), "/")
-	policies := []string{"batch", "latency-critical", "default", "vector-search"}
-	ctrs := make([]*churnContainer, n)
-	for i := range ctrs {
-		c := &churnContainer{id: fmt.Sprintf("churn-%04d-%s", i, ociRandom(2)), cgroupDir: filepath.Join(parent, fmt.Sprintf("c%04d", i))}
-		c.bundle = filepath.Join(l.Dir, "b", c.id)
-		if err := os.MkdirAll(c.bundle, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Mkdir(c.cgroupDir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		spec := specs.Spec{Version: specs.Version, Annotations: map[string]string{"policy.gpuext.io": policies[i%len(policies)]},
-			Linux: &specs.Linux{CgroupsPath: rel + fmt.Sprintf("/c%04d", i)}}
-		data, _ := json.Marshal(&spec)
-		if err := os.WriteFile(filepath.Join(c.bundle, "config.json"), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		c.proc = cgrouptest.RunIn(t, c.cgroupDir, "sleep", "600")
-		c.live = true
-		ctrs[i] = c
-	}
-	t.Cleanup(func() {
-		for _, c := range ctrs {
-			if c.proc.ProcessState == nil {
-				c.proc.Process.Kill() //nolint:errcheck
-				c.proc.Wait()         //nolint:errcheck
-			}
-			os.Remove(c.cgroupDir)
-		}
-	})
+	ctrs := newChurnContainers(t, filepath.Join(l.Dir, "b"), "churn", n)
 
 	var hooksKilled, hooksRun atomic.Int64
 	hook := func(c *churnContainer, stage string, mayKill bool) {
@@ -184,4 +149,52 @@ func TestChurnWithKills(t *testing.T) {
 	if !l.LogContains("reconciled") {
 		t.Errorf("the agent never reconciled anything")
 	}
+}
+
+// newChurnContainers makes n containers as a runtime would show them to the
+// hooks: each a sleeping process in a cgroup of its own under a test cgroup,
+// and a bundle under bundles whose config.json asks for one of four
+// policies in turn. They are killed and their cgroups removed at cleanup.
+func newChurnContainers(t *testing.T, bundles, prefix string, n int) []*churnContainer {
+	t.Helper()
+	parent, _ := cgrouptest.New(t)
+	res, err := cgroup.NewResolver("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := "/" + strings.TrimPrefix(strings.TrimPrefix(parent, res.V2Root()), "/")
+	policies := []string{"batch", "latency-critical", "default", "vector-search"}
+	ctrs := make([]*churnContainer, n)
+	t.Cleanup(func() {
+		for _, c := range ctrs {
+			if c == nil {
+				continue
+			}
+			if c.proc.ProcessState == nil {
+				c.proc.Process.Kill() //nolint:errcheck
+				c.proc.Wait()         //nolint:errcheck
+			}
+			os.Remove(c.cgroupDir)
+		}
+	})
+	for i := range ctrs {
+		c := &churnContainer{id: fmt.Sprintf("%s-%04d-%s", prefix, i, ociRandom(2)), cgroupDir: filepath.Join(parent, fmt.Sprintf("c%04d", i))}
+		c.bundle = filepath.Join(bundles, c.id)
+		if err := os.MkdirAll(c.bundle, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(c.cgroupDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		spec := specs.Spec{Version: specs.Version, Annotations: map[string]string{"policy.gpuext.io": policies[i%len(policies)]},
+			Linux: &specs.Linux{CgroupsPath: rel + fmt.Sprintf("/c%04d", i)}}
+		data, _ := json.Marshal(&spec)
+		if err := os.WriteFile(filepath.Join(c.bundle, "config.json"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c.proc = cgrouptest.RunIn(t, c.cgroupDir, "sleep", "600")
+		c.live = true
+		ctrs[i] = c
+	}
+	return ctrs
 }

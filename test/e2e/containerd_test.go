@@ -130,20 +130,12 @@ type ctdPod struct {
 
 func (l *ctdLab) runPod(t *testing.T, name string, annotations map[string]string) *ctdPod {
 	t.Helper()
-	uid := fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
-	pod := map[string]any{
-		"metadata":      map[string]any{"name": name, "namespace": "gpuext-e2e", "uid": uid},
-		"log_directory": filepath.Join(l.PodLogDir, uid),
-		"annotations":   annotations,
-		"linux": map[string]any{
-			"cgroup_parent":    "/kubepods/besteffort/pod" + uid,
-			"security_context": map[string]any{"namespace_options": map[string]any{"network": 2}},
-		},
+	r := l.runPodNoFatal(name, annotations)
+	if r.err != nil {
+		t.Fatal(r.err)
 	}
-	p := &ctdPod{l: l, name: name, uid: uid, podFile: writeJSON(t, pod)}
-	p.id = strings.TrimSpace(l.Crictl(t, "runp", p.podFile))
-	t.Cleanup(func() { p.remove(t) })
-	return p
+	t.Cleanup(func() { r.pod.remove(t); os.Remove(r.pod.podFile) })
+	return r.pod
 }
 
 func (p *ctdPod) remove(t *testing.T) {
