@@ -97,7 +97,7 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	if err != nil {
 		t.Fatalf("containerd.sh env: %v\n%s", err, out)
 	}
-	c.Env = parseExports(out)
+	c.Env = ParseExports(out)
 	c.Address = c.Env["CONTAINERD_ADDRESS"]
 	c.CRIEndpoint = c.Env["CRI_ENDPOINT"]
 	c.NRISocket = c.Env["NRI_SOCKET"]
@@ -114,7 +114,7 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 			t.Errorf("containerd.sh clean: %v\n%s", err, out)
 		}
 		if t.Failed() {
-			t.Logf("containerd log kept: see above; tail:\n%s", tail(c.Log, 40))
+			t.Logf("containerd log kept: see above; tail:\n%s", Tail(c.Log, 40))
 		}
 		_ = os.RemoveAll(dir)
 	})
@@ -204,7 +204,7 @@ func (c *Containerd) RunPod(t testing.TB, name, script string, opts PodOptions) 
 	args = append([]string{"run"}, append(args, name, script)...)
 	out, err := c.script(context.Background(), "cri.sh", args...)
 	if err != nil {
-		t.Fatalf("cri.sh run %s: %v\n%s\ncontainerd log tail:\n%s", name, err, out, tail(c.Log, 20))
+		t.Fatalf("cri.sh run %s: %v\n%s\ncontainerd log tail:\n%s", name, err, out, Tail(c.Log, 20))
 	}
 	f := strings.Fields(out)
 	if len(f) != 2 {
@@ -305,7 +305,8 @@ func CgroupV2Mount() (string, error) {
 	return "", fmt.Errorf("no cgroup2 mount")
 }
 
-func parseExports(out string) map[string]string {
+// ParseExports reads the `export KEY=VALUE` lines a lab script's env command prints.
+func ParseExports(out string) map[string]string {
 	env := map[string]string{}
 	for _, line := range strings.Split(out, "\n") {
 		line = strings.TrimPrefix(strings.TrimSpace(line), "export ")
@@ -325,7 +326,8 @@ func sortedPairs(m map[string]string) []string {
 	return out
 }
 
-func tail(path string, n int) string {
+// Tail returns the last n lines of a log file, or why it could not be read.
+func Tail(path string, n int) string {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Sprintf("(%v)", err)

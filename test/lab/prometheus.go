@@ -84,7 +84,7 @@ func StartPrometheus(t testing.TB, job string, targets ...string) *Prometheus {
 			<-done
 		}
 		if t.Failed() {
-			t.Logf("prometheus log (tail):\n%s", tail(p.Log, 30))
+			t.Logf("prometheus log (tail):\n%s", Tail(p.Log, 30))
 		}
 		os.RemoveAll(dir)
 	})
@@ -98,7 +98,7 @@ func StartPrometheus(t testing.TB, job string, targets ...string) *Prometheus {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("prometheus not ready after 60 s: %v\n%s", err, tail(p.Log, 30))
+			t.Fatalf("prometheus not ready after 60 s: %v\n%s", err, Tail(p.Log, 30))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

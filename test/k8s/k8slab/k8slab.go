@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/test/lab"
 )
 
 // Image is the lab's busybox image, imported into the cluster's containerd
@@ -106,7 +107,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	if err != nil {
 		t.Fatalf("cluster.sh env: %v\n%s", err, out)
 	}
-	c.Env = parseExports(out)
+	c.Env = lab.ParseExports(out)
 	c.Kubeconfig = c.Env["KUBECONFIG"]
 	c.Kubectl = c.Env["GPUEXT_K8S_KUBECTL"]
 	c.Helm = c.Env["GPUEXT_K8S_HELM"]
@@ -272,31 +273,5 @@ func (c *Cluster) Events(t testing.TB, ns, name string) string {
 // LogTail returns the last n lines of component's log (kubelet, etcd,
 // kube-apiserver, kube-scheduler, kube-controller-manager).
 func (c *Cluster) LogTail(component string, n int) string {
-	return tail(filepath.Join(c.LogDir, component+".log"), n)
-}
-
-func parseExports(out string) map[string]string {
-	env := map[string]string{}
-	for _, line := range strings.Split(out, "\n") {
-		line, ok := strings.CutPrefix(strings.TrimSpace(line), "export ")
-		if !ok {
-			continue
-		}
-		if k, v, ok := strings.Cut(line, "="); ok {
-			env[k] = strings.Trim(v, `"`)
-		}
-	}
-	return env
-}
-
-func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(%v)", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return lab.Tail(filepath.Join(c.LogDir, component+".log"), n)
 }
