@@ -33,6 +33,11 @@ Commands:
   tenants [--json] [--pin-dir DIR]   the tenant table: tenant, container, cgroup, policy, quota, priority,
                                      and the device runtime's usage: GPU memory, peak, refused allocations,
                                      delayed launches
+  tenants set-policy TENANT POLICY [--param KEY=VALUE]... [--socket PATH]
+                                     change a running tenant's policy (TENANT: its id or key) through the agent,
+                                     as if its container had policy.gpuext.io=POLICY (and KEY.gpuext.io=VALUE):
+                                     the same catalog and admin constraints; the kernel sees it at once, the
+                                     device runtime within a second; no restart (docs/host-agent.md)
   policies [--json]                  the policy catalog (built-in + the config's catalogDir)
   policies show NAME                 one policy as JSON (copy it into catalogDir to make your own)
   policies attached [--json]         the kernel policies attached to the gpuext core: name, kind (memory/sched),
@@ -144,6 +149,9 @@ type TenantRow struct {
 }
 
 func tenants(cfg config.Config, args []string, out io.Writer) error {
+	if len(args) > 0 && args[0] == "set-policy" {
+		return setPolicy(cfg, args[1:], out)
+	}
 	fs := flag.NewFlagSet("tenants", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
 	pinDir := fs.String("pin-dir", cfg.PinDir, "registry pin directory")

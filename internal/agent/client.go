@@ -38,7 +38,11 @@ func NewClient(socket string, timeout time.Duration) *Client {
 }
 
 func (c *Client) call(path string, info admission.ContainerInfo) (response, error) {
-	body, err := json.Marshal(request{Info: info})
+	return c.callReq(path, request{Info: info})
+}
+
+func (c *Client) callReq(path string, req request) (response, error) {
+	body, err := json.Marshal(req)
 	if err != nil {
 		return response{}, err
 	}
@@ -106,4 +110,21 @@ func (c *Client) RegisterOCI(info admission.ContainerInfo) (admission.Decision, 
 func (c *Client) Remove(info admission.ContainerInfo) error {
 	_, err := c.call(pathRemove, info)
 	return err
+}
+
+// SetPolicy asks the agent to change a running tenant's policy. A refusal
+// (what admission would refuse) is an error with the agent's keyed message
+// and kind (KindRequest, KindConstraint); it does not wrap ErrRefused.
+func (c *Client) SetPolicy(pc admission.PolicyChange) (admission.Decision, error) {
+	out, err := c.callReq(pathSetPolicy, request{Change: &pc})
+	if err != nil {
+		if out.Kind != "" {
+			return admission.Decision{}, fmt.Errorf("%s (%s)", out.Error, out.Kind)
+		}
+		return admission.Decision{}, err
+	}
+	if out.Decision == nil {
+		return admission.Decision{}, fmt.Errorf("%w: answer without a decision", ErrUnavailable)
+	}
+	return fromWire(out.Decision), nil
 }

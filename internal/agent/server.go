@@ -27,6 +27,12 @@ type Core interface {
 	Remove(admission.ContainerInfo) error
 }
 
+// PolicySetter is the part of the core that changes a running tenant's
+// policy (/v1/set-policy); a core without it answers that it cannot.
+type PolicySetter interface {
+	SetPolicy(admission.PolicyChange) (admission.Decision, error)
+}
+
 // Server serves the agent API for one core.
 type Server struct {
 	core func() (Core, error)
@@ -61,6 +67,7 @@ func Listen(path string, core func() (Core, error), log *logrus.Entry) (*Server,
 	mux.HandleFunc("POST "+pathAdmit, s.handle(s.admit))
 	mux.HandleFunc("POST "+pathRegister, s.handle(s.register))
 	mux.HandleFunc("POST "+pathRemove, s.handle(s.remove))
+	mux.HandleFunc("POST "+pathSetPolicy, s.handleReq(s.setPolicy))
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }}
 	return s, nil
@@ -110,6 +117,10 @@ func peerIsRoot(c net.Conn) error {
 }
 
 func (s *Server) handle(fn func(Core, admission.ContainerInfo) response) http.HandlerFunc {
+	return s.handleReq(func(c Core, req request) response { return fn(c, req.Info) })
+}
+
+func (s *Server) handleReq(fn func(Core, request) response) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		reply := func(code int, resp response) {
 			w.Header().Set("Content-Type", "application/json")
@@ -137,7 +148,7 @@ func (s *Server) handle(fn func(Core, admission.ContainerInfo) response) http.Ha
 			reply(http.StatusServiceUnavailable, response{Error: err.Error(), Kind: string(admission.KindInternal)})
 			return
 		}
-		reply(http.StatusOK, fn(core, req.Info))
+		reply(http.StatusOK, fn(core, req))
 	}
 }
 
@@ -164,4 +175,21 @@ func (s *Server) remove(c Core, info admission.ContainerInfo) response {
 		return response{Error: err.Error(), Kind: string(admission.KindInternal)}
 	}
 	return response{}
+}
+
+func (s *Server) setPolicy(c Core, req request) response {
+	ps, ok := c.(PolicySetter)
+	if !ok {
+		return response{Error: "this agent's core cannot change a tenant's policy", Kind: string(admission.KindInternal)}
+	}
+	if req.Change == nil {
+		return response{Error: "bad request: no change", Kind: string(admission.KindRequest)}
+	}
+	d, err := ps.SetPolicy(*req.Change)
+	if err != nil {
+		return response{Error: err.Error(), Kind: string(admission.KindOf(err))}
+	}
+	s.log.WithFields(logrus.Fields{"tenant": d.Tenant, "tenantKey": d.TenantKey, "policy": d.Policy.Name}).
+		Info("agent API: changed a tenant's policy")
+	return response{Decision: toWire(d)}
 }

@@ -13,6 +13,9 @@ const (
 	pathAdmit    = "/v1/admit"
 	pathRegister = "/v1/register"
 	pathRemove   = "/v1/remove"
+	// pathSetPolicy changes a running tenant's policy (gpuextctl tenants
+	// set-policy).
+	pathSetPolicy = "/v1/set-policy"
 )
 
 // maxRequest bounds a request body: a container's info with its labels,
@@ -27,6 +30,8 @@ var ErrUnavailable = errors.New("gpuext agent unavailable")
 // request is a container as a runtime path sees it.
 type request struct {
 	Info admission.ContainerInfo `json:"info"`
+	// Change is set-policy's request (Info is then empty).
+	Change *admission.PolicyChange `json:"change,omitempty"`
 }
 
 // response is the outcome: a decision, or an error. Refused is set when

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/agent"
+	"github.com/gpuext/gpuext/internal/config"
+)
+
+// paramFlags collects repeated --param KEY=VALUE.
+type paramFlags map[string]string
+
+func (p paramFlags) String() string { return "" }
+
+func (p paramFlags) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("--param %q: want KEY=VALUE (KEY as quota or quota.gpuext.io)", v)
+	}
+	if _, dup := p[k]; dup {
+		return fmt.Errorf("--param %q: %s given twice", v, k)
+	}
+	p[k] = val
+	return nil
+}
+
+// setPolicy is `tenants set-policy TENANT POLICY [--param K=V]...`: the
+// agent re-selects the tenant's policy as admission would
+// (admission.Core.SetPolicy) and applies it to the running tenant.
+func setPolicy(cfg config.Config, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("tenants set-policy", flag.ContinueOnError)
+	socket := fs.String("socket", cfg.AgentSocket, "the agent's API socket")
+	timeout := fs.Duration("timeout", agent.DefaultTimeout, "how long to wait for the agent")
+	params := paramFlags{}
+	fs.Var(params, "param", "a further key of the request, KEY=VALUE (quota=2GiB, priority=best-effort); repeatable")
+	if err := fs.Parse(reorderFlags(args)); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return fmt.Errorf("usage: gpuextctl tenants set-policy TENANT POLICY [--param KEY=VALUE]... " +
+			"(TENANT: the id or key gpuextctl tenants shows)")
+	}
+	d, err := agent.NewClient(*socket, *timeout).SetPolicy(admission.PolicyChange{Tenant: fs.Arg(0), Policy: fs.Arg(1),
+		Params: params})
+	if err != nil {
+		return fmt.Errorf("set-policy %s %s: %w", fs.Arg(0), fs.Arg(1), err)
+	}
+	fmt.Fprintf(out, "tenant %d (%s): policy %s, config %s\n", d.Tenant, d.TenantKey, d.Policy.Name, d.ConfigDigest)
+	return nil
+}
