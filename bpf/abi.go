@@ -53,6 +53,7 @@ const (
 	EvictMRU              = registryGpuextEvictionPolicyGPUEXT_EVICT_MRU
 	EvictTenantQuota      = registryGpuextEvictionPolicyGPUEXT_EVICT_TENANT_QUOTA
 	EvictPriorityWeighted = registryGpuextEvictionPolicyGPUEXT_EVICT_PRIORITY_WEIGHTED
+	EvictFreqDecay        = registryGpuextEvictionPolicyGPUEXT_EVICT_FREQ_DECAY
 
 	PrefetchDefault       = registryGpuextPrefetchPolicyGPUEXT_PREFETCH_DEFAULT
 	PrefetchNone          = registryGpuextPrefetchPolicyGPUEXT_PREFETCH_NONE

@@ -49,6 +49,7 @@ const (
 	registryGpuextEvictionPolicyGPUEXT_EVICT_MRU               registryGpuextEvictionPolicy = 4
 	registryGpuextEvictionPolicyGPUEXT_EVICT_TENANT_QUOTA      registryGpuextEvictionPolicy = 5
 	registryGpuextEvictionPolicyGPUEXT_EVICT_PRIORITY_WEIGHTED registryGpuextEvictionPolicy = 6
+	registryGpuextEvictionPolicyGPUEXT_EVICT_FREQ_DECAY        registryGpuextEvictionPolicy = 7
 )
 
 type registryGpuextPrefetchPolicy uint32

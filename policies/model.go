@@ -117,6 +117,8 @@ var EvictionAlgorithms = []AlgorithmSpec{
 	{Name: "tenant-quota", Doc: "a tenant over its quota evicts its own chunks first (needs a quota)"},
 	{Name: "priority-weighted", Doc: "prefer evicting chunks of lower-priority tenants", Params: []ParamSpec{
 		{Name: "weight", Min: 1, Max: 100, Default: 4, Doc: "how many times longer a class keeps its chunks than the class below it"}}},
+	{Name: "freq-decay", Doc: "least recently used chunk first, a chunk's recency refreshed only every period-th access", Params: []ParamSpec{
+		{Name: "period", Min: 1, Max: 16, Default: 4, Doc: "accesses a chunk needs to refresh its recency (1 = lru)"}}},
 }
 
 // PrefetchAlgorithms are the prefetch policies, in ABI order (enum gpuext_prefetch_policy).

@@ -6,7 +6,7 @@
 // select from (catalog, labels, validation) is package policies; this
 // package is only its kernel side.
 //
-// Eviction policies (fifo, lru, lfu, mru, tenant-quota, priority-weighted)
+// Eviction policies (fifo, lru, lfu, mru, freq-decay, tenant-quota, priority-weighted)
 // order the candidates of evict_prepare (tenant-quota and priority-weighted
 // also arbitrate a full device across tenants as the system ops); prefetch policies (none, always-max,
 // tree-threshold, sequential, stride) choose the region a fault migrates.

@@ -6,6 +6,7 @@ package kernelpolicy
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types lru lru.bpf.c -- -I../../kmod/include -I/usr/include/x86_64-linux-gnu
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types lfu lfu.bpf.c -- -I../../kmod/include -I/usr/include/x86_64-linux-gnu
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types mru mru.bpf.c -- -I../../kmod/include -I/usr/include/x86_64-linux-gnu
+//go:generate go tool bpf2go -tags linux -target bpfel -no-global-types freqDecay freq_decay.bpf.c -- -I../../kmod/include -I/usr/include/x86_64-linux-gnu
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types prefetchNone prefetch_none.bpf.c -- -I../../kmod/include -I/usr/include/x86_64-linux-gnu
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types prefetchAlwaysMax prefetch_always_max.bpf.c -- -I../../kmod/include -I/usr/include/x86_64-linux-gnu
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types prefetchStride prefetch_stride.bpf.c -- -I../../kmod/include -I/usr/include/x86_64-linux-gnu

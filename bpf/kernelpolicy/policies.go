@@ -32,6 +32,8 @@ var catalog = map[string]entry{
 	"lfu":  {loadLfu, "lfu_ops", "lfu", KindMemory},
 	"mru":  {loadMru, "mru_ops", "mru", KindMemory},
 
+	"freq-decay": {loadFreqDecay, "freq_decay_ops", "freq_decay", KindMemory},
+
 	"tenant-quota":      {loadTenantQuota, "tenant_quota_ops", "tenant_quota", KindMemory},
 	"priority-weighted": {loadPrioWeighted, "prio_weighted_ops", "prio_weighted", KindMemory},
 

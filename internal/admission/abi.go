@@ -20,6 +20,7 @@ var (
 	evictionIDs = map[string]bpf.EvictionPolicy{
 		"default": bpf.EvictDefault, "lru": bpf.EvictLRU, "fifo": bpf.EvictFIFO, "lfu": bpf.EvictLFU,
 		"mru": bpf.EvictMRU, "tenant-quota": bpf.EvictTenantQuota, "priority-weighted": bpf.EvictPriorityWeighted,
+		"freq-decay": bpf.EvictFreqDecay,
 	}
 	prefetchIDs = map[string]bpf.PrefetchPolicy{
 		"default": bpf.PrefetchDefault, "none": bpf.PrefetchNone, "always-max": bpf.PrefetchAlwaysMax,

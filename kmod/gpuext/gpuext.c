@@ -96,6 +96,7 @@ static const char *const gpuext_evict_names[] = {
 	[GPUEXT_EVICT_MRU] = "mru",
 	[GPUEXT_EVICT_TENANT_QUOTA] = "tenant_quota",
 	[GPUEXT_EVICT_PRIORITY_WEIGHTED] = "prio_weighted",
+	[GPUEXT_EVICT_FREQ_DECAY] = "freq_decay",
 };
 
 /* enum gpuext_prefetch_policy -> ops name. */

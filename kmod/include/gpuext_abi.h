@@ -56,6 +56,7 @@ enum gpuext_eviction_policy {
 	GPUEXT_EVICT_MRU = 4,
 	GPUEXT_EVICT_TENANT_QUOTA = 5,
 	GPUEXT_EVICT_PRIORITY_WEIGHTED = 6,
+	GPUEXT_EVICT_FREQ_DECAY = 7, /* appended */
 };
 
 /* Prefetch policies a tenant may name. */
