@@ -11,7 +11,8 @@
  * smallest key leaves first.  So a chunk touched fewer than period times
  * since it became resident ranks by its arrival, however recently it was
  * touched, and period 1 is plain LRU.  Memory ops "freq_decay" (the
- * catalog's freq-decay; period is the tenant's eviction_param, 1..16).
+ * catalog's freq-decay; period is the tenant's eviction_param, 1..16,
+ * 0 meaning the catalog's default 4).
  *
  * Unlike lfu it never compares counts: a chunk touched 100 times and one
  * touched period times rank by when they last earned recency, and lfu's
@@ -25,6 +26,7 @@
 #include "evict_sort.h"
 
 #define FD_RING 16 /* the largest period */
+#define FD_DEFAULT_PERIOD 4 /* the catalog's default, for a config without one */
 
 struct fd_key {
 	__u64 cgroup_id;
@@ -103,8 +105,10 @@ int BPF_PROG(freq_decay_evict_prepare, struct gpuext_evict_ctx *ectx)
 	__u64 period = bpf_gpuext_evict_param(ectx), cgid = ectx->cgroup_id;
 	__u32 i, j;
 
-	if (period < 1 || period > FD_RING)
-		period = period ? FD_RING : 1; /* the catalog allows 1..16; none configured is LRU */
+	if (!period)
+		period = FD_DEFAULT_PERIOD;
+	if (period > FD_RING)
+		period = FD_RING; /* the catalog allows 1..16 */
 	/* As evict_sort.h: each round moves the largest remaining key to the front. */
 	for (i = 0; i < GPUEXT_EVICT_MAX_CANDIDATES; i++) {
 		struct gpuext_chunk_info c = {};

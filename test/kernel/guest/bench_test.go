@@ -45,6 +45,7 @@ var benchCombos = []benchCombo{
 	{"fifo", "tree-threshold", bpf.EvictFIFO, bpf.PrefetchTreeThreshold},
 	{"lfu", "tree-threshold", bpf.EvictLFU, bpf.PrefetchTreeThreshold},
 	{"mru", "tree-threshold", bpf.EvictMRU, bpf.PrefetchTreeThreshold},
+	{"freq-decay", "tree-threshold", bpf.EvictFreqDecay, bpf.PrefetchTreeThreshold}, // period 4 (no param: the default)
 	{"lru", "none", bpf.EvictLRU, bpf.PrefetchNone},
 	{"lru", "always-max", bpf.EvictLRU, bpf.PrefetchAlwaysMax},
 	{"lru", "sequential", bpf.EvictLRU, bpf.PrefetchSequential},
@@ -141,7 +142,7 @@ func replayBatched(t *testing.T, ctx string, lines []string) {
 func TestBenchmarkTraces(t *testing.T) {
 	requireLab(t)
 	reg := openRegistry(t)
-	for _, p := range []string{"fifo", "lru", "lfu", "mru", "none", "always-max", "sequential", "stride", "tree-threshold"} {
+	for _, p := range []string{"fifo", "lru", "lfu", "mru", "freq-decay", "none", "always-max", "sequential", "stride", "tree-threshold"} {
 		defer attach(t, p).Close()
 	}
 	cgs := make([]string, len(benchCombos))
