@@ -45,25 +45,9 @@ func Discover(ctx context.Context, s pools.Spec) (pools.Spec, error) {
 	if err != nil {
 		return s, fmt.Errorf("%w: no GPUs in devicePlugin.gpus and %w", ErrDiscover, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--gpus", "--json")
-	var stderr bytes.Buffer
-	cmd.Stderr = &limited{w: &stderr, n: 4096}
-	out, err := cmd.StdoutPipe()
+	data, err := RunGpuview(ctx, bin, 30*time.Second, MaxGpuviewOutput, "--gpus", "--json")
 	if err != nil {
 		return s, fmt.Errorf("%w: %w", ErrDiscover, err)
-	}
-	if err := cmd.Start(); err != nil {
-		return s, fmt.Errorf("%w: %s: %w", ErrDiscover, bin, err)
-	}
-	data, rerr := io.ReadAll(io.LimitReader(out, MaxGpuviewOutput+1))
-	_, _ = io.Copy(io.Discard, out)
-	if err := cmd.Wait(); err != nil {
-		return s, fmt.Errorf("%w: %s: %w: %s", ErrDiscover, bin, err, bytes.TrimSpace(stderr.Bytes()))
-	}
-	if rerr != nil {
-		return s, fmt.Errorf("%w: %s: %w", ErrDiscover, bin, rerr)
 	}
 	return withDiscovered(s, data)
 }
@@ -120,17 +104,43 @@ func GpuviewPath(configured string) (string, error) {
 	return p, nil
 }
 
-// limited writes at most n bytes to w and drops the rest.
-type limited struct {
-	w io.Writer
-	n int
+// RunGpuview runs bin (GpuviewPath) with args for at most timeout and
+// returns its stdout: an error when it exits non-zero (with the start of
+// its stderr), times out or prints more than max bytes. Discover and the
+// metrics' NVML series run gpuext-gpuview through it.
+func RunGpuview(ctx context.Context, bin string, timeout time.Duration, max int, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.WaitDelay = time.Second // a child that keeps the pipes open does not hold the caller
+	var stdout, stderr bytes.Buffer
+	over := &capped{w: &stdout, n: max}
+	cmd.Stdout, cmd.Stderr = over, &capped{w: &stderr, n: 1024}
+	err := cmd.Run()
+	switch {
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("%s: no answer within %s", bin, timeout)
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w: %s", bin, err, bytes.TrimSpace(stderr.Bytes()))
+	case over.over:
+		return nil, fmt.Errorf("%s: more than %d bytes of output", bin, max)
+	}
+	return stdout.Bytes(), nil
 }
 
-func (l *limited) Write(p []byte) (int, error) {
-	if l.n > 0 {
-		k := min(len(p), l.n)
-		_, _ = l.w.Write(p[:k])
-		l.n -= k
+// capped writes at most n bytes to w, drops the rest and notes it.
+type capped struct {
+	w    io.Writer
+	n    int
+	over bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	k := min(len(p), c.n)
+	_, _ = c.w.Write(p[:k])
+	c.n -= k
+	if k < len(p) {
+		c.over = true
 	}
 	return len(p), nil
 }

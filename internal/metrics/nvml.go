@@ -1,12 +1,9 @@
 package metrics
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os/exec"
 	"strconv"
 	"sync"
 	"time"
@@ -16,6 +13,7 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
+	"github.com/gpuext/gpuext/internal/deviceplugin"
 	"github.com/gpuext/gpuext/internal/strictjson"
 )
 
@@ -127,7 +125,7 @@ func (s *nvmlSource) run() ([]nvmlProc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNVML, err)
 	}
-	data, err := runBounded(bin, s.timeout, MaxNVMLOutput, "--json")
+	data, err := deviceplugin.RunGpuview(context.Background(), bin, s.timeout, MaxNVMLOutput, "--json")
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNVML, err)
 	}
@@ -192,46 +190,6 @@ func decodeNVML(data []byte) ([]nvmlRow, error) {
 		}
 	}
 	return rows, nil
-}
-
-// runBounded runs bin with args for at most timeout and returns its
-// stdout: an error when it exits non-zero (with the start of its stderr),
-// times out or prints more than max bytes.
-func runBounded(bin string, timeout time.Duration, max int, args ...string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.WaitDelay = time.Second // a child that keeps the pipes open does not hold the scrape
-	var stdout, stderr bytes.Buffer
-	over := &capped{w: &stdout, n: max}
-	cmd.Stdout, cmd.Stderr = over, &capped{w: &stderr, n: 1024}
-	err := cmd.Run()
-	switch {
-	case ctx.Err() != nil:
-		return nil, fmt.Errorf("%s: no answer within %s", bin, timeout)
-	case err != nil:
-		return nil, fmt.Errorf("%s: %w: %s", bin, err, bytes.TrimSpace(stderr.Bytes()))
-	case over.over:
-		return nil, fmt.Errorf("%s: more than %d bytes of output", bin, max)
-	}
-	return stdout.Bytes(), nil
-}
-
-// capped writes at most n bytes to w, drops the rest and notes it.
-type capped struct {
-	w    io.Writer
-	n    int
-	over bool
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	k := min(len(p), c.n)
-	_, _ = c.w.Write(p[:k])
-	c.n -= k
-	if k < len(p) {
-		c.over = true
-	}
-	return len(p), nil
 }
 
 // collectNVML sends gpuext_nvml_up and, when up, the NVML memory of the
