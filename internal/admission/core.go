@@ -164,11 +164,8 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 		sel = policies.Selection{Policy: c.catalog.Default(), Tenant: "container"}
 		// the default policy keeps the GPU memory the scheduler gave the
 		// container as its quota: fail-open never lifts the request
-		gm, err := c.gpuMemory(info, sel)
-		if err != nil {
-			return Decision{}, err
-		}
-		if gpus, err = applyGPUMemory(&sel, gm); err != nil {
+		var err error
+		if gpus, err = c.gpuQuota(info, &sel); err != nil {
 			return Decision{}, err
 		}
 	}

@@ -66,6 +66,16 @@ func (c *Core) gpuMemory(info ContainerInfo, sel policies.Selection) (GPUMemory,
 	return gm, nil
 }
 
+// gpuQuota is gpuMemory then applyGPUMemory: the GPU memory the scheduler
+// gave the container becomes the selection's quota on each GPU.
+func (c *Core) gpuQuota(info ContainerInfo, sel *policies.Selection) (tenantGPUs, error) {
+	gm, err := c.gpuMemory(info, *sel)
+	if err != nil {
+		return tenantGPUs{}, err
+	}
+	return applyGPUMemory(sel, gm)
+}
+
 // tenantGPUs is the per-GPU part of a tenant: the host GPU index and the
 // quota of each device ordinal the container sees.
 type tenantGPUs struct {

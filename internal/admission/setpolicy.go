@@ -103,11 +103,7 @@ func (c *Core) setPolicy(pc PolicyChange, log *logrus.Entry) (Decision, error) {
 	} else {
 		sel.Tenant = policies.TenantContainer
 	}
-	gm, err := c.gpuMemory(info, sel)
-	if err != nil {
-		return Decision{}, err
-	}
-	gpus, err := applyGPUMemory(&sel, gm)
+	gpus, err := c.gpuQuota(info, &sel)
 	if err != nil {
 		return Decision{}, err
 	}
