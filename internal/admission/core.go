@@ -435,15 +435,16 @@ func (c *Core) releaseIfEmpty(key string) error {
 	if err != nil || !ok {
 		return err
 	}
-	tenants, err := c.reg.List()
+	t, err := c.reg.Tenant(id) // its own cgroups only, not the whole registry
+	if errors.Is(err, bpf.ErrNoTenant) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	for _, t := range tenants {
-		if t.ID == id && len(t.Cgroups) == 0 {
-			if err := c.reg.ReleaseTenant(id); err != nil && !errors.Is(err, bpf.ErrNotFound) {
-				return fmt.Errorf("release tenant %d: %w", id, err)
-			}
+	if len(t.Cgroups) == 0 {
+		if err := c.reg.ReleaseTenant(id); err != nil && !errors.Is(err, bpf.ErrNotFound) {
+			return fmt.Errorf("release tenant %d: %w", id, err)
 		}
 	}
 	return nil
