@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -68,20 +69,10 @@ func labelsOf(t bpf.Tenant) []string {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	names = compactStrings(names)
+	names = slices.Compact(names)
 	if n := len(names); n > MaxContainerNames {
 		names = append(names[:MaxContainerNames], "+"+strconv.Itoa(n-MaxContainerNames))
 	}
 	return []string{labelValue(ns), labelValue(pod), labelValue(strings.Join(names, ",")),
 		strconv.FormatUint(uint64(t.ID), 10), labelValue(t.Policy)}
-}
-
-func compactStrings(s []string) []string {
-	out := s[:0]
-	for i, v := range s {
-		if i == 0 || v != s[i-1] {
-			out = append(out, v)
-		}
-	}
-	return out
 }
