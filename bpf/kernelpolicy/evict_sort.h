@@ -46,37 +46,53 @@ static __always_inline __u64 evict_key_of(const struct gpuext_chunk_info *c, enu
 }
 
 /*
+ * gpuext_evict_sort_by(ctx, c, KEY): order the candidates by ascending KEY,
+ * an expression of the candidate `c` (a struct gpuext_chunk_info *), for
+ * policies whose key needs more than the chunk (their own maps, the
+ * tenant's parameter). Evaluates to GPUEXT_RET_HANDLED, or -1 when the
+ * core refused a request.
+ *
  * The loops are bounded by the constant only and end on the kfunc's
  * end-of-list answer: comparing against nr_candidates would make the
  * verifier walk every possible length separately.
  */
+#define gpuext_evict_sort_by(ctx, c, KEY)                                              \
+	({                                                                             \
+		int __ret = GPUEXT_RET_HANDLED;                                        \
+		__u32 __i, __j;                                                        \
+                                                                                       \
+		for (__i = 0; __i < GPUEXT_EVICT_MAX_CANDIDATES; __i++) {              \
+			struct gpuext_chunk_info __c = {};                             \
+			const struct gpuext_chunk_info *c = &__c;                      \
+			__u32 __best = __i;                                            \
+			__u64 __best_key;                                              \
+                                                                                       \
+			if (bpf_gpuext_evict_chunk(ctx, __i, &__c))                    \
+				break; /* all candidates placed */                     \
+			__best_key = (KEY);                                            \
+			for (__j = __i + 1; __j < GPUEXT_EVICT_MAX_CANDIDATES; __j++) { \
+				__u64 __k;                                             \
+                                                                                       \
+				if (bpf_gpuext_evict_chunk(ctx, __j, &__c))            \
+					break;                                         \
+				__k = (KEY);                                           \
+				if (__k > __best_key) {                                \
+					__best = __j;                                  \
+					__best_key = __k;                              \
+				}                                                      \
+			}                                                              \
+			if (bpf_gpuext_evict_move_to_front(ctx, __best)) {             \
+				__ret = -1;                                            \
+				break;                                                 \
+			}                                                              \
+		}                                                                      \
+		__ret;                                                                 \
+	})
+
+/* Order by one of the keys a chunk carries itself. */
 static __always_inline int gpuext_evict_sort(struct gpuext_evict_ctx *ctx, enum evict_key key)
 {
-	__u32 i, j;
-
-	for (i = 0; i < GPUEXT_EVICT_MAX_CANDIDATES; i++) {
-		struct gpuext_chunk_info c = {};
-		__u32 best = i;
-		__u64 best_key;
-
-		if (bpf_gpuext_evict_chunk(ctx, i, &c))
-			break; /* all candidates placed */
-		best_key = evict_key_of(&c, key);
-		for (j = i + 1; j < GPUEXT_EVICT_MAX_CANDIDATES; j++) {
-			__u64 k;
-
-			if (bpf_gpuext_evict_chunk(ctx, j, &c))
-				break;
-			k = evict_key_of(&c, key);
-			if (k > best_key) {
-				best = j;
-				best_key = k;
-			}
-		}
-		if (bpf_gpuext_evict_move_to_front(ctx, best))
-			return -1;
-	}
-	return GPUEXT_RET_HANDLED;
+	return gpuext_evict_sort_by(ctx, c, evict_key_of(c, key));
 }
 
 #endif /* GPUEXT_EVICT_SORT_H */

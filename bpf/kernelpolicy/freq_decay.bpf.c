@@ -103,36 +103,12 @@ SEC("struct_ops/evict_prepare")
 int BPF_PROG(freq_decay_evict_prepare, struct gpuext_evict_ctx *ectx)
 {
 	__u64 period = bpf_gpuext_evict_param(ectx), cgid = ectx->cgroup_id;
-	__u32 i, j;
 
 	if (!period)
 		period = FD_DEFAULT_PERIOD;
 	if (period > FD_RING)
 		period = FD_RING; /* the catalog allows 1..16 */
-	/* As evict_sort.h: each round moves the largest remaining key to the front. */
-	for (i = 0; i < GPUEXT_EVICT_MAX_CANDIDATES; i++) {
-		struct gpuext_chunk_info c = {};
-		__u32 best = i;
-		__u64 best_key;
-
-		if (bpf_gpuext_evict_chunk(ectx, i, &c))
-			break;
-		best_key = fd_key_of(cgid, &c, period);
-		for (j = i + 1; j < GPUEXT_EVICT_MAX_CANDIDATES; j++) {
-			__u64 key;
-
-			if (bpf_gpuext_evict_chunk(ectx, j, &c))
-				break;
-			key = fd_key_of(cgid, &c, period);
-			if (key > best_key) {
-				best = j;
-				best_key = key;
-			}
-		}
-		if (bpf_gpuext_evict_move_to_front(ectx, best))
-			return -1;
-	}
-	return GPUEXT_RET_HANDLED;
+	return gpuext_evict_sort_by(ectx, c, fd_key_of(cgid, c, period));
 }
 
 SEC(".struct_ops.link")

@@ -79,7 +79,7 @@ SEC("struct_ops/evict_prepare")
 int BPF_PROG(lfu_evict_prepare, struct gpuext_evict_ctx *ectx)
 {
 	__u64 decay = bpf_gpuext_evict_param(ectx), cgid = ectx->cgroup_id;
-	__u32 i, j;
+	__u32 i;
 
 	if (decay > LFU_MAX_DECAY)
 		decay = LFU_MAX_DECAY; /* the catalog allows 1..100 */
@@ -90,30 +90,7 @@ int BPF_PROG(lfu_evict_prepare, struct gpuext_evict_ctx *ectx)
 			break;
 		lfu_age(cgid, &c, decay);
 	}
-	/* As evict_sort.h: each round moves the largest remaining key to the front. */
-	for (i = 0; i < GPUEXT_EVICT_MAX_CANDIDATES; i++) {
-		struct gpuext_chunk_info c = {};
-		__u32 best = i;
-		__u64 best_key;
-
-		if (bpf_gpuext_evict_chunk(ectx, i, &c))
-			break;
-		best_key = lfu_key_of(cgid, &c);
-		for (j = i + 1; j < GPUEXT_EVICT_MAX_CANDIDATES; j++) {
-			__u64 k;
-
-			if (bpf_gpuext_evict_chunk(ectx, j, &c))
-				break;
-			k = lfu_key_of(cgid, &c);
-			if (k > best_key) {
-				best = j;
-				best_key = k;
-			}
-		}
-		if (bpf_gpuext_evict_move_to_front(ectx, best))
-			return -1;
-	}
-	return GPUEXT_RET_HANDLED;
+	return gpuext_evict_sort_by(ectx, c, lfu_key_of(cgid, c));
 }
 
 SEC(".struct_ops.link")
