@@ -17,7 +17,15 @@ func TestCatalogNamesMatchPolicyModel(t *testing.T) {
 			known[s.Name] = true
 		}
 	}
-	for _, name := range Names() {
+	names := Names()
+	// what the kernel lab and a policy file attach by name: a catalog
+	// without them (or empty) would pass the loop below checking nothing
+	for _, want := range []string{"fifo", "lru", "lfu", "mru", "freq-decay", "tree-threshold", "sched_priority"} {
+		if _, ok := catalog[want]; !ok {
+			t.Errorf("catalog lacks %q (has %v)", want, names)
+		}
+	}
+	for _, name := range names {
 		// Scheduling policies are chosen by the tenant's priority class,
 		// which the model validates, not by a name in the policies.
 		if !known[name] && !strings.HasPrefix(name, "sched_") {
