@@ -317,12 +317,13 @@ void gx_acct_after_fork(void)
 }
 
 /*
- * Sum of live slots, over every device (dev < 0) or on one; with reclaim,
+ * Sum of live slots, over every device (dev < 0) or on one, in one pass that
+ * also sums every device into *total when total is not NULL; with reclaim,
  * also clears slots of dead owners.
  */
-static uint64_t gx_tenant_used_on(int dev, int reclaim)
+static uint64_t gx_tenant_used_on(int dev, int reclaim, uint64_t *total)
 {
-	uint64_t sum = 0;
+	uint64_t sum = 0, all = 0;
 
 	for (int i = 0; i < (int)GPUEXT_DEVRT_SLOTS; i++) {
 		struct gpuext_devrt_slot *s = &gx_u->slot[i];
@@ -330,17 +331,22 @@ static uint64_t gx_tenant_used_on(int dev, int reclaim)
 
 		if (atomic_load(&s->pid) == 0)
 			continue;
-		if (gx_slot_live(i))
-			sum += atomic_load(dev < 0 ? &s->bytes : d ? d : &s->bytes);
-		else if (reclaim)
+		if (gx_slot_live(i)) {
+			uint64_t b = atomic_load(&s->bytes);
+
+			all += b;
+			sum += d ? atomic_load(d) : b;
+		} else if (reclaim)
 			gx_slot_reclaim(i);
 	}
+	if (total)
+		*total = all;
 	return sum;
 }
 
 static uint64_t gx_tenant_used(int reclaim)
 {
-	return gx_tenant_used_on(-1, reclaim);
+	return gx_tenant_used_on(-1, reclaim, NULL);
 }
 
 uint64_t gx_acct_tenant_used(void)
@@ -354,7 +360,7 @@ uint64_t gx_acct_device_used(int dev)
 	gx_runtime_init();
 	if (!gx_u || dev < 0 || dev >= (int)GPUEXT_DEVRT_MAX_DEVICES)
 		return 0;
-	return gx_tenant_used_on(dev, 1);
+	return gx_tenant_used_on(dev, 1, NULL);
 }
 
 static void gx_max(_Atomic uint64_t *a, uint64_t v)
@@ -369,7 +375,7 @@ int gx_acct_reserve(int dev, uint64_t bytes, const char *what)
 {
 	struct gpuext_devrt_slot *s;
 	_Atomic uint64_t *d;
-	uint64_t mine, used, quota;
+	uint64_t mine, used, total, quota;
 	int i, limited;
 
 	gx_runtime_init();
@@ -388,9 +394,9 @@ int gx_acct_reserve(int dev, uint64_t bytes, const char *what)
 	mine = atomic_fetch_add(&s->bytes, bytes) + bytes;
 	if (d)
 		atomic_fetch_add(d, bytes);
-	used = d ? gx_tenant_used_on(dev, 0) : gx_tenant_used(0);
+	used = gx_tenant_used_on(dev, 0, &total); /* one scan: this device's bytes and the tenant's */
 	if (limited && (used > quota || !d)) {
-		used = d ? gx_tenant_used_on(dev, 1) : 0; /* dead owners' bytes do not count: check again */
+		used = d ? gx_tenant_used_on(dev, 1, &total) : 0; /* dead owners' bytes do not count: check again */
 		if (used > quota || !d) {
 			atomic_fetch_sub(&s->bytes, bytes);
 			if (d)
@@ -403,7 +409,7 @@ int gx_acct_reserve(int dev, uint64_t bytes, const char *what)
 		}
 	}
 	gx_max(&s->peak, mine);
-	gx_max(&gx_u->hdr.peak_bytes, gx_tenant_used(0));
+	gx_max(&gx_u->hdr.peak_bytes, total);
 	GX_DEBUG("%s %llu reserved: tenant uses %llu of quota %llu on device %d", what, (unsigned long long)bytes,
 		 (unsigned long long)used, (unsigned long long)quota, dev);
 	return 0;
