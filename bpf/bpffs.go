@@ -29,13 +29,10 @@ const BPFFSRoot = "/sys/fs/bpf"
 func EnsureBPFFS(dir string) (string, error) {
 	dir = filepath.Clean(dir)
 	existing := nearestExisting(dir)
-	if onBPFFS(existing) {
+	if OnBPFFS(existing) {
 		return "", nil
 	}
-	target := dir
-	if dir == BPFFSRoot || strings.HasPrefix(dir, BPFFSRoot+"/") {
-		target = BPFFSRoot
-	}
+	target := BPFFSMountPoint(dir)
 	if err := os.MkdirAll(target, 0o700); err != nil {
 		return "", fmt.Errorf("%w: %s is not on a bpf filesystem and %s cannot be created to mount one: %w",
 			ErrPinDir, dir, target, err)
@@ -52,7 +49,7 @@ func EnsureBPFFS(dir string) (string, error) {
 		return "", fmt.Errorf("%w: lock %s: %w", ErrPinDir, target, err)
 	}
 	defer unix.Flock(int(d.Fd()), unix.LOCK_UN) //nolint:errcheck // released on close too
-	if onBPFFS(nearestExisting(dir)) {
+	if OnBPFFS(nearestExisting(dir)) {
 		return "", nil // another process mounted it while we waited
 	}
 	if err := unix.Mount("bpf", target, "bpf", 0, ""); err != nil {
@@ -64,7 +61,7 @@ func EnsureBPFFS(dir string) (string, error) {
 		return "", fmt.Errorf("%w: %s is not on a bpf filesystem and mounting one at %s failed: %w%s",
 			ErrPinDir, dir, target, err, hint)
 	}
-	if !onBPFFS(target) {
+	if !OnBPFFS(target) {
 		return "", fmt.Errorf("%w: mounted bpf at %s but it does not show as a bpf filesystem", ErrPinDir, target)
 	}
 	return target, nil
@@ -94,7 +91,18 @@ func nearestExisting(dir string) string {
 	}
 }
 
-func onBPFFS(dir string) bool {
+// BPFFSMountPoint is where EnsureBPFFS mounts a bpf filesystem for pin dir
+// dir: BPFFSRoot for a dir under it, else dir itself.
+func BPFFSMountPoint(dir string) string {
+	dir = filepath.Clean(dir)
+	if dir == BPFFSRoot || strings.HasPrefix(dir, BPFFSRoot+"/") {
+		return BPFFSRoot
+	}
+	return dir
+}
+
+// OnBPFFS reports whether dir is on a bpf filesystem.
+func OnBPFFS(dir string) bool {
 	var st unix.Statfs_t
 	return unix.Statfs(dir, &st) == nil && uint32(st.Type) == unix.BPF_FS_MAGIC
 }

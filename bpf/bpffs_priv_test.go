@@ -50,7 +50,7 @@ func TestOpenRegistryMountsBPFFS(t *testing.T) {
 // freshBPFFSHelper runs in its own mount namespace: it unmounts every bpffs
 // at BPFFSRoot, then opens the registry from 8 goroutines at once.
 func freshBPFFSHelper() int {
-	for onBPFFS(BPFFSRoot) {
+	for OnBPFFS(BPFFSRoot) {
 		if err := unix.Unmount(BPFFSRoot, unix.MNT_DETACH); err != nil {
 			fmt.Fprintln(os.Stderr, "umount:", err)
 			return 1

@@ -27,8 +27,8 @@ func TestOpenRegistryMountsOnPinDir(t *testing.T) {
 			t.Errorf("unmount %s: %v", dir, err)
 		}
 	})
-	if r.MountedBPFFS() != dir || !onBPFFS(dir) {
-		t.Fatalf("mounted %q (bpffs at %s: %v), want a bpf filesystem on the pin dir", r.MountedBPFFS(), dir, onBPFFS(dir))
+	if r.MountedBPFFS() != dir || !OnBPFFS(dir) {
+		t.Fatalf("mounted %q (bpffs at %s: %v), want a bpf filesystem on the pin dir", r.MountedBPFFS(), dir, OnBPFFS(dir))
 	}
 	if _, err := os.Stat(filepath.Join(dir, "gpuext_tenants")); err != nil {
 		t.Fatalf("registry not pinned in the mounted bpffs: %v", err)

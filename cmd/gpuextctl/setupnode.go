@@ -17,8 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
@@ -55,22 +53,9 @@ func setupNode(cfg config.Config, args []string, out io.Writer) error {
 }
 
 // bpffsMountPoint is where bpf.EnsureBPFFS mounts a bpf filesystem for dir.
-func bpffsMountPoint(dir string) string {
-	dir = filepath.Clean(dir)
-	if dir == bpf.BPFFSRoot || strings.HasPrefix(dir, bpf.BPFFSRoot+"/") {
-		return bpf.BPFFSRoot
-	}
-	return dir
-}
-
-func isBPFFS(dir string) bool {
-	var st unix.Statfs_t
-	return unix.Statfs(dir, &st) == nil && uint32(st.Type) == unix.BPF_FS_MAGIC
-}
-
 func setupBPFFS(pinDir string, inContainer bool, mountinfo string, out io.Writer) error {
-	target := bpffsMountPoint(pinDir)
-	if isBPFFS(target) {
+	target := bpf.BPFFSMountPoint(pinDir)
+	if bpf.OnBPFFS(target) {
 		fmt.Fprintf(out, "bpffs: %s is a bpf filesystem (pinDir %s)\n", target, pinDir)
 		return nil
 	}
