@@ -154,19 +154,18 @@ func TestChurnNRIAndOCIHooksAtOnce(t *testing.T) {
 		t.Error(err)
 	}
 	wg.Wait()
-	time.Sleep(5 * time.Second) // two reconcile intervals and the grace
-
 	reg := l.registry(t)
-	list, err := reg.List()
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := map[string]bool{} // container id -> live
 	for _, c := range ctrs {
 		want[c.id] = c.live
 	}
 	for _, c := range cris {
 		want[c.id] = c.live
+	}
+	waitReconciled(t, reg, want)
+	list, err := reg.List()
+	if err != nil {
+		t.Fatal(err)
 	}
 	seen := map[string]int{}
 	cgroupTenant := map[uint64]uint64{}

@@ -16,6 +16,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/cgroup/cgrouptest"
 	"github.com/gpuext/gpuext/internal/admission"
@@ -109,9 +110,12 @@ func TestChurnWithKills(t *testing.T) {
 		}
 	}
 	run(withPoststop, "poststop", nil)
-	time.Sleep(5 * time.Second) // two reconcile intervals and the grace
-
 	reg := l.Registry(t)
+	liveIDs := map[string]bool{}
+	for _, c := range ctrs {
+		liveIDs[c.id] = c.live
+	}
+	waitReconciled(t, reg, liveIDs)
 	list, err := reg.List()
 	if err != nil {
 		t.Fatal(err)
@@ -121,6 +125,7 @@ func TestChurnWithKills(t *testing.T) {
 		liveByID[c.id] = c.live
 	}
 	registeredLive := 0
+	seen := map[string]int{}
 	for _, tn := range list {
 		if len(tn.Cgroups) == 0 {
 			t.Errorf("leaked tenant %d (%s): no cgroup", tn.ID, tn.Key)
@@ -131,7 +136,13 @@ func TestChurnWithKills(t *testing.T) {
 				t.Errorf("stale entry: tenant %d has cgroup %d of ended container %s", tn.ID, cg.CgroupID, cg.ContainerID)
 				continue
 			}
-			registeredLive++
+			seen[cg.ContainerID]++
+			if seen[cg.ContainerID] == 2 {
+				t.Errorf("container %s registered twice", cg.ContainerID)
+			}
+			if seen[cg.ContainerID] == 1 {
+				registeredLive++
+			}
 		}
 		for _, dir := range []string{admission.TenantDir(l.StateDir, uint64(tn.ID)), admission.AcctDir(l.StateDir, uint64(tn.ID))} {
 			if _, err := os.Stat(dir); err != nil {
@@ -197,4 +208,34 @@ func newChurnContainers(t *testing.T, bundles, prefix string, n int) []*churnCon
 		ctrs[i] = c
 	}
 	return ctrs
+}
+
+// waitReconciled waits (up to 30 s) until the registry holds no entry of an
+// ended container and no tenant without a cgroup: what the agent's
+// reconcile reaches after its interval and grace. The callers then check
+// everything; a timeout leaves the leftovers for those checks to name.
+func waitReconciled(t *testing.T, reg *bpf.Registry, live map[string]bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		list, err := reg.List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		clean := true
+		for _, tn := range list {
+			if len(tn.Cgroups) == 0 {
+				clean = false
+			}
+			for _, cg := range tn.Cgroups {
+				if l, known := live[cg.ContainerID]; known && !l {
+					clean = false
+				}
+			}
+		}
+		if clean || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
