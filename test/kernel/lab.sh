@@ -19,7 +19,7 @@ CACHE=${KERNEL_LAB_CACHE:-$REPO/.cache/kernel}
 KSERIES=${KERNEL_LAB_SERIES:-6.12}
 TIMEOUT=${KERNEL_LAB_TIMEOUT:-240}
 ROOT=$CACHE/root
-OUT=$CACHE/out
+OUT=${KERNEL_LAB_OUT:-$CACHE/out} # the build and the boot's files (KERNEL_LAB_OUT: another, for a run beside another)
 
 log() { echo "[kernel-lab] $*"; }
 die() { echo "[kernel-lab] ERROR: $*" >&2; exit 1; }
