@@ -26,15 +26,15 @@ type RuncCommand struct {
 	// Root, Log and LogFormat are runc's --root, --log and --log-format.
 	Root, Log, LogFormat string
 
-	// Creates: runc creates a container with this line (a create or run
-	// that every runc that runs it at all reads the same way); Bundle and
+	// Creates: runc creates a container with this line (a create, run or
+	// restore that every runc that runs it at all reads the same way); Bundle and
 	// ContainerID are then set.
 	Creates bool
 	// Refused says why no runc runs the line's command: a usage error, or
 	// help or the version asked for ("" when it runs). A create that runc
 	// refuses creates nothing: the wrapper passes it on for runc to report.
 	Refused string
-	// For create and run: the bundle (absolute, default: the working
+	// For create, run and restore: the bundle (absolute, default: the working
 	// directory), the bundle as given (BundleArg, "" for none) and the
 	// container id.
 	Bundle      string
@@ -129,6 +129,17 @@ var (
 		"help": flagBool, "h": flagBool,
 	}
 	runcRunOnly = map[string]flagKind{"detach": flagBool, "d": flagBool, "keep": flagBool, "no-subreaper": flagBool}
+	// restore creates a container from the bundle's config.json as create
+	// does (runc's startContainer with CT_ACT_RESTORE), then hands the
+	// process to criu. Its flags are the same from runc 1.1 to 1.4.
+	runcRestore = map[string]flagKind{
+		"console-socket": flagValue, "image-path": flagValue, "work-path": flagValue,
+		"tcp-established": flagBool, "ext-unix-sk": flagBool, "shell-job": flagBool, "file-locks": flagBool,
+		"manage-cgroups-mode": flagValue, "bundle": flagValue, "b": flagValue, "detach": flagBool, "d": flagBool,
+		"pid-file": flagValue, "no-subreaper": flagBool, "no-pivot": flagBool, "empty-ns": flagValue,
+		"auto-dedup": flagBool, "lazy-pages": flagBool, "lsm-profile": flagValue, "lsm-mount-context": flagValue,
+		"help": flagBool, "h": flagBool,
+	}
 
 	runcVersions = []runcVersion{
 		{name: "runc 1.1", global: runcGlobal11, create: runcCreate11, comma: true},
@@ -352,8 +363,11 @@ type createArgs struct {
 
 func readCreate(r reorder, v runcVersion, command string, args []string) createArgs {
 	own := v.create
-	if command == "run" {
+	switch command {
+	case "run":
 		own = merge(own, runcRunOnly)
+	case "restore":
+		own = runcRestore
 	}
 	flags, pos, err := parseGoFlags(reorderArgs(r, own, args), own)
 	if err == nil {
@@ -375,7 +389,7 @@ func readCreate(r reorder, v runcVersion, command string, args []string) createA
 
 // ParseRuncArgs parses a runc command line (without argv[0]) the way runc
 // does (see reorder): the wrapper's own --config flag among the global flags,
-// runc's global flags, the command, and for create and run the command's
+// runc's global flags, the command, and for create, run and restore the command's
 // flags before and after the container id. cwd resolves a missing or
 // relative --bundle.
 //
@@ -420,7 +434,7 @@ func ParseRuncArgs(args []string, cwd string) (RuncCommand, error) {
 		return c, nil // runc prints its help
 	}
 	c.Command, c.Rest, c.hasCommand = rest[0], rest[1:], true
-	if c.Command != "create" && c.Command != "run" {
+	if c.Command != "create" && c.Command != "run" && c.Command != "restore" {
 		// Not a runc command ("", "-", a typo): runc prints its help; any
 		// other command creates nothing.
 		return c, nil

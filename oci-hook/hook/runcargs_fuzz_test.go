@@ -137,7 +137,7 @@ func FuzzRuncArgs(f *testing.F) {
 			}
 			return
 		}
-		if c.Command != "create" && c.Command != "run" {
+		if c.Command != "create" && c.Command != "run" && c.Command != "restore" {
 			t.Fatalf("admits command %q", c.Command)
 		}
 		if !validRuncID(c.ContainerID, true) || !slices.Contains(c.Rest, c.ContainerID) {

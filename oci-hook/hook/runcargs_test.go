@@ -144,6 +144,15 @@ var runcLines = []runcLine{
 	{name: "features", args: fields("features"), other: true},
 	{name: "--version", args: fields("--version"), refused: true},
 	{name: "no args", args: []string{}, other: true},
+	// restore (docker start --checkpoint, containerd's shim with a
+	// checkpoint): it creates the container from the bundle as create does
+	{name: "restore from containerd's shim", args: fields("--root /run/docker/runtime-runc/moby --log /x/log.json --log-format json restore --image-path /x/checkpoint --work-path /x/work --bundle /x/c9 --pid-file /x/init.pid --detach --manage-cgroups-mode soft c9"),
+		id: "c9", bundle: "/x/c9", root: "/run/docker/runtime-runc/moby", log: "/x/log.json", logFormat: "json"},
+	{name: "restore with criu's flags after the id", args: fields("restore c9 --tcp-established --empty-ns network -b /b --lazy-pages"), id: "c9", bundle: "/b"},
+	{name: "restore without a bundle", args: fields("restore --image-path /ck c9"), id: "c9", bundle: testCwd},
+	{name: "restore refuses create's --no-new-keyring", args: fields("restore --no-new-keyring --bundle /b c9"), refused: true},
+	{name: "restore without an id", args: fields("restore --bundle /b"), refused: true},
+	{name: "checkpoint creates nothing", args: fields("checkpoint --image-path /ck c9"), other: true},
 }
 
 func TestParseRuncArgs(t *testing.T) {
