@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/gpuext/gpuext/cgroup"
@@ -20,6 +21,20 @@ const (
 	RuntimeOCIHook     Runtime = 2
 	RuntimeRuncWrapper Runtime = 3
 )
+
+// String is the runtime's name in gpuextctl's tables and the metrics'
+// runtime label: containerd, oci-hook, runc-wrapper, or unknown(N).
+func (r Runtime) String() string {
+	switch r {
+	case RuntimeNRI:
+		return "containerd"
+	case RuntimeOCIHook:
+		return "oci-hook"
+	case RuntimeRuncWrapper:
+		return "runc-wrapper"
+	}
+	return "unknown(" + strconv.FormatUint(uint64(r), 10) + ")"
+}
 
 // CgroupEntry is one registered cgroup of a tenant.
 type CgroupEntry struct {

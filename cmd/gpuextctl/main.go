@@ -191,7 +191,7 @@ func tenants(cfg config.Config, args []string, out io.Writer) error {
 			if cg.PodName != "" {
 				r.Pod = cg.PodNamespace + "/" + cg.PodName
 			}
-			r.Runtime = runtimeName(cg.Runtime)
+			r.Runtime = cg.Runtime.String()
 			rows = append(rows, r)
 		}
 	}
@@ -463,18 +463,6 @@ func gc(cfg config.Config, args []string, out io.Writer) error {
 	n, err := core.Reconcile(*grace, runtimes...)
 	fmt.Fprintf(out, "dropped %d stale entries\n", n)
 	return err
-}
-
-func runtimeName(r bpf.Runtime) string {
-	switch r {
-	case bpf.RuntimeNRI:
-		return "containerd"
-	case bpf.RuntimeOCIHook:
-		return "oci-hook"
-	case bpf.RuntimeRuncWrapper:
-		return "runc-wrapper"
-	}
-	return strconv.Itoa(int(r))
 }
 
 // shortPath shortens 64-hex container ids inside a cgroup path to 12 chars.

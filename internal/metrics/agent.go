@@ -123,7 +123,7 @@ func (a *Agent) publishAge() float64 {
 
 // Admitted counts one Admit call (admission.Observer).
 func (a *Agent) Admitted(info admission.ContainerInfo, d admission.Decision, err error, took time.Duration) {
-	rt := runtimeName(info.Runtime)
+	rt := info.Runtime.String()
 	outcome := admission.OutcomeOf(d, err)
 	a.admissions.WithLabelValues(rt, string(outcome)).Inc()
 	a.latency.WithLabelValues(rt).Observe(took.Seconds())
@@ -144,7 +144,7 @@ func (a *Agent) Admitted(info admission.ContainerInfo, d admission.Decision, err
 
 // Registered counts one Register call (admission.Observer).
 func (a *Agent) Registered(info admission.ContainerInfo, d admission.Decision, err error) {
-	rt := runtimeName(info.Runtime)
+	rt := info.Runtime.String()
 	outcome := admission.OutcomeOf(d, err)
 	a.registrations.WithLabelValues(rt, string(outcome)).Inc()
 	if err == nil && d.Skipped && d.Err != nil { // registration itself failed open

@@ -172,7 +172,7 @@ func (c *TenantCollector) Collect(ch chan<- prometheus.Metric) {
 		lv := labelsOf(t)
 		ch <- gauge(descQuota, float64(t.Config.QuotaBytes), lv...)
 		for _, cg := range t.Cgroups {
-			ch <- gauge(descContainer, 1, append(lv, runtimeName(cg.Runtime), labelValue(cg.ContainerID))...)
+			ch <- gauge(descContainer, 1, append(lv, cg.Runtime.String(), labelValue(cg.ContainerID))...)
 		}
 		c.usage(ch, t, lv)
 		read, complete := c.probes(ch, t, lv, budget)
@@ -353,18 +353,6 @@ func kernelTenant(ch chan<- prometheus.Metric, reg Registry, id bpf.TenantID, lv
 			ch <- gauge(m.d, float64(m.v), lv...)
 		}
 	}
-}
-
-func runtimeName(r bpf.Runtime) string {
-	switch r {
-	case bpf.RuntimeNRI:
-		return "containerd"
-	case bpf.RuntimeOCIHook:
-		return "oci-hook"
-	case bpf.RuntimeRuncWrapper:
-		return "runc-wrapper"
-	}
-	return "unknown"
 }
 
 // gauge and counter are const metrics; a value that cannot be one (a label
