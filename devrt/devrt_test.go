@@ -732,7 +732,7 @@ func TestQuotaAcrossPidNamespaces(t *testing.T) {
 
 // The interposer runs with what admission wrote for the tenant: its id,
 // quota, class and latency-critical window (the policy's activeWindowUs,
-// else its timesliceUs, else the default: resolved in Go, taken as it is
+// else the default, never its timesliceUs: resolved in Go, taken as it is
 // in C), as its start-up line and the tenant's usage file show. config.json
 // beside settings.bin is not read.
 func TestInterposerSeesWhatAdmissionWrote(t *testing.T) {
@@ -747,8 +747,9 @@ func TestInterposerSeesWhatAdmissionWrote(t *testing.T) {
 	}{
 		{"latency-critical window", 31, 5 * gib, "latency-critical", func(f *admission.TenantFile) { f.ActiveWindowUS = 7000 },
 			"tenant=31 quota=5368709120 class=1 window_ns=7000000 ", "1"},
-		{"timeslice as window", 32, 0, "best-effort", func(f *admission.TenantFile) { f.TimesliceUS = 16000; f.SMPercent = 40 },
-			"tenant=32 quota=0 class=2 window_ns=16000000 ", "2"},
+		// the driver timeslice is not the window (issue 14): the default is
+		{"timeslice is not the window", 32, 0, "best-effort", func(f *admission.TenantFile) { f.TimesliceUS = 16000; f.SMPercent = 40 },
+			fmt.Sprintf("tenant=32 quota=0 class=2 window_ns=%d ", tenantcfg.DefaultActiveWindow.Nanoseconds()), "2"},
 		{"default window", 33, 2 * gib, "standard", func(f *admission.TenantFile) { f.TimesliceUS = 0 },
 			fmt.Sprintf("tenant=33 quota=%d class=0 window_ns=%d ", 2*gib, tenantcfg.DefaultActiveWindow.Nanoseconds()), "0"},
 	} {

@@ -63,6 +63,25 @@ type PriorityPolicy struct {
 	// of the best-effort tenants on one GPU should add up to well under 100.
 	// 0: not confined (the launch gate is the isolation).
 	SMPercent uint32 `json:"smPercent,omitempty"`
+	// MPSClientPriority is, for a best-effort tenant on a GPU shared
+	// through an MPS server, the MPS client priority of its contexts
+	// (CUDA_MPS_CLIENT_PRIORITY): 0 normal, 1 below normal (the GPU
+	// dispatches the blocks of normal-priority clients first). A tenant can
+	// lower it, never raise it. 0: normal.
+	MPSClientPriority uint32 `json:"mpsClientPriority,omitempty"`
+}
+
+// MaxMPSClientPriority is the lowest MPS client priority CUDA knows
+// (CUDA_MPS_CLIENT_PRIORITY=1, below normal).
+const MaxMPSClientPriority = 1
+
+// EffectiveMPSClientPriority is the MPS client priority that applies: only
+// a best-effort tenant is lowered.
+func (p PriorityPolicy) EffectiveMPSClientPriority() uint32 {
+	if p.Class != BestEffort {
+		return 0
+	}
+	return p.MPSClientPriority
 }
 
 // EffectiveSMPercent is the SM share that applies: only a best-effort

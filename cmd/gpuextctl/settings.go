@@ -43,9 +43,10 @@ func settingsWrite(args []string) error {
 	policy := fs.String("policy", "manual", "policy name (config.json only)")
 	class := fs.String("class", string(policies.Standard), "priority class")
 	quota := fs.String("quota", "0", "device-memory quota (bytes or e.g. 8GiB; 0: none)")
-	timeslice := fs.Uint("timeslice-us", 0, "timeslice; the latency-critical window when --active-window-us is 0")
-	window := fs.Uint("active-window-us", 0, "latency-critical pending window (0: the timeslice, else the default)")
-	sm := fs.Uint("sm-percent", 0, "best-effort share of the SMs under MPS (0: not confined)")
+	timeslice := fs.Uint("timeslice-us", 0, "driver timeslice (config.json only; never the latency-critical window)")
+	window := fs.Uint("active-window-us", 0, "latency-critical pending window (0: the default, 2ms)")
+	sm := fs.Uint("sm-percent", 0, "best-effort share of the SMs under MPS, on each GPU (0: not confined)")
+	mpsPrio := fs.Uint("mps-client-priority", 0, "best-effort MPS client priority (CUDA_MPS_CLIENT_PRIORITY): 0 normal, 1 below normal")
 	probes := fs.String("probes", "", "comma-separated probe names (config.json only)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -64,11 +65,14 @@ func settingsWrite(args []string) error {
 	if *probes != "" {
 		names = strings.Split(*probes, ",")
 	}
-	prio := policies.PriorityPolicy{Class: policies.PriorityClass(*class), SMPercent: uint32(*sm)}
+	if *mpsPrio > policies.MaxMPSClientPriority {
+		return fmt.Errorf("settings write: mps-client-priority %d: want 0..%d", *mpsPrio, policies.MaxMPSClientPriority)
+	}
+	prio := policies.PriorityPolicy{Class: policies.PriorityClass(*class), SMPercent: uint32(*sm), MPSClientPriority: uint32(*mpsPrio)}
 	tf := admission.TenantFile{
 		ABIVersion: bpf.ABIVersion, TenantID: uint32(*tenant), TenantKey: fmt.Sprintf("manual/%d", *tenant), Policy: *policy,
 		Class: *class, QuotaBytes: q, TimesliceUS: uint32(*timeslice), ActiveWindowUS: uint32(*window),
-		SMPercent: prio.EffectiveSMPercent(), Probes: names, ProbeKernels: []string{},
+		SMPercent: prio.EffectiveSMPercent(), MPSClientPriority: prio.EffectiveMPSClientPriority(), Probes: names, ProbeKernels: []string{},
 	}
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		return err
@@ -89,7 +93,7 @@ func settingsShow(path string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	_, err = fmt.Fprintf(out, "tenant=%d quota=%d class=%d window_ns=%d sm_percent=%d\n",
-		s.TenantID, s.QuotaBytes, s.Class, s.ActiveWindow.Nanoseconds(), s.SMPercent)
+	_, err = fmt.Fprintf(out, "tenant=%d quota=%d class=%d window_ns=%d sm_percent=%d mps_client_priority=%d\n",
+		s.TenantID, s.QuotaBytes, s.Class, s.ActiveWindow.Nanoseconds(), s.SMPercent, s.MPSClientPriority)
 	return err
 }

@@ -18,7 +18,8 @@ func TestSettingsWriteShow(t *testing.T) {
 	if err := run([]string{"settings", "show", dir}, &out); err != nil {
 		t.Fatal(err)
 	}
-	want := "tenant=7 quota=2147483648 class=1 window_ns=3000000 sm_percent=0\n"
+	// the driver timeslice is not the latency-critical window: the default is
+	want := "tenant=7 quota=2147483648 class=1 window_ns=2000000 sm_percent=0 mps_client_priority=0\n"
 	if out.String() != want {
 		t.Errorf("settings show: %q, want %q", out.String(), want)
 	}
@@ -29,5 +30,27 @@ func TestSettingsWriteShow(t *testing.T) {
 	out.Reset()
 	if err := run([]string{"settings", "show", dir}, &out); err != nil || out.String() != want {
 		t.Errorf("settings show after a refused write: %q (%v), want %q unchanged", out.String(), err, want)
+	}
+}
+
+// A best-effort tenant's MPS share and client priority reach settings.bin;
+// a priority CUDA does not know is refused by name and changes nothing.
+func TestSettingsWriteMPSClientPriority(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tenant")
+	if err := run([]string{"settings", "write", "--dir", dir, "--tenant", "8", "--class", "best-effort", "--sm-percent", "30", "--mps-client-priority", "1"}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	want := "tenant=8 quota=0 class=2 window_ns=2000000 sm_percent=30 mps_client_priority=1\n"
+	var out bytes.Buffer
+	if err := run([]string{"settings", "show", dir}, &out); err != nil || out.String() != want {
+		t.Fatalf("settings show: %q (%v), want %q", out.String(), err, want)
+	}
+	err := run([]string{"settings", "write", "--dir", dir, "--tenant", "8", "--class", "best-effort", "--mps-client-priority", "2"}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "mps-client-priority 2") {
+		t.Errorf("--mps-client-priority 2: %v, want a refusal naming it", err)
+	}
+	out.Reset()
+	if err := run([]string{"settings", "show", dir}, &out); err != nil || out.String() != want {
+		t.Errorf("after the refused write: %q (%v), want %q unchanged", out.String(), err, want)
 	}
 }

@@ -82,6 +82,18 @@ static void fake_log(const char *fmt, ...)
 	close(fd);
 }
 
+/* Under MPS (a pipe directory set), the real driver takes the client's SM
+ * share and priority from the environment when it creates a context, on
+ * each device: logged the same way, for the tests to read what it saw. */
+static void fake_log_mps(const char *api, int dev)
+{
+	const char *share = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), *prio = getenv("CUDA_MPS_CLIENT_PRIORITY");
+
+	if (getenv("CUDA_MPS_PIPE_DIRECTORY"))
+		fake_log("mps-context api=%s dev=%d active_thread_percentage=%.16s client_priority=%.16s", api, dev,
+			 share ? share : "unset", prio ? prio : "unset");
+}
+
 static unsigned long long fake_total(void)
 {
 	const char *s = getenv("FAKECUDA_TOTAL_BYTES");
@@ -726,6 +738,7 @@ FAKE_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 	pthread_mutex_unlock(&fake_mu);
 	*pctx = (CUcontext)fake_primary_of(dev);
 	fake_log("cuDevicePrimaryCtxRetain dev=%d", dev);
+	fake_log_mps("cuDevicePrimaryCtxRetain", dev);
 	return CUDA_SUCCESS;
 }
 

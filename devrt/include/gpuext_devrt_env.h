@@ -24,6 +24,7 @@
 /* CUDA's own: admission sets the pipe directory when the host runs MPS; the interposer sets the share. */
 #define GPUEXT_ENV_MPS_PIPE_DIRECTORY "CUDA_MPS_PIPE_DIRECTORY"
 #define GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+#define GPUEXT_ENV_MPS_CLIENT_PRIORITY "CUDA_MPS_CLIENT_PRIORITY"
 
 /* X(Go constant name, macro): every name above, for devrt/tenantcfg's generator. */
 #define GPUEXT_DEVRT_ENV(X)                                                \
@@ -37,6 +38,7 @@
 	X(EnvDevrtDebug, GPUEXT_ENV_DEVRT_DEBUG)                           \
 	X(EnvDevrtTrace, GPUEXT_ENV_DEVRT_TRACE)                           \
 	X(EnvMPSPipeDir, GPUEXT_ENV_MPS_PIPE_DIRECTORY)                    \
-	X(EnvMPSActiveThreadPercentage, GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE)
+	X(EnvMPSActiveThreadPercentage, GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE) \
+	X(EnvMPSClientPriority, GPUEXT_ENV_MPS_CLIENT_PRIORITY)
 
 #endif /* GPUEXT_DEVRT_ENV_H */

@@ -35,6 +35,8 @@
 
 /* How long a latency-critical launch counts as pending when the policy names no window. */
 #define GPUEXT_DEVRT_DEFAULT_WINDOW_NS 2000000ull
+/* The lowest MPS client priority (CUDA_MPS_CLIENT_PRIORITY: 0 normal, 1 below normal). */
+#define GPUEXT_DEVRT_MPS_PRIORITY_MAX 1u
 /* The highest GPUEXT_DEVRT_CLASS_* value. */
 #define GPUEXT_DEVRT_CLASS_MAX GPUEXT_DEVRT_CLASS_BEST_EFFORT
 
@@ -46,8 +48,12 @@ struct gpuext_devrt_tenant {
 	uint64_t quota_bytes;      /* device memory over all the tenant's processes; 0: no quota */
 	uint64_t active_window_ns; /* latency-critical: how long after a launch its work counts as pending (> 0) */
 	uint32_t priority_class;   /* GPUEXT_DEVRT_CLASS_* (at most GPUEXT_DEVRT_CLASS_MAX) */
-	uint32_t sm_percent;       /* best-effort under MPS: share of the SMs, 1..100; 0: not confined */
-	uint64_t reserved[2];      /* 0 */
+	uint32_t sm_percent;       /* best-effort under MPS: share of the SMs on each GPU, 1..100; 0: not confined */
+	/* Best-effort under MPS: CUDA_MPS_CLIENT_PRIORITY of its contexts, at most
+	 * GPUEXT_DEVRT_MPS_PRIORITY_MAX; 0: normal (MPS's default) */
+	uint32_t mps_client_priority;
+	uint32_t reserved1;        /* 0 */
+	uint64_t reserved;         /* 0 */
 	/*
 	 * Per-device quotas (version 2): a container given GPU memory by the
 	 * scheduler (gpuext.io/gpu-memory) has a quota on each GPU it was

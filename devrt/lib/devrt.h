@@ -79,6 +79,7 @@ struct gx_settings {
 	uint64_t lc_window_ns;    /* how long a latency-critical launch counts as pending */
 	uint64_t max_delay_ns;    /* longest a best-effort launch waits */
 	uint32_t sm_percent;      /* best-effort under MPS: share of the SMs (0 = not set) */
+	uint32_t mps_client_priority; /* best-effort under MPS: CUDA_MPS_CLIENT_PRIORITY (0 = normal) */
 	const char *settings_path; /* the settings file; NULL without GPUEXT_TENANT_DIR */
 	const char *acct_dir;
 	const char *board_path;
@@ -122,6 +123,7 @@ uint64_t gx_acct_tenant_used(void);
 uint64_t gx_acct_device_used(int dev); /* the tenant's bytes on device ordinal dev */
 struct gpuext_devrt_usage *gx_acct_usage(void);
 int gx_acct_slot(void);
+void gx_acct_lc_active(uint64_t now); /* latency-critical launch: deadline now + window, host told if need be */
 enum { GX_KEY_DEVPTR = 1, GX_KEY_HANDLE = 2 };
 
 /* priority.c: called before every launch */

@@ -8,6 +8,8 @@
  * read-only here), each clamped to now + that tenant's window as the host
  * knows it. A best-effort process's launch waits while the board says
  * latency-critical work is pending, at most max_delay_ns, and counts the wait.
+ * A latency-critical process that moves its deadline when the host may not
+ * read it in time writes a byte to its tenant's wake FIFO (acct.c).
  * No process writes anywhere but its own tenant's files.
  */
 #define _GNU_SOURCE
@@ -22,6 +24,7 @@
 
 #include "devrt.h"
 #include "gpuext_devrt_shm.h"
+#include "gpuext_devrt_tenant.h" /* GPUEXT_DEVRT_MPS_PRIORITY_MAX */
 
 static const struct gpuext_devrt_board *gx_board;
 static _Atomic uint64_t gx_board_retry_ns;
@@ -45,44 +48,59 @@ static void gx_board_map(void)
 
 /*
  * Under an MPS server, a best-effort tenant's contexts are confined to
- * smPercent of the SMs, so a latency-critical tenant finds SMs free at once
- * instead of waiting out a best-effort kernel. MPS reads the share when the
- * context is created; this runs on the first CUDA call, before the real
- * cuInit. A value the user set in the environment wins only when it is
- * smaller: a tenant cannot raise its own share (review row 11).
+ * smPercent of the SMs of each GPU they use, so a latency-critical tenant
+ * finds SMs free at once instead of waiting out a best-effort kernel, and run
+ * at the policy's MPS client priority (below normal: the GPU dispatches the
+ * latency-critical tenant's blocks first). MPS reads both when the context is
+ * created; this runs on the first CUDA call, before the real cuInit. A value
+ * the user set in the environment wins only when it asks for less: a tenant
+ * cannot raise its own share or priority (review row 11).
  */
 static int gx_mps_confined; /* SM share in force: the launch gate stands down */
+
+/* Keeps the tenant's own value of env when it is a number in [lo, hi], else sets policy. */
+static void gx_mps_env_clamp(const char *env, unsigned long lo, unsigned long hi, unsigned policy)
+{
+	const char *own = getenv(env);
+	char *end = NULL, v[16];
+	unsigned long want = own ? strtoul(own, &end, 10) : 0;
+
+	if (own && *own && !*end && want >= lo && want <= hi)
+		return;
+	if (own)
+		gx_log("%s=%.16s is not within the policy's %u: set to it", env, own, policy);
+	snprintf(v, sizeof(v), "%u", policy);
+	setenv(env, v, 1);
+}
 
 static void gx_mps_share(void)
 {
 	const char *dir = getenv(GPUEXT_ENV_MPS_PIPE_DIRECTORY);
-	char v[8], ctl[4096];
+	char ctl[4096];
 
-	if (gx_cfg.priority_class != GPUEXT_DEVRT_CLASS_BEST_EFFORT || !gx_cfg.sm_percent)
+	if (gx_cfg.priority_class != GPUEXT_DEVRT_CLASS_BEST_EFFORT || (!gx_cfg.sm_percent && !gx_cfg.mps_client_priority))
 		return;
 	/* Only with an MPS server to talk to (MPS's default pipe directory when
 	 * the variable is unset); without one the share means nothing and the
 	 * gate stays the isolation. */
 	snprintf(ctl, sizeof(ctl), "%s/control", dir && *dir ? dir : "/tmp/nvidia-mps");
 	if (access(ctl, F_OK) != 0) {
-		gx_log("smPercent %u set but no MPS server (%s): launch gate stays on", gx_cfg.sm_percent, ctl);
+		gx_log("smPercent %u, mpsClientPriority %u set but no MPS server (%s): launch gate stays on",
+		       gx_cfg.sm_percent, gx_cfg.mps_client_priority, ctl);
 		return;
 	}
-	/* The tenant may ask for less than its policy's share, never more: a
-	 * larger, malformed or zero value of its own is replaced. */
-	const char *own = getenv(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE);
-	char *end = NULL;
-	unsigned long want = own ? strtoul(own, &end, 10) : 0;
-	if (!own || !*own || *end || want == 0 || want > gx_cfg.sm_percent) {
-		if (own)
-			gx_log("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%.16s is not within the policy's share: %u", own,
-			       gx_cfg.sm_percent);
-		snprintf(v, sizeof(v), "%u", gx_cfg.sm_percent);
-		setenv(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE, v, 1);
+	/* The tenant may ask for a smaller share (1..policy's) or a lower
+	 * priority (policy's..lowest), never more: anything else of its own,
+	 * malformed or zero share included, is replaced. */
+	if (gx_cfg.sm_percent) {
+		gx_mps_env_clamp(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE, 1, gx_cfg.sm_percent, gx_cfg.sm_percent);
+		gx_mps_confined = 1;
 	}
-	gx_mps_confined = 1;
-	GX_DEBUG("best-effort under MPS: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s, launch gate off",
-		 getenv(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE));
+	gx_mps_env_clamp(GPUEXT_ENV_MPS_CLIENT_PRIORITY, gx_cfg.mps_client_priority, GPUEXT_DEVRT_MPS_PRIORITY_MAX,
+			 gx_cfg.mps_client_priority);
+	GX_DEBUG("best-effort under MPS: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s CUDA_MPS_CLIENT_PRIORITY=%s, launch gate %s",
+		 getenv(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE) ? getenv(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE) : "unset",
+		 getenv(GPUEXT_ENV_MPS_CLIENT_PRIORITY), gx_mps_confined ? "off" : "on");
 }
 
 void gx_priority_open(void)
@@ -110,16 +128,9 @@ void gx_launch_gate(void)
 		return;
 	atomic_fetch_add_explicit(&u->hdr.launches, 1, memory_order_relaxed);
 	switch (gx_cfg.priority_class) {
-	case GPUEXT_DEVRT_CLASS_LATENCY_CRITICAL: {
-		uint64_t was = atomic_load_explicit(&u->hdr.lc_active_until_ns, memory_order_relaxed);
-
-		now = gx_now_ns();
-		until = now + gx_cfg.lc_window_ns;
-		/* write only when it moves by 1/8 window: keeps the cache line quiet */
-		if (until > was + gx_cfg.lc_window_ns / 8)
-			atomic_store_explicit(&u->hdr.lc_active_until_ns, until, memory_order_release);
+	case GPUEXT_DEVRT_CLASS_LATENCY_CRITICAL:
+		gx_acct_lc_active(gx_now_ns()); /* acct.c: the deadline, and the host's wake FIFO */
 		return;
-	}
 	case GPUEXT_DEVRT_CLASS_BEST_EFFORT:
 		if (gx_mps_confined)
 			return;

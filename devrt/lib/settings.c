@@ -53,6 +53,8 @@ static int gx_settings_invalid(const struct gpuext_devrt_tenant *t, ssize_t n, c
 		snprintf(why, size, "priority class %u", t->priority_class);
 	else if (t->sm_percent > 100)
 		snprintf(why, size, "smPercent %u above 100", t->sm_percent);
+	else if (t->mps_client_priority > GPUEXT_DEVRT_MPS_PRIORITY_MAX)
+		snprintf(why, size, "mpsClientPriority %u above %u", t->mps_client_priority, GPUEXT_DEVRT_MPS_PRIORITY_MAX);
 	else if (!t->active_window_ns)
 		snprintf(why, size, "active window 0");
 	else if (t->ndevices > GPUEXT_DEVRT_MAX_DEVICES)
@@ -172,6 +174,7 @@ void gx_settings_load(void)
 	gx_cfg.priority_class = t.priority_class;
 	gx_cfg.lc_window_ns = t.active_window_ns;
 	gx_cfg.sm_percent = t.sm_percent;
+	gx_cfg.mps_client_priority = t.mps_client_priority;
 }
 
 void gx_debug_from_env(void)

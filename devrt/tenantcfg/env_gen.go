@@ -16,4 +16,5 @@ const (
 	EnvDevrtTrace                = "GPUEXT_DEVRT_TRACE"
 	EnvMPSPipeDir                = "CUDA_MPS_PIPE_DIRECTORY"
 	EnvMPSActiveThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	EnvMPSClientPriority         = "CUDA_MPS_CLIENT_PRIORITY"
 )

@@ -31,6 +31,7 @@ int main(void)
 	C("classLatencyCritical", GPUEXT_DEVRT_CLASS_LATENCY_CRITICAL);
 	C("classBestEffort", GPUEXT_DEVRT_CLASS_BEST_EFFORT);
 	C("classMax", GPUEXT_DEVRT_CLASS_MAX);
+	C("mpsPriorityMax", GPUEXT_DEVRT_MPS_PRIORITY_MAX);
 	OFF("offMagic", magic);
 	OFF("offVersion", version);
 	OFF("offSize", size);
@@ -39,7 +40,8 @@ int main(void)
 	OFF("offActiveWindowNs", active_window_ns);
 	OFF("offPriorityClass", priority_class);
 	OFF("offSMPercent", sm_percent);
-	OFF("offReserved", reserved);
+	OFF("offMPSClientPriority", mps_client_priority);
+	OFF("offReserved", reserved1);
 	OFF("offNDevices", ndevices);
 	OFF("offDeviceQuotaBytes", device_quota_bytes);
 	C("maxDevices", GPUEXT_DEVRT_MAX_DEVICES);
@@ -51,7 +53,8 @@ int main(void)
 	SIZE("sizeActiveWindowNs", active_window_ns);
 	SIZE("sizePriorityClass", priority_class);
 	SIZE("sizeSMPercent", sm_percent);
-	SIZE("sizeReserved", reserved);
+	SIZE("sizeMPSClientPriority", mps_client_priority);
+	C("sizeReserved", offsetof(struct gpuext_devrt_tenant, ndevices) - offsetof(struct gpuext_devrt_tenant, reserved1));
 	SIZE("sizeNDevices", ndevices);
 	SIZE("sizeDeviceQuotaBytes", device_quota_bytes[0]);
 	printf(")\n");

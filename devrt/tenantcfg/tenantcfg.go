@@ -42,13 +42,21 @@ type Settings struct {
 	// its work counts as pending (the launch gate). Positive.
 	ActiveWindow time.Duration
 	Class        Class
-	SMPercent    uint32 // best-effort under MPS: share of the SMs, 1..100; 0: not confined
+	SMPercent    uint32 // best-effort under MPS: share of the SMs on each GPU, 1..100; 0: not confined
+	// MPSClientPriority: best-effort under MPS, CUDA_MPS_CLIENT_PRIORITY of
+	// its contexts (0 normal, MPS's default; 1 below normal). At most
+	// MaxMPSClientPriority.
+	MPSClientPriority uint32
 	// DeviceQuotas, when not empty, is the quota of each device ordinal
 	// the process sees (0: none on that ordinal); ordinals past the list
 	// have no memory. Empty: QuotaBytes applies on every device, each on
 	// its own. At most MaxDevices.
 	DeviceQuotas []uint64
 }
+
+// MaxMPSClientPriority is the lowest MPS client priority (CUDA's
+// CUDA_MPS_CLIENT_PRIORITY: 0 normal, 1 below normal).
+const MaxMPSClientPriority = mpsPriorityMax
 
 // MaxDevices is the most device ordinals Settings.DeviceQuotas holds.
 const MaxDevices = maxDevices
@@ -60,6 +68,8 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("%w: class %d", ErrInvalid, s.Class)
 	case s.SMPercent > 100:
 		return fmt.Errorf("%w: smPercent %d above 100", ErrInvalid, s.SMPercent)
+	case s.MPSClientPriority > mpsPriorityMax:
+		return fmt.Errorf("%w: mpsClientPriority %d above %d", ErrInvalid, s.MPSClientPriority, mpsPriorityMax)
 	case s.ActiveWindow <= 0:
 		return fmt.Errorf("%w: active window %v, want > 0", ErrInvalid, s.ActiveWindow)
 	case len(s.DeviceQuotas) > maxDevices:
@@ -104,6 +114,7 @@ func Encode(s Settings) ([]byte, error) {
 	put(b, offActiveWindowNs, sizeActiveWindowNs, uint64(s.ActiveWindow.Nanoseconds()))
 	put(b, offPriorityClass, sizePriorityClass, uint64(s.Class))
 	put(b, offSMPercent, sizeSMPercent, uint64(s.SMPercent))
+	put(b, offMPSClientPriority, sizeMPSClientPriority, uint64(s.MPSClientPriority))
 	put(b, offNDevices, sizeNDevices, uint64(len(s.DeviceQuotas)))
 	for i, q := range s.DeviceQuotas {
 		put(b, offDeviceQuotaBytes+i*sizeDeviceQuotaBytes, sizeDeviceQuotaBytes, q)
@@ -137,6 +148,8 @@ func Decode(b []byte) (Settings, error) {
 		ActiveWindow: time.Duration(w),
 		Class:        Class(get(b, offPriorityClass, sizePriorityClass)),
 		SMPercent:    uint32(get(b, offSMPercent, sizeSMPercent)),
+		// a value above uint32 cannot be: the field is 4 bytes
+		MPSClientPriority: uint32(get(b, offMPSClientPriority, sizeMPSClientPriority)),
 	}
 	n := get(b, offNDevices, sizeNDevices)
 	if n > maxDevices {

@@ -22,6 +22,8 @@ func TestRoundTripEveryField(t *testing.T) {
 			f.SetUint(uint64(ClassBestEffort))
 		case v.Type().Field(i).Name == "SMPercent":
 			f.SetUint(40)
+		case v.Type().Field(i).Name == "MPSClientPriority":
+			f.SetUint(MaxMPSClientPriority)
 		case f.Kind() == reflect.Uint32 || f.Kind() == reflect.Uint64:
 			f.SetUint(1<<31 + uint64(i))
 		case f.Type() == reflect.TypeOf([]uint64(nil)):
@@ -63,8 +65,12 @@ func TestDecodeRefuses(t *testing.T) {
 		"size field": edit(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[offSize:], size+8); return b }),
 		"class":      edit(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[offPriorityClass:], classMax+1); return b }),
 		"smPercent":  edit(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[offSMPercent:], 101); return b }),
-		"window 0":   edit(func(b []byte) []byte { binary.LittleEndian.PutUint64(b[offActiveWindowNs:], 0); return b }),
-		"ndevices":   edit(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[offNDevices:], maxDevices+1); return b }),
+		"mpsClientPriority": edit(func(b []byte) []byte {
+			binary.LittleEndian.PutUint32(b[offMPSClientPriority:], mpsPriorityMax+1)
+			return b
+		}),
+		"window 0": edit(func(b []byte) []byte { binary.LittleEndian.PutUint64(b[offActiveWindowNs:], 0); return b }),
+		"ndevices": edit(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[offNDevices:], maxDevices+1); return b }),
 		"config.json": []byte(`{"tenantId": 3, "priorityClass": "latency-critical", "quotaBytes": 1073741824, "x": "` +
 			"0123456789" + `"}`),
 	} {
@@ -81,10 +87,11 @@ func TestDecodeRefuses(t *testing.T) {
 
 func TestEncodeRefuses(t *testing.T) {
 	for name, s := range map[string]Settings{
-		"no window": {Class: ClassLatencyCritical},
-		"class":     {Class: classMax + 1, ActiveWindow: time.Millisecond},
-		"smPercent": {Class: ClassBestEffort, SMPercent: 101, ActiveWindow: time.Millisecond},
-		"devices":   {ActiveWindow: time.Millisecond, DeviceQuotas: make([]uint64, MaxDevices+1)},
+		"no window":         {Class: ClassLatencyCritical},
+		"class":             {Class: classMax + 1, ActiveWindow: time.Millisecond},
+		"smPercent":         {Class: ClassBestEffort, SMPercent: 101, ActiveWindow: time.Millisecond},
+		"mpsClientPriority": {Class: ClassBestEffort, MPSClientPriority: 2, ActiveWindow: time.Millisecond},
+		"devices":           {ActiveWindow: time.Millisecond, DeviceQuotas: make([]uint64, MaxDevices+1)},
 	} {
 		if _, err := Encode(s); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: Encode err = %v, want ErrInvalid", name, err)

@@ -34,10 +34,13 @@ type TenantFile struct {
 	// after its last launch (the device runtime's priority gate).
 	ActiveWindowUS uint32 `json:"activeWindowUs"`
 	// SMPercent: a best-effort tenant's share of the SMs under MPS.
-	SMPercent uint32   `json:"smPercent"`
-	Eviction  string   `json:"eviction"`
-	Prefetch  string   `json:"prefetch"`
-	Probes    []string `json:"probes"`
+	SMPercent uint32 `json:"smPercent"`
+	// MPSClientPriority: a best-effort tenant's MPS client priority
+	// (CUDA_MPS_CLIENT_PRIORITY; 0 normal, 1 below normal).
+	MPSClientPriority uint32   `json:"mpsClientPriority"`
+	Eviction          string   `json:"eviction"`
+	Prefetch          string   `json:"prefetch"`
+	Probes            []string `json:"probes"`
 	// ProbeKernels: the kernels (.entry names) the probes are limited to,
 	// as the kernel lines of probes/module.conf: the container's
 	// probe-kernels.gpuext.io narrowed by the probes' catalog kernels.
@@ -62,14 +65,14 @@ var devrtClasses = map[policies.PriorityClass]tenantcfg.Class{
 
 // Settings is the device runtime's view of the tenant (settings.bin). Every
 // default is resolved here, so the interposer takes each value as it is:
-// the latency-critical window is activeWindowUs, else timesliceUs (what the
-// interposer fell back to when it read config.json), else
-// tenantcfg.DefaultActiveWindow.
+// the latency-critical window is activeWindowUs, else
+// tenantcfg.DefaultActiveWindow. It is never the driver timeslice
+// (timesliceUs): that is how long the GPU runs one context before the next,
+// a different thing from how long after a launch the tenant counts as busy
+// (an earlier reader took one for the other).
 func (tf TenantFile) Settings() tenantcfg.Settings {
 	window := tenantcfg.DefaultActiveWindow
 	if us := tf.ActiveWindowUS; us > 0 {
-		window = time.Duration(us) * time.Microsecond
-	} else if us := tf.TimesliceUS; us > 0 {
 		window = time.Duration(us) * time.Microsecond
 	}
 	return tenantcfg.Settings{
@@ -78,7 +81,10 @@ func (tf TenantFile) Settings() tenantcfg.Settings {
 		ActiveWindow: window,
 		Class:        devrtClasses[policies.PriorityClass(tf.Class)],
 		SMPercent:    tf.SMPercent,
-		DeviceQuotas: tf.GPUQuotaBytes,
+		// the catalog bounds it; a hand-written config.json above the
+		// lowest is the lowest, not a file the interposer would ignore
+		MPSClientPriority: min(tf.MPSClientPriority, tenantcfg.MaxMPSClientPriority),
+		DeviceQuotas:      tf.GPUQuotaBytes,
 	}
 }
 
@@ -140,7 +146,7 @@ func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy, pr
 	tf := TenantFile{
 		ABIVersion: abiVersion, TenantID: uint32(id), TenantKey: key, Policy: p.Name,
 		Class: string(p.Priority.Class), QuotaBytes: p.Memory.QuotaBytes, TimesliceUS: p.Priority.TimesliceUS,
-		Interleave: p.Priority.Interleave, ActiveWindowUS: p.Priority.ActiveWindowUS, SMPercent: p.Priority.EffectiveSMPercent(), Eviction: p.Memory.Eviction.Name, Prefetch: p.Memory.Prefetch.Name,
+		Interleave: p.Priority.Interleave, ActiveWindowUS: p.Priority.ActiveWindowUS, SMPercent: p.Priority.EffectiveSMPercent(), MPSClientPriority: p.Priority.EffectiveMPSClientPriority(), Eviction: p.Memory.Eviction.Name, Prefetch: p.Memory.Prefetch.Name,
 		Probes: probeNames, ProbeKernels: probeKernels, GPUs: gpus.GPUs, GPUQuotaBytes: gpus.Quotas,
 	}
 	if err := WriteTenantFiles(dir, tf); err != nil {

@@ -23,22 +23,23 @@ var settingsFrom = map[string]struct {
 	fields   []string
 	hostOnly string
 }{
-	"ABIVersion":     {hostOnly: "the kernel ABI's version, for readers of config.json; settings.bin carries its own"},
-	"TenantID":       {fields: []string{"TenantID"}},
-	"TenantKey":      {hostOnly: "a name: the device runtime sees ids"},
-	"Policy":         {hostOnly: "a name: GPUEXT_POLICY carries it into the container"},
-	"Class":          {fields: []string{"Class"}},
-	"QuotaBytes":     {fields: []string{"QuotaBytes"}},
-	"TimesliceUS":    {fields: []string{"ActiveWindow"}}, // the window when activeWindowUs is 0; the kernel's TSG timeslice too
-	"Interleave":     {hostOnly: "the kernel's runlist interleave (gpuext_tenant_config)"},
-	"ActiveWindowUS": {fields: []string{"ActiveWindow"}},
-	"SMPercent":      {fields: []string{"SMPercent"}},
-	"Eviction":       {hostOnly: "a kernel policy (gpuext_tenant_config)"},
-	"Prefetch":       {hostOnly: "a kernel policy (gpuext_tenant_config)"},
-	"Probes":         {hostOnly: "the interposer finds the compiled probes in probes/"},
-	"ProbeKernels":   {hostOnly: "the interposer reads the kernel list from probes/module.conf"},
-	"GPUs":           {hostOnly: "host GPU indices: the interposer sees device ordinals, in this order"},
-	"GPUQuotaBytes":  {fields: []string{"DeviceQuotas"}},
+	"ABIVersion":        {hostOnly: "the kernel ABI's version, for readers of config.json; settings.bin carries its own"},
+	"TenantID":          {fields: []string{"TenantID"}},
+	"TenantKey":         {hostOnly: "a name: the device runtime sees ids"},
+	"Policy":            {hostOnly: "a name: GPUEXT_POLICY carries it into the container"},
+	"Class":             {fields: []string{"Class"}},
+	"QuotaBytes":        {fields: []string{"QuotaBytes"}},
+	"TimesliceUS":       {hostOnly: "the kernel's TSG timeslice; never the latency-critical window (issue 14)"},
+	"Interleave":        {hostOnly: "the kernel's runlist interleave (gpuext_tenant_config)"},
+	"ActiveWindowUS":    {fields: []string{"ActiveWindow"}},
+	"SMPercent":         {fields: []string{"SMPercent"}},
+	"MPSClientPriority": {fields: []string{"MPSClientPriority"}},
+	"Eviction":          {hostOnly: "a kernel policy (gpuext_tenant_config)"},
+	"Prefetch":          {hostOnly: "a kernel policy (gpuext_tenant_config)"},
+	"Probes":            {hostOnly: "the interposer finds the compiled probes in probes/"},
+	"ProbeKernels":      {hostOnly: "the interposer reads the kernel list from probes/module.conf"},
+	"GPUs":              {hostOnly: "host GPU indices: the interposer sees device ordinals, in this order"},
+	"GPUQuotaBytes":     {fields: []string{"DeviceQuotas"}},
 }
 
 // TestTenantFileFieldsReachSettings changes one TenantFile field at a time
@@ -145,11 +146,10 @@ func TestTenantDirSettingsForCatalog(t *testing.T) {
 		window := tenantcfg.DefaultActiveWindow
 		if us := p.Priority.ActiveWindowUS; us > 0 {
 			window = time.Duration(us) * time.Microsecond
-		} else if us := p.Priority.TimesliceUS; us > 0 {
-			window = time.Duration(us) * time.Microsecond
 		}
 		want := tenantcfg.Settings{TenantID: 9, QuotaBytes: p.Memory.QuotaBytes, ActiveWindow: window,
-			Class: devrtClasses[p.Priority.Class], SMPercent: p.Priority.EffectiveSMPercent()}
+			Class: devrtClasses[p.Priority.Class], SMPercent: p.Priority.EffectiveSMPercent(),
+			MPSClientPriority: p.Priority.EffectiveMPSClientPriority()}
 		if !reflect.DeepEqual(s, want) {
 			t.Errorf("%s: settings.bin %+v, want %+v", name, s, want)
 		}
