@@ -213,37 +213,60 @@ func TestPTXPatchGolden(t *testing.T) {
 	}
 }
 
-// KernelID in C and Go agree (the host decodes ids the device wrote).
-// A kernel line holds a name of up to 512 bytes (the longest
-// probe-kernels.gpuext.io takes): the conf parser reads it whole, so the
-// listed kernel is probed and the others are not.
+// A kernel line holds a name of up to GX_CONF_MAX_KERNEL_NAME (4096)
+// bytes, read whole (CUTLASS names reach 1,456 bytes; the parser cut lines
+// at 1023 bytes, so such a kernel silently went unprobed): the listed
+// kernel is probed and the others are not. A longer name, or a line past
+// GX_CONF_MAX_LINE, is an error naming the line: never a cut name.
 func TestPTXPatchLongKernelName(t *testing.T) {
-	long := "_Z4fill" + strings.Repeat("x", 512-len("_Z4fill"))
 	in, err := os.ReadFile(filepath.Join("testdata", "ptx", "multi.ptx"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	ptxFile, confFile := filepath.Join(dir, "multi.ptx"), filepath.Join(dir, "module.conf")
-	if err := os.WriteFile(ptxFile, bytes.ReplaceAll(in, []byte("_Z4fillPii"), []byte(long)), 0o644); err != nil {
-		t.Fatal(err)
+	nameOf := func(n int) string { return "_Z4fill" + strings.Repeat("x", n-len("_Z4fill")) }
+	for _, n := range []int{512, 1456, 4096} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			long := nameOf(n)
+			dir := t.TempDir()
+			ptxFile, confFile := filepath.Join(dir, "multi.ptx"), filepath.Join(dir, "module.conf")
+			if err := os.WriteFile(ptxFile, bytes.ReplaceAll(in, []byte("_Z4fillPii"), []byte(long)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			conf := "version 1\nmin_ptx 7.8\nmin_target 70\nlaunch_time 0\nkernel " + long + "\nmap counts __gpuext_map_counts 80\n"
+			if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got := patchFile(t, confFile, filepath.Join("testdata", "ptx", "fragment.ptx"), ptxFile)
+			bodies := entryBodies(got)
+			if !strings.Contains(bodies[long], "__gpuext_probe_entry") {
+				t.Errorf("the kernel of a %d-byte name is not probed:\n%.400s", n, got)
+			}
+			for _, e := range []string{"_Z5emptyv", "_Z4skipPi"} {
+				if b, ok := bodies[e]; !ok || strings.Contains(b, "__gpuext_probe") {
+					t.Errorf("%s (not listed) is probed or missing:\n%s", e, b)
+				}
+			}
+		})
 	}
-	conf := "version 1\nmin_ptx 7.8\nmin_target 70\nlaunch_time 0\nkernel " + long + "\nmap counts __gpuext_map_counts 80\n"
-	if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	got := patchFile(t, confFile, filepath.Join("testdata", "ptx", "fragment.ptx"), ptxFile)
-	bodies := entryBodies(got)
-	if !strings.Contains(bodies[long], "__gpuext_probe_entry") {
-		t.Errorf("the kernel of a 512-byte name is not probed:\n%s", got)
-	}
-	for _, e := range []string{"_Z5emptyv", "_Z4skipPi"} {
-		if b, ok := bodies[e]; !ok || strings.Contains(b, "__gpuext_probe") {
-			t.Errorf("%s (not listed) is probed or missing:\n%s", e, b)
-		}
+	for _, tc := range []struct{ name, line, want string }{
+		{"name over the bound", "kernel " + nameOf(4097), "unpatched module.conf:5:kernel-name-too-long"},
+		{"line over the bound", "# " + strings.Repeat("c", 8191), "unpatched module.conf:5:line-too-long"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			confFile := filepath.Join(t.TempDir(), "module.conf")
+			conf := "version 1\nmin_ptx 7.8\nmin_target 70\nlaunch_time 0\n" + tc.line + "\nmap counts __gpuext_map_counts 80\n"
+			if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got := patchFile(t, confFile, filepath.Join("testdata", "ptx", "fragment.ptx"), filepath.Join("testdata", "ptx", "multi.ptx"))
+			if strings.TrimSpace(got) != tc.want {
+				t.Errorf("got %.200q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 
+// KernelID in C and Go agree (the host decodes ids the device wrote).
 func TestKernelIDMatchesGo(t *testing.T) {
 	got := patchFile(t, filepath.Join("testdata", "ptx", "fragment.conf"), filepath.Join("testdata", "ptx", "fragment.ptx"),
 		filepath.Join("testdata", "ptx", "vecadd.ptx"))

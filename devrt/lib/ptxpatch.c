@@ -648,7 +648,31 @@ static int conf_err(struct gx_probe_conf *c, char *err, size_t errlen, int line,
 	return -1;
 }
 
+static int conf_parse_lines(const char *text, size_t len, struct gx_probe_conf *c, char *err, size_t errlen, char *buf);
+
 int gx_probe_conf_parse(const char *text, size_t len, struct gx_probe_conf *c, char *err, size_t errlen)
+{
+	/*
+	 * Lines of up to GX_CONF_MAX_LINE bytes (a kernel line holds a .entry
+	 * name of up to GX_CONF_MAX_KERNEL_NAME bytes: CUTLASS names reach
+	 * 1,456), read whole; a longer line is an error naming it, never cut
+	 * (a cut kernel name matches no .entry: the probes would silently
+	 * never attach).
+	 */
+	char *buf = malloc(GX_CONF_MAX_LINE + 1);
+	int rc;
+
+	if (!buf) {
+		memset(c, 0, sizeof(*c));
+		snprintf(err, errlen, "module.conf:0:out-of-memory");
+		return -1;
+	}
+	rc = conf_parse_lines(text, len, c, err, errlen, buf);
+	free(buf);
+	return rc;
+}
+
+static int conf_parse_lines(const char *text, size_t len, struct gx_probe_conf *c, char *err, size_t errlen, char *buf)
 {
 	size_t i = 0;
 	int line = 0, version = 0, have_ptx = 0, have_target = 0;
@@ -656,15 +680,16 @@ int gx_probe_conf_parse(const char *text, size_t len, struct gx_probe_conf *c, c
 	memset(c, 0, sizeof(*c));
 	snprintf(err, errlen, "ok");
 	while (i < len && text[i]) {
-		/* a kernel line holds a name of up to 512 bytes (probe-kernels.gpuext.io) */
-		char buf[1024], *tok[5], *save = NULL, *hash;
+		char *tok[5], *save = NULL, *hash;
 		size_t j, n;
 		int nt = 0;
 
 		for (j = i; j < len && text[j] && text[j] != '\n'; j++)
 			;
 		line++;
-		n = j - i < sizeof(buf) - 1 ? j - i : sizeof(buf) - 1;
+		n = j - i;
+		if (n > GX_CONF_MAX_LINE)
+			return conf_err(c, err, errlen, line, "line-too-long");
 		memcpy(buf, text + i, n);
 		buf[n] = 0;
 		i = j < len && text[j] == '\n' ? j + 1 : j;
@@ -692,6 +717,8 @@ int gx_probe_conf_parse(const char *text, size_t len, struct gx_probe_conf *c, c
 		} else if (!strcmp(tok[0], "kernel") && nt == 2) {
 			char **k;
 
+			if (strlen(tok[1]) > GX_CONF_MAX_KERNEL_NAME)
+				return conf_err(c, err, errlen, line, "kernel-name-too-long");
 			if (c->opts.nkernels >= GX_CONF_MAX_KERNELS)
 				return conf_err(c, err, errlen, line, "too-many-kernels");
 			k = realloc(c->kernel_names, (c->opts.nkernels + 1) * sizeof(*k));

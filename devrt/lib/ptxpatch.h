@@ -81,6 +81,9 @@ uint64_t gx_kernel_id(const char *name, size_t n);
 #define GX_CONF_VERSION 1
 #define GX_CONF_MAX_MAPS 64
 #define GX_CONF_MAX_KERNELS 4096
+/* A kernel name (policies/probes MaxKernelNameBytes) and a line of module.conf. */
+#define GX_CONF_MAX_KERNEL_NAME 4096
+#define GX_CONF_MAX_LINE 8192
 
 struct gx_probe_map {
 	char name[64];    /* the map's name (the .maps file names it) */
