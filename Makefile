@@ -70,11 +70,13 @@ bench: deps image ## admission latency, crictl with/without the plugin (bench/re
 # The policy SDK: the headers come from kmod/include (one source), never copies kept in the tree.
 SDK_DIR ?= $(BIN)/sdk
 SDK_HEADERS := kmod/include/gpuext_abi.h kmod/include/gpuext_ops.h kmod/include/gpuext_kfuncs.h kmod/include/gpuext_policy.h
+# the device probes' header (policies/probes, beside the built-in probes that include it)
+SDK_PROBE_HEADERS := $(wildcard policies/probes/*.h)
 .PHONY: sdk
-sdk: ## the kernel-policy SDK into SDK_DIR (default bin/sdk): headers from kmod/include, policy.mk, Makefile.template (docs/write-a-policy.md)
+sdk: ## the kernel-policy and device-probe SDK into SDK_DIR (default bin/sdk): headers from kmod/include and policies/probes, policy.mk, probe.mk, their Makefile templates (docs/write-a-policy.md, docs/write-a-probe.md)
 	install -d $(SDK_DIR)/include
-	install -m 0644 $(SDK_HEADERS) $(SDK_DIR)/include/
-	install -m 0644 sdk/policy.mk sdk/Makefile.template $(SDK_DIR)/
+	install -m 0644 $(SDK_HEADERS) $(SDK_PROBE_HEADERS) $(SDK_DIR)/include/
+	install -m 0644 sdk/policy.mk sdk/Makefile.template sdk/probe.mk sdk/Makefile.probe.template $(SDK_DIR)/
 	install -d $(SDK_DIR)/include/compat/gpu_ext
 	install -m 0644 kmod/include/compat/gpu_ext/*.h $(SDK_DIR)/include/compat/gpu_ext/
 

@@ -136,7 +136,7 @@ func (c *Catalog) Merge(over *Catalog) (*Catalog, error) {
 		if src == nil {
 			continue
 		}
-		if src.algs.Eviction != nil || src.algs.Prefetch != nil {
+		if src.algs.Eviction != nil || src.algs.Prefetch != nil || src.algs.Probes != nil {
 			m.algs = src.algs
 		}
 		for name, p := range src.policies {

@@ -61,6 +61,10 @@ type AlgorithmSpec struct {
 type Algorithms struct {
 	Eviction []AlgorithmSpec
 	Prefetch []AlgorithmSpec
+	// Probes are the device probes policies and probes.gpuext.io may name:
+	// the built-in ones and a probe directory's (probes.LoadDir); nil = the
+	// built-in catalog.
+	Probes *probes.Catalog
 }
 
 // BuiltinAlgorithms are EvictionAlgorithms and PrefetchAlgorithms.
@@ -71,7 +75,7 @@ func BuiltinAlgorithms() Algorithms {
 // With returns a with extra's algorithms added. A name that a already has
 // is an error naming the algorithm and where both come from.
 func (a Algorithms) With(extra Algorithms) (Algorithms, error) {
-	out := Algorithms{Eviction: slices.Clone(a.Eviction), Prefetch: slices.Clone(a.Prefetch)}
+	out := Algorithms{Eviction: slices.Clone(a.Eviction), Prefetch: slices.Clone(a.Prefetch), Probes: a.Probes}
 	for _, k := range []struct {
 		kind       string
 		dst        *[]AlgorithmSpec
@@ -101,7 +105,10 @@ func (a Algorithms) Lookup(kind, name string) (AlgorithmSpec, bool) {
 
 func (a Algorithms) orBuiltin() Algorithms {
 	if a.Eviction == nil && a.Prefetch == nil {
-		return Algorithms{Eviction: EvictionAlgorithms, Prefetch: PrefetchAlgorithms}
+		a.Eviction, a.Prefetch = EvictionAlgorithms, PrefetchAlgorithms
+	}
+	if a.Probes == nil {
+		a.Probes = probes.Builtin()
 	}
 	return a
 }
@@ -282,10 +289,13 @@ func (p Policy) ValidateWith(algs Algorithms) error {
 	if sm := p.Priority.SMPercent; sm > 100 {
 		return fieldError("priority.smPercent", fmt.Sprintf("%d is above 100; 0 = not confined", sm))
 	}
+	if mp := p.Priority.MPSClientPriority; mp > MaxMPSClientPriority {
+		return fieldError("priority.mpsClientPriority", fmt.Sprintf("%d is out of range 0..%d (0 normal, 1 below normal)", mp, MaxMPSClientPriority))
+	}
 	if il := p.Priority.Interleave; il != 0 && (il < MinInterleave || il > MaxInterleave) {
 		return fieldError("priority.interleave", fmt.Sprintf("%d is out of range %d..%d; 0 = driver default", il, MinInterleave, MaxInterleave))
 	}
-	if err := validateProbes(p.Probes, "probes"); err != nil {
+	if err := validateProbes(p.Probes, "probes", algs.Probes); err != nil {
 		return err
 	}
 	for i, k := range p.Requires {
@@ -296,7 +306,7 @@ func (p Policy) ValidateWith(algs Algorithms) error {
 	return nil
 }
 
-func validateProbes(list []string, path string) error {
+func validateProbes(list []string, path string, known *probes.Catalog) error {
 	if len(list) > MaxProbes {
 		return fieldError(path, fmt.Sprintf("%d probes, at most %d", len(list), MaxProbes))
 	}
@@ -309,8 +319,11 @@ func validateProbes(list []string, path string) error {
 		}
 	}
 	// Names are well-formed; now each must be a probe of the probe catalog
-	// (policies/probes), so a typo fails at admission, not on the device.
-	known := probes.Builtin()
+	// (policies/probes, with the host's probe directory), so a typo fails
+	// at admission, not on the device.
+	if known == nil {
+		known = probes.Builtin()
+	}
 	for i, name := range list {
 		if err := known.Check([]string{name}); err != nil {
 			return fieldError(fmt.Sprintf("%s[%d]", path, i), err.Error())
@@ -388,6 +401,9 @@ func (p Policy) Summary() string {
 	}
 	if sm := p.Priority.EffectiveSMPercent(); sm > 0 {
 		fmt.Fprintf(&b, " sm=%d%%", sm)
+	}
+	if mp := p.Priority.EffectiveMPSClientPriority(); mp > 0 {
+		fmt.Fprintf(&b, " mps-priority=%d", mp)
 	}
 	if len(p.Probes) > 0 {
 		fmt.Fprintf(&b, " probes=%s", strings.Join(p.Probes, ","))

@@ -390,7 +390,7 @@ func applyOverride(p *Policy, sel *Selection, algs Algorithms, key, value string
 				probes[i] = strings.TrimSpace(probes[i])
 			}
 		}
-		if err := validateProbes(probes, "probes"); err != nil {
+		if err := validateProbes(probes, "probes", algs.orBuiltin().Probes); err != nil {
 			return err
 		}
 		p.Probes = probes

@@ -69,7 +69,7 @@ func probesCmd(cfg config.Config, args []string, out io.Writer) error {
 		return probesCompileCmd(args[1:], out)
 	}
 	if len(args) > 0 && args[0] == "read" {
-		return probesReadCmd(args[1:], out)
+		return probesReadCmd(cfg, args[1:], out)
 	}
 	fset := flag.NewFlagSet("probes", flag.ContinueOnError)
 	asJSON := fset.Bool("json", false, "print JSON")
@@ -80,7 +80,11 @@ func probesCmd(cfg config.Config, args []string, out io.Writer) error {
 	if fset.NArg() != 0 {
 		return fmt.Errorf("usage: gpuextctl probes [--json] [--state-dir DIR]")
 	}
-	rows, err := probeRows(*stateDir)
+	cat, err := cfg.ProbeCatalog() // the views of the config's probeDir too
+	if err != nil {
+		return err
+	}
+	rows, err := probeRows(*stateDir, cat)
 	if err != nil {
 		return err
 	}
@@ -122,6 +126,9 @@ func probesCmd(cfg config.Config, args []string, out io.Writer) error {
 		for _, s := range r.Skipped {
 			fmt.Fprintf(out, "tenant %d: not counted: %s\n", r.Tenant, s)
 		}
+		for _, line := range viewLines(cat, r.Details) {
+			fmt.Fprintf(out, "tenant %d: %s\n", r.Tenant, line)
+		}
 		if r.MissedFinal > 0 {
 			fmt.Fprintf(out, "tenant %d: %d image(s) without their last copy (a context ended where the interposer could not see it): up to 1 s of their counts missing\n",
 				r.Tenant, r.MissedFinal)
@@ -145,7 +152,7 @@ func reasonList(m map[string]int) string {
 
 // probeRows reads every tenant directory of stateDir that has probes
 // selected or probe accounting, with what its processes counted.
-func probeRows(stateDir string) ([]ProbesRow, error) {
+func probeRows(stateDir string, cat *probes.Catalog) ([]ProbesRow, error) {
 	ents, err := os.ReadDir(admission.TenantsRoot(stateDir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return []ProbesRow{}, nil
@@ -188,7 +195,7 @@ func probeRows(stateDir string) ([]ProbesRow, error) {
 		r := ProbesRow{Tenant: uint32(id), Key: tf.TenantKey, Policy: tf.Policy, Probes: names,
 			Processes: ten.Processes, Patched: ten.Patched, Unpatched: ten.Unpatched,
 			UnpatchedReasons: ten.Reasons, OffReasons: ten.Off, LaunchTimeOffReasons: ten.LaunchTimeOff, Skipped: ten.Skipped, MissedFinal: ten.MissedFinal,
-			Details: maps.Summarize(ten, probes.Builtin(), names)}
+			Details: maps.Summarize(ten, cat, names)}
 		if r.Probes == nil {
 			r.Probes = []string{}
 		}

@@ -9,14 +9,14 @@ import (
 
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/maps"
-	"github.com/gpuext/gpuext/policies/probes"
+	"github.com/gpuext/gpuext/internal/config"
 )
 
 // probesReadCmd is `gpuextctl probes read [--json] [--manifest FILE] DIR`:
 // what one accounting probes directory (the interposer's .status and .maps
 // files, $GPUEXT_TENANT_ACCT/probes) holds, without a state dir - for a
 // program run by hand with a bundle from `probes compile`.
-func probesReadCmd(args []string, out io.Writer) error {
+func probesReadCmd(cfg config.Config, args []string, out io.Writer) error {
 	fset := flag.NewFlagSet("probes read", flag.ContinueOnError)
 	fset.SetOutput(out)
 	asJSON := fset.Bool("json", false, "print JSON")
@@ -27,8 +27,12 @@ func probesReadCmd(args []string, out io.Writer) error {
 	if fset.NArg() != 1 {
 		return fmt.Errorf("usage: gpuextctl probes read [--json] [--manifest FILE] DIR")
 	}
+	cat, err := cfg.ProbeCatalog() // the views of the config's probeDir too
+	if err != nil {
+		return err
+	}
 	var manifest *probe.Manifest
-	names := probes.Builtin().Names()
+	names := cat.Names()
 	if *manifestPath != "" {
 		var err error
 		if manifest, err = probe.ReadManifest(*manifestPath); err != nil {
@@ -40,7 +44,7 @@ func probesReadCmd(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	sum := maps.Summarize(ten, probes.Builtin(), names)
+	sum := maps.Summarize(ten, cat, names)
 	if *asJSON {
 		return writeJSON(out, struct {
 			Tenant *maps.Tenant        `json:"tenant"`
@@ -59,7 +63,7 @@ func probesReadCmd(args []string, out io.Writer) error {
 	}
 	fmt.Fprintln(out)
 	for _, s := range sum {
-		if s.Counters == nil && s.SMs == nil && s.Histograms == nil {
+		if s.Counters == nil && s.SMs == nil && s.Histograms == nil && s.Hashes == nil && s.Records == nil {
 			continue // no file had this probe's maps
 		}
 		fmt.Fprintf(out, "%s:", s.Name)
@@ -77,6 +81,9 @@ func probesReadCmd(args []string, out io.Writer) error {
 			fmt.Fprintf(out, " %s: count=%d p50=%d%s p99=%d%s", m, h.Count, h.P50, h.Unit, h.P99, h.Unit)
 		}
 		fmt.Fprintln(out)
+		for _, line := range viewLines(cat, []maps.ProbeSummary{s}) {
+			fmt.Fprintf(out, "  %s\n", line)
+		}
 	}
 	for _, s := range ten.Skipped {
 		fmt.Fprintf(out, "not counted: %s\n", s)

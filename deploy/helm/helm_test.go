@@ -577,3 +577,27 @@ func TestChartKernelPolicyDir(t *testing.T) {
 		}
 	}
 }
+
+// TestChartProbeDir: an operator's device probe directory on the node is
+// mounted read-only at the path the agent reads.
+func TestChartProbeDir(t *testing.T) {
+	r := render(t, "--set", "config.probeDir=/etc/gpuext-probes")
+	if r.cfg.ProbeDir != "/etc/gpuext-probes" {
+		t.Fatalf("config probeDir %q", r.cfg.ProbeDir)
+	}
+	if host, _ := r.hostPathAt(t, r.agent, "/etc/gpuext-probes"); host != "/etc/gpuext-probes" {
+		t.Errorf("probeDir is the node's %s", host)
+	}
+	mounted := false
+	for _, m := range r.agent.VolumeMounts {
+		if m.MountPath == "/etc/gpuext-probes" {
+			mounted = true
+			if !m.ReadOnly {
+				t.Error("the probe directory is mounted writable")
+			}
+		}
+	}
+	if !mounted {
+		t.Error("the probe directory is not mounted in the agent")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/devrt/probe/compile"
 	"github.com/gpuext/gpuext/policies"
+	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // Config is the admission core's configuration (the shared part of the NRI
@@ -77,8 +78,17 @@ func New(cfg Config, reg *bpf.Registry, catalog *policies.Catalog, constraints *
 	}
 	c.reg, c.catalog, c.constraints, c.resolver, c.log = reg, catalog, constraints, resolver, log
 	c.compileProbes = compile.CompileKernels
+	if pc := catalog.Algorithms().Probes; pc != probes.Builtin() {
+		// a probe directory's probes too: a compiler (and cache) of its own
+		c.compileProbes = compile.NewCompiler(pc, nil).CompileKernels
+	}
 	return c, nil
 }
+
+// ProbeCatalog is the probe catalog the core's selections name (built-in
+// and the host's probe directory): what the views of its tenants' probes
+// come from.
+func (c *Core) ProbeCatalog() *probes.Catalog { return c.catalog.Algorithms().Probes }
 
 // Registry returns the tenant registry the core writes.
 func (c *Core) Registry() *bpf.Registry { return c.reg }

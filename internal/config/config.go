@@ -24,6 +24,7 @@ import (
 	"github.com/gpuext/gpuext/internal/deviceplugin/pools"
 	"github.com/gpuext/gpuext/internal/strictjson"
 	"github.com/gpuext/gpuext/policies"
+	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // Config is the file format (JSON). Every field has a default.
@@ -44,6 +45,11 @@ type Config struct {
 	// (docs/write-a-policy.md). Catalog policies and overrides name its
 	// memory policies like built-in eviction/prefetch algorithms.
 	KernelPolicyDir string `json:"kernelPolicyDir,omitempty"`
+	// ProbeDir holds device probes that are not built in: NAME.json (a
+	// probe catalog entry) and its BPF object, built with the SDK
+	// (docs/write-a-probe.md), verified when the directory loads.
+	// Containers select them with probes.gpuext.io like built-in probes.
+	ProbeDir string `json:"probeDir,omitempty"`
 	// ConstraintsFile is the admin constraints file (who may ask for what).
 	ConstraintsFile string `json:"constraintsFile,omitempty"`
 	// HostRoot prefixes /proc and /sys/fs/cgroup (for running inside a container).
@@ -213,6 +219,9 @@ func decodeInto(cfg *Config, data []byte, name string) error {
 	if v := cfg.KernelPolicyDir; v != "" && !filepath.IsAbs(v) {
 		return fmt.Errorf("config %s: kernelPolicyDir %q: must be an absolute path", name, v)
 	}
+	if v := cfg.ProbeDir; v != "" && !filepath.IsAbs(v) {
+		return fmt.Errorf("config %s: probeDir %q: must be an absolute path", name, v)
+	}
 	for key, v := range map[string]string{"mpsPipeDirectory": cfg.MPSPipeDirectory, "mpsShmDirectory": cfg.MPSShmDirectory} {
 		if v != "" && !filepath.IsAbs(v) {
 			return fmt.Errorf("config %s: %s %q: must be an absolute host path", name, key, v)
@@ -241,9 +250,26 @@ func (c Config) KernelPolicies() (*kernelpolicy.Dir, error) {
 	return kernelpolicy.LoadDir(c.KernelPolicyDir)
 }
 
+// ProbeCatalog is the built-in probe catalog with ProbeDir's probes
+// (probes.LoadDir: every entry verified; a bad one is an error naming it).
+func (c Config) ProbeCatalog() (*probes.Catalog, error) {
+	if c.ProbeDir == "" {
+		return probes.Builtin(), nil
+	}
+	dir, err := probes.LoadDir(c.ProbeDir)
+	if err != nil {
+		return nil, fmt.Errorf("probeDir: %w", err)
+	}
+	cat, err := probes.Builtin().With(dir)
+	if err != nil {
+		return nil, fmt.Errorf("probeDir: %w", err)
+	}
+	return cat, nil
+}
+
 // Catalog returns the built-in catalog merged with CatalogDir, whose
 // policies (and a request's overrides) may name KernelPolicyDir's memory
-// policies as eviction and prefetch algorithms.
+// policies as eviction and prefetch algorithms and ProbeDir's probes.
 func (c Config) Catalog() (*policies.Catalog, error) {
 	cat := policies.BuiltinCatalog()
 	algs := policies.BuiltinAlgorithms()
@@ -254,6 +280,12 @@ func (c Config) Catalog() (*policies.Catalog, error) {
 	if dir != nil {
 		if algs, err = algs.With(dir.Algorithms()); err != nil {
 			return nil, fmt.Errorf("kernelPolicyDir: %w", err)
+		}
+		cat = cat.WithAlgorithms(algs)
+	}
+	if c.ProbeDir != "" {
+		if algs.Probes, err = c.ProbeCatalog(); err != nil {
+			return nil, err
 		}
 		cat = cat.WithAlgorithms(algs)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/policies"
+	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // Agent is the agent's own metrics. It is the admission core's Observer
@@ -28,6 +29,17 @@ type Agent struct {
 
 	mu    sync.Mutex
 	board func() Board // the running board publisher, or nil
+	// tenants is the tenant collector of NewRegistry (nil for NewAgent alone)
+	tenants *TenantCollector
+}
+
+// SetProbeCatalog makes the tenant collector's probe series render through
+// the probe catalog f returns (the agent's current core's: it changes when
+// the runtime reconfigures the agent). No-op without NewRegistry's collector.
+func (a *Agent) SetProbeCatalog(f func() *probes.Catalog) {
+	if a.tenants != nil {
+		a.tenants.SetProbeCatalog(f)
+	}
 }
 
 // Board is what the agent's metrics read of the priority board publisher

@@ -32,6 +32,7 @@ func NewRegistry(reg Registry, stateDir string, core KernelCore, nvml ...NVMLOpt
 		tenants.SetNVML(o)
 	}
 	r.MustRegister(kernel, tenants)
+	agent.tenants = tenants
 	return r, agent
 }
 

@@ -63,6 +63,29 @@ type TenantCollector struct {
 	probeBudget int64
 	// nvml, when set, is the per-process NVML view (gpuext-gpuview).
 	nvml *nvmlSource
+	// probeCat, when set, returns the probe catalog the views come from
+	// (the agent's current core's: built in and its probe directory);
+	// nil, or a nil answer, is the built-in catalog.
+	probeCat atomic.Pointer[func() *probes.Catalog]
+}
+
+// SetProbeCatalog makes the probe series render through the catalog f
+// returns (SetProbeCatalog(nil): the built-in one).
+func (c *TenantCollector) SetProbeCatalog(f func() *probes.Catalog) {
+	if f == nil {
+		c.probeCat.Store(nil)
+		return
+	}
+	c.probeCat.Store(&f)
+}
+
+func (c *TenantCollector) probeCatalog() *probes.Catalog {
+	if f := c.probeCat.Load(); f != nil {
+		if cat := (*f)(); cat != nil {
+			return cat
+		}
+	}
+	return probes.Builtin()
 }
 
 // NewTenantCollector reads reg's tenants and their files under stateDir.
@@ -111,6 +134,14 @@ var (
 		"A time sum of a device probe (a catalog field ending in Ns, here in seconds).", "probe", "counter")
 	descProbeSMs = tdesc("gpuext_tenant_probe_sms_used",
 		"SMs that ran at least one of the tenant's blocks (sm-histogram probe).", "probe")
+	descProbeHashKeys = tdesc("gpuext_tenant_probe_hash_keys",
+		"Live keys of a device probe's hash map (a hash view), over the tenant's images.", "probe", "map")
+	descProbeHashSum = tdesc("gpuext_tenant_probe_hash_value_total",
+		"An unsigned value field of a device probe's hash map summed over every key (per-key values: gpuextctl probes).", "probe", "map", "field")
+	descProbeRecords = tdesc("gpuext_tenant_probe_records_total",
+		"Records a device probe wrote to its ring buffer (a records view), over the tenant's images.", "probe", "map")
+	descProbeRecordsDropped = tdesc("gpuext_tenant_probe_records_dropped_total",
+		"Records of a device probe's ring buffer that did not fit and were dropped.", "probe", "map")
 	descProbeHist = tdesc("gpuext_tenant_probe_latency_seconds",
 		"A device probe's log2 histogram of times (launch-latency: host launch call to the first block's start). The sum is not measured: NaN.",
 		"probe", "map")
@@ -272,7 +303,7 @@ func (c *TenantCollector) probes(ch chan<- prometheus.Metric, t bpf.Tenant, lv [
 	ch <- gauge(descProbeImages, float64(ten.Patched), append(lv, "patched")...)
 	ch <- gauge(descProbeImages, float64(ten.Unpatched), append(lv, "unpatched")...)
 	ch <- gauge(descProbeSkipped, float64(len(ten.Skipped)), lv...)
-	cat := probes.Builtin()
+	cat := c.probeCatalog()
 	for _, s := range maps.Summarize(ten, cat, manifest.Probes) {
 		name := labelValue(s.Name)
 		for field, v := range s.Counters {
@@ -284,6 +315,18 @@ func (c *TenantCollector) probes(ch chan<- prometheus.Metric, t bpf.Tenant, lv [
 		}
 		if s.SMs != nil {
 			ch <- gauge(descProbeSMs, float64(s.SMs.Used), append(lv, name)...)
+		}
+		for mapName, h := range s.Hashes {
+			ml := append(lv, name, labelValue(mapName))
+			ch <- gauge(descProbeHashKeys, float64(h.Keys), ml...)
+			for field, v := range h.Sums {
+				ch <- counter(descProbeHashSum, float64(v), append(ml, labelValue(field))...)
+			}
+		}
+		for mapName, r := range s.Records {
+			ml := append(lv, name, labelValue(mapName))
+			ch <- counter(descProbeRecords, float64(r.Count), ml...)
+			ch <- counter(descProbeRecordsDropped, float64(r.Dropped), ml...)
 		}
 		p, ok := cat.Get(s.Name)
 		if !ok {

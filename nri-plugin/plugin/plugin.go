@@ -19,6 +19,7 @@ import (
 	"github.com/gpuext/gpuext/internal/deviceplugin"
 	"github.com/gpuext/gpuext/internal/logging"
 	"github.com/gpuext/gpuext/internal/metrics"
+	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // Plugin holds the NRI handlers. The admission core is built at Configure,
@@ -80,6 +81,12 @@ func (p *Plugin) startMetrics(cfg config.Config) {
 			return nil
 		}
 		return p.pub
+	})
+	observer.SetProbeCatalog(func() *probes.Catalog {
+		if core, err := p.admission(); err == nil {
+			return core.ProbeCatalog() // built in and the config's probeDir
+		}
+		return nil
 	})
 	p.metrics, p.observer, p.metricsReg = srv, observer, reg
 	go func() {

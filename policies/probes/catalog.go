@@ -43,9 +43,25 @@ const (
 	// ViewLog2Histogram: an array of u64 where entry b counts values of bit
 	// length b ([2^(b-1), 2^b), entry 0 the value 0); rendered as p50/p99.
 	ViewLog2Histogram ViewKind = "log2-histogram"
+	// ViewHash: a hash map; Key and Value lay out its keys and values.
+	// Rendered as the number of live keys and the Top entries (by the
+	// value's first unsigned field, most first); numeric value fields of
+	// one key are summed over images.
+	ViewHash ViewKind = "hash"
+	// ViewRecords: a ring buffer; Record lays out its records. Rendered as
+	// the records written, those dropped, and the Last records decoded.
+	ViewRecords ViewKind = "records"
 )
 
-var viewKinds = []ViewKind{ViewCounters, ViewSMHistogram, ViewLog2Histogram}
+var viewKinds = []ViewKind{ViewCounters, ViewSMHistogram, ViewLog2Histogram, ViewHash, ViewRecords}
+
+// Bounds of a view's Top and Last, and their defaults.
+const (
+	MaxViewEntries     = 1000
+	DefaultViewTop     = 20
+	DefaultViewLast    = 10
+	MaxKernelNameBytes = 4096
+)
 
 // Probe is one catalog entry.
 type Probe struct {
@@ -77,6 +93,31 @@ type View struct {
 	Means []Mean `json:"means,omitempty"`
 	// Unit of a histogram's values ("ns").
 	Unit string `json:"unit,omitempty"`
+	// Key and Value lay out a hash view's keys and values; Top is how
+	// many entries it shows (0: DefaultViewTop).
+	Key   []Field `json:"key,omitempty"`
+	Value []Field `json:"value,omitempty"`
+	Top   int     `json:"top,omitempty"`
+	// Record lays out a records view's ring-buffer records; Last is how
+	// many of the last records it shows (0: DefaultViewLast).
+	Record []Field `json:"record,omitempty"`
+	Last   int     `json:"last,omitempty"`
+}
+
+// TopOrDefault is Top, or DefaultViewTop when unset.
+func (v View) TopOrDefault() int {
+	if v.Top == 0 {
+		return DefaultViewTop
+	}
+	return v.Top
+}
+
+// LastOrDefault is Last, or DefaultViewLast when unset.
+func (v View) LastOrDefault() int {
+	if v.Last == 0 {
+		return DefaultViewLast
+	}
+	return v.Last
 }
 
 // Mean is a derived value of a counters view: Sum / Count.
@@ -193,8 +234,11 @@ func (p Probe) check(spec *ebpf.CollectionSpec) error {
 		}
 	}
 	for i, k := range p.Kernels {
-		if k == "" || strings.ContainsAny(k, " \t\n") {
+		if k == "" || strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '#' }) {
 			return catalogErr(fmt.Sprintf("kernels[%d]", i), "%q is not a .entry name", k)
+		}
+		if len(k) > MaxKernelNameBytes {
+			return catalogErr(fmt.Sprintf("kernels[%d]", i), "a %d-byte name, at most %d", len(k), MaxKernelNameBytes)
 		}
 	}
 	if len(p.Views) == 0 {
@@ -229,6 +273,18 @@ func (v View) check(spec *ebpf.CollectionSpec) error {
 	}
 	if !slices.Contains(viewKinds, v.Kind) {
 		return bad("kind", "unknown view kind %q (want one of: %s)", v.Kind, kindList())
+	}
+	if v.Kind != ViewHash && (len(v.Key) > 0 || len(v.Value) > 0 || v.Top != 0) {
+		return bad("key", "only a hash view has key, value and top")
+	}
+	if v.Kind != ViewRecords && (len(v.Record) > 0 || v.Last != 0) {
+		return bad("record", "only a records view has record and last")
+	}
+	switch v.Kind {
+	case ViewHash:
+		return v.checkHash(m)
+	case ViewRecords:
+		return v.checkRecords(m)
 	}
 	if m.Type != ebpf.Array && m.Type != ebpf.PerCPUArray {
 		return bad("map", "map %q is a %s map, a %s view needs an array", v.Map, m.Type, v.Kind)
@@ -267,6 +323,52 @@ func (v View) check(spec *ebpf.CollectionSpec) error {
 		if len(v.Fields) > 0 || len(v.Means) > 0 {
 			return bad("fields", "only a counters view has fields and means")
 		}
+	}
+	return nil
+}
+
+func (v View) checkHash(m *ebpf.MapSpec) error {
+	if len(v.Fields) > 0 || len(v.Means) > 0 || v.Unit != "" {
+		return catalogErr("fields", "a hash view has key and value, not fields, means or unit")
+	}
+	if m.Type != ebpf.Hash {
+		return catalogErr("map", "map %q is a %s map, a hash view needs a hash", v.Map, m.Type)
+	}
+	for _, l := range []struct {
+		field  string
+		fields []Field
+		size   uint32
+	}{{"key", v.Key, m.KeySize}, {"value", v.Value, m.ValueSize}} {
+		size, err := checkLayout(l.field, l.fields)
+		if err != nil {
+			return err
+		}
+		if uint32(size) != l.size {
+			return catalogErr(l.field, "the fields take %d bytes (laid out as C does), map %q has %d-byte %ss", size, v.Map, l.size, l.field)
+		}
+	}
+	if v.Top < 0 || v.Top > MaxViewEntries {
+		return catalogErr("top", "%d is out of range 0..%d (0: %d)", v.Top, MaxViewEntries, DefaultViewTop)
+	}
+	return nil
+}
+
+func (v View) checkRecords(m *ebpf.MapSpec) error {
+	if len(v.Fields) > 0 || len(v.Means) > 0 || v.Unit != "" {
+		return catalogErr("fields", "a records view has record, not fields, means or unit")
+	}
+	if m.Type != ebpf.RingBuf {
+		return catalogErr("map", "map %q is a %s map, a records view needs a ring buffer", v.Map, m.Type)
+	}
+	size, err := checkLayout("record", v.Record)
+	if err != nil {
+		return err
+	}
+	if uint32(size) > m.MaxEntries {
+		return catalogErr("record", "a %d-byte record does not fit map %q's %d bytes", size, v.Map, m.MaxEntries)
+	}
+	if v.Last < 0 || v.Last > MaxViewEntries {
+		return catalogErr("last", "%d is out of range 0..%d (0: %d)", v.Last, MaxViewEntries, DefaultViewLast)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/policies/probes"
 )
 
@@ -24,6 +25,10 @@ type ProbeSummary struct {
 	SMs *SMSummary `json:"sms,omitempty"`
 	// Histograms: log2-histogram views by map name.
 	Histograms map[string]HistSummary `json:"histograms,omitempty"`
+	// Hashes: hash views by map name.
+	Hashes map[string]HashSummary `json:"hashes,omitempty"`
+	// Records: records views (ring buffers) by map name.
+	Records map[string]RecordsSummary `json:"records,omitempty"`
 	// Missing: the probe's maps no file had (no patched image ran yet).
 	Missing []string `json:"missing,omitempty"`
 }
@@ -49,6 +54,43 @@ type HistSummary struct {
 	Max uint64 `json:"max"` // upper bound of the highest non-empty bucket
 }
 
+// HashSummary summarises a hash map through its view (probes.ViewHash).
+type HashSummary struct {
+	// Keys: distinct keys over the tenant's images.
+	Keys int `json:"keys"`
+	// Sums: each unsigned value field summed over every key (what the
+	// metrics export; per-key series would let a tenant make any number).
+	Sums map[string]uint64 `json:"sums,omitempty"`
+	// Top: the view's Top entries, by the value's first unsigned field
+	// (most first; then by key bytes), its numbers summed over images.
+	Top []HashEntry `json:"top"`
+	// Omitted: keys past Top.
+	Omitted int `json:"omitted,omitempty"`
+	// BadSize: entries whose key or value is not the view's size (a file
+	// of another build of the probe).
+	BadSize int `json:"badSize,omitempty"`
+}
+
+// HashEntry is one decoded key and value (field name -> value, see
+// probes.DecodeFields).
+type HashEntry struct {
+	Key   map[string]any `json:"key"`
+	Value map[string]any `json:"value"`
+}
+
+// RecordsSummary summarises a ring buffer through its view (probes.ViewRecords).
+type RecordsSummary struct {
+	// Count: records the tenant's images hold; Dropped: those that did not fit.
+	Count   uint64 `json:"count"`
+	Dropped uint64 `json:"dropped"`
+	// Last: the view's Last records, oldest first: the records of each
+	// image in the order written, images in the order of their files
+	// (process key, image index).
+	Last []map[string]any `json:"last"`
+	// BadSize: kept records whose size is not the view's record size.
+	BadSize int `json:"badSize,omitempty"`
+}
+
 // Summarize renders the tenant's maps through the views of the named probes.
 func Summarize(t *Tenant, cat *probes.Catalog, names []string) []ProbeSummary {
 	out := []ProbeSummary{}
@@ -61,7 +103,7 @@ func Summarize(t *Tenant, cat *probes.Catalog, names []string) []ProbeSummary {
 		s := ProbeSummary{Name: name}
 		for _, v := range p.Views {
 			agg := t.Maps[v.Map]
-			if agg == nil || agg.Images == 0 || agg.Counters == nil {
+			if agg == nil || agg.Images == 0 || (agg.Counters == nil && v.Kind != probes.ViewHash && v.Kind != probes.ViewRecords) {
 				s.Missing = append(s.Missing, v.Map)
 				continue
 			}
@@ -98,6 +140,16 @@ func Summarize(t *Tenant, cat *probes.Catalog, names []string) []ProbeSummary {
 			case probes.ViewSMHistogram:
 				sm := SMHistogram(agg.Counters)
 				s.SMs = &sm
+			case probes.ViewHash:
+				if s.Hashes == nil {
+					s.Hashes = map[string]HashSummary{}
+				}
+				s.Hashes[v.Map] = hashSummary(v, agg)
+			case probes.ViewRecords:
+				if s.Records == nil {
+					s.Records = map[string]RecordsSummary{}
+				}
+				s.Records[v.Map] = recordsSummary(v, agg)
 			case probes.ViewLog2Histogram:
 				if s.Histograms == nil {
 					s.Histograms = map[string]HistSummary{}
@@ -230,4 +282,76 @@ func settledMean(parts [][]uint64, fields []string, m probes.Mean) (sum float64,
 		count += p[ic]
 	}
 	return sum, count, settled
+}
+
+// hashSummary sums the entries of every image by key and decodes the top ones.
+func hashSummary(v probes.View, agg *Aggregate) HashSummary {
+	var ks, vs int
+	if l := agg.Layout; l.Type == probe.MapHash {
+		ks, vs = int(l.KeySize), int(l.ValueSize)
+	}
+	var h HashSummary
+	byKey := map[string][]byte{}
+	var keys []string
+	for _, e := range agg.HashEntries {
+		if len(e.Key) != ks || len(e.Value) != vs {
+			h.BadSize++
+			continue
+		}
+		k := string(e.Key)
+		if old, ok := byKey[k]; ok {
+			probes.AddNumeric(v.Value, old, e.Value)
+			continue
+		}
+		byKey[k] = slices.Clone(e.Value)
+		keys = append(keys, k)
+	}
+	h.Keys = len(keys)
+	sums := probes.Summable(v.Value)
+	var order string // the first unsigned value field: what "top" ranks by
+	if len(sums) > 0 {
+		order = sums[0]
+		h.Sums = map[string]uint64{}
+	}
+	for _, k := range keys {
+		for _, f := range sums {
+			n, _ := probes.Numeric(v.Value, f, byKey[k])
+			h.Sums[f] = addSat(h.Sums[f], n)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if order != "" {
+			a, _ := probes.Numeric(v.Value, order, byKey[keys[i]])
+			b, _ := probes.Numeric(v.Value, order, byKey[keys[j]])
+			if a != b {
+				return a > b
+			}
+		}
+		return keys[i] < keys[j]
+	})
+	top := min(len(keys), v.TopOrDefault())
+	h.Omitted = len(keys) - top
+	h.Top = make([]HashEntry, 0, top)
+	for _, k := range keys[:top] {
+		h.Top = append(h.Top, HashEntry{Key: probes.DecodeFields(v.Key, []byte(k)), Value: probes.DecodeFields(v.Value, byKey[k])})
+	}
+	return h
+}
+
+// recordsSummary decodes the last records of a ring buffer.
+func recordsSummary(v probes.View, agg *Aggregate) RecordsSummary {
+	r := RecordsSummary{Count: uint64(agg.Records), Dropped: agg.Dropped, Last: []map[string]any{}}
+	size := probes.LayoutSize(v.Record)
+	var good [][]byte
+	for _, rec := range agg.RecordData {
+		if len(rec) != size {
+			r.BadSize++
+			continue
+		}
+		good = append(good, rec)
+	}
+	for _, rec := range good[max(0, len(good)-v.LastOrDefault()):] {
+		r.Last = append(r.Last, probes.DecodeFields(v.Record, rec))
+	}
+	return r
 }

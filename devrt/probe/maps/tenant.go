@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/devrt/probe/ptx"
 	"github.com/gpuext/gpuext/internal/tenantfs"
+	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // ImageState is what the interposer did with one image (from .status).
@@ -94,6 +97,11 @@ type Aggregate struct {
 	// Records and Dropped: a ringbuf's records and the ones that did not fit.
 	Records int    `json:"records,omitempty"`
 	Dropped uint64 `json:"dropped,omitempty"`
+	// HashEntries: a hash map's live entries, image after image (the
+	// views sum one key's values); RecordData: a ringbuf's records in
+	// file order, the last MaxKeptRecords of them.
+	HashEntries []ptx.Entry `json:"-"`
+	RecordData  [][]byte    `json:"-"`
 	// Images is how many images' copies were added.
 	Images int `json:"images"`
 	// Parts: each image's counters, as Counters sums them (a mean over
@@ -124,6 +132,10 @@ type Tenant struct {
 	Read      int64 `json:"-"`
 	OverTotal bool  `json:"-"`
 }
+
+// MaxKeptRecords is how many of a ringbuf's last records an Aggregate
+// keeps for the views (probes.MaxViewEntries: the most a view shows).
+const MaxKeptRecords = probes.MaxViewEntries
 
 // MaxStatusSize is the largest <pid>.status file ReadTenant reads.
 const MaxStatusSize = 16 << 20
@@ -360,12 +372,17 @@ func (a *Aggregate) add(m Map) error {
 		}
 		a.Records += len(recs)
 		a.Dropped += dropped
+		a.RecordData = append(a.RecordData, recs...)
+		if n := len(a.RecordData); n > MaxKeptRecords {
+			a.RecordData = slices.Clone(a.RecordData[n-MaxKeptRecords:])
+		}
 	case m.Layout.Type == probe.MapHash:
 		ents, err := m.Entries()
 		if err != nil {
 			return fmt.Errorf("map %q: %w", m.Name, err)
 		}
 		a.Keys += len(ents)
+		a.HashEntries = append(a.HashEntries, ents...)
 	case m.Layout.ValueSize == 8:
 		c, err := m.Counters()
 		if err != nil {

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	stdmaps "maps"
+
+	"github.com/gpuext/gpuext/devrt/probe/maps"
+	"github.com/gpuext/gpuext/policies/probes"
+)
+
+// viewLines renders the hash and records views of summaries as text lines,
+// fields in the order the probe's view declares them:
+//
+//	PROBE: MAP: 3 keys (blocks=24 total)
+//	  kernel=0x2f... bucket=10 -> blocks=12
+//	PROBE: MAP: 5 records, 0 dropped, last 2:
+//	  kernel=0x2f... block=3 ns=12000
+func viewLines(cat *probes.Catalog, summaries []maps.ProbeSummary) []string {
+	var out []string
+	for _, s := range summaries {
+		p, ok := cat.Get(s.Name)
+		if !ok {
+			continue
+		}
+		for _, v := range p.Views {
+			switch v.Kind {
+			case probes.ViewHash:
+				h, ok := s.Hashes[v.Map]
+				if !ok {
+					continue
+				}
+				line := fmt.Sprintf("%s: %s: %d keys", s.Name, v.Map, h.Keys)
+				if len(h.Sums) > 0 {
+					var sums []string
+					for _, f := range slices.Sorted(stdmaps.Keys(h.Sums)) {
+						sums = append(sums, fmt.Sprintf("%s=%d", f, h.Sums[f]))
+					}
+					line += " (" + strings.Join(sums, " ") + " total)"
+				}
+				if h.BadSize > 0 {
+					line += fmt.Sprintf(", %d entries of another size not shown", h.BadSize)
+				}
+				out = append(out, line)
+				for _, e := range h.Top {
+					out = append(out, "  "+fieldText(v.Key, e.Key)+" -> "+fieldText(v.Value, e.Value))
+				}
+				if h.Omitted > 0 {
+					out = append(out, fmt.Sprintf("  ... %d more keys", h.Omitted))
+				}
+			case probes.ViewRecords:
+				r, ok := s.Records[v.Map]
+				if !ok {
+					continue
+				}
+				line := fmt.Sprintf("%s: %s: %d records, %d dropped", s.Name, v.Map, r.Count, r.Dropped)
+				if r.BadSize > 0 {
+					line += fmt.Sprintf(", %d of another size not shown", r.BadSize)
+				}
+				if len(r.Last) > 0 {
+					line += fmt.Sprintf(", last %d:", len(r.Last))
+				}
+				out = append(out, line)
+				for _, rec := range r.Last {
+					out = append(out, "  "+fieldText(v.Record, rec))
+				}
+			}
+		}
+	}
+	return out
+}
+
+func fieldText(fields []probes.Field, vals map[string]any) string {
+	parts := make([]string, 0, len(fields))
+	for _, f := range fields {
+		parts = append(parts, fmt.Sprintf("%s=%v", f.Name, vals[f.Name]))
+	}
+	return strings.Join(parts, " ")
+}

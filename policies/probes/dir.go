@@ -1,0 +1,263 @@
+package probes
+
+import (
+	"bytes"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/devrt/probe/verifier"
+	"github.com/gpuext/gpuext/internal/strictjson"
+)
+
+// A probe directory (the config's probeDir) holds device probes that are
+// not built in: for each, NAME.json (a catalog entry, the same format as
+// catalog/*.json) and the BPF object it names (NAME.bpf.o when "object" is
+// left out), built with the SDK (docs/write-a-probe.md). Containers select
+// them with probes.gpuext.io like the built-in ones.
+
+// ErrBadProbeDir: an entry of a probe directory is invalid (the error
+// names the file and the field, or the program and instruction).
+var ErrBadProbeDir = errors.New("bad probe directory entry")
+
+// Limits on what a probe directory may hold.
+const (
+	MaxDescriptorBytes = 64 << 10
+	MaxObjectBytes     = 16 << 20
+	MaxDirProbes       = 64
+)
+
+var objectRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.o$`)
+
+// LoadDir reads every NAME.json of dir (a probe directory) and the object
+// each names. Nothing is followed through a symlink, every read is bounded
+// (MaxDescriptorBytes, MaxObjectBytes, MaxDirProbes), decoding is strict,
+// each entry is checked against its object as a built-in one is, and its
+// programs are run through the device verifier: an object it refuses, or
+// one without a program at a device attach point, is an error naming the
+// file, the program and the instruction with its source line. Names a
+// built-in probe has are refused (With). The result holds only dir's
+// probes; Builtin().With(it) is what selections use.
+func LoadDir(dir string) (*Catalog, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("probe dir: %w", err)
+	}
+	defer root.Close()
+	entries, err := fs.ReadDir(root.FS(), ".")
+	if err != nil {
+		return nil, fmt.Errorf("probe dir %s: %w", dir, err)
+	}
+	c := &Catalog{probes: map[string]Probe{}, objects: map[string][]byte{}}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if len(c.probes) == MaxDirProbes {
+			return nil, fmt.Errorf("probe dir %s: more than %d probes: %w", dir, MaxDirProbes, ErrBadProbeDir)
+		}
+		p, obj, err := loadDirProbe(root, dir, e.Name())
+		if err != nil {
+			return nil, err
+		}
+		c.probes[p.Name] = p
+		c.objects[p.Name] = obj
+	}
+	return c, nil
+}
+
+// dirErr is a probe directory error: the file, then what is wrong; it
+// matches ErrBadProbeDir, and ErrBadCatalog or a *verifier.Error where one
+// is the cause.
+type dirErr struct {
+	file string
+	err  error
+}
+
+func (e *dirErr) Error() string   { return e.file + ": " + e.err.Error() }
+func (e *dirErr) Unwrap() []error { return []error{ErrBadProbeDir, e.err} }
+
+func loadDirProbe(root *os.Root, dir, file string) (Probe, []byte, error) {
+	where := filepath.Join(dir, file)
+	bad := func(err error) (Probe, []byte, error) { return Probe{}, nil, &dirErr{file: where, err: err} }
+	data, err := readBounded(root, file, MaxDescriptorBytes)
+	if err != nil {
+		return bad(err)
+	}
+	var p Probe
+	if err := strictjson.Decode(data, &p); err != nil {
+		return bad(&fieldErr{msg: err.Error()})
+	}
+	p.Source = where
+	name := strings.TrimSuffix(file, ".json")
+	if p.Name != name {
+		return bad(catalogErr("name", "%q must match the file name %q", p.Name, name))
+	}
+	if !NameRE.MatchString(p.Name) {
+		return bad(catalogErr("name", "%q must match %s", p.Name, NameRE))
+	}
+	if _, ok := builtin().probes[p.Name]; ok {
+		return bad(catalogErr("name", "%q is a built-in probe: a probe directory adds probes, it does not replace them", p.Name))
+	}
+	if strings.TrimSpace(p.Description) == "" {
+		return bad(catalogErr("description", "is empty"))
+	}
+	if p.Object == "" {
+		p.Object = p.Name + ".bpf.o"
+	}
+	if !objectRE.MatchString(p.Object) {
+		return bad(catalogErr("object", "%q must be a file name in the directory ending in .o (%s)", p.Object, objectRE))
+	}
+	obj, err := readBounded(root, p.Object, MaxObjectBytes)
+	if err != nil {
+		return bad(catalogErr("object", "%v", err))
+	}
+	spec, err := parseObject(p.Object, obj)
+	if err != nil {
+		return bad(err)
+	}
+	if err := p.check(spec); err != nil {
+		return bad(err)
+	}
+	if err := checkAllListed(p, spec); err != nil {
+		return bad(err)
+	}
+	rep, err := verifier.VerifyCollection(spec)
+	if err != nil {
+		return bad(fmt.Errorf("object %s: rejected by the device verifier: %w", p.Object, err))
+	}
+	if len(rep.Programs) == 0 {
+		return bad(catalogErr("object", "%s has no program at a device attach point (%s, %s)", p.Object, probe.SecKernelEntry, probe.SecKernelExit))
+	}
+	return p, obj, nil
+}
+
+// checkAllListed refuses an object with a program at a device attach point
+// that the descriptor does not list: it would be verified but never run.
+func checkAllListed(p Probe, spec *ebpf.CollectionSpec) error {
+	for _, name := range slices.Sorted(maps.Keys(spec.Programs)) {
+		if _, ok := probe.AttachOfSection(spec.Programs[name].SectionName); ok && !slices.Contains(p.Programs, name) {
+			return catalogErr("programs", "%s has program %q in section %q, which the descriptor does not list (it would never run)",
+				p.Object, name, spec.Programs[name].SectionName)
+		}
+	}
+	return nil
+}
+
+// parseObject parses a BPF object, with a message for what is not one.
+func parseObject(file string, data []byte) (*ebpf.CollectionSpec, error) {
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		return nil, catalogErr("object", "%s is not a BPF ELF object: %v", file, err)
+	}
+	if f.Machine != elf.EM_BPF {
+		return nil, catalogErr("object", "%s is ELF for %s, not BPF (build with clang --target=bpf; the SDK's probe.mk does)", file, f.Machine)
+	}
+	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, catalogErr("object", "%s: %v", file, err)
+	}
+	return spec, nil
+}
+
+// readBounded reads a regular file of root (never through a symlink) of at most max bytes.
+func readBounded(root *os.Root, name string, max int64) ([]byte, error) {
+	st, err := root.Lstat(name)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s)", name, st.Mode().Type())
+	}
+	f, err := root.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%s is larger than %d bytes", name, max)
+	}
+	return data, nil
+}
+
+// With returns a catalog holding c's probes and extra's (a probe
+// directory's). A name, map or program of extra that one of c's probes
+// already has is an error naming both: the selected probes are merged
+// into one module, where two maps or programs of one name cannot live, so
+// the clash is refused when the directory loads, not when a container
+// happens to select both.
+func (c *Catalog) With(extra *Catalog) (*Catalog, error) {
+	m := &Catalog{probes: maps.Clone(c.probes), objects: maps.Clone(c.objects)}
+	if extra == nil {
+		return m, nil
+	}
+	owner := func(kind string) map[string]string {
+		out := map[string]string{}
+		for _, name := range m.Names() {
+			spec, err := m.Spec(name)
+			if err != nil {
+				continue
+			}
+			if kind == "map" {
+				for mn := range spec.Maps {
+					out[mn] = name
+				}
+			} else {
+				for _, pn := range m.probes[name].Programs {
+					out[pn] = name
+				}
+			}
+		}
+		return out
+	}
+	mapOwner, progOwner := owner("map"), owner("program")
+	for _, name := range extra.Names() {
+		p := extra.probes[name]
+		if old, ok := m.probes[name]; ok {
+			return nil, &dirErr{file: p.Source, err: catalogErr("name", "%q is already a probe (%s)", name, sourceOf(old))}
+		}
+		spec, err := extra.Spec(name)
+		if err != nil {
+			return nil, err
+		}
+		for _, mn := range slices.Sorted(maps.Keys(spec.Maps)) {
+			if other, ok := mapOwner[mn]; ok {
+				return nil, &dirErr{file: p.Source, err: catalogErr("object", "map %q is also a map of probe %q (%s): probes selected together share one module, rename it",
+					mn, other, sourceOf(m.probes[other]))}
+			}
+			mapOwner[mn] = name
+		}
+		for _, pn := range p.Programs {
+			if other, ok := progOwner[pn]; ok {
+				return nil, &dirErr{file: p.Source, err: catalogErr("programs", "program %q is also a program of probe %q (%s): probes selected together share one module, rename it",
+					pn, other, sourceOf(m.probes[other]))}
+			}
+			progOwner[pn] = name
+		}
+		m.probes[name] = p
+		m.objects[name] = extra.objects[name]
+	}
+	return m, nil
+}
+
+func sourceOf(p Probe) string {
+	if strings.HasPrefix(p.Source, "catalog/") {
+		return "built in"
+	}
+	return p.Source
+}
