@@ -626,8 +626,24 @@ static void fake_unload(uintptr_t handle)
 	pthread_mutex_unlock(&fake_mu);
 }
 
-static void fake_probe_run(void)
+/*
+ * Kernel handles of the host-side launch tests: FAKE_FN(i, k) is kernel k
+ * of image i (0x50000000 + i * 0x1000 + k * 0x10); its name is
+ * "fake_i<i>_k<k>", or for k 99 a 1456-byte CUTLASS-like name. Other
+ * handles (0x5000) belong to the newest image, as before.
+ */
+#define FAKE_FN_BASE ((uintptr_t)0x50000000)
+static int fake_fn_image(uintptr_t f)
 {
+	if (f < FAKE_FN_BASE || f >= FAKE_FN_BASE + (uintptr_t)FAKE_MAX_IMAGES * 0x1000)
+		return -1;
+	return (int)((f - FAKE_FN_BASE) / 0x1000);
+}
+
+/* a probe that counts launches: image i's counter for its kernels, every image's for 0x5000 */
+static void fake_probe_run(uintptr_t f)
+{
+	int only = fake_fn_image(f);
 	const char *s = getenv("FAKECUDA_PROBE_COUNTER");
 	char sym[128];
 	const char *colon;
@@ -640,7 +656,7 @@ static void fake_probe_run(void)
 	off = strtoull(colon + 1, NULL, 10);
 	pthread_mutex_lock(&fake_mu);
 	for (int i = 0; i < fake_nimages; i++)
-		for (int k = 0; k < fake_images[i].nglobals; k++) {
+		for (int k = 0; k < fake_images[i].nglobals && (only < 0 || only == i); k++) {
 			struct fake_global *g = &fake_images[i].g[k];
 			uint64_t v;
 
@@ -812,6 +828,20 @@ FAKE_API CUresult cuCtxSetCurrent(CUcontext ctx)
 #define FAKE_CAPTURE_GLOBAL 0
 #define FAKE_CAPTURE_RELAXED 2
 static int fake_cap_active, fake_cap_mode, fake_cap_invalid;
+/* a graph: the kernel launches captured into it (CUDA_KERNEL_NODE_PARAMS_v2 each) */
+#define FAKE_GRAPH_NODES 256
+struct fake_node {
+	CUfunction func;
+	unsigned int grid[3], block[3], shm;
+	void **params, **extra;
+	CUkernel kern;
+	CUcontext ctx;
+};
+struct fake_graph {
+	int n;
+	struct fake_node node[FAKE_GRAPH_NODES];
+};
+static struct fake_graph fake_captured;
 static CUstream fake_cap_stream;
 static pthread_t fake_cap_thread;
 static __thread int fake_thread_mode = FAKE_CAPTURE_GLOBAL;
@@ -869,8 +899,19 @@ FAKE_API CUresult cuStreamEndCapture(CUstream s, void **graph)
 	fake_log("cuStreamEndCapture stream=%p rc=%d", (void *)s, invalid ? 901 : 0);
 	if (invalid)
 		return 901; /* CUDA_ERROR_STREAM_CAPTURE_INVALIDATED */
-	if (graph)
-		*graph = (void *)0x7000;
+	if (graph) {
+		struct fake_graph *g = calloc(1, sizeof(*g));
+
+		pthread_mutex_lock(&fake_mu);
+		if (g) {
+			*g = fake_captured;
+			*graph = g;
+		} else {
+			*graph = (void *)0x7000;
+		}
+		memset(&fake_captured, 0, sizeof(fake_captured));
+		pthread_mutex_unlock(&fake_mu);
+	}
 	return CUDA_SUCCESS;
 }
 
@@ -1021,12 +1062,24 @@ static CUresult fake_newest(uintptr_t base, uintptr_t *out)
 	return 400; /* CUDA_ERROR_INVALID_HANDLE */
 }
 
+/* FAKE_FN(i, k): image i's handle when it has that kind (base), else 400 */
+static CUresult fake_fn_handle(uintptr_t f, uintptr_t base, uintptr_t *out)
+{
+	int i = fake_fn_image(f);
+
+	if (i < 0)
+		return fake_newest(base, out);
+	if (i >= fake_nimages || (fake_images[i].handle & ~(uintptr_t)0xfffff) != base)
+		return 400;
+	*out = fake_images[i].handle;
+	return CUDA_SUCCESS;
+}
+
 FAKE_API CUresult cuKernelGetLibrary(CUlibrary *lib, CUkernel k)
 {
 	uintptr_t h = 0;
-	CUresult r = fake_newest(0x100000, &h);
+	CUresult r = fake_fn_handle((uintptr_t)k, 0x100000, &h);
 
-	(void)k;
 	if (r == CUDA_SUCCESS && lib)
 		*lib = (CUlibrary)h;
 	return r;
@@ -1035,9 +1088,8 @@ FAKE_API CUresult cuKernelGetLibrary(CUlibrary *lib, CUkernel k)
 FAKE_API CUresult cuFuncGetModule(CUmodule *mod, CUfunction f)
 {
 	uintptr_t h = 0;
-	CUresult r = fake_newest(0x200000, &h);
+	CUresult r = fake_fn_handle((uintptr_t)f, 0x200000, &h);
 
-	(void)f;
 	if (r == CUDA_SUCCESS && mod)
 		*mod = (CUmodule)h;
 	return r;
@@ -1176,6 +1228,200 @@ FAKE_API CUresult cuMemFreeHost(void *p)
 	return CUDA_SUCCESS;
 }
 
+/* 1 if the launch went into the capturing stream: recorded as a node */
+static int fake_capture_node(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+			     unsigned bz, CUstream s)
+{
+	int captured = 0;
+
+	pthread_mutex_lock(&fake_mu);
+	if (fake_cap_active && fake_cap_stream == s) {
+		captured = 1;
+		if (fake_captured.n < FAKE_GRAPH_NODES)
+			fake_captured.node[fake_captured.n++] =
+				(struct fake_node){f, {gx, gy, gz}, {bx, by, bz}, 0, NULL, NULL, NULL, NULL};
+	}
+	pthread_mutex_unlock(&fake_mu);
+	return captured;
+}
+
+/* kernel names (FAKE_FN handles; anything else is "fake_kernel") */
+static const char *fake_fn_name(uintptr_t f)
+{
+	static __thread char buf[1500];
+	int i = fake_fn_image(f), k = (int)((f - FAKE_FN_BASE) % 0x1000 / 0x10);
+
+	if (i < 0)
+		return "fake_kernel";
+	if (k == 99) {
+		int n = snprintf(buf, sizeof(buf), "_ZN7cutlass6KernelINS_4gemm6kernel%d", i);
+
+		memset(buf + n, 'E', 1456 - (size_t)n);
+		buf[1456] = 0;
+		return buf;
+	}
+	snprintf(buf, sizeof(buf), "fake_i%d_k%d", i, k);
+	return buf;
+}
+
+FAKE_API CUresult cuKernelGetName(const char **name, CUkernel k)
+{
+	if (!name || fake_fn_handle((uintptr_t)k, 0x100000, &(uintptr_t){0}) != CUDA_SUCCESS)
+		return 400;
+	*name = fake_fn_name((uintptr_t)k);
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuFuncGetName(const char **name, CUfunction f)
+{
+	if (!name)
+		return CUDA_ERROR_INVALID_VALUE;
+	*name = fake_fn_name((uintptr_t)f);
+	return CUDA_SUCCESS;
+}
+
+/*
+ * Events: a launch runs (sleeps) inside cuLaunchKernel, so an event recorded
+ * after it completes at once: its time is CLOCK_REALTIME at the record.
+ * FAKECUDA_EVENT_PENDING=1: events never complete (cuEventQuery says not
+ * ready). cuEventSynchronize and cuEventQuery are "unsafe" during a capture.
+ */
+struct fake_event {
+	int recorded;
+	int64_t ns;
+};
+
+FAKE_API CUresult cuEventCreate(void **ev, unsigned int flags)
+{
+	(void)flags;
+	if (!ev || !(*ev = calloc(1, sizeof(struct fake_event))))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	fake_log("cuEventCreate");
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuEventRecord(void *ev, CUstream s)
+{
+	struct fake_event *e = ev;
+	struct timespec ts;
+
+	(void)s;
+	if (!e)
+		return 400;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	e->recorded = 1;
+	e->ns = (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+	return CUDA_SUCCESS;
+}
+
+static int fake_event_pending(void)
+{
+	const char *s = getenv("FAKECUDA_EVENT_PENDING");
+
+	return s && !strcmp(s, "1");
+}
+
+FAKE_API CUresult cuEventQuery(void *ev)
+{
+	struct fake_event *e = ev;
+
+	if (fake_unsafe("cuEventQuery"))
+		return 900;
+	if (!e || !e->recorded)
+		return 400;
+	return fake_event_pending() ? 600 /* CUDA_ERROR_NOT_READY */ : CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuEventSynchronize(void *ev)
+{
+	if (fake_unsafe("cuEventSynchronize"))
+		return 900;
+	return ev && ((struct fake_event *)ev)->recorded ? CUDA_SUCCESS : 400;
+}
+
+FAKE_API CUresult cuEventElapsedTime(float *ms, void *start, void *end)
+{
+	struct fake_event *a = start, *b = end;
+
+	if (!ms || !a || !b || !a->recorded || !b->recorded)
+		return 400;
+	if (fake_event_pending())
+		return 600;
+	*ms = (float)((double)(b->ns - a->ns) / 1e6);
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuEventDestroy_v2(void *ev)
+{
+	free(ev);
+	return CUDA_SUCCESS;
+}
+
+/* graphs: instantiated as a copy of the captured graph; a replay runs its nodes */
+FAKE_API CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags)
+{
+	struct fake_graph *g = graph, *x;
+
+	(void)flags;
+	if (!exec || !g || (uintptr_t)g == 0x7000 || !(x = malloc(sizeof(*x))))
+		return CUDA_ERROR_INVALID_VALUE;
+	*x = *g;
+	*exec = x;
+	fake_log("cuGraphInstantiateWithFlags nodes=%d", g->n);
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuGraphGetNodes(void *graph, void **nodes, size_t *n)
+{
+	struct fake_graph *g = graph;
+
+	if (!g || !n)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (nodes) {
+		size_t m = *n < (size_t)g->n ? *n : (size_t)g->n;
+
+		for (size_t i = 0; i < m; i++)
+			nodes[i] = &g->node[i];
+		*n = m;
+	} else {
+		*n = (size_t)g->n;
+	}
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuGraphNodeGetType(void *node, int *type)
+{
+	if (!node || !type)
+		return CUDA_ERROR_INVALID_VALUE;
+	*type = 0; /* CU_GRAPH_NODE_TYPE_KERNEL */
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuGraphKernelNodeGetParams_v2(void *node, struct fake_node *p)
+{
+	if (!node || !p)
+		return CUDA_ERROR_INVALID_VALUE;
+	*p = *(struct fake_node *)node;
+	return CUDA_SUCCESS;
+}
+
+#define FAKE_GRAPH_LAUNCH(name)                                                                         \
+	FAKE_API CUresult name(void *exec, CUstream s)                                                 \
+	{                                                                                               \
+		struct fake_graph *x = exec;                                                           \
+                                                                                                        \
+		if (!x)                                                                                 \
+			return CUDA_ERROR_INVALID_VALUE;                                                \
+		fake_log(#name " nodes=%d stream=%p", x->n, (void *)s);                                 \
+		for (int i = 0; i < x->n; i++) {                                                        \
+			fake_kernel_time();                                                             \
+			fake_probe_run((uintptr_t)x->node[i].func);                                     \
+		}                                                                                       \
+		return CUDA_SUCCESS;                                                                    \
+	}
+FAKE_GRAPH_LAUNCH(cuGraphLaunch)
+FAKE_GRAPH_LAUNCH(cuGraphLaunch_ptsz)
+
 #define FAKE_LAUNCH(name)                                                                                       \
 	FAKE_API CUresult name(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,   \
 			       unsigned int by, unsigned int bz, unsigned int shm, CUstream hStream, void **params, \
@@ -1186,8 +1432,10 @@ FAKE_API CUresult cuMemFreeHost(void *p)
 			return fake_clock_launch(params);                                                       \
 		fake_log(#name " f=%p grid=%ux%ux%u block=%ux%ux%u shm=%u stream=%p", (void *)f, gx, gy, gz, bx, \
 			 by, bz, shm, (void *)hStream);                                                         \
+		if (fake_capture_node(f, gx, gy, gz, bx, by, bz, hStream))                                      \
+			return CUDA_SUCCESS; /* a node of the graph being captured: it runs when replayed */   \
 		fake_kernel_time();                                                                             \
-		fake_probe_run();                                                                               \
+		fake_probe_run((uintptr_t)f);                                                                   \
 		return CUDA_SUCCESS;                                                                            \
 	}
 FAKE_LAUNCH(cuLaunchKernel)
@@ -1286,6 +1534,9 @@ static const struct {
 	{"cuStreamCreate", 2000, -1, (void *)cuStreamCreate},
 	{"cuStreamBeginCapture", 10010, -1, (void *)cuStreamBeginCapture_v2},
 	{"cuStreamEndCapture", 10000, -1, (void *)cuStreamEndCapture},
+	{"cuGraphInstantiateWithFlags", 11040, -1, (void *)cuGraphInstantiateWithFlags},
+	{"cuGraphLaunch", 10000, 0, (void *)cuGraphLaunch},
+	{"cuGraphLaunch", 10000, 1, (void *)cuGraphLaunch_ptsz},
 };
 
 static CUresult fake_lookup(const char *how, const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,

@@ -26,6 +26,7 @@ typedef struct gx_CUstream_st *CUstream;
 typedef struct gx_CUfunc_st *CUfunction;
 typedef struct gx_CUmemPool_st *CUmemoryPool;
 typedef struct gx_CUgraphExec_st *CUgraphExec;
+typedef struct gx_CUgraph_st *CUgraph;
 typedef struct gx_CUlib_st *CUlibrary;
 typedef struct gx_CUmod_st *CUmodule;
 typedef struct gx_CUmemAllocationProp_st CUmemAllocationProp; /* used through pointers only */

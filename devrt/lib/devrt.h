@@ -145,6 +145,19 @@ CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_lo
  * neither applies. f NULL (graphs): binding only.
  */
 void gx_probe_before_launch(CUfunction f, CUstream stream, int ptsz);
+/*
+ * probe_hostlaunch.c: every launch, counted host-side (docs/device-probes.md,
+ * "What is measured where"). gx_hl_now before the real launch (0 when probes
+ * are off), gx_hl_launch after it with its result; graphs: their kernel
+ * nodes at instantiation, counted at each replay.
+ */
+int64_t gx_hl_now(void);
+void gx_hl_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+		  CUstream stream, int ptsz, int64_t t_launch, CUresult r);
+void gx_hl_graph_instantiated(CUgraphExec exec, void *graph);
+void gx_hl_graph_launch(CUgraphExec exec, CUstream stream, int ptsz, CUresult r);
+void gx_hl_ctx_ending(CUcontext ctx);
+void gx_hl_device_ending(CUdevice dev);
 void gx_probe_after_fork(void);
 /*
  * Contexts that end: before cuCtxDestroy, and around the release or reset

@@ -114,6 +114,7 @@ static void *gx_copy_thread(void *arg)
 		for (int i = 0; i < gx_pr.nimages; i++)
 			gx_copy_out(gx_pr.images[i], 0);
 		gx_clock_resync(0);
+		gx_hl_write(0);
 		pthread_mutex_unlock(&gx_probe_mu);
 	}
 }
@@ -130,6 +131,7 @@ static void gx_probe_at_exit(void)
 		for (int i = 0; i < gx_pr.nimages; i++)
 			gx_copy_out(gx_pr.images[i], 1);
 		gx_clock_resync(1);
+		gx_hl_write(1);
 		gx_capture_restore(mode);
 	}
 	pthread_mutex_unlock(&gx_probe_mu);
@@ -142,7 +144,7 @@ void gx_start_copy_out(void)
 		gx_pr.exit_registered = 1;
 		atexit(gx_probe_at_exit);
 	}
-	if (!gx_pr.thread_started && gx_pr.dir[0] && gx_pr.conf.nmaps) {
+	if (!gx_pr.thread_started && gx_pr.dir[0]) { /* maps, or the host-side launch table (gx_hl_write) */
 		pthread_t th;
 		pthread_attr_t attr;
 		sigset_t all, old;

@@ -200,6 +200,7 @@ static void gx_probe_init_once(void)
 	if (!gx_drv.cuStreamWriteValue64_v2) /* drivers that export only the unversioned name */
 		gx_drv.cuStreamWriteValue64_v2 = (gx_drv_cuStreamWriteValue64_v2)gx_driver_sym("cuStreamWriteValue64");
 	gx_pr.on = 1;
+	gx_hl_init();
 	GX_DEBUG("device probes on: %zu maps, %zu kernels listed, min ptx %d.%d, min target sm_%d, status in %s",
 		 gx_pr.conf.nmaps, gx_pr.conf.opts.nkernels, gx_pr.conf.opts.min_ptx_major,
 		 gx_pr.conf.opts.min_ptx_minor, gx_pr.conf.opts.min_target, gx_pr.dir[0] ? gx_pr.dir : "(nowhere)");
@@ -253,16 +254,20 @@ CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_lo
 		GX_DEBUG("probes: image %d (%s, %s) unpatched: %s", index, api, gx_image_kind_name(img.kind), img.reason);
 		gx_status("image=%d state=unpatched reason=%s kernels=0 jit_ms=0 api=%s kind=%s", index, img.reason, api,
 			  gx_image_kind_name(img.kind));
+		r = load(arg, image, NULL, 0, &handle);
+		gx_hl_unpatched(r == CUDA_SUCCESS ? handle : NULL, index, img.reason);
 		gx_image_release(&img);
-		return load(arg, image, NULL, 0, &handle);
+		return r;
 	}
 	if (gx_ptx_patch(img.ptx, img.ptx_len, gx_pr.frag, gx_pr.frag_len, &gx_pr.conf.opts, &res) != 0) {
 		GX_DEBUG("probes: image %d (%s) unpatched: %s", index, api, res.reason);
 		gx_status("image=%d state=unpatched reason=%s kernels=0 jit_ms=0 api=%s kind=%s ptx_arch=%d target=%s",
 			  index, res.reason, api, gx_image_kind_name(img.kind), img.ptx_arch,
 			  res.target_text[0] ? res.target_text : "-");
+		r = load(arg, image, NULL, 0, &handle);
+		gx_hl_unpatched(r == CUDA_SUCCESS ? handle : NULL, index, res.reason);
 		gx_image_release(&img);
-		return load(arg, image, NULL, 0, &handle);
+		return r;
 	}
 	errlog[0] = 0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -282,8 +287,11 @@ CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_lo
 		gx_status("image=%d state=unpatched reason=jit-failed:%d kernels=0 jit_ms=%.3f api=%s kind=%s ptx_arch=%d "
 			  "target=%s",
 			  index, r, ms, api, gx_image_kind_name(img.kind), img.ptx_arch, res.target_text);
+		snprintf(errlog, sizeof(errlog), "jit-failed:%d", r);
+		r = load(arg, image, NULL, 0, &handle);
+		gx_hl_unpatched(r == CUDA_SUCCESS ? handle : NULL, index, errlog);
 		gx_image_release(&img);
-		return load(arg, image, NULL, 0, &handle);
+		return r;
 	}
 	GX_DEBUG("probes: image %d (%s) patched: %d of %d kernels, %.3f ms", index, api, res.probed, res.entries, ms);
 	im = calloc(1, sizeof(*im));
@@ -336,4 +344,5 @@ void gx_probe_after_fork(void)
 	atomic_store(&gx_pr.first_ctx, NULL);
 	for (int i = 0; i < GX_LAUNCH_CACHE; i++)
 		atomic_store(&gx_pr.launch_cache[i], 0);
+	gx_hl_after_fork();
 }

@@ -11,6 +11,7 @@
  *   probe_copyout.c  copying the maps out to <pid>-<image>.maps: the thread, the exit handler
  *   probe_ctx.c      contexts and images that end: last copies, unbinding
  *   probe_launch.c   the launch path: late binds, a library's other contexts, launch times
+ *   probe_hostlaunch.c  every launch counted host-side, per kernel, with how it is observed (<pid>.launches)
  *
  * All locks are process-private.
  */
@@ -155,5 +156,10 @@ void gx_write_maps(struct gx_pimage *im, int final);
 void gx_start_copy_out(void);
 /* probe_launch.c */
 void gx_forget_launches(void);
+/* probe_hostlaunch.c */
+void gx_hl_init(void);
+void gx_hl_unpatched(void *handle, int index, const char *reason);
+void gx_hl_write(int final);
+void gx_hl_after_fork(void);
 
 #endif /* GPUEXT_PROBE_STATE_H */

@@ -306,6 +306,17 @@ static CUstream gx_config_stream(const CUlaunchConfig *config)
 	return s;
 }
 
+/* A cuLaunchKernelEx's grid and block (the config's first six unsigned ints), counted host-side. */
+static CUresult gx_config_launched(const CUlaunchConfig *config, CUfunction f, int ptsz, int64_t t, CUresult r)
+{
+	unsigned d[6] = {0};
+
+	if (config)
+		memcpy(d, config, sizeof(d));
+	gx_hl_launch(f, d[0], d[1], d[2], d[3], d[4], d[5], gx_config_stream(config), ptsz, t, config ? r : -1);
+	return r;
+}
+
 /* launches: the priority gate, then the variant's own driver entry */
 CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
 			unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
@@ -314,8 +325,11 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
 	GX_REAL_OR(cuLaunchKernel, CUDA_ERROR_NOT_INITIALIZED);
 	gx_launch_gate();
 	gx_probe_before_launch(f, hStream, 0);
-	return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-		    kernelParams, extra);
+	int64_t t = gx_hl_now();
+	CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+			  kernelParams, extra);
+	gx_hl_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, 0, t, r);
+	return r;
 }
 
 CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
@@ -325,8 +339,11 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int g
 	GX_REAL_OR(cuLaunchKernel_ptsz, CUDA_ERROR_NOT_INITIALIZED);
 	gx_launch_gate();
 	gx_probe_before_launch(f, hStream, 1);
-	return real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-		    kernelParams, extra);
+	int64_t t = gx_hl_now();
+	CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+			  kernelParams, extra);
+	gx_hl_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, 1, t, r);
+	return r;
 }
 
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
@@ -334,7 +351,8 @@ CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **ker
 	GX_REAL_OR(cuLaunchKernelEx, CUDA_ERROR_NOT_INITIALIZED);
 	gx_launch_gate();
 	gx_probe_before_launch(f, gx_config_stream(config), 0);
-	return real(config, f, kernelParams, extra);
+	int64_t t = gx_hl_now();
+	return gx_config_launched(config, f, 0, t, real(config, f, kernelParams, extra));
 }
 
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
@@ -342,7 +360,8 @@ CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void 
 	GX_REAL_OR(cuLaunchKernelEx_ptsz, CUDA_ERROR_NOT_INITIALIZED);
 	gx_launch_gate();
 	gx_probe_before_launch(f, gx_config_stream(config), 1);
-	return real(config, f, kernelParams, extra);
+	int64_t t = gx_hl_now();
+	return gx_config_launched(config, f, 1, t, real(config, f, kernelParams, extra));
 }
 
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
@@ -350,7 +369,9 @@ CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 	GX_REAL_OR(cuGraphLaunch, CUDA_ERROR_NOT_INITIALIZED);
 	gx_launch_gate();
 	gx_probe_before_launch(NULL, hStream, 0);
-	return real(hGraphExec, hStream);
+	CUresult r = real(hGraphExec, hStream);
+	gx_hl_graph_launch(hGraphExec, hStream, 0, r);
+	return r;
 }
 
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
@@ -358,8 +379,33 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 	GX_REAL_OR(cuGraphLaunch_ptsz, CUDA_ERROR_NOT_INITIALIZED);
 	gx_launch_gate();
 	gx_probe_before_launch(NULL, hStream, 1);
-	return real(hGraphExec, hStream);
+	CUresult r = real(hGraphExec, hStream);
+	gx_hl_graph_launch(hGraphExec, hStream, 1, r);
+	return r;
 }
+
+/* instantiations: the graph's kernel nodes, which its replays launch (probe_hostlaunch.c) */
+CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
+{
+	GX_REAL_OR(cuGraphInstantiateWithFlags, CUDA_ERROR_NOT_INITIALIZED);
+	CUresult r = real(phGraphExec, hGraph, flags);
+	if (r == CUDA_SUCCESS && phGraphExec)
+		gx_hl_graph_instantiated(*phGraphExec, hGraph);
+	return r;
+}
+
+#define GX_INSTANTIATE_PARAMS_WRAPPER(sym)                                                          \
+	CUresult sym(CUgraphExec *phGraphExec, CUgraph hGraph, void *instantiateParams)            \
+	{                                                                                           \
+		GX_REAL_OR(sym, CUDA_ERROR_NOT_INITIALIZED);                                        \
+		CUresult r = real(phGraphExec, hGraph, instantiateParams);                          \
+		if (r == CUDA_SUCCESS && phGraphExec)                                               \
+			gx_hl_graph_instantiated(*phGraphExec, hGraph);                             \
+		return r;                                                                           \
+	}
+GX_INSTANTIATE_PARAMS_WRAPPER(cuGraphInstantiateWithParams)
+GX_INSTANTIATE_PARAMS_WRAPPER(cuGraphInstantiateWithParams_ptsz)
+#undef GX_INSTANTIATE_PARAMS_WRAPPER
 
 /*
  * image loads: through the device probes (probe_load.c), which load either the
@@ -466,6 +512,7 @@ CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
 	GX_REAL_OR(cuCtxDestroy_v2, CUDA_ERROR_NOT_INITIALIZED);
 	gx_probe_ctx_destroy(ctx);
+	gx_hl_ctx_ending(ctx);
 	return real(ctx);
 }
 
@@ -473,7 +520,10 @@ CUresult cuCtxDestroy_v2(CUcontext ctx)
 static CUresult gx_primary_end(CUresult (*real)(CUdevice), CUdevice dev)
 {
 	CUcontext p = gx_probe_primary_before(dev);
-	CUresult r = real(dev);
+	CUresult r;
+
+	gx_hl_device_ending(dev);
+	r = real(dev);
 
 	gx_probe_primary_after(dev, p);
 	return r;

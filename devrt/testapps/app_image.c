@@ -10,6 +10,10 @@
  *   mod FILE      cuModuleLoadData     -> "mod FILE ok"
  *   modex FILE    cuModuleLoadDataEx with one JIT option -> "modex FILE ok"
  *   launch N      N x cuLaunchKernel   -> "launch N ok"
+ *   launchk I K N N x cuLaunchKernel of the fake driver's kernel K of image I
+ *                 (0x50000000 + I * 0x1000 + K * 0x10), grid 4x2x1, block 128 -> "launchk I K N ok"
+ *   graph I K M R on a new stream: capture M launches of that kernel, instantiate
+ *                 (cuGraphInstantiateWithFlags), replay R times -> "graph I K M R ok" | "... rc=N"
  *   ctx           cuCtxSetCurrent(the context)   -> "ctx ok"
  *   ctx2          cuCtxSetCurrent(a second context, fake driver) -> "ctx2 ok"
  *   ctx2destroy   cuCtxDestroy(the second context, fake driver) -> "ctx2destroy ok"
@@ -152,7 +156,45 @@ int main(int argc, char **argv)
 		CUresult r;
 		static CUlibrary last_lib;
 
-		if (!strcmp(v, "launch") && i + 1 < argc) {
+		if (!strcmp(v, "launchk") && i + 3 < argc) {
+			int img = atoi(argv[i + 1]), k = atoi(argv[i + 2]), n = atoi(argv[i + 3]);
+			CUfunction f = (CUfunction)(uintptr_t)(0x50000000u + (unsigned)img * 0x1000u + (unsigned)k * 0x10u);
+
+			i += 3;
+			r = CUDA_SUCCESS;
+			for (int j = 0; j < n && r == CUDA_SUCCESS; j++)
+				r = launch(f, 4, 2, 1, 128, 1, 1, 0, NULL, NULL, NULL);
+			printf("launchk %d %d %d %s\n", img, k, n, r == CUDA_SUCCESS ? "ok" : "failed");
+		} else if (!strcmp(v, "graph") && i + 4 < argc) {
+			int img = atoi(argv[i + 1]), k = atoi(argv[i + 2]), m = atoi(argv[i + 3]), reps = atoi(argv[i + 4]);
+			CUfunction f = (CUfunction)(uintptr_t)(0x50000000u + (unsigned)img * 0x1000u + (unsigned)k * 0x10u);
+			CUresult (*stream_create)(CUstream *, unsigned int) =
+				(CUresult (*)(CUstream *, unsigned int))resolve("cuStreamCreate");
+			CUresult (*begin)(CUstream, int) = (CUresult (*)(CUstream, int))resolve("cuStreamBeginCapture");
+			CUresult (*end)(CUstream, void **) = (CUresult (*)(CUstream, void **))resolve("cuStreamEndCapture");
+			CUresult (*inst)(void **, void *, unsigned long long) =
+				(CUresult (*)(void **, void *, unsigned long long))resolve("cuGraphInstantiateWithFlags");
+			CUresult (*glaunch)(void *, CUstream) = (CUresult (*)(void *, CUstream))resolve("cuGraphLaunch");
+			CUstream s = NULL;
+			void *graph = NULL, *exec = NULL;
+
+			i += 4;
+			r = stream_create && begin && end && inst && glaunch ? stream_create(&s, 1) : CUDA_ERROR_NOT_FOUND;
+			if (r == CUDA_SUCCESS)
+				r = begin(s, 0);
+			for (int j = 0; j < m && r == CUDA_SUCCESS; j++)
+				r = launch(f, 8, 1, 1, 64, 1, 1, 0, s, NULL, NULL);
+			if (r == CUDA_SUCCESS)
+				r = end(s, &graph);
+			if (r == CUDA_SUCCESS)
+				r = inst(&exec, graph, 0);
+			for (int j = 0; j < reps && r == CUDA_SUCCESS; j++)
+				r = glaunch(exec, s);
+			if (r == CUDA_SUCCESS)
+				printf("graph %d %d %d %d ok\n", img, k, m, reps);
+			else
+				printf("graph %d %d %d %d rc=%d\n", img, k, m, reps, r);
+		} else if (!strcmp(v, "launch") && i + 1 < argc) {
 			int n = atoi(argv[++i]);
 
 			r = CUDA_SUCCESS;

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/devrt/probe/launches"
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
 	"github.com/gpuext/gpuext/internal/tenantfs"
 	"github.com/gpuext/gpuext/policies/probes"
@@ -125,6 +126,10 @@ type Tenant struct {
 	// what ran there since the copy before.
 	MissedFinal int                   `json:"missedFinal,omitempty"`
 	Maps        map[string]*Aggregate `json:"maps"`
+	// Launches is what the interposer saw of every launch, patched image
+	// or not (the <pid>.launches files): coverage and the kernel table;
+	// nil when no process wrote one.
+	Launches *launches.Table `json:"launches,omitempty"`
 	// Skipped names the .maps files (or maps in them) that were not added, and why.
 	Skipped []string `json:"skipped,omitempty"`
 	// Read is how many bytes of the tenant's files were read, and
@@ -296,6 +301,24 @@ func ReadTenantWithin(dir string, manifest *probe.Manifest, lim Limits) (*Tenant
 				}
 				(*m)[r]++
 			}
+		case strings.HasSuffix(name, ".launches"):
+			b, err := read(name, launches.MaxFileSize)
+			if err != nil {
+				return nil, err
+			}
+			if b == nil {
+				continue
+			}
+			f, err := launches.Decode(b)
+			if err != nil {
+				t.Skipped = append(t.Skipped, fmt.Sprintf("%s: %v", name, err))
+				continue
+			}
+			pids[int(f.PID)] = true
+			if t.Launches == nil {
+				t.Launches = launches.NewTable()
+			}
+			t.Launches.Add(f)
 		case strings.HasSuffix(name, ".maps"):
 			b, err := read(name, lim.Maps)
 			if err != nil {
@@ -314,6 +337,9 @@ func ReadTenantWithin(dir string, manifest *probe.Manifest, lim Limits) (*Tenant
 		}
 	}
 	t.Processes = len(pids)
+	if t.Launches != nil {
+		t.Launches.Sort()
+	}
 	sort.Slice(t.Images, func(i, j int) bool {
 		a, b := t.Images[i], t.Images[j]
 		return a.PID < b.PID || (a.PID == b.PID && a.Image < b.Image)
