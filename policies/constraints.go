@@ -5,6 +5,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strings"
 )
 
 // Constraints say who may ask for what (README.md, "Admin constraints"). A
@@ -16,6 +17,9 @@ type Constraints struct {
 	DefaultMaxQuota string `json:"defaultMaxQuota,omitempty"`
 	// RestrictedClasses may be used only where a rule allows them.
 	RestrictedClasses []PriorityClass `json:"restrictedClasses,omitempty"`
+	// RestrictedProbes are device probes (built in or from the host's
+	// probe directory) that may be selected only where a rule allows them.
+	RestrictedProbes []string `json:"restrictedProbes,omitempty"`
 
 	defaultMax uint64
 }
@@ -29,6 +33,8 @@ type Rule struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	// AllowClasses are the restricted classes this rule grants.
 	AllowClasses []PriorityClass `json:"allowClasses,omitempty"`
+	// AllowProbes are the restricted probes this rule grants.
+	AllowProbes []string `json:"allowProbes,omitempty"`
 	// MaxQuota is the largest quota this rule grants; "" = none above the
 	// default, "0" = any.
 	MaxQuota string `json:"maxQuota,omitempty"`
@@ -74,6 +80,9 @@ func (c *Constraints) init() error {
 	if err := validateClasses(c.RestrictedClasses, "restrictedClasses"); err != nil {
 		return err
 	}
+	if err := validateProbeNames(c.RestrictedProbes, "restrictedProbes"); err != nil {
+		return err
+	}
 	for i := range c.Rules {
 		r := &c.Rules[i]
 		field := fmt.Sprintf("rules[%d]", i)
@@ -83,6 +92,9 @@ func (c *Constraints) init() error {
 			}
 		}
 		if err := validateClasses(r.AllowClasses, field+".allowClasses"); err != nil {
+			return err
+		}
+		if err := validateProbeNames(r.AllowProbes, field+".allowProbes"); err != nil {
 			return err
 		}
 		if r.MaxQuota != "" {
@@ -100,6 +112,17 @@ func validateClasses(classes []PriorityClass, field string) error {
 	for i, cl := range classes {
 		if !cl.Valid() {
 			return fieldError(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("unknown priority class %q (want one of: %s)", cl, classList()))
+		}
+	}
+	return nil
+}
+
+// validateProbeNames checks the form of probe names only: a constraints
+// file may name a probe-directory probe this host does not have (yet).
+func validateProbeNames(names []string, field string) error {
+	for i, n := range names {
+		if !probeNameRE.MatchString(n) {
+			return fieldError(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("probe name %q must match %s", n, probeNameRE))
 		}
 	}
 	return nil
@@ -151,6 +174,13 @@ func (c *Constraints) Check(req Request, sel Selection) error {
 		return r.matches(req) && slices.Contains(r.AllowClasses, class)
 	}) {
 		return refuse(KeyPriority, string(class), fmt.Sprintf("priority class %q is restricted", class))
+	}
+	for _, p := range sel.Policy.Probes {
+		if slices.Contains(c.RestrictedProbes, p) && !slices.ContainsFunc(c.Rules, func(r Rule) bool {
+			return r.matches(req) && slices.Contains(r.AllowProbes, p)
+		}) {
+			return refuse(KeyProbes, strings.Join(sel.Policy.Probes, ","), fmt.Sprintf("device probe %q is restricted", p))
+		}
 	}
 	if q := sel.Policy.Memory.QuotaBytes; c.defaultMax > 0 && q > c.defaultMax && !slices.ContainsFunc(c.Rules, func(r Rule) bool {
 		return r.matches(req) && r.grantsQuota(q)
