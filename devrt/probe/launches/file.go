@@ -264,6 +264,8 @@ func row(e []byte) (Row, error) {
 		return r, fmt.Errorf("name %.40q: length %d, the prefix has %d", r.Name, r.NameLen, len(r.Name))
 	case int(r.NameLen) > len(r.Name) && len(r.Name) != NameSize-1:
 		return r, fmt.Errorf("name %.40q: length %d, yet the prefix is not full", r.Name, r.NameLen)
+	case le.Uint32(e[rowOffPad:]) != 0:
+		return r, fmt.Errorf("kernel %.40q: padding is not zero", r.Name)
 	case r.Kernels == 0:
 		return r, fmt.Errorf("kernel %.40q: no kernels", r.Name)
 	case r.GraphLaunches > r.Launches || r.LatCount > r.Launches:

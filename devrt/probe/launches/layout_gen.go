@@ -52,6 +52,7 @@ const (
 	rowOffBlockLast     = 268
 	rowOffMaxBlocks     = 280
 	rowOffMaxThreads    = 288
+	rowOffPad           = 292
 	rowOffLatCount      = 296
 	rowOffLatSum        = 304
 	rowOffLatMin        = 312

@@ -81,6 +81,7 @@ int main(void)
 	R("BlockLast", block_last);
 	R("MaxBlocks", max_blocks);
 	R("MaxThreads", max_threads);
+	R("Pad", pad);
 	R("LatCount", lat_count);
 	R("LatSum", lat_sum_ns);
 	R("LatMin", lat_min_ns);
