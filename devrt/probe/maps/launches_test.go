@@ -18,7 +18,7 @@ func TestReadTenantLaunchesFiles(t *testing.T) {
 	dir := t.TempDir()
 	good := &launches.File{PID: 10, Final: true, Kernels: 1,
 		Coverage: []launches.Coverage{{Measured: launches.Host, Reason: "sass-only", Kernels: 1, Launches: 7, Blocks: 14}},
-		Rows: []launches.Row{{KernelID: 5, Name: "k", NameLen: 1, Measured: launches.Host, Reason: "sass-only", Kernels: 1, Launches: 7, Blocks: 14}}}
+		Rows:     []launches.Row{{KernelID: 5, Name: "k", NameLen: 1, Measured: launches.Host, Reason: "sass-only", Kernels: 1, Launches: 7, Blocks: 14}}}
 	write := func(name string, b []byte) {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			t.Fatal(err)
