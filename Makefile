@@ -22,7 +22,7 @@ deps: ## install what the tests and demo need (apt packages, containerd, crictl;
 	@test/lab/install-deps.sh
 
 generate: ## regenerate the bpf2go bindings (clang) and the devrt layouts, env names and probe ABI (gcc); CI fails if they differ from the committed ones
-	$(GO) generate ./bpf/... ./devrt/board/... ./devrt/probe/maps ./policies/probes ./devrt/tenantcfg ./devrt/probe
+	$(GO) generate ./bpf/... ./devrt/board/... ./devrt/probe/maps ./devrt/probe/launches ./policies/probes ./devrt/tenantcfg ./devrt/probe
 
 build: ## build the static binaries and the device runtime (libgpuext-devrt.so) into bin/
 	@mkdir -p $(BIN)/devrt
@@ -97,6 +97,7 @@ lint: ## gofmt, go vet, generated files up to date
 	@bash kmod/nvidia/check.sh --dry-run  # CI has no NVIDIA tree: patch format only, no build claimed
 	@$(GO) generate ./devrt/board && git diff --exit-code --stat -- devrt/board/ || { echo "devrt/board/layout_gen.go differs from devrt/include/gpuext_devrt_shm.h: run make generate and commit"; exit 1; }
 	@$(GO) generate ./devrt/probe/maps && git diff --exit-code --stat -- devrt/probe/maps/layout_gen.go || { echo "devrt/probe/maps/layout_gen.go differs from devrt/include/gpuext_devrt_maps.h: run make generate and commit"; exit 1; }
+	@$(GO) generate ./devrt/probe/launches && git diff --exit-code --stat -- devrt/probe/launches/layout_gen.go || { echo "devrt/probe/launches/layout_gen.go differs from devrt/include/gpuext_devrt_launches.h: run make generate and commit"; exit 1; }
 	@$(GO) generate ./devrt/tenantcfg && git diff --exit-code --stat -- devrt/tenantcfg/ || { echo "devrt/tenantcfg/*_gen.go differ from devrt/include/gpuext_devrt_tenant.h, gpuext_devrt_env.h: run make generate and commit"; exit 1; }
 	@$(GO) generate ./devrt/probe && git diff --exit-code --stat -- devrt/probe/abi_gen.go || { echo "devrt/probe/abi_gen.go differs from kmod/include/gpuext_abi.h, devrt/lib/ptxpatch.h: run make generate and commit"; exit 1; }
 
