@@ -8,14 +8,13 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/compile"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/internal/probetest"
 	"github.com/gpuext/gpuext/policies/probes"
 )
 
@@ -52,26 +51,7 @@ func TestProbesConfLineTooLong(t *testing.T) {
 // (hash, ring buffer, per-warp arrays) is bound and copied out with the
 // layout of the manifest.
 func TestProbesFromAProbeDirectory(t *testing.T) {
-	clang, err := exec.LookPath("clang")
-	if err != nil {
-		privtest.SkipOrFail(t, "clang not found (test/lab/install-deps.sh installs it): %v", err)
-	}
-	dir := t.TempDir()
-	for _, ex := range []string{"kernel-block-hist", "slow-blocks"} {
-		src := filepath.Join("..", "examples", "probes", ex)
-		out, err := exec.Command(clang, "--target=bpf", "-g", "-O2", "-Wall", "-Werror", "-I", filepath.Join("..", "policies", "probes"),
-			"-I", filepath.Join("..", "kmod", "include"), "-c", filepath.Join(src, ex+".bpf.c"), "-o", filepath.Join(dir, ex+".bpf.o")).CombinedOutput()
-		if err != nil {
-			t.Fatalf("clang %s: %v\n%s", ex, err, out)
-		}
-		desc, err := os.ReadFile(filepath.Join(src, ex+".json"))
-		if err == nil {
-			err = os.WriteFile(filepath.Join(dir, ex+".json"), desc, 0o644)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := probetest.ExampleDir(t, "kernel-block-hist", "slow-blocks")
 	d, err := probes.LoadDir(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -3,41 +3,17 @@ package config
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/internal/probetest"
 	"github.com/gpuext/gpuext/policies"
 	"github.com/gpuext/gpuext/policies/probes"
 )
 
-// probeDir is a probe directory holding the example probe
-// kernel-block-hist (examples/probes), built here with clang.
-func probeDir(t *testing.T) string {
-	t.Helper()
-	clang, err := exec.LookPath("clang")
-	if err != nil {
-		privtest.SkipOrFail(t, "clang not found (test/lab/install-deps.sh installs it): %v", err)
-	}
-	dir := t.TempDir()
-	src := filepath.Join("..", "..", "examples", "probes", "kernel-block-hist")
-	out, err := exec.Command(clang, "--target=bpf", "-g", "-O2", "-I", filepath.Join("..", "..", "policies", "probes"),
-		"-I", filepath.Join("..", "..", "kmod", "include"), "-c", filepath.Join(src, "kernel-block-hist.bpf.c"),
-		"-o", filepath.Join(dir, "kernel-block-hist.bpf.o")).CombinedOutput()
-	if err != nil {
-		t.Fatalf("clang: %v\n%s", err, out)
-	}
-	desc, err := os.ReadFile(filepath.Join(src, "kernel-block-hist.json"))
-	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, "kernel-block-hist.json"), desc, 0o644)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
+// probeDir is a probe directory holding the example probe kernel-block-hist.
+func probeDir(t *testing.T) string { return probetest.ExampleDir(t, "kernel-block-hist") }
 
 // A container selects a probe of the config's probeDir with
 // probes.gpuext.io like a built-in one; without the directory the name is

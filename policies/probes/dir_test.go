@@ -3,43 +3,20 @@ package probes
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/gpuext/gpuext/devrt/probe/verifier"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/internal/probetest"
 )
 
 // buildObject compiles a probe source with clang as the SDK's probe.mk does.
-func buildObject(t *testing.T, src, out string) {
-	t.Helper()
-	clang, err := exec.LookPath("clang")
-	if err != nil {
-		privtest.SkipOrFail(t, "clang not found (test/lab/install-deps.sh installs it): %v", err)
-	}
-	cmd := exec.Command(clang, "--target=bpf", "-g", "-O2", "-Wall", "-Werror", "-I", ".", "-I", "../../kmod/include", "-c", src, "-o", out)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("clang %s: %v\n%s", src, err, b)
-	}
-}
+func buildObject(t *testing.T, src, out string) { probetest.Build(t, src, out) }
 
-// exampleDir is a probe directory holding the two example probes
-// (examples/probes) and the fixtures' objects, built here.
+// exampleDir is a probe directory holding the two example probes (examples/probes).
 func exampleDir(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for _, ex := range []string{"kernel-block-hist", "slow-blocks"} {
-		src := filepath.Join("..", "..", "examples", "probes", ex)
-		buildObject(t, filepath.Join(src, ex+".bpf.c"), filepath.Join(dir, ex+".bpf.o"))
-		desc, err := os.ReadFile(filepath.Join(src, ex+".json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		writeFile(t, dir, ex+".json", string(desc))
-	}
-	return dir
+	return probetest.ExampleDir(t, "kernel-block-hist", "slow-blocks")
 }
 
 func writeFile(t *testing.T, dir, name, content string) {

@@ -15,27 +15,9 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
 	"github.com/gpuext/gpuext/devrt/probe/ptxinterp"
 	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/internal/probetest"
 	"github.com/gpuext/gpuext/policies/probes"
 )
-
-// repoRoot is the module's root (where go.mod is), above the working directory.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
 
 // sdkProbeDir builds the example probes of examples/probes the way an
 // operator would: `make sdk` into a directory outside the tree, each
@@ -48,7 +30,7 @@ func sdkProbeDir(t *testing.T, examples ...string) string {
 			privtest.SkipOrFail(t, "%s not found (test/lab/install-deps.sh installs it): %v", tool, err)
 		}
 	}
-	root, tmp := repoRoot(t), t.TempDir()
+	root, tmp := probetest.RepoRoot(t), t.TempDir()
 	run := func(dir string, args ...string) {
 		t.Helper()
 		cmd := exec.Command("make", append([]string{"-s", "-C", dir}, args...)...)

@@ -1,0 +1,132 @@
+package metrics
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/devrt/probe/compile"
+	"github.com/gpuext/gpuext/devrt/probe/helpers"
+	"github.com/gpuext/gpuext/devrt/probe/maps"
+	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/probetest"
+	"github.com/gpuext/gpuext/policies/probes"
+)
+
+// exampleCatalog is the built-in probe catalog with the example probes of
+// examples/probes (a hash view and a records view) from a probe directory.
+func exampleCatalog(t *testing.T) *probes.Catalog {
+	t.Helper()
+	d, err := probes.LoadDir(probetest.ExampleDir(t, "kernel-block-hist", "slow-blocks"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := probes.Builtin().With(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cat
+}
+
+// A tenant's hash and ring-buffer maps (real map images, as the device
+// helpers lay them out) show as the key count and the value sums of the
+// hash view and the records of the records view, labelled by probe and
+// map, when the collector renders through the catalog that has the
+// probes; through the built-in one they are not shown.
+func TestProbeHashAndRecordsSeries(t *testing.T) {
+	cat := exampleCatalog(t)
+	b, err := compile.NewCompiler(cat, func() (helpers.Library, error) { return helpers.Library{}, nil }).
+		Compile([]string{"kernel-block-hist", "slow-blocks"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, id := t.TempDir(), bpf.TenantID(5)
+	dir := filepath.Join(admission.TenantDir(state, uint64(id)), admission.TenantProbesDir)
+	acct := filepath.Join(admission.AcctDir(state, uint64(id)), admission.AcctProbesDir)
+	for _, d := range []string{dir, acct} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, probe.ManifestFile), b.ManifestJSON(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	le := binary.LittleEndian
+	key := func(kernel uint64, bucket uint32) []byte {
+		k := le.AppendUint64(nil, kernel)
+		return append(le.AppendUint32(k, bucket), 0, 0, 0, 0)
+	}
+	f := &maps.File{PID: 77, Seq: 1, Tenant: uint32(id), Final: true}
+	for _, m := range b.Manifest.Maps {
+		im := ptx.NewImage(m.Layout)
+		switch m.Name {
+		case "kbh_hist":
+			for _, e := range []struct {
+				k []byte
+				n uint64
+			}{{key(1, 10), 3}, {key(2, 14), 4}} {
+				if im.Update(e.k, le.AppendUint64(nil, e.n), ptx.FlagAny, 0) != 0 {
+					t.Fatal("hash update")
+				}
+			}
+		case "sb_records":
+			for i := range 3 {
+				rec := le.AppendUint64(le.AppendUint32(le.AppendUint32(le.AppendUint64(nil, 2), uint32(i)), 1), 20000)
+				if im.RingbufOutput(rec, 0) != 0 {
+					t.Fatal("ringbuf output")
+				}
+			}
+		}
+		f.Maps = append(f.Maps, maps.Map{Name: m.Name, Present: true, Layout: m.Layout, Bytes: im.Bytes})
+	}
+	if err := os.WriteFile(filepath.Join(acct, "77-0.maps"), maps.Encode(f), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(acct, "77.status"), []byte("image=0 state=patched reason=ok\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reg := &fakeRegistry{tenants: []bpf.Tenant{tenant(id, "ns", "pod", "default", 0, "app")}}
+	gather := func(c *probes.Catalog) map[string]*dto.MetricFamily {
+		r := prometheus.NewRegistry()
+		tc := NewTenantCollector(reg, state, nil)
+		tc.SetProbeCatalog(func() *probes.Catalog { return c })
+		r.MustRegister(tc)
+		fams, err := r.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]*dto.MetricFamily{}
+		for _, f := range fams {
+			out[f.GetName()] = f
+		}
+		return out
+	}
+	fams := gather(cat)
+	for _, c := range []struct {
+		name  string
+		extra []string
+		want  float64
+	}{
+		{"gpuext_tenant_probe_hash_keys", []string{"probe=kernel-block-hist", "map=kbh_hist"}, 2},
+		{"gpuext_tenant_probe_hash_value_total", []string{"probe=kernel-block-hist", "map=kbh_hist", "field=blocks"}, 7},
+		{"gpuext_tenant_probe_records_total", []string{"probe=slow-blocks", "map=sb_records"}, 3},
+		{"gpuext_tenant_probe_records_dropped_total", []string{"probe=slow-blocks", "map=sb_records"}, 0},
+	} {
+		if v, ok := value(fams, c.name, id, c.extra...); !ok || v != c.want {
+			t.Errorf("%s%v: %v %v, want %v\n%v", c.name, c.extra, v, ok, c.want, series(fams, c.name))
+		}
+	}
+	fams = gather(nil) // the built-in catalog: these probes have no views there
+	for _, name := range []string{"gpuext_tenant_probe_hash_keys", "gpuext_tenant_probe_records_total"} {
+		if s := series(fams, name); len(s) != 0 {
+			t.Errorf("%s without the probes' catalog: %v", name, s)
+		}
+	}
+}
