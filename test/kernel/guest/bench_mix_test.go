@@ -108,9 +108,7 @@ type mixResult struct {
 func TestBenchmarkMixes(t *testing.T) {
 	requireLab(t)
 	reg := openRegistry(t)
-	for _, p := range []string{"fifo", "lru", "lfu", "mru", "freq-decay", "none", "always-max", "sequential", "stride", "tree-threshold"} {
-		defer attach(t, p).Close()
-	}
+	attachBenchPolicies(t)
 	traces := map[string][][]string{}
 	for _, p := range benchPatterns() {
 		traces[p.name] = sliceTrace(p.lines)

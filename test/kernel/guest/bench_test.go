@@ -50,6 +50,25 @@ var benchCombos = []benchCombo{
 	{"lru", "always-max", bpf.EvictLRU, bpf.PrefetchAlwaysMax},
 	{"lru", "sequential", bpf.EvictLRU, bpf.PrefetchSequential},
 	{"lru", "stride", bpf.EvictLRU, bpf.PrefetchStride},
+	// gpu_ext's llama.cpp pair (examples/stride-lfu, from the lab's policy
+	// directory): its stride prefetch (2 pages ahead) and its LFU list
+	// eviction, together as gpu_ext runs them.
+	{"stride-lfu", "stride-lfu", bpf.EvictionPolicy(strideLFUID), bpf.PrefetchPolicy(strideLFUID)},
+}
+
+// strideLFUID names examples/stride-lfu in a tenant config (a policy of the
+// policy directory, by its GPUEXT_POLICY_NAMED id).
+var strideLFUID = bpf.NamedPolicyID(bpf.OpsName("stride-lfu"))
+
+// attachBenchPolicies attaches every policy the combinations name.
+func attachBenchPolicies(t *testing.T) {
+	t.Helper()
+	for _, p := range []string{"fifo", "lru", "lfu", "mru", "freq-decay", "none", "always-max", "sequential", "stride", "tree-threshold"} {
+		a := attach(t, p)
+		t.Cleanup(func() { a.Close() })
+	}
+	dir, l := dirLoader(t)
+	attachFromDir(t, dir, l, "stride-lfu")
 }
 
 // benchRand is a fixed-seed xorshift generator: the traces are the same on
@@ -142,9 +161,7 @@ func replayBatched(t *testing.T, ctx string, lines []string) {
 func TestBenchmarkTraces(t *testing.T) {
 	requireLab(t)
 	reg := openRegistry(t)
-	for _, p := range []string{"fifo", "lru", "lfu", "mru", "freq-decay", "none", "always-max", "sequential", "stride", "tree-threshold"} {
-		defer attach(t, p).Close()
-	}
+	attachBenchPolicies(t)
 	cgs := make([]string, len(benchCombos))
 	for i, c := range benchCombos {
 		cgs[i], _ = tenantCgroupConfig(t, reg, fmt.Sprintf("bench-%s-%s", c.evict, c.prefetch), bpf.GpuextTenantConfig{
