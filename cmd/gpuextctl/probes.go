@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/devrt/probe/launches"
 	"github.com/gpuext/gpuext/devrt/probe/maps"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
@@ -54,6 +55,20 @@ type ProbesRow struct {
 	// launch-latency
 	LaunchLatency *maps.HistSummary `json:"launchLatency,omitempty"`
 
+	// LaunchesBy and BlocksBy split Launches and Blocks by how they were
+	// measured: device (the probes' counters), host (the interposer's launch
+	// table, for kernels the probes could not see), none (known launches
+	// whose kernels no one saw: not in the sum).
+	LaunchesBy map[launches.Measured]uint64 `json:"launchesBy,omitempty"`
+	BlocksBy   map[launches.Measured]uint64 `json:"blocksBy,omitempty"`
+	// Coverage: launches observed device-side, host-side, not at all, with the reasons.
+	Coverage *LaunchCoverage `json:"coverage,omitempty"`
+	// HostLatency: host-measured launch latency (launch call to the
+	// kernel's completion, CUDA events) of the host-measured kernels.
+	HostLatency *maps.HistSummary `json:"hostLatency,omitempty"`
+	// Kernels: the launch table, the most launched first, then "other" rows.
+	Kernels []launches.Row `json:"kernels,omitempty"`
+
 	// Every probe's views, as the catalog defines them.
 	Details []maps.ProbeSummary `json:"details"`
 	// Skipped: copy-out files (or maps in them) not counted, and why.
@@ -66,7 +81,7 @@ type ProbesRow struct {
 
 func probesCmd(cfg config.Config, args []string, out io.Writer) error {
 	if len(args) > 0 && args[0] == "compile" {
-		return probesCompileCmd(args[1:], out)
+		return probesCompileCmd(cfg, args[1:], out)
 	}
 	if len(args) > 0 && args[0] == "read" {
 		return probesReadCmd(cfg, args[1:], out)
@@ -74,11 +89,12 @@ func probesCmd(cfg config.Config, args []string, out io.Writer) error {
 	fset := flag.NewFlagSet("probes", flag.ContinueOnError)
 	asJSON := fset.Bool("json", false, "print JSON")
 	stateDir := fset.String("state-dir", cfg.StateDir, "the admission state directory (tenants/, acct/)")
+	kernels := fset.Int("kernels", 0, "also print each tenant's N most launched kernels (name, device|host, reason, launches, grid, block, host latency)")
 	if err := fset.Parse(args); err != nil {
 		return err
 	}
 	if fset.NArg() != 0 {
-		return fmt.Errorf("usage: gpuextctl probes [--json] [--state-dir DIR]")
+		return fmt.Errorf("usage: gpuextctl probes [--json] [--kernels N] [--state-dir DIR]")
 	}
 	cat, err := cfg.ProbeCatalog() // the views of the config's probeDir too
 	if err != nil {
@@ -92,19 +108,14 @@ func probesCmd(cfg config.Config, args []string, out io.Writer) error {
 		return writeJSON(out, rows)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tKEY\tPROBES\tPROCS\tPATCHED\tUNPATCHED\tLAUNCHES\tBLOCKS\tMEAN-BLOCK\tSMS\tLAT-P50\tLAT-P99")
+	fmt.Fprintln(tw, "TENANT\tKEY\tPROBES\tPROCS\tPATCHED\tUNPATCHED\tLAUNCHES\tCOVERAGE\tBLOCKS\tMEAN-BLOCK\tSMS\tLAT-P50\tLAT-P99")
 	for _, r := range rows {
 		unpatched := strconv.Itoa(r.Unpatched)
 		if len(r.UnpatchedReasons) > 0 {
 			unpatched += " (" + reasonList(r.UnpatchedReasons) + ")"
 		}
 		launches, blocks, mean, sms, p50, p99 := "-", "-", "-", "-", "-", "-"
-		if r.Launches != nil {
-			launches = strconv.FormatUint(*r.Launches, 10)
-		}
-		if r.Blocks != nil {
-			blocks = strconv.FormatUint(*r.Blocks, 10)
-		}
+		launches, blocks = measuredCell(r.Launches, r.LaunchesBy), measuredCell(r.Blocks, r.BlocksBy)
 		if r.MeanBlockNs != nil {
 			mean = time.Duration(*r.MeanBlockNs).String()
 		} else if r.BlocksRunning {
@@ -113,11 +124,9 @@ func probesCmd(cfg config.Config, args []string, out io.Writer) error {
 		if s := r.SMs; s != nil && s.Used > 0 {
 			sms = fmt.Sprintf("%d used, %d..%d blocks", s.Used, s.Min, s.Max)
 		}
-		if h := r.LaunchLatency; h != nil && h.Count > 0 {
-			p50, p99 = time.Duration(h.P50).String(), time.Duration(h.P99).String()
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Tenant, r.Key, dash(strings.Join(r.Probes, ",")),
-			r.Processes, r.Patched, unpatched, launches, blocks, mean, sms, p50, p99)
+		p50, p99 = latencyCells(r)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Tenant, r.Key, dash(strings.Join(r.Probes, ",")),
+			r.Processes, r.Patched, unpatched, launches, coverageCell(r.Coverage), blocks, mean, sms, p50, p99)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -126,6 +135,9 @@ func probesCmd(cfg config.Config, args []string, out io.Writer) error {
 		for _, s := range r.Skipped {
 			fmt.Fprintf(out, "tenant %d: not counted: %s\n", r.Tenant, s)
 		}
+		for _, line := range launchLines(r) {
+			fmt.Fprintf(out, "tenant %d: %s\n", r.Tenant, line)
+		}
 		for _, line := range viewLines(cat, r.Details) {
 			fmt.Fprintf(out, "tenant %d: %s\n", r.Tenant, line)
 		}
@@ -133,6 +145,9 @@ func probesCmd(cfg config.Config, args []string, out io.Writer) error {
 			fmt.Fprintf(out, "tenant %d: %d image(s) without their last copy (a context ended where the interposer could not see it): up to 1 s of their counts missing\n",
 				r.Tenant, r.MissedFinal)
 		}
+	}
+	if *kernels > 0 {
+		return printKernels(out, rows, *kernels)
 	}
 	return nil
 }
@@ -227,6 +242,7 @@ func probeRows(stateDir string, cat *probes.Catalog) ([]ProbesRow, error) {
 				}
 			}
 		}
+		applyLaunches(&r, ten.Launches)
 		rows = append(rows, r)
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].Tenant < rows[j].Tenant })

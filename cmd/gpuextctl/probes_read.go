@@ -62,6 +62,14 @@ func probesReadCmd(cfg config.Config, args []string, out io.Writer) error {
 		fmt.Fprintf(out, "; launch times off: %s", reasonList(ten.LaunchTimeOff))
 	}
 	fmt.Fprintln(out)
+	if ten.Launches != nil { // the interposer's launch table: every launch, patched image or not
+		r := ProbesRow{}
+		applyLaunches(&r, ten.Launches)
+		fmt.Fprintf(out, "launches %s, observed %s\n", measuredCell(r.Launches, r.LaunchesBy), coverageCell(r.Coverage))
+		for _, line := range launchLines(r) {
+			fmt.Fprintln(out, line)
+		}
+	}
 	for _, s := range sum {
 		if s.Counters == nil && s.SMs == nil && s.Histograms == nil && s.Hashes == nil && s.Records == nil {
 			continue // no file had this probe's maps
