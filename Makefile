@@ -83,9 +83,14 @@ sdk: ## the kernel-policy and device-probe SDK into SDK_DIR (default bin/sdk): h
 kernel-test: ## boot Debian's 6.12 kernel in qemu with gpuext.ko + gpusim.ko and run the guest tests (cached in .cache/kernel)
 	@test/kernel/lab.sh all
 
-gpu-prep: build ## here, as root (needs Go and BPF_PROG_TEST_RUN): what gpu-test carries: bin/ (static gpuextctl) and out/gpu/corpus (the differential corpus with the kernel's own results)
+gpu-prep: build ## here, as root (needs Go and BPF_PROG_TEST_RUN): what gpu-test carries: bin/ (static gpuextctl), out/gpu/corpus (the differential corpus with the kernel's own results), out/gpu/probedir (the example probes built with the SDK)
 	$(GO) run ./devrt/probe/cmd/gpuext-probe-corpus --out out/gpu/corpus
 	gzip -f out/gpu/corpus/corpus.txt out/gpu/corpus/corpus.ptx  # ~100 MB of mostly-zero map images -> ~1 MB
+	@# the example probes (examples/probes), built outside the tree with only the SDK, as a probeDir
+	@rm -rf out/gpu/probedir && d=$$(mktemp -d) && $(MAKE) -s sdk SDK_DIR=$$d/sdk && \
+	for p in examples/probes/*/; do n=$$(basename $$p); cp -r $$p $$d/$$n && \
+		$(MAKE) -s -C $$d/$$n GPUEXT_SDK=$$d/sdk install PROBE_DIR=$(CURDIR)/out/gpu/probedir >/dev/null || { rm -rf $$d; exit 1; }; done; \
+	rm -rf $$d; echo "out/gpu/probedir: $$(cd out/gpu/probedir && echo *)"
 
 gpu-test: ## on the GPU machine (not CI, no Go there; carry bin/ and out/gpu from gpu-prep): the device runtime and device probes with real CUDA apps; one PASS/FAIL line per check
 	@bash test/gpu/gpu-test.sh

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gpuext/gpuext/devrt/probe/compile"
+	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -19,7 +20,7 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 // probesCompileCmd is `gpuextctl probes compile`: verify and translate a
 // probe set into the files admission puts in a tenant's probes/ directory,
 // without a container (to check a set, or to carry to a GPU host).
-func probesCompileCmd(args []string, out io.Writer) error {
+func probesCompileCmd(cfg config.Config, args []string, out io.Writer) error {
 	fset := flag.NewFlagSet("probes compile", flag.ContinueOnError)
 	fset.SetOutput(out)
 	dir := fset.String("out", "", "directory to write module.ptx, module.conf and manifest.json into (required)")
@@ -27,7 +28,8 @@ func probesCompileCmd(args []string, out io.Writer) error {
 	fset.Var(&kernels, "kernel", "probe only this .entry (mangled name); repeatable; none = every kernel; narrows a probe's catalog kernels as probe-kernels.gpuext.io does")
 	fset.Usage = func() {
 		fmt.Fprintln(out, "Usage: gpuextctl probes compile --out DIR [--kernel NAME]... PROBE[,PROBE...]")
-		fmt.Fprintln(out, "\nVerifies and translates catalog probes (policies/probes) into a probe module.")
+		fmt.Fprintln(out, "\nVerifies and translates catalog probes (policies/probes) and those of the config's")
+		fmt.Fprintln(out, "probeDir (gpuextctl --config FILE) into a probe module.")
 		fset.PrintDefaults()
 	}
 	if err := fset.Parse(args); err != nil {
@@ -50,7 +52,15 @@ func probesCompileCmd(args []string, out io.Writer) error {
 	}
 	// The bundle admission makes for a container that selects these
 	// probes and probe-kernels.gpuext.io=KERNEL,...
-	b, err := compile.CompileKernels(names, kernels)
+	compileKernels := compile.CompileKernels
+	if cfg.ProbeDir != "" {
+		cat, err := cfg.ProbeCatalog()
+		if err != nil {
+			return fmt.Errorf("probes compile: %w", err)
+		}
+		compileKernels = compile.NewCompiler(cat, nil).CompileKernels
+	}
+	b, err := compileKernels(names, kernels)
 	if err != nil {
 		return fmt.Errorf("probes compile %s: %w", fset.Arg(0), err)
 	}

@@ -20,6 +20,11 @@
 #   probes-launch-time     every launch carries the host launch time
 #   probes-launch-latency  the clock offset was measured at bind and the
 #                          latency is measured for >= 18 of 20 launches
+#   probes-sdk-block-hist  the example probe kernel-block-hist (examples/probes,
+#                          built with the SDK, loaded from a probeDir) counts
+#                          every block of the vector add once in its hash
+#   probes-sdk-slow-blocks the example probe slow-blocks' ring-buffer records
+#                          agree with the blocks the histogram puts over 10 us
 #   probes-hash-concurrency the helpers' hash map under contention (hash_stress.cu)
 #   probe-diff             the differential corpus on the GPU = the kernel's eBPF
 # Measurements (INFO): probe overhead (launch-count, launch-stats) on a ~5 us
@@ -28,7 +33,7 @@
 GX=$REPO/bin/gpuextctl
 PT=$W/probes
 # GPUEXT_PROBE_CHECKS picks checks (default all)
-pwant() { [[ " ${GPUEXT_PROBE_CHECKS:-vecadd latency sass sgemm twoctx torch overhead resources hash diff} " == *" $1 "* ]]; }
+pwant() { [[ " ${GPUEXT_PROBE_CHECKS:-vecadd latency sass sgemm twoctx torch overhead resources sdk hash diff} " == *" $1 "* ]]; }
 NVCCP=(nvcc -O2 -arch=sm_90)
 
 info "libzstd for nvcc 13's compressed PTX: $(ldconfig -p | grep -c 'libzstd.so.1 ') found"
@@ -224,6 +229,47 @@ if pwant resources && [[ -d $PT/tenants/36/probes ]] && nvcc -arch=sm_90 -ptx -o
 fi
 # Load-time cost: the patch + JIT of each patched module, from the status files.
 cat "$PT"/acct/*/probes/*.status 2>/dev/null | awk '/state=patched/ {print "INFO probe_load", $0}' | sort -u | head -12
+
+# The example probes of examples/probes (not in the catalog), built here by
+# `make gpu-prep` with the SDK into out/gpu/probedir and loaded from it as
+# the config's probeDir: kernel-block-hist (a hash of log2 block times per
+# kernel) and slow-blocks (a ring buffer of blocks over 10 us) on the vector
+# add (10 x vadd + vscale, 4096 blocks each). The hash must count every
+# block exactly once; the ring buffer's records (kept + dropped) must match
+# the blocks the histogram puts over 10 us (buckets 15 and up surely are,
+# bucket 14, [8192, 16384) ns, may be).
+if pwant sdk && [[ -x $W/vecadd_nc ]]; then
+	if [[ ! -f $REPO/out/gpu/probedir/kernel-block-hist.bpf.o ]]; then
+		bad probes-sdk-examples "needs out/gpu/probedir (make gpu-prep here, carry out/gpu)"
+	else
+		printf '{"probeDir": "%s"}\n' "$REPO/out/gpu/probedir" >"$W/probedir-config.json"
+		export GPUEXT_CONFIG=$W/probedir-config.json
+		if ptenant 39 kernel-block-hist,slow-blocks; then
+			want=$("$W/vecadd_nc" 1048576 10 | head -1); got=$(prun 39 "$W/vecadd_nc" 1048576 10 2>"$OUT/probes-sdk.err" | head -1)
+			punchanged sdk-examples "$want" "$got"
+			"$GX" probes --state-dir "$PT" >"$OUT/probes-sdk.txt" 2>&1
+			"$GX" probes --state-dir "$PT" --json >"$OUT/probes-sdk.json" 2>&1
+			read -r blocks keys surely maybe recs dropped badrec < <(python3 -c '
+import json, sys
+r = [x for x in json.load(open(sys.argv[1])) if x["tenant"] == 39][0]
+d = {p["name"]: p for p in r["details"]}
+h = d["kernel-block-hist"].get("hashes", {}).get("kbh_hist", {})
+rb = d["slow-blocks"].get("records", {}).get("sb_records", {})
+top = h.get("top", [])
+surely = sum(e["value"]["blocks"] for e in top if e["key"]["bucket"] >= 15)
+maybe = sum(e["value"]["blocks"] for e in top if e["key"]["bucket"] >= 14)
+bad = sum(1 for x in rb.get("last", []) if x["ns"] <= 10000)
+print(h.get("sums", {}).get("blocks", 0), h.get("keys", 0), surely, maybe, rb.get("count", 0), rb.get("dropped", 0), bad)' "$OUT/probes-sdk.json")
+			info "probe_sdk blocks=$blocks keys=$keys over10us_surely=$surely over10us_maybe=$maybe records=$recs dropped=$dropped"
+			if [[ $blocks == $((4096 * 20)) && ${keys:-0} -ge 2 ]]; then ok probes-sdk-block-hist
+			else bad probes-sdk-block-hist "blocks=$blocks (want $((4096 * 20))) keys=$keys (probes-sdk.txt)"; fi
+			n=$((recs + dropped))
+			if [[ -n $recs && $badrec == 0 ]] && (( n >= surely && n <= maybe )); then ok probes-sdk-slow-blocks
+			else bad probes-sdk-slow-blocks "records+dropped=$n, the histogram has $surely..$maybe blocks over 10 us, $badrec shown records not over it (probes-sdk.txt)"; fi
+		fi
+		unset GPUEXT_CONFIG
+	fi
+fi
 
 # The helper library's hash map under contention on the GPU (hash_stress.cu
 # includes helpers.cu): no key twice, the live count right, max_entries kept.
