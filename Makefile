@@ -77,6 +77,8 @@ sdk: ## the kernel-policy and device-probe SDK into SDK_DIR (default bin/sdk): h
 	install -d $(SDK_DIR)/include
 	install -m 0644 $(SDK_HEADERS) $(SDK_PROBE_HEADERS) $(SDK_DIR)/include/
 	install -m 0644 sdk/policy.mk sdk/Makefile.template sdk/probe.mk sdk/Makefile.probe.template $(SDK_DIR)/
+	@# bpftime-style device programs build unchanged with -I $(SDK_DIR)/include/bpftime (policies/probes/bpftime, when the tree has it)
+	if [ -d policies/probes/bpftime ]; then rm -rf $(SDK_DIR)/include/bpftime && cp -r policies/probes/bpftime $(SDK_DIR)/include/bpftime; fi
 	install -d $(SDK_DIR)/include/compat/gpu_ext
 	install -m 0644 kmod/include/compat/gpu_ext/*.h $(SDK_DIR)/include/compat/gpu_ext/
 
