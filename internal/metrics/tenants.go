@@ -169,7 +169,8 @@ var (
 func (c *TenantCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descQuota, descUsageState, descUsed, descPeak, descRefused, descDelayed,
 		descLaunches, descContainer, descProbeState, descProbeProcesses, descProbeImages, descProbeSkipped,
-		descProbeEvents, descProbeTime, descProbeSMs, descProbeHist, descKFaults, descKPagesIn, descKPagesOut,
+		descProbeEvents, descProbeTime, descProbeSMs, descProbeHist, descProbeLaunches, descProbeLaunchBlocks,
+		descProbeHostLatency, descProbeHostLatencySkipped, descKFaults, descKPagesIn, descKPagesOut,
 		descKEvict, descKPrefetch, descKAlloc, descKPeak, descKRefused, descKDelayed, descKLaunches,
 		descTenants, descOmitted, descRegistryUp, descNVMLUp, descNVMLUsed, descNVMLUntracked} {
 		ch <- d
@@ -303,6 +304,7 @@ func (c *TenantCollector) probes(ch chan<- prometheus.Metric, t bpf.Tenant, lv [
 	ch <- gauge(descProbeImages, float64(ten.Patched), append(lv, "patched")...)
 	ch <- gauge(descProbeImages, float64(ten.Unpatched), append(lv, "unpatched")...)
 	ch <- gauge(descProbeSkipped, float64(len(ten.Skipped)), lv...)
+	probeLaunches(ch, ten.Launches, lv)
 	cat := c.probeCatalog()
 	for _, s := range maps.Summarize(ten, cat, manifest.Probes) {
 		name := labelValue(s.Name)
