@@ -41,7 +41,7 @@ const (
 var mixBest = map[string]benchCombo{
 	"sequential": {"mru", "tree-threshold", bpf.EvictMRU, bpf.PrefetchTreeThreshold},
 	"strided":    {"mru", "tree-threshold", bpf.EvictMRU, bpf.PrefetchTreeThreshold},
-	"random":     {"lfu", "tree-threshold", bpf.EvictLFU, bpf.PrefetchTreeThreshold},
+	"random":     {"stride-lfu", "stride-lfu", bpf.EvictionPolicy(strideLFUID), bpf.PrefetchPolicy(strideLFUID)}, // in no mix
 	"gemm-tiled": {"lru", "tree-threshold", bpf.EvictLRU, bpf.PrefetchTreeThreshold},
 	"hotspot":    {"lfu", "tree-threshold", bpf.EvictLFU, bpf.PrefetchTreeThreshold},
 }
