@@ -212,3 +212,16 @@ func TestViewsOfForeignSizes(t *testing.T) {
 }
 
 func entry(k, v []byte) ptx.Entry { return ptx.Entry{Key: k, Value: v} }
+
+// A hash view whose layout is not the map's (the probe directory changed
+// its descriptor after the tenant's module was built) counts the entries
+// as of another size: it never decodes past them.
+func TestHashViewOfAnotherLayout(t *testing.T) {
+	hv := probes.View{Map: "h", Kind: probes.ViewHash,
+		Key: []probes.Field{{Name: "k", Type: probes.FieldU64}}, Value: []probes.Field{{Name: "n", Type: probes.FieldU64}, {Name: "m", Type: probes.FieldU64}}}
+	hagg := &Aggregate{Layout: probe.MapLayout{Type: probe.MapHash, KeySize: 4, ValueSize: 8}}
+	hagg.HashEntries = []ptx.Entry{entry(make([]byte, 4), make([]byte, 8))}
+	if h := hashSummary(hv, hagg); h.Keys != 0 || h.BadSize != 1 || len(h.Top) != 0 {
+		t.Errorf("hash %+v, want the entry counted as of another size", h)
+	}
+}

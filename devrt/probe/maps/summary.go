@@ -286,9 +286,12 @@ func settledMean(parts [][]uint64, fields []string, m probes.Mean) (sum float64,
 
 // hashSummary sums the entries of every image by key and decodes the top ones.
 func hashSummary(v probes.View, agg *Aggregate) HashSummary {
-	var ks, vs int
-	if l := agg.Layout; l.Type == probe.MapHash {
-		ks, vs = int(l.KeySize), int(l.ValueSize)
+	// the view's sizes, which its catalog checked against the object's
+	// map; entries of another size (a module built from another version
+	// of the probe, or a hostile file) are counted, never decoded
+	ks, vs := probes.LayoutSize(v.Key), probes.LayoutSize(v.Value)
+	if agg.Layout.Type != probe.MapHash {
+		ks = -1
 	}
 	var h HashSummary
 	byKey := map[string][]byte{}
