@@ -8,5 +8,10 @@
 // the selected objects, and devrt/probe/maps decodes what they counted.
 //
 // The catalog is decoded strictly (an unknown field names the file and the
-// field) and checked against the objects when it loads.
+// field) and checked against the objects when it loads. An operator's probe
+// directory (the config's probeDir: the same entries with their objects,
+// built with the SDK) is loaded by LoadDir, which also runs every program
+// through the device verifier, and joins the built-in catalog with With
+// (docs/write-a-probe.md). The views' field layouts of hash keys, values
+// and ring-buffer records are in layout.go.
 package probes
