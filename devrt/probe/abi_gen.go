@@ -5,45 +5,74 @@ package probe
 const (
 	secKernelEntry = "gpuext/kernel_entry"
 	secKernelExit  = "gpuext/kernel_exit"
+	secKprobe      = "kprobe/"
+	secKretprobe   = "kretprobe/"
 	funcEntry      = "__gpuext_probe_entry"
 	funcExit       = "__gpuext_probe_exit"
 )
 
 const (
-	attachKernelEntry = 0
-	attachKernelExit  = 1
-	phBase            = 2000
-	phMapLookupElem   = 1
-	phMapUpdateElem   = 2
-	phMapDeleteElem   = 3
-	phKtimeGetNs      = 5
-	phSmpProcessorID  = 8
-	phRingbufOutput   = 130
-	phThreadIdx       = 2001
-	phBlockIdx        = 2002
-	phBlockDim        = 2003
-	phGridDim         = 2004
-	phWarpID          = 2005
-	phLaneID          = 2006
-	phSmID            = 2007
-	phGlobaltimer     = 2008
-	phBlockLinearID   = 2009
-	phThreadLinearID  = 2010
-	dmapArray         = 1
-	dmapHash          = 2
-	dmapPerWarp       = 3
-	dmapRingbuf       = 4
-	dmapHdrSize       = 32
-	dmapWarpSlots     = 16384
-	ctxSize           = 24
-	ctxOffKernelID    = 0
-	ctxSizeKernelID   = 8
-	ctxOffTenantID    = 8
-	ctxSizeTenantID   = 4
-	ctxOffAttach      = 12
-	ctxSizeAttach     = 4
-	ctxOffLaunchNs    = 16
-	ctxSizeLaunchNs   = 8
+	attachKernelEntry  = 0
+	attachKernelExit   = 1
+	phBase             = 2000
+	phMapLookupElem    = 1
+	phMapUpdateElem    = 2
+	phMapDeleteElem    = 3
+	phKtimeGetNs       = 5
+	phSmpProcessorID   = 8
+	phRingbufOutput    = 130
+	phThreadIdx        = 2001
+	phBlockIdx         = 2002
+	phBlockDim         = 2003
+	phGridDim          = 2004
+	phWarpID           = 2005
+	phLaneID           = 2006
+	phSmID             = 2007
+	phGlobaltimer      = 2008
+	phBlockLinearID    = 2009
+	phThreadLinearID   = 2010
+	phGlobalThreadID   = 2011
+	dmapArray          = 1
+	dmapHash           = 2
+	dmapPerWarp        = 3
+	dmapRingbuf        = 4
+	dmapPerThread      = 5
+	dmapThreadSlots    = 65536
+	dmapMaxThreadSlots = 16777216
+	mapTypePerThread   = 1502
+	btPuts             = 501
+	btGlobaltimer      = 502
+	btBlockIdx         = 503
+	btBlockDim         = 504
+	btThreadIdx        = 505
+	btMembar           = 506
+	btExit             = 507
+	btGridDim          = 508
+	btSmID             = 509
+	btWarpID           = 510
+	btLaneID           = 511
+	btTracePrintk      = 6
+	btPidTgid          = 14
+	btPerfOutput       = 25
+	btMapGPUHash       = 1501
+	btMapPerThread     = 1502
+	btMapGPUArray      = 1503
+	btMapKernelShared  = 1504
+	btMapPerThreadHost = 1512
+	btMapGPUArrayHost  = 1513
+	btMapGPURingbuf    = 1527
+	btRingbufThreads   = 256
+	dmapHdrSize        = 32
+	dmapWarpSlots      = 16384
+	ctxSize            = 24
+	ctxOffKernelID     = 0
+	ctxSizeKernelID    = 8
+	ctxOffTenantID     = 8
+	ctxSizeTenantID    = 4
+	ctxOffAttach       = 12
+	ctxSizeAttach      = 4
+	ctxOffLaunchNs     = 16
+	ctxSizeLaunchNs    = 8
 )
 
 // helperNumbers: every GPUEXT_PH_* helper of the header (GPUEXT_PH_BASE aside).
@@ -64,4 +93,5 @@ var helperNumbers = []int32{
 	phGlobaltimer,
 	phBlockLinearID,
 	phThreadLinearID,
+	phGlobalThreadID,
 }

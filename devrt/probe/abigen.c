@@ -51,7 +51,33 @@ static void str(const char *name, const char *value)
 	X(phSmID, GPUEXT_PH_SM_ID)                              \
 	X(phGlobaltimer, GPUEXT_PH_GLOBALTIMER)                 \
 	X(phBlockLinearID, GPUEXT_PH_BLOCK_LINEAR_ID)           \
-	X(phThreadLinearID, GPUEXT_PH_THREAD_LINEAR_ID)
+	X(phThreadLinearID, GPUEXT_PH_THREAD_LINEAR_ID)         \
+	X(phGlobalThreadID, GPUEXT_PH_GLOBAL_THREAD_ID)
+
+/* bpftime's flavour: its helper and map type numbers (GPUEXT_BT_*). */
+#define BPFTIME(X)                                              \
+	X(btPuts, GPUEXT_BT_PUTS)                               \
+	X(btGlobaltimer, GPUEXT_BT_GLOBALTIMER)                 \
+	X(btBlockIdx, GPUEXT_BT_BLOCK_IDX)                      \
+	X(btBlockDim, GPUEXT_BT_BLOCK_DIM)                      \
+	X(btThreadIdx, GPUEXT_BT_THREAD_IDX)                    \
+	X(btMembar, GPUEXT_BT_MEMBAR)                           \
+	X(btExit, GPUEXT_BT_EXIT)                               \
+	X(btGridDim, GPUEXT_BT_GRID_DIM)                        \
+	X(btSmID, GPUEXT_BT_SM_ID)                              \
+	X(btWarpID, GPUEXT_BT_WARP_ID)                          \
+	X(btLaneID, GPUEXT_BT_LANE_ID)                          \
+	X(btTracePrintk, GPUEXT_BT_TRACE_PRINTK)                \
+	X(btPidTgid, GPUEXT_BT_PID_TGID)                        \
+	X(btPerfOutput, GPUEXT_BT_PERF_OUTPUT)                  \
+	X(btMapGPUHash, GPUEXT_BT_MAP_GPU_HASH)                 \
+	X(btMapPerThread, GPUEXT_BT_MAP_PER_THREAD)             \
+	X(btMapGPUArray, GPUEXT_BT_MAP_GPU_ARRAY)               \
+	X(btMapKernelShared, GPUEXT_BT_MAP_KERNEL_SHARED)       \
+	X(btMapPerThreadHost, GPUEXT_BT_MAP_PER_THREAD_HOST)    \
+	X(btMapGPUArrayHost, GPUEXT_BT_MAP_GPU_ARRAY_HOST)      \
+	X(btMapGPURingbuf, GPUEXT_BT_MAP_GPU_RINGBUF)           \
+	X(btRingbufThreads, GPUEXT_BT_RINGBUF_THREADS)
 
 _Static_assert(sizeof(struct gpuext_dmap) == GPUEXT_DMAP_HDR_SIZE, "map descriptor size");
 
@@ -61,6 +87,8 @@ int main(void)
 	printf("package probe\n\nconst (\n");
 	S("secKernelEntry", GPUEXT_PROBE_SEC_ENTRY);
 	S("secKernelExit", GPUEXT_PROBE_SEC_EXIT);
+	S("secKprobe", GPUEXT_PROBE_SEC_KPROBE);
+	S("secKretprobe", GPUEXT_PROBE_SEC_KRETPROBE);
 	S("funcEntry", GX_PTX_FUNC_ENTRY);
 	S("funcExit", GX_PTX_FUNC_EXIT);
 	printf(")\n\nconst (\n");
@@ -74,6 +102,13 @@ int main(void)
 	C("dmapHash", GPUEXT_DMAP_HASH);
 	C("dmapPerWarp", GPUEXT_DMAP_PER_WARP);
 	C("dmapRingbuf", GPUEXT_DMAP_RINGBUF);
+	C("dmapPerThread", GPUEXT_DMAP_PER_THREAD);
+	C("dmapThreadSlots", GPUEXT_DMAP_THREAD_SLOTS);
+	C("dmapMaxThreadSlots", GPUEXT_DMAP_MAX_THREAD_SLOTS);
+	C("mapTypePerThread", GPUEXT_MAP_TYPE_PER_THREAD);
+#define X(go, value) C(#go, value);
+	BPFTIME(X)
+#undef X
 	C("dmapHdrSize", GPUEXT_DMAP_HDR_SIZE);
 	C("dmapWarpSlots", GPUEXT_DMAP_WARP_SLOTS);
 	C("ctxSize", sizeof(struct gpuext_probe_ctx));

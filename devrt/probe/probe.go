@@ -41,15 +41,56 @@ func (a Attach) String() string {
 	return fmt.Sprintf("attach(%d)", uint32(a))
 }
 
-// AttachOfSection maps an ELF section name to its attach point.
-func AttachOfSection(sec string) (Attach, bool) {
+// Section prefixes of bpftime's convention: the kernel is named in the
+// section, "kprobe/_Z9vectorAddPKfS0_Pf" (entry of that .entry) and
+// "kretprobe/..." (its exit).
+const (
+	SecKprobe    = secKprobe
+	SecKretprobe = secKretprobe
+)
+
+// Section is what an ELF section name says about a program.
+type Section struct {
+	Attach Attach
+	// Kernel: the .entry the program is limited to ("" = every probed
+	// kernel). Set by the bpftime aliases only.
+	Kernel string
+	// Bpftime: a bpftime-style program (kprobe/KERNEL, kretprobe/KERNEL):
+	// every thread is an event, bpftime's helper numbers and GPU map types
+	// (docs/device-probes.md).
+	Bpftime bool
+}
+
+// ParseSection maps an ELF section name to its attach point: gpuext's own
+// sections, or bpftime's aliases kprobe/KERNEL and kretprobe/KERNEL (a
+// KERNEL that is empty or holds a space, '/' or control byte is not one).
+func ParseSection(sec string) (Section, bool) {
 	switch strings.TrimSuffix(sec, "/") {
 	case SecKernelEntry:
-		return KernelEntry, true
+		return Section{Attach: KernelEntry}, true
 	case SecKernelExit:
-		return KernelExit, true
+		return Section{Attach: KernelExit}, true
 	}
-	return 0, false
+	for _, a := range []struct {
+		prefix string
+		at     Attach
+	}{{SecKprobe, KernelEntry}, {SecKretprobe, KernelExit}} {
+		k, ok := strings.CutPrefix(sec, a.prefix)
+		if !ok {
+			continue
+		}
+		if k == "" || strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '/' || r == '#' }) {
+			return Section{}, false
+		}
+		return Section{Attach: a.at, Kernel: k, Bpftime: true}, true
+	}
+	return Section{}, false
+}
+
+// AttachOfSection maps an ELF section name to its attach point (ParseSection).
+func AttachOfSection(sec string) (Attach, bool) {
+	s, ok := ParseSection(sec)
+	return s.Attach, ok
 }
 
 // Helper numbers (the imm of a BPF call). Kernel numbers where the kernel
@@ -72,7 +113,49 @@ const (
 	HelperGlobaltimer    = phGlobaltimer
 	HelperBlockLinearID  = phBlockLinearID
 	HelperThreadLinearID = phThreadLinearID
+	HelperGlobalThreadID = phGlobalThreadID // linear thread index in the launch
 )
+
+// bpftime's GPU helper numbers and the host helpers a bpftime-style
+// program may call (docs/device-probes.md says what each does here).
+const (
+	BtPuts        = btPuts
+	BtGlobaltimer = btGlobaltimer
+	BtBlockIdx    = btBlockIdx
+	BtBlockDim    = btBlockDim
+	BtThreadIdx   = btThreadIdx
+	BtMembar      = btMembar
+	BtExit        = btExit
+	BtGridDim     = btGridDim
+	BtSmID        = btSmID
+	BtWarpID      = btWarpID
+	BtLaneID      = btLaneID
+	BtTracePrintk = btTracePrintk
+	BtPidTgid     = btPidTgid
+	BtPerfOutput  = btPerfOutput
+)
+
+// BpftimeHelperNames names the helpers a bpftime-style program may call
+// beyond HelperNames (bpftime's names).
+var BpftimeHelperNames = map[int32]string{
+	BtPuts:        "ebpf_puts",
+	BtGlobaltimer: "bpf_get_globaltimer",
+	BtBlockIdx:    "bpf_get_block_idx",
+	BtBlockDim:    "bpf_get_block_dim",
+	BtThreadIdx:   "bpf_get_thread_idx",
+	BtMembar:      "bpf_gpu_membar",
+	BtGridDim:     "bpf_get_grid_dim",
+	BtSmID:        "bpf_get_sm_id",
+	BtWarpID:      "bpf_get_warp_id",
+	BtLaneID:      "bpf_get_lane_id",
+	BtTracePrintk: "bpf_trace_printk",
+	BtPidTgid:     "bpf_get_current_pid_tgid",
+	BtPerfOutput:  "bpf_perf_event_output",
+}
+
+// SymPidTgid: .visible .global .u64 the interposer may set after load;
+// what bpf_get_current_pid_tgid returns on the device (0 until set).
+const SymPidTgid = "__gpuext_pid_tgid"
 
 // HelperNames names every helper the device runtime implements.
 var HelperNames = map[int32]string{
@@ -92,6 +175,7 @@ var HelperNames = map[int32]string{
 	HelperGlobaltimer:    "gpuext_globaltimer",
 	HelperBlockLinearID:  "gpuext_block_linear_id",
 	HelperThreadLinearID: "gpuext_thread_linear_id",
+	HelperGlobalThreadID: "gpuext_global_thread_id",
 }
 
 // Ctx is struct gpuext_probe_ctx: what r1 points at in a probe (its
@@ -124,7 +208,79 @@ const (
 	MapHash    MapType = dmapHash
 	MapPerWarp MapType = dmapPerWarp
 	MapRingbuf MapType = dmapRingbuf
+	// MapPerThread: one row of max_entries values per thread of the
+	// launch (GPUEXT_DMAP_PER_THREAD).
+	MapPerThread MapType = dmapPerThread
 )
+
+// Per-thread map sizing: rows without map_extra, rows at most.
+const (
+	MapThreadSlots    = dmapThreadSlots
+	MapMaxThreadSlots = dmapMaxThreadSlots
+)
+
+// Kernel map types (the BTF "type" of a map) the device holds beyond the
+// kernel's own: gpuext's per-thread array, and bpftime's GPU map types.
+const (
+	MapTypePerThread   = mapTypePerThread
+	BtMapGPUHash       = btMapGPUHash
+	BtMapPerThread     = btMapPerThread
+	BtMapGPUArray      = btMapGPUArray
+	BtMapKernelShared  = btMapKernelShared
+	BtMapPerThreadHost = btMapPerThreadHost
+	BtMapGPUArrayHost  = btMapGPUArrayHost
+	BtMapGPURingbuf    = btMapGPURingbuf
+	BtRingbufThreads   = btRingbufThreads
+	kernelArray        = 2  // BPF_MAP_TYPE_ARRAY
+	kernelHash         = 1  // BPF_MAP_TYPE_HASH
+	kernelPerCPUArray  = 6  // BPF_MAP_TYPE_PERCPU_ARRAY
+	kernelRingbuf      = 27 // BPF_MAP_TYPE_RINGBUF
+)
+
+// DeviceMap is what a map of kernel (BTF) type t becomes on the device:
+// its device type and the max_entries / slots of probe.Layout. perLane: a
+// ring buffer every lane may write its own records to (bpftime's GPU
+// ring buffer). extra is the map's map_extra (per-thread rows).
+type DeviceMap struct {
+	Type       MapType
+	MaxEntries uint32 // RINGBUF: data bytes
+	Slots      uint32 // PER_THREAD: rows
+	PerLane    bool
+}
+
+// DeviceMapOf maps a kernel map type onto the device's; an error names a
+// type the device does not hold or sizes it cannot.
+func DeviceMapOf(t, valueSize, maxEntries uint32, extra uint64) (DeviceMap, error) {
+	switch t {
+	case kernelArray, BtMapGPUArray, BtMapKernelShared, BtMapGPUArrayHost:
+		return DeviceMap{Type: MapArray, MaxEntries: maxEntries}, nil
+	case kernelHash, BtMapGPUHash:
+		return DeviceMap{Type: MapHash, MaxEntries: maxEntries}, nil
+	case kernelPerCPUArray:
+		return DeviceMap{Type: MapPerWarp, MaxEntries: maxEntries}, nil
+	case kernelRingbuf:
+		return DeviceMap{Type: MapRingbuf, MaxEntries: maxEntries}, nil
+	case MapTypePerThread, BtMapPerThreadHost:
+		slots := uint64(MapThreadSlots)
+		if extra != 0 {
+			if extra > MapMaxThreadSlots {
+				return DeviceMap{}, fmt.Errorf("per-thread map: map_extra %d rows, at most %d", extra, MapMaxThreadSlots)
+			}
+			slots = extra
+		}
+		return DeviceMap{Type: MapPerThread, MaxEntries: maxEntries, Slots: uint32(slots)}, nil
+	case BtMapGPURingbuf:
+		if maxEntries == 0 || valueSize == 0 {
+			return DeviceMap{}, fmt.Errorf("GPU ring buffer: max_entries %d, value size %d: both must be set", maxEntries, valueSize)
+		}
+		bytes := uint64(maxEntries) * (8 + uint64(round8(min(valueSize, MaxMapData)))) * BtRingbufThreads
+		if bytes > MaxMapData {
+			return DeviceMap{}, fmt.Errorf("GPU ring buffer: %d records of %d bytes for %d threads need %d bytes, more than 1 GiB", maxEntries, valueSize, BtRingbufThreads, bytes)
+		}
+		return DeviceMap{Type: MapRingbuf, MaxEntries: uint32(bytes), PerLane: true}, nil
+	}
+	return DeviceMap{}, fmt.Errorf("map type %d is not one the device holds (Array, Hash, PerCPUArray, RingBuf, per-thread %d, or bpftime's GPU types)", t, MapTypePerThread)
+}
 
 func (t MapType) String() string {
 	switch t {
@@ -136,6 +292,8 @@ func (t MapType) String() string {
 		return "per-warp"
 	case MapRingbuf:
 		return "ringbuf"
+	case MapPerThread:
+		return "per-thread"
 	}
 	return fmt.Sprintf("maptype(%d)", uint32(t))
 }
@@ -169,7 +327,7 @@ const MaxMapData = 1 << 30
 // before it takes part in arithmetic, so nothing wraps and no loop runs long.
 func Layout(t MapType, keySize, valueSize, maxEntries uint32) (MapLayout, error) {
 	l := MapLayout{Type: t, KeySize: keySize, ValueSize: valueSize, MaxEntries: maxEntries}
-	if t < MapArray || t > MapRingbuf {
+	if t < MapArray || t > MapPerThread {
 		return l, fmt.Errorf("map type %d is not a device map type", uint32(t))
 	}
 	if maxEntries == 0 {
@@ -218,11 +376,70 @@ func Layout(t MapType, keySize, valueSize, maxEntries uint32) (MapLayout, error)
 		l.NBuckets = maxEntries
 		l.Stride = 1
 		l.DataSize = 16 + uint64(maxEntries)
+	case MapPerThread:
+		return l, fmt.Errorf("per-thread map: use PerThreadLayout (it has a row count)")
 	default:
 		return l, fmt.Errorf("map type %d is not a device map type", uint32(t))
 	}
 	if l.DataSize > MaxMapData {
 		return l, fmt.Errorf("%s map needs %d bytes of device memory, more than 1 GiB", t, l.DataSize)
+	}
+	return l, nil
+}
+
+// KernelMapLayout is the device layout of a map as the ELF declares it
+// (kernel or bpftime map type t, key and value sizes, max_entries,
+// map_extra), with what DeviceMapOf says about it. A kernel ring buffer
+// keeps its producer at most max_entries-1 bytes ahead of the consumer
+// (records are multiples of 8), so it holds max_entries-8 bytes of
+// records; the device log gets exactly that capacity, and a full ring
+// refuses the same record in both.
+func KernelMapLayout(t, keySize, valueSize, maxEntries uint32, extra uint64) (MapLayout, DeviceMap, error) {
+	dm, err := DeviceMapOf(t, valueSize, maxEntries, extra)
+	if err != nil {
+		return MapLayout{}, dm, err
+	}
+	switch dm.Type {
+	case MapPerThread:
+		l, err := PerThreadLayout(keySize, valueSize, maxEntries, dm.Slots)
+		return l, dm, err
+	case MapRingbuf:
+		max := dm.MaxEntries
+		if !dm.PerLane && max > 8 {
+			max = (max - 1) &^ 7
+		}
+		l, err := Layout(MapRingbuf, 0, 0, max)
+		return l, dm, err
+	}
+	l, err := Layout(dm.Type, keySize, valueSize, dm.MaxEntries)
+	return l, dm, err
+}
+
+// PerThreadLayout is the layout of a per-thread map of slots rows: row g
+// (the launch's linear thread id) holds max_entries values of round8
+// bytes; a u64 after the rows counts lookups by threads past the last row.
+func PerThreadLayout(keySize, valueSize, maxEntries, slots uint32) (MapLayout, error) {
+	l := MapLayout{Type: MapPerThread, KeySize: keySize, ValueSize: valueSize, MaxEntries: maxEntries, NBuckets: slots}
+	switch {
+	case maxEntries == 0:
+		return l, fmt.Errorf("per-thread map: max_entries is 0")
+	case valueSize == 0:
+		return l, fmt.Errorf("per-thread map: value size is 0")
+	case keySize != 4:
+		return l, fmt.Errorf("per-thread map: key size %d, want 4", keySize)
+	case slots == 0 || slots > MapMaxThreadSlots:
+		return l, fmt.Errorf("per-thread map: %d rows, want 1 to %d", slots, MapMaxThreadSlots)
+	case maxEntries > MaxMapData || valueSize > MaxMapData:
+		return l, fmt.Errorf("per-thread map: value size %d, max_entries %d: more than 1 GiB of device memory", valueSize, maxEntries)
+	}
+	l.Stride = round8(valueSize)
+	row := uint64(l.Stride) * uint64(maxEntries)
+	if row > MaxMapData/uint64(slots) {
+		return l, fmt.Errorf("per-thread map needs %d bytes in each of %d rows, more than 1 GiB", row, slots)
+	}
+	l.DataSize = row*uint64(slots) + 8
+	if l.DataSize > MaxMapData {
+		return l, fmt.Errorf("per-thread map needs %d bytes of device memory, more than 1 GiB", l.DataSize)
 	}
 	return l, nil
 }
@@ -240,6 +457,9 @@ type ProgInfo struct {
 	Attach   string `json:"attach"`   // kernel_entry | kernel_exit
 	Function string `json:"function"` // __gpuext_prog_<name>
 	Insns    int    `json:"insns"`
+	// Kernel: the .entry the program runs in (bpftime's kprobe/KERNEL);
+	// empty = every probed kernel.
+	Kernel string `json:"kernel,omitempty"`
 }
 
 // ReadManifest reads a manifest.json.

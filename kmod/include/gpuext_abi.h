@@ -407,6 +407,48 @@ struct gpuext_probe_ctx {
 #define GPUEXT_PH_GLOBALTIMER 2008    /* %globaltimer, ns */
 #define GPUEXT_PH_BLOCK_LINEAR_ID 2009 /* linear block index in the grid */
 #define GPUEXT_PH_THREAD_LINEAR_ID 2010 /* linear thread index in the block */
+#define GPUEXT_PH_GLOBAL_THREAD_ID 2011 /* block_linear_id * threads per block + thread_linear_id */
+
+/*
+ * bpftime's flavour.  A program in section GPUEXT_PROBE_SEC_KPROBE "KERNEL"
+ * (entry) or GPUEXT_PROBE_SEC_KRETPROBE "KERNEL" (exit) is a bpftime-style
+ * GPU program: it runs only in .entry KERNEL (its kernel id is tested in the
+ * dispatch), every thread of it is an event (side effects in every lane are
+ * allowed where they cannot race; docs/device-probes.md), and it may call
+ * bpftime's GPU helper numbers and the host helpers below, and use bpftime's
+ * GPU map types.  The numbers are bpftime's; what they do here is gpuext's.
+ */
+#define GPUEXT_PROBE_SEC_KPROBE "kprobe/"       /* + .entry name: kernel entry */
+#define GPUEXT_PROBE_SEC_KRETPROBE "kretprobe/" /* + .entry name: kernel exit */
+
+#define GPUEXT_BT_PUTS 501          /* (str) -> 0: dropped on the device (no host round trip) */
+#define GPUEXT_BT_GLOBALTIMER 502   /* () -> %globaltimer */
+#define GPUEXT_BT_BLOCK_IDX 503     /* (u64 *x, *y, *z) -> 0, *x..*z = %ctaid */
+#define GPUEXT_BT_BLOCK_DIM 504     /* (u64 *x, *y, *z) -> 0, %ntid */
+#define GPUEXT_BT_THREAD_IDX 505    /* (u64 *x, *y, *z) -> 0, %tid */
+#define GPUEXT_BT_MEMBAR 506        /* () -> 0, membar.sys */
+#define GPUEXT_BT_EXIT 507          /* ends the kernel's thread: refused (a probe must not change the kernel) */
+#define GPUEXT_BT_GRID_DIM 508      /* (u64 *x, *y, *z) -> 0, %nctaid */
+#define GPUEXT_BT_SM_ID 509         /* () -> %smid */
+#define GPUEXT_BT_WARP_ID 510       /* () -> %warpid (the hardware warp slot, as bpftime) */
+#define GPUEXT_BT_LANE_ID 511       /* () -> %laneid */
+/* Kernel helpers that need the host in the kernel, defined for the device: */
+#define GPUEXT_BT_TRACE_PRINTK 6    /* bpf_trace_printk (bpf_printk) -> 0: dropped */
+#define GPUEXT_BT_PID_TGID 14       /* bpf_get_current_pid_tgid -> __gpuext_pid_tgid (the interposer's) */
+#define GPUEXT_BT_PERF_OUTPUT 25    /* bpf_perf_event_output(ctx, map, flags, data, size) -> ringbuf_output */
+
+/* bpftime's GPU map types (the map's BTF "type"), as gpuext holds them. */
+#define GPUEXT_BT_MAP_GPU_HASH 1501          /* -> GPUEXT_DMAP_HASH */
+#define GPUEXT_BT_MAP_PER_THREAD 1502        /* PERGPUTD_ARRAY -> GPUEXT_DMAP_PER_THREAD */
+#define GPUEXT_BT_MAP_GPU_ARRAY 1503         /* -> GPUEXT_DMAP_ARRAY */
+#define GPUEXT_BT_MAP_KERNEL_SHARED 1504     /* GPU_KERNEL_SHARED_ARRAY -> GPUEXT_DMAP_ARRAY */
+#define GPUEXT_BT_MAP_PER_THREAD_HOST 1512   /* PERGPUTD_ARRAY_HOST -> GPUEXT_DMAP_PER_THREAD */
+#define GPUEXT_BT_MAP_GPU_ARRAY_HOST 1513    /* GPU_ARRAY_HOST -> GPUEXT_DMAP_ARRAY */
+#define GPUEXT_BT_MAP_GPU_RINGBUF 1527       /* -> GPUEXT_DMAP_RINGBUF, one record per call, any lane */
+/* A GPU ring buffer of max_entries records of value_size bytes per thread
+ * becomes one log with room for that many records of GPUEXT_BT_RINGBUF_THREADS
+ * threads: max_entries * (8 + round8(value_size)) * GPUEXT_BT_RINGBUF_THREADS bytes. */
+#define GPUEXT_BT_RINGBUF_THREADS 256
 
 /*
  * A device map lives in one .global symbol of the patched module,
@@ -422,6 +464,11 @@ struct gpuext_probe_ctx {
  *            state 0 empty, 1 being written, 2 live, 3 deleted.
  *  PER_WARP  slots x max_entries x [value round8] (no header word); a warp
  *            uses slot (%smid * 64 + %warpid) % slots; the host sums slots.
+ *  PER_THREAD slots x max_entries x [value round8], then a u64 count of
+ *            lookups by threads without a slot: thread g (GPUEXT_PH_GLOBAL_THREAD_ID)
+ *            owns row g when g < slots (nbuckets), else its lookup is NULL;
+ *            slots = map_extra when set (at most GPUEXT_DMAP_MAX_THREAD_SLOTS),
+ *            else GPUEXT_DMAP_THREAD_SLOTS.
  *  RINGBUF   [u64 head][u64 dropped][max_entries bytes]: an append log;
  *            records are [u32 len][u32 0][data round8], a record that does
  *            not fit is counted in dropped.
@@ -431,10 +478,16 @@ enum gpuext_dmap_type {
 	GPUEXT_DMAP_HASH = 2,     /* BPF_MAP_TYPE_HASH */
 	GPUEXT_DMAP_PER_WARP = 3, /* BPF_MAP_TYPE_PERCPU_ARRAY: one copy per warp slot */
 	GPUEXT_DMAP_RINGBUF = 4,  /* BPF_MAP_TYPE_RINGBUF */
+	GPUEXT_DMAP_PER_THREAD = 5, /* GPUEXT_MAP_TYPE_PER_THREAD: one row per thread of the launch */
 };
 
 #define GPUEXT_DMAP_HDR_SIZE 32
 #define GPUEXT_DMAP_WARP_SLOTS 16384 /* 256 SMs x 64 warp slots */
+#define GPUEXT_DMAP_THREAD_SLOTS 65536      /* PER_THREAD rows without map_extra */
+#define GPUEXT_DMAP_MAX_THREAD_SLOTS 16777216 /* PER_THREAD rows at most */
+/* The BTF map type of gpuext's per-thread array (BPF_MAP_TYPE_* numbers end
+ * far below; bpftime's PERGPUTD_ARRAY, 1502, is the same map). */
+#define GPUEXT_MAP_TYPE_PER_THREAD 1502
 
 struct gpuext_dmap {
 	__u32 type;        /* enum gpuext_dmap_type */

@@ -30,6 +30,10 @@ typedef signed long long __s64;
 #define BPF_MAP_TYPE_ARRAY 2
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
 #define BPF_MAP_TYPE_RINGBUF 27
+/* gpuext's per-thread array: one row of max_entries values per thread of
+ * the launch (map_extra rows, default GPUEXT_DMAP_THREAD_SLOTS); a lookup
+ * gives the calling thread its own row, so any lane may write it. */
+#define BPF_MAP_TYPE_GPUEXT_PER_THREAD GPUEXT_MAP_TYPE_PER_THREAD
 
 #define BPF_ANY 0
 #define BPF_NOEXIST 1
@@ -52,6 +56,10 @@ static __u32 (*gpuext_sm_id)(void) = (void *)GPUEXT_PH_SM_ID;
 static __u64 (*gpuext_globaltimer)(void) = (void *)GPUEXT_PH_GLOBALTIMER;
 static __u64 (*gpuext_block_linear_id)(void) = (void *)GPUEXT_PH_BLOCK_LINEAR_ID;
 static __u64 (*gpuext_thread_linear_id)(void) = (void *)GPUEXT_PH_THREAD_LINEAR_ID;
+/* The thread's linear index in the launch: an array key that is this id,
+ * or a strictly increasing function of it (id*k + c, no wrap), names an
+ * entry no other thread of the launch touches. */
+static __u64 (*gpuext_global_thread_id)(void) = (void *)GPUEXT_PH_GLOBAL_THREAD_ID;
 
 /* Adds n to the u64 counter at index idx of an array map of u64 values. */
 #define gpuext_count(map, idx, n)                                  \

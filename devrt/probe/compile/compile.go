@@ -14,6 +14,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/helpers"
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/devrt/probe/verifier"
 	"github.com/gpuext/gpuext/policies/probes"
 )
 
@@ -156,20 +157,55 @@ func (c *Compiler) compile(set []string) (*Bundle, error) {
 	if err := c.catalog.Check(set); err != nil {
 		return nil, err
 	}
-	merged := &ebpf.CollectionSpec{Maps: map[string]*ebpf.MapSpec{}, Programs: map[string]*ebpf.ProgramSpec{}}
-	mapOwner, progOwner := map[string]string{}, map[string]string{}
-	var progs []string
-	var kernels []string
-	kernelsFrom := ""
-	launchTime := false
-	for i, name := range set {
+	var in []probeInput
+	for _, name := range set {
 		p, _ := c.catalog.Get(name)
 		spec, err := c.catalog.Spec(name)
 		if err != nil {
 			return nil, err
 		}
-		if err := verify(name, spec); err != nil {
+		in = append(in, probeInput{Name: name, Object: p.Object, Spec: spec, Programs: p.Programs, Kernels: p.Kernels, LaunchTime: p.LaunchTime})
+	}
+	lib, err := c.helpers()
+	if err != nil {
+		return nil, fmt.Errorf("helper library: %w", err)
+	}
+	return compileInputs(in, lib)
+}
+
+// probeInput is one probe of a set: what its catalog entry says and its
+// object's collection.
+type probeInput struct {
+	Name, Object string
+	Spec         *ebpf.CollectionSpec
+	Programs     []string
+	Kernels      []string
+	LaunchTime   bool
+}
+
+// compileInputs verifies, merges and translates a probe set (sorted by
+// name) into its bundle.
+func compileInputs(in []probeInput, lib helpers.Library) (*Bundle, error) {
+	merged := &ebpf.CollectionSpec{Maps: map[string]*ebpf.MapSpec{}, Programs: map[string]*ebpf.ProgramSpec{}}
+	mapOwner, progOwner := map[string]string{}, map[string]string{}
+	var progs, set []string
+	var kernels []string
+	kernelsFrom := ""
+	launchTime := false
+	fused := map[string][]int{}
+	for i, p := range in {
+		name, spec := p.Name, p.Spec
+		set = append(set, name)
+		rep, err := verify(name, p.Object, spec)
+		if err != nil {
 			return nil, err
+		}
+		byProg := map[string]*verifier.Result{}
+		for _, r := range rep.Programs {
+			byProg[r.Prog] = r
+			if len(r.FusedAdds) > 0 {
+				fused[r.Prog] = r.FusedAdds
+			}
 		}
 		for mn, ms := range spec.Maps {
 			if strings.HasPrefix(mn, ".") {
@@ -191,8 +227,10 @@ func (c *Compiler) compile(set []string) (*Bundle, error) {
 		}
 		// One module has one kernel list: probes limited to kernels can
 		// only be merged when they name the same ones.
-		ks := slices.Clone(p.Kernels)
-		slices.Sort(ks)
+		ks, err := probeKernels(name, p.Kernels, p.Programs, byProg)
+		if err != nil {
+			return nil, err
+		}
 		if i == 0 {
 			kernels, kernelsFrom = ks, name
 		} else if !slices.Equal(kernels, ks) {
@@ -200,11 +238,7 @@ func (c *Compiler) compile(set []string) (*Bundle, error) {
 		}
 		launchTime = launchTime || p.LaunchTime
 	}
-	lib, err := c.helpers()
-	if err != nil {
-		return nil, fmt.Errorf("helper library: %w", err)
-	}
-	mod, err := ptx.Translate(merged, progs, ptx.Options{Helpers: lib.PTX})
+	mod, err := ptx.Translate(merged, progs, ptx.Options{Helpers: lib.PTX, FusedAdds: fused})
 	if err != nil {
 		return nil, fmt.Errorf("translate: %w", err)
 	}
@@ -219,6 +253,35 @@ func (c *Compiler) compile(set []string) (*Bundle, error) {
 	m.Kernels = kernels
 	m.LaunchTime = launchTime
 	return &Bundle{Probes: set, Manifest: m, PTX: mod.PTX, Conf: Conf(m), Splice: SpliceConf(mod), Inline: mod.Inline}, nil
+}
+
+// probeKernels is the kernel list of one probe (sorted, no duplicates):
+// its catalog entry's kernels when it names some, else the kernels its
+// programs' sections name (bpftime's kprobe/KERNEL) when every program
+// names one, else none (every kernel). A program of a kprobe/KERNEL
+// section runs only in KERNEL in any case (its kernel id is tested at the
+// site); with catalog kernels, a section's kernel outside them is an error
+// (the program could never run).
+func probeKernels(probeName string, catalog, progs []string, results map[string]*verifier.Result) ([]string, error) {
+	var fromSections []string
+	all := len(progs) > 0
+	for _, pn := range progs {
+		r := results[pn]
+		if r == nil || r.Kernel == "" {
+			all = false
+			continue
+		}
+		if len(catalog) > 0 && !slices.Contains(catalog, r.Kernel) {
+			return nil, fmt.Errorf("probe %q: program %q runs only in kernel %s (its section), which the catalog entry's kernels (%s) leave out", probeName, pn, r.Kernel, strings.Join(catalog, ","))
+		}
+		fromSections = append(fromSections, r.Kernel)
+	}
+	ks := slices.Clone(catalog)
+	if len(ks) == 0 && all {
+		ks = fromSections
+	}
+	slices.Sort(ks)
+	return slices.Compact(ks), nil
 }
 
 // SpliceConf renders the module.conf lines that tell the patcher how to

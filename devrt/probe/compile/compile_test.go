@@ -184,7 +184,7 @@ func TestBuiltinProbesVerify(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := verify(name, spec); err != nil {
+		if _, err := verify(name, "", spec); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}

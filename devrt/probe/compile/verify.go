@@ -8,12 +8,15 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe/verifier"
 )
 
-// verify checks one probe's collection before it is translated. A
-// rejection keeps the verifier's *verifier.Error (program, instruction,
-// file:line) in the chain.
-func verify(probeName string, spec *ebpf.CollectionSpec) error {
-	if _, err := verifier.VerifyCollection(spec); err != nil {
-		return fmt.Errorf("probe %q rejected by the verifier: %w", probeName, err)
+// verify checks one probe's collection (from object, the ELF file's name)
+// before it is translated. A rejection keeps the verifier's
+// *verifier.Error (program, instruction, file:line) in the chain; an
+// object with no program at a device attach point is
+// verifier.ErrNoPrograms, naming the file.
+func verify(probeName, object string, spec *ebpf.CollectionSpec) (*verifier.Report, error) {
+	rep, err := verifier.VerifyCollection(spec)
+	if err != nil {
+		return nil, fmt.Errorf("probe %q (%s) rejected by the verifier: %w", probeName, object, err)
 	}
-	return nil
+	return rep, nil
 }

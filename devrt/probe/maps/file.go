@@ -187,7 +187,14 @@ func descriptor(sym []byte) (probe.MapLayout, error) {
 	if l.DataSize != uint64(len(sym))-probe.MapHdrSize {
 		return l, fmt.Errorf("%w: symbol has %d bytes, descriptor says %d after its %d", ErrFormat, len(sym), l.DataSize, probe.MapHdrSize)
 	}
-	want, err := probe.Layout(l.Type, l.KeySize, l.ValueSize, l.MaxEntries)
+	var want probe.MapLayout
+	var err error
+	if l.Type == probe.MapPerThread {
+		// the row count is the map's own (map_extra): bounded by the layout
+		want, err = probe.PerThreadLayout(l.KeySize, l.ValueSize, l.MaxEntries, l.NBuckets)
+	} else {
+		want, err = probe.Layout(l.Type, l.KeySize, l.ValueSize, l.MaxEntries)
+	}
 	if err != nil {
 		return l, fmt.Errorf("%w: descriptor: %w", ErrFormat, err)
 	}
@@ -240,13 +247,14 @@ func (m Map) Entries() ([]ptx.Entry, error) {
 	return m.image().Entries()
 }
 
-// Counters returns the u64 values of an array or per-warp map of 8-byte
-// values, by index (per-warp: summed over the warp slots).
+// Counters returns the u64 values of an array, per-warp or per-thread map
+// of 8-byte values, by index (per-warp and per-thread: summed over the warp
+// slots or the threads' rows).
 func (m Map) Counters() ([]uint64, error) {
 	if !m.Present {
 		return nil, nil
 	}
-	if (m.Layout.Type != probe.MapArray && m.Layout.Type != probe.MapPerWarp) || m.Layout.ValueSize != 8 {
+	if (m.Layout.Type != probe.MapArray && m.Layout.Type != probe.MapPerWarp && m.Layout.Type != probe.MapPerThread) || m.Layout.ValueSize != 8 {
 		return nil, fmt.Errorf("map %q: a %s map of %d-byte values is not an array of u64 counters", m.Name, m.Layout.Type, m.Layout.ValueSize)
 	}
 	ents, err := m.Entries()

@@ -1,8 +1,10 @@
 package maps
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/devrt/probe/ptx"
 )
 
 // rawMap is one map entry of a hand-made .maps file: the size its header
@@ -250,5 +253,34 @@ func TestReadFileRefusesWhatIsNoMapsFile(t *testing.T) {
 		case <-time.After(time.Minute):
 			t.Fatalf("%s: ReadFile did not return", filepath.Base(p))
 		}
+	}
+}
+
+// A per-thread map's descriptor decodes with its own row count, and its
+// counters are the rows' sums; a row count past the bound is a format error.
+func TestPerThreadMapDecodes(t *testing.T) {
+	l, err := probe.PerThreadLayout(4, 8, 2, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im := ptx.NewImage(l)
+	le := binary.LittleEndian
+	for row := uint64(0); row < 3; row++ {
+		le.PutUint64(im.Bytes[probe.MapHdrSize+8*(2*row):], row+1) // entry 0
+		le.PutUint64(im.Bytes[probe.MapHdrSize+8*(2*row+1):], 10)  // entry 1
+	}
+	got, err := descriptor(im.Bytes)
+	if err != nil || got != l {
+		t.Fatalf("descriptor = %+v, %v; want %+v", got, err, l)
+	}
+	m := Map{Name: "pt", Present: true, Layout: l, Bytes: im.Bytes}
+	c, err := m.Counters()
+	if err != nil || fmt.Sprint(c) != "[6 30]" {
+		t.Fatalf("counters %v, %v; want [6 30] (rows summed)", c, err)
+	}
+	bad := bytes.Clone(im.Bytes)
+	le.PutUint32(bad[16:], probe.MapMaxThreadSlots+1)
+	if _, err := descriptor(bad); !errors.Is(err, ErrFormat) {
+		t.Errorf("a row count past %d: %v, want ErrFormat", probe.MapMaxThreadSlots, err)
 	}
 }

@@ -38,37 +38,18 @@ const (
 
 // DeviceMapType maps a kernel map type to its device map type.
 func DeviceMapType(t ebpf.MapType) (probe.MapType, error) {
-	switch t {
-	case ebpf.Array:
-		return probe.MapArray, nil
-	case ebpf.Hash:
-		return probe.MapHash, nil
-	case ebpf.PerCPUArray:
-		return probe.MapPerWarp, nil
-	case ebpf.RingBuf:
-		return probe.MapRingbuf, nil
+	dm, err := probe.DeviceMapOf(uint32(t), 1, 1, 0)
+	if err != nil {
+		return 0, fmt.Errorf("map type %s has no device map type", t)
 	}
-	return 0, fmt.Errorf("map type %s has no device map type", t)
+	return dm.Type, nil
 }
 
-// SpecLayout is the device layout of a map spec.
+// SpecLayout is the device layout of a map spec (probe.KernelMapLayout:
+// the kernel's map types, gpuext's per-thread array and bpftime's GPU
+// map types).
 func SpecLayout(ms *ebpf.MapSpec) (probe.MapLayout, error) {
-	t, err := DeviceMapType(ms.Type)
-	if err != nil {
-		return probe.MapLayout{}, fmt.Errorf("map %q: %w", ms.Name, err)
-	}
-	ks, vs, max := ms.KeySize, ms.ValueSize, ms.MaxEntries
-	if t == probe.MapRingbuf {
-		// The kernel's ring keeps its producer at most max_entries-1 bytes
-		// ahead of the consumer (records are multiples of 8), so it holds
-		// max_entries-8 bytes of records; the device log gets exactly that
-		// capacity, and a full ring refuses the same record in both.
-		ks, vs = 0, 0
-		if max > 8 {
-			max = (max - 1) &^ 7
-		}
-	}
-	l, err := probe.Layout(t, ks, vs, max)
+	l, _, err := probe.KernelMapLayout(uint32(ms.Type), ms.KeySize, ms.ValueSize, ms.MaxEntries, ms.MapExtra)
 	if err != nil {
 		return l, fmt.Errorf("map %q: %w", ms.Name, err)
 	}
@@ -150,6 +131,11 @@ func Slot(smid, warpid uint32) uint32 {
 //	         the inserters of later ones delete them, see helpers.cu.)
 //	PER_WARP as ARRAY without the seq word, in the row of the calling
 //	         warp's Slot: 32 + (slot*max_entries + index)*stride.
+//	PER_THREAD as PER_WARP, in the row of the calling thread: slot is its
+//	         linear id in the launch (probe.HelperGlobalThreadID); a thread
+//	         with slot >= nbuckets has no row: lookup -> NULL and update ->
+//	         -E2BIG, each adding 1 to the u64 after the rows (the host
+//	         reports them). The device does it inline (no helper call).
 //	RINGBUF  output: rec = 8 + round8(size); pos = head; pos + rec >
 //	         max_entries -> dropped += 1, -EAGAIN (head never passes
 //	         max_entries); else head = pos + rec (the device: a CAS loop on
@@ -171,6 +157,16 @@ func (im *Image) Lookup(key []byte, slot uint32) uint64 {
 		}
 		if l.Type == probe.MapArray {
 			return probe.MapHdrSize + uint64(idx)*uint64(l.Stride) + 8
+		}
+		return probe.MapHdrSize + (uint64(slot)*uint64(l.MaxEntries)+uint64(idx))*uint64(l.Stride)
+	case probe.MapPerThread:
+		if slot >= l.NBuckets {
+			im.noRow()
+			return 0
+		}
+		idx := le.Uint32(key)
+		if idx >= l.MaxEntries {
+			return 0
 		}
 		return probe.MapHdrSize + (uint64(slot)*uint64(l.MaxEntries)+uint64(idx))*uint64(l.Stride)
 	case probe.MapHash:
@@ -200,8 +196,12 @@ func (im *Image) Update(key, value []byte, flags uint64, slot uint32) int64 {
 		return -EINVAL
 	}
 	switch l.Type {
-	case probe.MapArray, probe.MapPerWarp:
+	case probe.MapArray, probe.MapPerWarp, probe.MapPerThread:
 		idx := le.Uint32(key)
+		if l.Type == probe.MapPerThread && slot >= l.NBuckets {
+			im.noRow()
+			return -E2BIG
+		}
 		if idx >= l.MaxEntries {
 			return -E2BIG
 		}
@@ -262,6 +262,20 @@ func (im *Image) Update(key, value []byte, flags uint64, slot uint32) int64 {
 	return -EINVAL
 }
 
+// noRow counts a per-thread map access by a thread past the last row.
+func (im *Image) noRow() {
+	w := im.data()[uint64(im.Layout.NBuckets)*uint64(im.Layout.MaxEntries)*uint64(im.Layout.Stride):]
+	binary.LittleEndian.PutUint64(w, binary.LittleEndian.Uint64(w)+1)
+}
+
+// NoRow is the number of per-thread map accesses by threads past its rows.
+func (im *Image) NoRow() uint64 {
+	if im.Layout.Type != probe.MapPerThread {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(im.data()[uint64(im.Layout.NBuckets)*uint64(im.Layout.MaxEntries)*uint64(im.Layout.Stride):])
+}
+
 // Delete removes key from a hash; 0 or -errno.
 func (im *Image) Delete(key []byte) int64 {
 	if im.Layout.Type != probe.MapHash {
@@ -310,8 +324,8 @@ type Entry struct {
 
 // Entries decodes a map image into its entries, ordered by key bytes:
 // every index of an array, the live buckets of a hash, and for a per-warp
-// array every index with its value summed over all slots as little-endian
-// u64 words (the host's view). A ringbuf decodes to its records, keyed by
+// or per-thread array every index with its value summed over all slots
+// (rows) as little-endian u64 words (the host's view). A ringbuf decodes to its records, keyed by
 // their 8-byte little-endian sequence number.
 func (im *Image) Entries() ([]Entry, error) {
 	l := im.Layout
@@ -325,10 +339,14 @@ func (im *Image) Entries() ([]Entry, error) {
 			off := uint64(i) * uint64(l.Stride)
 			out = append(out, Entry{key(i), bytes.Clone(d[off+8 : off+8+uint64(l.ValueSize)])})
 		}
-	case probe.MapPerWarp:
+	case probe.MapPerWarp, probe.MapPerThread:
+		slots := uint64(probe.MapWarpSlots)
+		if l.Type == probe.MapPerThread {
+			slots = uint64(l.NBuckets)
+		}
 		for i := uint32(0); i < l.MaxEntries; i++ {
 			sum := make([]byte, l.Stride)
-			for s := uint64(0); s < probe.MapWarpSlots; s++ {
+			for s := uint64(0); s < slots; s++ {
 				off := (s*uint64(l.MaxEntries) + uint64(i)) * uint64(l.Stride)
 				for w := uint32(0); w < l.Stride; w += 8 {
 					le.PutUint64(sum[w:], le.Uint64(sum[w:])+le.Uint64(d[off+uint64(w):]))

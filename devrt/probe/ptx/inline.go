@@ -108,9 +108,9 @@ func knownLookups(spec *ebpf.CollectionSpec, insns asm.Instructions, raw []int, 
 		switch {
 		case cls.IsJump():
 			if op.JumpOp() == asm.Call {
-				if ins.IsBuiltinCall() && ins.Constant == probe.HelperMapLookupElem && regs[asm.R1].mapName != "" {
+				if ins.IsBuiltinCall() && (ins.Constant == probe.HelperMapLookupElem || ins.Constant == probe.HelperMapUpdateElem) && regs[asm.R1].mapName != "" {
 					if ms, ok := spec.Maps[regs[asm.R1].mapName]; ok {
-						if l, err := SpecLayout(ms); err == nil && (l.Type == probe.MapArray || l.Type == probe.MapPerWarp) && l.KeySize == 4 {
+						if l, err := SpecLayout(ms); err == nil && (l.Type == probe.MapArray || l.Type == probe.MapPerWarp || l.Type == probe.MapPerThread) && l.KeySize == 4 {
 							k := inlineKey{mapName: regs[asm.R1].mapName, keyOff: regs[asm.R2].off, keyKnow: regs[asm.R2].stack}
 							if v, ok := slots[k.keyOff]; ok && k.keyKnow {
 								k.keyConst, k.keyVal = true, v
@@ -295,7 +295,7 @@ var (
 // entryGuarded: the entry block runs in thread 0 only, so only a block
 // guarded the same way may read SharedSlotReg (in any other thread it was
 // never set); an unguarded exit block computes its own slot.
-func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, guarded bool, blockSlot map[string]bool, sharedSlot, entryGuarded bool) (string, error) {
+func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, guarded bool, blockSlot map[string]bool, sharedSlot, entryGuarded bool, fused map[string][]int) (string, error) {
 	tag := strings.TrimPrefix(a.String(), "kernel_")
 	pre := "__gpuext_i" + InlineSite + "_" + tag
 	ctx, stack := pre+"_ctx", pre+"_stack"
@@ -340,7 +340,8 @@ func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, gua
 	for k, name := range progs {
 		ps := spec.Programs[name]
 		end := fmt.Sprintf("$%s_p%d_end", pre, k)
-		t := &progTranslator{spec: spec, name: name, fn: ProgFunction(name), inline: true, endLabel: end, stackSym: stack, thread0: guarded, blockSlot: blockSlot}
+		sec, _ := probe.ParseSection(ps.SectionName)
+		t := &progTranslator{spec: spec, name: name, fn: ProgFunction(name), inline: true, endLabel: end, stackSym: stack, thread0: guarded, blockSlot: blockSlot, bt: sec.Bpftime, fused: fusedSet(fused[name])}
 		if sharedSlot && (!entryGuarded || guarded) {
 			// every thread running this block ran the entry block that set it
 			t.bslotName = SharedSlotReg
@@ -352,6 +353,11 @@ func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, gua
 		body = inlineLabelRe.ReplaceAllString(body, fmt.Sprintf("$$%s_p%d_pc${1}", pre, k))
 		fmt.Fprintf(&b, "\t// program %s\n\t{\n", name)
 		b.WriteString("\t.reg .b64 %__gxr<11>;\n\t.reg .b64 %__gxt<2>;\n\t.reg .b32 %__gxw<3>;\n\t.reg .pred %__gxp<3>;\n")
+		if kn := programKernel(spec, name); kn != "" {
+			// a kprobe/KERNEL program: only in that kernel (the id is a
+			// literal at each site, so ptxas folds the test)
+			fmt.Fprintf(&b, "\t// only in %s\n\tmov.b64 %%__gxr0, %s;\n\tsetp.ne.u64 %%__gxp0, %%__gxr0, %s;\n\t@%%__gxp0 bra %s;\n", kn, InlineKernelID, kernelIDLit(kn), end)
+		}
 		if useCtx {
 			b.WriteString("\tmov.u64 %__gxr1, %__gxc2;\n")
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/devrt/probe/verifier"
 )
 
 type progTranslator struct {
@@ -19,6 +20,8 @@ type progTranslator struct {
 	out   strings.Builder
 	maps  []string
 	insns int
+	raw   []int // raw index of each instruction
+	list  asm.Instructions
 
 	// Inline form (inline.go): only the main function, as a block whose
 	// exits branch to endLabel; lookups of statically known ARRAY and
@@ -35,6 +38,12 @@ type progTranslator struct {
 	blockSlot map[string]bool
 	thread0   bool // inline form under the thread-0 site guard: the linear thread id is 0
 	nonNullR0 bool // r0 holds an inline lookup's address that cannot be NULL
+	// fused: raw indices of loads that begin a load, add, store to make
+	// one atomic add (Options.FusedAdds); skip: raw indices already
+	// emitted by such a fusion
+	fused map[int]bool
+	skip  map[int]bool
+	bt    bool // a bpftime-style program (kprobe/KERNEL): its helper numbers translate
 	// bslotName: the kernel-scope register with the block's linear index
 	// (SharedSlotReg), set in every thread that runs this program; "" =
 	// the program computes its own
@@ -188,8 +197,9 @@ func (t *progTranslator) translate(insns asm.Instructions) error {
 		}
 	}
 	sort.Ints(subs)
+	t.lookups = knownLookups(t.spec, insns, raw, targets, funcOf)
+	t.raw, t.list = raw, insns
 	if t.inline {
-		t.lookups = knownLookups(t.spec, insns, raw, targets, funcOf)
 		for _, k := range t.lookups {
 			if l, err := SpecLayout(t.spec.Maps[k.mapName]); err != nil || l.Type != probe.MapPerWarp {
 				continue
@@ -222,6 +232,9 @@ func (t *progTranslator) translate(insns asm.Instructions) error {
 			}
 			fmt.Fprintf(&t.out, "\t// %d: %v\n", raw[i], ins)
 			t.cur = i
+			if t.skip[raw[i]] {
+				continue
+			}
 			if writesR0(ins) {
 				t.nonNullR0 = false // (an inlined lookup sets it again)
 			}
@@ -263,6 +276,10 @@ func (t *progTranslator) translate(insns asm.Instructions) error {
 				t.out.WriteString(label(raw[i]) + ":\n")
 			}
 			fmt.Fprintf(&t.out, "\t// %d: %v\n", raw[i], ins)
+			t.cur = i
+			if t.skip[raw[i]] {
+				continue
+			}
 			if err := t.insn(ins, jumpTarget[i]); err != nil {
 				return fmt.Errorf("insn %d (%v): %w", raw[i], ins, err)
 			}
@@ -289,6 +306,9 @@ func (t *progTranslator) insn(ins asm.Instruction, tgt int) error {
 		return t.ldImm(ins)
 	case asm.LdXClass:
 		bits := sizeBits[op.Size()]
+		if t.fused[t.raw[t.cur]] {
+			return t.fusedAdd(ins)
+		}
 		switch op.Mode() {
 		case asm.MemMode:
 			ss, a := t.maddr(ins.Src, ins.Offset)
@@ -731,13 +751,32 @@ func (t *progTranslator) call(ins asm.Instruction, tgt int) error {
 		return fmt.Errorf("kfunc or special call: %w", ErrUnsupported)
 	}
 	id := ins.Constant
+	k, known := t.lookups[t.cur]
+	perThread := false
+	if known {
+		if l, err := SpecLayout(t.spec.Maps[k.mapName]); err == nil && l.Type == probe.MapPerThread {
+			perThread = true
+		}
+	}
+	if !perThread && (id == probe.HelperMapLookupElem || id == probe.HelperMapUpdateElem || id == probe.HelperMapDeleteElem) && t.callsPerThreadMap() && !known {
+		return fmt.Errorf("a map call whose map is not known at the call, in a program using a per-thread map (its calls are inline address arithmetic: load the map right before the call): %w", ErrUnsupported)
+	}
+	if _, isBt := probe.BpftimeHelperNames[int32(id)]; isBt && !t.bt && probe.HelperNames[int32(id)] == "" {
+		return fmt.Errorf("helper %d outside a bpftime-style (kprobe/KERNEL) program: %w", id, ErrUnsupported)
+	}
 	switch id {
 	case probe.HelperMapLookupElem:
-		if k, ok := t.lookups[t.cur]; ok && t.inline {
+		if perThread {
+			return t.perThreadAccess(k, false)
+		}
+		if known && t.inline {
 			return t.inlineLookup(k)
 		}
 		t.helperCall(probe.FuncMapLookup, 2)
 	case probe.HelperMapUpdateElem:
+		if perThread {
+			return t.perThreadAccess(k, true)
+		}
 		t.helperCall(probe.FuncMapUpdate, 4)
 	case probe.HelperMapDeleteElem:
 		t.helperCall(probe.FuncMapDelete, 2)
@@ -775,6 +814,44 @@ func (t *progTranslator) call(ins asm.Instruction, tgt int) error {
 		t.linear("%tid", "%ntid")
 		t.emit("shr.u32 %%w0, %%w0, 5")
 		t.emit("cvt.u64.u32 %%r0, %%w0")
+	case probe.HelperGlobalThreadID:
+		t.globalThreadID()
+		t.emit("mov.u64 %%r0, %%t0")
+	case probe.BtPuts, probe.BtTracePrintk:
+		t.out.WriteString("\t// ebpf_puts / bpf_trace_printk: dropped on the device\n")
+		t.emit("mov.u64 %%r0, 0")
+	case probe.BtMembar:
+		t.emit("membar.sys")
+		t.emit("mov.u64 %%r0, 0")
+	case probe.BtGlobaltimer:
+		t.emit("mov.u64 %%r0, %%globaltimer")
+	case probe.BtSmID:
+		t.emit("mov.u32 %%w0, %%smid")
+		t.emit("cvt.u64.u32 %%r0, %%w0")
+	case probe.BtWarpID:
+		t.emit("mov.u32 %%w0, %%warpid")
+		t.emit("cvt.u64.u32 %%r0, %%w0")
+	case probe.BtLaneID:
+		t.emit("mov.u32 %%w0, %%laneid")
+		t.emit("cvt.u64.u32 %%r0, %%w0")
+	case probe.BtBlockIdx, probe.BtBlockDim, probe.BtThreadIdx, probe.BtGridDim:
+		sreg := map[int64]string{probe.BtBlockIdx: "%ctaid", probe.BtBlockDim: "%ntid", probe.BtThreadIdx: "%tid", probe.BtGridDim: "%nctaid"}[id]
+		for i, c := range []string{"x", "y", "z"} {
+			t.emit("mov.u32 %%w0, %s.%s", sreg, c)
+			t.emit("cvt.u64.u32 %%t0, %%w0")
+			t.emit("st.u64 [%s], %%t0", reg(asm.R1+asm.Register(i)))
+		}
+		t.emit("mov.u64 %%r0, 0")
+	case probe.BtPidTgid:
+		t.emit("ld.global.u64 %%r0, [%s]", probe.SymPidTgid)
+	case probe.BtPerfOutput:
+		// bpf_perf_event_output(ctx, map, flags, data, size): one record
+		// in the ring, as ringbuf_output(map, data, size, 0)
+		t.emit("mov.u64 %%r1, %%r2")
+		t.emit("mov.u64 %%r2, %%r4")
+		t.emit("mov.u64 %%r3, %%r5")
+		t.emit("mov.u64 %%r4, 0")
+		t.helperCall(probe.FuncRingbufOut, 4)
 	case probe.HelperBlockLinearID:
 		if t.bslotName != "" {
 			// the entry block computed it for the block slot, in this thread too (inlineAttach)
@@ -786,6 +863,155 @@ func (t *progTranslator) call(ins asm.Instruction, tgt int) error {
 	default:
 		return fmt.Errorf("helper %d: %w", id, ErrUnsupported)
 	}
+	return nil
+}
+
+// callsPerThreadMap: the program references a per-thread map.
+func (t *progTranslator) callsPerThreadMap() bool {
+	for _, k := range t.lookups {
+		if l, err := SpecLayout(t.spec.Maps[k.mapName]); err == nil && l.Type == probe.MapPerThread {
+			return true
+		}
+	}
+	return false
+}
+
+// globalThreadID sets %t0 to the thread's linear index in the launch:
+// block_linear_id * threads per block + thread_linear_id (64-bit).
+func (t *progTranslator) globalThreadID() {
+	t.linear("%ctaid", "%nctaid")
+	t.emit("cvt.u64.u32 %%t0, %%w0")
+	t.emit("mov.u32 %%w1, %%ntid.x")
+	t.emit("mov.u32 %%w2, %%ntid.y")
+	t.emit("mul.lo.u32 %%w1, %%w1, %%w2")
+	t.emit("mov.u32 %%w2, %%ntid.z")
+	t.emit("mul.lo.u32 %%w1, %%w1, %%w2")
+	t.emit("cvt.u64.u32 %%t1, %%w1")
+	t.emit("mul.lo.u64 %%t0, %%t0, %%t1")
+	t.linear("%tid", "%ntid")
+	t.emit("cvt.u64.u32 %%t1, %%w0")
+	t.emit("add.u64 %%t0, %%t0, %%t1")
+}
+
+// perThreadMaxCopy is the largest value a per-thread update copies (byte by
+// byte, unrolled); larger values are written through the looked-up pointer.
+const perThreadMaxCopy = 64
+
+// perThreadAccess emits a lookup (r0 = the value's address, or 0) or an
+// update (r0 = 0 / -errno) of a per-thread map, inline: the thread's row
+// is its linear id in the launch; a thread past the last row finds none
+// and is counted in the u64 after the rows (ptx.Image is the spec).
+func (t *progTranslator) perThreadAccess(k inlineKey, update bool) error {
+	ms := t.spec.Maps[k.mapName]
+	l, err := SpecLayout(ms)
+	if err != nil {
+		return err
+	}
+	if update && l.ValueSize > perThreadMaxCopy {
+		return fmt.Errorf("map_update_elem on per-thread map %q with %d-byte values (at most %d): write through the looked-up value: %w", k.mapName, l.ValueSize, perThreadMaxCopy, ErrUnsupported)
+	}
+	what := "lookup"
+	if update {
+		what = "update"
+	}
+	fmt.Fprintf(&t.out, "\t// map_%s_elem(%s): the thread's own row, inline\n", what, k.mapName)
+	t.globalThreadID()
+	t.emit("setp.lt.u64 %%p1, %%t0, %d", l.NBuckets)
+	t.emit("ld.u8 %%w0, [%%r2]")
+	for b := 1; b < 4; b++ {
+		t.emit("ld.u8 %%w1, [%%r2+%d]", b)
+		t.emit("shl.b32 %%w1, %%w1, %d", 8*b)
+		t.emit("or.b32 %%w0, %%w0, %%w1")
+	}
+	t.emit("setp.lt.u32 %%p2, %%w0, %d", l.MaxEntries)
+	t.emit("and.pred %%p2, %%p2, %%p1")
+	t.emit("mul.lo.u64 %%t0, %%t0, %d", l.MaxEntries)
+	t.emit("cvt.u64.u32 %%t1, %%w0")
+	t.emit("add.u64 %%t0, %%t0, %%t1")
+	t.emit("mul.lo.u64 %%t0, %%t0, %d", l.Stride)
+	t.emit("add.u64 %%t0, %%t0, %%r1")
+	t.emit("add.u64 %%t0, %%t0, %d", probe.MapHdrSize)
+	noRow := uint64(probe.MapHdrSize) + uint64(l.NBuckets)*uint64(l.MaxEntries)*uint64(l.Stride)
+	if !update {
+		t.emit("mov.u64 %%r0, 0")
+		t.emit("@%%p2 mov.u64 %%r0, %%t0")
+		t.emit("@!%%p1 add.u64 %%t1, %%r1, %d", noRow)
+		t.emit("@!%%p1 cvta.to.global.u64 %%t1, %%t1")
+		t.emit("@!%%p1 red.global.add.u64 [%%t1], 1")
+		return nil
+	}
+	// flags > BPF_EXIST: -EINVAL before anything; no row: -E2BIG, counted;
+	// index out of range: -E2BIG; BPF_NOEXIST: -EEXIST (an entry exists)
+	t.emit("mov.u64 %%r0, %d", -E2BIG)
+	t.emit("setp.gt.u64 %%p0, %%r4, %d", FlagExist)
+	t.emit("@%%p0 mov.u64 %%r0, %d", -EINVAL)
+	t.emit("@!%%p0 add.u64 %%t1, %%r1, %d", noRow)
+	t.emit("@!%%p0 cvta.to.global.u64 %%t1, %%t1")
+	t.emit("@!%%p1 red.global.add.u64 [%%t1], 1")
+	t.emit("not.pred %%p0, %%p0")
+	t.emit("and.pred %%p2, %%p2, %%p0")
+	t.emit("setp.eq.u64 %%p0, %%r4, %d", FlagNoExist)
+	t.emit("and.pred %%p0, %%p0, %%p2")
+	t.emit("@%%p0 mov.u64 %%r0, %d", -EEXIST)
+	t.emit("not.pred %%p0, %%p0")
+	t.emit("and.pred %%p2, %%p2, %%p0")
+	for b := uint32(0); b < round8(l.ValueSize); b++ {
+		if b < l.ValueSize {
+			t.emit("@%%p2 ld.u8 %%w0, [%%r3+%d]", b)
+		} else {
+			t.emit("mov.u32 %%w0, 0")
+		}
+		t.emit("@%%p2 st.u8 [%%t0+%d], %%w0", b)
+	}
+	t.emit("@%%p2 mov.u64 %%r0, 0")
+	return nil
+}
+
+// fusedAdd emits a load, add, store of one shared map value as one atomic
+// add (the verifier's Result.FusedAdds): rA = old + x, as the three would
+// leave it, and no other thread's add between the load and the store is
+// lost.
+func (t *progTranslator) fusedAdd(ld asm.Instruction) error {
+	i := t.cur
+	add, st := t.list[i+1], t.list[i+2]
+	rL, rR, ok := verifier.FusedShape(ld, add, st)
+	if !ok {
+		return fmt.Errorf("insn %d: not a load, add, store of one address: %w", t.raw[i], ErrUnsupported)
+	}
+	bits := sizeBits[ld.OpCode.Size()]
+	t.out.WriteString("\t// load, add, store of one map value: one atomic add\n")
+	// %t1: the addend (the add's other operand), zero-extended for a 32-bit add
+	switch {
+	case rL != rR:
+		t.emit("mov.u64 %%t1, %s", reg(rR))
+	case add.OpCode.Source() == asm.RegSource:
+		t.emit("mov.u64 %%t1, %s", reg(add.Src))
+	default:
+		t.emit("mov.u64 %%t1, %s", uimm(add.Constant, 64))
+	}
+	alu32 := add.OpCode.Class() == asm.ALUClass
+	if alu32 {
+		t.emit("and.b64 %%t1, %%t1, 4294967295")
+	}
+	t.emit("add.s64 %%t0, %s, %d", reg(ld.Src), ld.Offset)
+	t.emit("cvta.to.global.u64 %%t0, %%t0")
+	if bits == 32 {
+		t.emit("cvt.u32.u64 %%w1, %%t1")
+		t.emit("atom.global.add.u32 %%w0, [%%t0], %%w1")
+		t.emit("cvt.u64.u32 %s, %%w0", reg(rL))
+	} else {
+		t.emit("atom.global.add.u64 %s, [%%t0], %%t1", reg(rL))
+	}
+	// what the add left in its destination (the store wrote its low bits)
+	t.emit("add.u64 %s, %s, %%t1", reg(rR), reg(rL))
+	if alu32 {
+		t.emit("and.b64 %s, %s, 4294967295", reg(rR), reg(rR))
+	}
+	if t.skip == nil {
+		t.skip = map[int]bool{}
+	}
+	t.skip[t.raw[i+1]] = true
+	t.skip[t.raw[i+2]] = true
 	return nil
 }
 

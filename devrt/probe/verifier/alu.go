@@ -2,6 +2,7 @@ package verifier
 
 import (
 	"math"
+	"math/bits"
 
 	"github.com/cilium/ebpf/asm"
 )
@@ -64,7 +65,7 @@ func (v *verifier) alu(st *state, pc int, ins *asm.Instruction) error {
 		if src.k != kScalar {
 			return v.errAt(pc, ErrMemory, "32-bit move of a %s", src.k)
 		}
-		r := reg{k: kScalar, s: trunc32(src.s), div: src.div}
+		r := reg{k: kScalar, s: trunc32(src.s), div: src.div, src: src.src}
 		if src.tag != tagNone && !src.shifted && src.s.umax <= math.MaxUint32 {
 			r.tag = src.tag
 		}
@@ -77,7 +78,9 @@ func (v *verifier) alu(st *state, pc int, ins *asm.Instruction) error {
 		if !is64 {
 			r = urange(0, math.MaxUint32)
 		}
-		return v.write(st, pc, ins.Dst, scalarReg(r, src.div))
+		out := scalarReg(r, src.div)
+		out.src = src.src
+		return v.write(st, pc, ins.Dst, out)
 	}
 	d, err := v.read(st, pc, ins.Dst)
 	if err != nil {
@@ -101,7 +104,9 @@ func (v *verifier) alu(st *state, pc int, ins *asm.Instruction) error {
 		if !is64 {
 			r = urange(0, math.MaxUint32)
 		}
-		return v.write(st, pc, ins.Dst, scalarReg(r, d.div || src.div))
+		out := scalarReg(r, d.div || src.div)
+		out.src = d.src | src.src
+		return v.write(st, pc, ins.Dst, out)
 	default:
 		return v.errAt(pc, ErrProgram, "unsupported ALU op %v", op)
 	}
@@ -112,6 +117,12 @@ func (v *verifier) alu(st *state, pc int, ins *asm.Instruction) error {
 		s = alu32(op, d.s, src.s)
 	}
 	r := scalarReg(s, d.div || src.div)
+	r.src = d.src | src.src
+	if d.tag == tagGlobal && !d.shifted && src.s.isConst() {
+		if monotone(op, is64, d.s, src.s.t.v) {
+			r.tag = tagGlobal
+		}
+	}
 	// A leader value survives clang's zero-extension of a u32 (<<32 then
 	// >>32, or & 0xffffffff): the value is unchanged.
 	if d.tag != tagNone && is64 && src.s.isConst() {
@@ -126,6 +137,38 @@ func (v *verifier) alu(st *state, pc int, ins *asm.Instruction) error {
 		}
 	}
 	return v.write(st, pc, ins.Dst, r)
+}
+
+// monotone: op with the constant c keeps a strictly increasing function
+// of the thread id strictly increasing, without wrapping for any value of
+// x's range in the operation's width (add, sub, multiply by c >= 1, left
+// shift): what keeps an array key injective over the launch's threads.
+func monotone(op asm.ALUOp, is64 bool, x scalar, c uint64) bool {
+	lim := uint64(math.MaxUint64)
+	if !is64 {
+		lim = math.MaxUint32
+		if x.umax > lim || c > lim {
+			return false
+		}
+	}
+	switch op {
+	case asm.Add:
+		return x.umax <= lim-c
+	case asm.Or:
+		// no bit of c can be set in x: the same as adding c
+		return (x.t.v|x.t.m)&c == 0
+	case asm.Sub:
+		return x.umin >= c
+	case asm.Mul:
+		hi, lo := bits.Mul64(x.umax, c)
+		return c >= 1 && hi == 0 && lo <= lim
+	case asm.LSh:
+		if c >= 64 {
+			return false
+		}
+		return x.umax <= lim>>c
+	}
+	return false
 }
 
 // ptrArith allows pointer +/- scalar only: constant offsets on every
@@ -173,5 +216,6 @@ func (v *verifier) ptrArith(st *state, pc int, ins *asm.Instruction, op asm.ALUO
 	p.div = p.div || sc.div
 	p.id = 0
 	p.tag = tagNone
+	// (own stays: every access is bounded to the one entry's value)
 	return v.write(st, pc, ins.Dst, p)
 }

@@ -59,7 +59,7 @@ func (v *verifier) jump(st *state, pc int, ins *asm.Instruction) (bool, error) {
 		okF = v.branch(fall, negate(op), is32, regSrc, ins, a, b)
 	}
 	if okT && okF && div && st.ctrl != cLeader {
-		r := region{branch: pc, reconv: v.g.ipdom[pc], ctrl: st.ctrl, tidZero: st.tidZero}
+		r := region{branch: pc, reconv: v.g.ipdom[pc], ctrl: st.ctrl, tidZero: st.tidZero, oneThread: st.oneThread}
 		for _, s := range []*state{taken, fall} {
 			if !hasRegion(s, pc) {
 				s.regions = append(s.regions, r)
@@ -73,6 +73,14 @@ func (v *verifier) jump(st *state, pc int, ins *asm.Instruction) (bool, error) {
 			if regSrc {
 				leaderSide(s, ins.Src)
 			}
+		}
+	}
+	// Block 0: a side where every block index component (uniform values)
+	// is proven 0.
+	for _, s := range []*state{taken, fall} {
+		blockSide(s, ins.Dst)
+		if regSrc {
+			blockSide(s, ins.Src)
 		}
 	}
 	switch {
@@ -102,13 +110,30 @@ func leaderSide(s *state, r asm.Register) {
 		return
 	}
 	switch x.tag {
-	case tagLane, tagThreadLinear:
+	case tagLane:
 		s.ctrl = cLeader
-	default:
+	case tagThreadLinear:
+		s.ctrl, s.oneThread = cLeader, true
+	case tagTidX, tagTidY, tagTidZ:
 		s.tidZero |= 1 << (x.tag - tagTidX)
 		if s.tidZero == 7 {
-			s.ctrl = cLeader
+			s.ctrl, s.oneThread = cLeader, true
 		}
+	}
+}
+
+// blockSide notes on s a block index component (or the linear block id)
+// that register r holds, narrowed to exactly 0 there.
+func blockSide(s *state, r asm.Register) {
+	x := s.r[r]
+	if x.k != kScalar || x.shifted || !x.s.isConst() || x.s.t.v != 0 {
+		return
+	}
+	switch x.tag {
+	case tagBidX, tagBidY, tagBidZ:
+		s.bidZero |= 1 << (x.tag - tagBidX)
+	case tagBlockLinear:
+		s.bidZero = 7
 	}
 }
 

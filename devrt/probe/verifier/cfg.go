@@ -428,6 +428,9 @@ func (g *cfg) writeSetOf(b int) *writeSet {
 			w.regs |= 1 << ins.Dst
 		case cls.IsJump() && ins.OpCode.JumpOp() == asm.Call:
 			w.regs |= 0x3f // r0-r5
+			if ins.IsBuiltinCall() && writesThroughArgs(int32(ins.Constant)) {
+				w.indirect = true // bpftime's id helpers store through r1-r3
+			}
 		case cls.IsStore():
 			if ins.Dst == asm.R10 {
 				off := int(ins.Offset) + stackSize

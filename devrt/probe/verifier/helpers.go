@@ -52,6 +52,16 @@ func helperName(id int32) string {
 	return "bpf_" + strings.ToLower(camel.ReplaceAllString(strings.TrimPrefix(s, "Fn"), "${1}_${2}"))
 }
 
+// writesThroughArgs: bpftime's id helpers, which store three u64 through
+// r1, r2 and r3.
+func writesThroughArgs(id int32) bool {
+	switch id {
+	case probe.BtBlockIdx, probe.BtBlockDim, probe.BtThreadIdx, probe.BtGridDim:
+		return true
+	}
+	return false
+}
+
 func (v *verifier) call(st *state, pc int, ins *asm.Instruction) error {
 	switch { // (BPF-to-BPF calls never get here: buildCFG refuses them)
 	case ins.IsKfuncCall():
@@ -61,6 +71,22 @@ func (v *verifier) call(st *state, pc int, ins *asm.Instruction) error {
 	}
 	id := int32(ins.Constant)
 	name := helperName(id)
+	if v.bt {
+		if n, ok := probe.BpftimeHelperNames[id]; ok {
+			v.helpers[n] = true
+			r0, err := v.bpftimeHelper(st, pc, id, n)
+			if err != nil {
+				return err
+			}
+			for r := asm.R1; r <= asm.R5; r++ {
+				st.r[r] = reg{}
+			}
+			return v.write(st, pc, asm.R0, r0)
+		}
+		if id == probe.BtExit {
+			return v.errAt(pc, ErrHelper, "helper bpf_cuda_exit (%d) ends the kernel's thread: a probe must not change what the kernel does", id)
+		}
+	}
 	if !allowedHelpers[v.attach][id] {
 		if hostRoundTrip[id] {
 			return v.errAt(pc, ErrHelper, "helper %s (%d) needs a host round trip; not allowed at %v", name, id, v.attach)
@@ -103,8 +129,9 @@ func (v *verifier) helper(st *state, pc int, id int32, name string) (reg, error)
 		// The address of an entry is the same for every lane that asks for
 		// the same key, unless a hash entry appears or goes meanwhile.
 		div := mdiv || kdiv || (m.typ == probe.MapHash && v.written[m.name])
+		own := m.typ == probe.MapPerThread || (m.typ == probe.MapArray && v.injectiveKey(st))
 		v.nextID++
-		return reg{k: kMapValueOrNull, m: v.mapIdx[m.name], id: v.nextID, div: div}, nil
+		return reg{k: kMapValueOrNull, m: v.mapIdx[m.name], id: v.nextID, div: div || own, own: own}, nil
 	case probe.HelperMapUpdateElem:
 		m, mdiv, err := v.mapArg(st, pc, name, false)
 		if err != nil {
@@ -125,8 +152,24 @@ func (v *verifier) helper(st *state, pc int, id int32, name string) (reg, error)
 		if err != nil {
 			return reg{}, err
 		}
+		if (m.typ == probe.MapArray || m.typ == probe.MapPerThread) && flags.s.isConst() && flags.s.t.v == noExist {
+			// an array entry always exists: BPF_NOEXIST writes nothing (-EEXIST)
+			return scalarReg(sunknown(), true), nil
+		}
 		v.wrote[m.name] = true
-		if err := v.idempotent(st, pc, fmt.Sprintf("%s on map %q", name, m.name), mdiv || kdiv || vdiv || flags.div); err != nil {
+		what := fmt.Sprintf("%s on map %q", name, m.name)
+		switch {
+		case m.typ == probe.MapPerThread:
+			return scalarReg(sunknown(), true), nil // the thread's own row
+		case m.typ == probe.MapArray && v.injectiveKey(st):
+			return scalarReg(sunknown(), true), nil // the thread's own entry
+		case v.bt:
+			if err := v.sharedUpdate(st, pc, m, what); err != nil {
+				return reg{}, err
+			}
+			return scalarReg(sunknown(), true), nil
+		}
+		if err := v.idempotent(st, pc, what, mdiv || kdiv || vdiv || flags.div); err != nil {
 			return reg{}, err
 		}
 		return scalarReg(sunknown(), true), nil
@@ -143,6 +186,9 @@ func (v *verifier) helper(st *state, pc int, id int32, name string) (reg, error)
 			return reg{}, err
 		}
 		v.wrote[m.name] = true
+		if v.bt {
+			return scalarReg(sunknown(), true), nil // each lane's delete is one linearized operation
+		}
 		if err := v.idempotent(st, pc, fmt.Sprintf("%s on map %q", name, m.name), mdiv || kdiv); err != nil {
 			return reg{}, err
 		}
@@ -166,16 +212,20 @@ func (v *verifier) helper(st *state, pc int, id int32, name string) (reg, error)
 			return reg{}, err
 		}
 		v.wrote[m.name] = true
-		if st.ctrl != cLeader {
-			return reg{}, v.errAt(pc, ErrDivergent, "%s to map %q by every lane: it would append one record per thread; guard it with gpuext_lane_id() == 0", name, m.name)
+		if st.ctrl != cLeader && !m.perLane {
+			return reg{}, v.errAt(pc, ErrDivergent, "%s to map %q by every lane: it would append one record per thread; guard it with gpuext_lane_id() == 0, or declare a per-lane GPU ring buffer (type %d)", name, m.name, probe.BtMapGPURingbuf)
 		}
 		return scalarReg(sunknown(), true), nil
 	case probe.HelperKtimeGetNs, probe.HelperGlobaltimer:
 		return scalarReg(sunknown(), true), nil
-	case probe.HelperSmpProcessorID, probe.HelperSmID, probe.HelperWarpID, probe.HelperBlockLinearID:
+	case probe.HelperSmpProcessorID, probe.HelperSmID, probe.HelperWarpID:
 		return scalarReg(u32, false), nil
+	case probe.HelperBlockLinearID:
+		return reg{k: kScalar, s: u32, tag: tagBlockLinear}, nil
 	case probe.HelperLaneID:
 		return reg{k: kScalar, s: urange(0, 31), div: true, tag: tagLane}, nil
+	case probe.HelperGlobalThreadID:
+		return reg{k: kScalar, s: u32, div: true, tag: tagGlobal}, nil
 	case probe.HelperThreadLinearID:
 		return reg{k: kScalar, s: u32, div: true, tag: tagThreadLinear}, nil
 	case probe.HelperThreadIdx, probe.HelperBlockIdx, probe.HelperBlockDim, probe.HelperGridDim:
@@ -189,7 +239,119 @@ func (v *verifier) helper(st *state, pc int, id int32, name string) (reg, error)
 		if id == probe.HelperThreadIdx {
 			return reg{k: kScalar, s: u32, div: true, tag: tagTidX + leaderTag(dim.s.t.v)}, nil
 		}
+		if id == probe.HelperBlockIdx {
+			return reg{k: kScalar, s: u32, tag: tagBidX + leaderTag(dim.s.t.v)}, nil
+		}
 		return scalarReg(u32, false), nil
+	}
+	return reg{}, v.errAt(pc, ErrHelper, "helper %s (%d) has no argument checks", name, id)
+}
+
+// noExist is BPF_NOEXIST.
+const noExist = 1
+
+// injectiveKey: r2 points at a u32 key that is a strictly increasing
+// function of gpuext_global_thread_id() (tagGlobal) below 2^32: no two
+// threads of a launch ask for the same entry.
+func (v *verifier) injectiveKey(st *state) bool {
+	k, ok := stackKey(st, st.r[asm.R2])
+	return ok && k.k == kScalar && k.tag == tagGlobal && !k.shifted && k.s.umax <= math.MaxUint32
+}
+
+// sharedUpdate is bpftime's rule for map_update_elem on a map other
+// threads also write: a value of up to 8 bytes is one atomic exchange and
+// a larger one is written under the entry's lock, so any lane may update
+// (the last writer wins), unless the value was computed from a load of
+// the same map (a read-modify-write race). A value that points into the
+// same map is the entry itself or another: the helper skips a copy onto
+// itself, and copies another whole.
+func (v *verifier) sharedUpdate(st *state, pc int, m *mapRef, what string) error {
+	p := st.r[asm.R3]
+	mi := v.mapIdx[m.name]
+	var src uint64
+	switch p.k {
+	case kStack:
+		for a := p.off; a < p.off+int64(m.spec.ValueSize) && a < 0; a++ {
+			sl := st.stk[(a+stackSize)/8]
+			if sl.spill {
+				src |= sl.r.src
+			} else {
+				src |= sl.src
+			}
+		}
+	case kMapValue:
+		if p.m == mi && m.spec.ValueSize > 8 && !st.launchLeader() {
+			return v.errAt(pc, ErrDivergent, "%s with a value read from the same map while other lanes write it: a value of %d bytes is not read atomically", what, m.spec.ValueSize)
+		}
+	}
+	if mi < 64 && src&(1<<mi) != 0 && !st.launchLeader() {
+		return v.errAt(pc, ErrDivergent, "%s with a value computed from a load of the same map: every lane of every block runs it, and lanes that read the entry before another lane's update lose that update (a read-modify-write race); use __sync_fetch_and_add on the looked-up value, or a per-thread map", what)
+	}
+	return nil
+}
+
+// bpftimeHelper checks a bpftime GPU helper or a host helper defined for
+// the device (probe.BpftimeHelperNames) and returns r0.
+func (v *verifier) bpftimeHelper(st *state, pc int, id int32, name string) (reg, error) {
+	u32 := urange(0, math.MaxUint32)
+	zero := scalarReg(sconst(0), false)
+	switch id {
+	case probe.BtPuts, probe.BtTracePrintk, probe.BtMembar:
+		return zero, nil // dropped (puts, printk) or a fence: nothing the program can see
+	case probe.BtGlobaltimer:
+		return scalarReg(sunknown(), true), nil
+	case probe.BtSmID, probe.BtWarpID:
+		return scalarReg(u32, false), nil
+	case probe.BtLaneID:
+		return reg{k: kScalar, s: urange(0, 31), div: true, tag: tagLane}, nil
+	case probe.BtPidTgid:
+		return scalarReg(sunknown(), false), nil // one process: the same in every lane
+	case probe.BtBlockIdx, probe.BtBlockDim, probe.BtThreadIdx, probe.BtGridDim:
+		for i, r := range []asm.Register{asm.R1, asm.R2, asm.R3} {
+			p := st.r[r]
+			if p.k != kStack {
+				return reg{}, v.errAt(pc, ErrHelper, "%s: r%d must point to the stack (8 bytes for the %c component), is %s", name, r, "xyz"[i], p.k.article())
+			}
+			val := scalarReg(u32, false)
+			switch id {
+			case probe.BtThreadIdx:
+				val = reg{k: kScalar, s: u32, div: true, tag: tagTidX + leaderTag(i)}
+			case probe.BtBlockIdx:
+				val.tag = tagBidX + leaderTag(i)
+			}
+			if err := v.writeStack(st, pc, p.off, 8, val); err != nil {
+				return reg{}, err
+			}
+		}
+		return zero, nil
+	case probe.BtPerfOutput:
+		// bpf_perf_event_output(ctx, map, flags, data, size): r1 is not used
+		m := st.r[asm.R2]
+		if m.k != kMapPtr || v.maps[m.m].spec.Type != ebpf.RingBuf && v.maps[m.m].typ != probe.MapRingbuf {
+			return reg{}, v.errAt(pc, ErrHelper, "%s: r2 must be a ring buffer map (bpftime's GPU ring buffer, type %d), is %s", name, probe.BtMapGPURingbuf, m.k.article())
+		}
+		ring := v.maps[m.m]
+		size, err := v.scalarArg(st, pc, name, asm.R5, "size")
+		if err != nil {
+			return reg{}, err
+		}
+		if size.s.umin == 0 || size.s.umax > stackSize || size.s.umax > uint64(ring.spec.MaxEntries)*uint64(max(ring.spec.ValueSize, 1)) {
+			return reg{}, v.errAt(pc, ErrHelper, "%s: size must be in [1, 512], is [%d, %d]", name, size.s.umin, size.s.umax)
+		}
+		if ring.spec.ValueSize != 0 && size.s.umax > uint64(ring.spec.ValueSize) {
+			return reg{}, v.errAt(pc, ErrHelper, "%s: size up to %d, more than map %q's %d-byte records", name, size.s.umax, ring.name, ring.spec.ValueSize)
+		}
+		if _, err := v.memArg(st, pc, name, asm.R4, "data", int64(size.s.umax)); err != nil {
+			return reg{}, err
+		}
+		if _, err := v.scalarArg(st, pc, name, asm.R3, "flags"); err != nil {
+			return reg{}, err
+		}
+		v.wrote[ring.name] = true
+		if st.ctrl != cLeader && !ring.perLane {
+			return reg{}, v.errAt(pc, ErrDivergent, "%s to map %q by every lane: it is not a per-lane GPU ring buffer (type %d); guard it with a lane-0 test", name, ring.name, probe.BtMapGPURingbuf)
+		}
+		return scalarReg(sunknown(), true), nil
 	}
 	return reg{}, v.errAt(pc, ErrHelper, "helper %s (%d) has no argument checks", name, id)
 }
@@ -201,10 +363,10 @@ func (v *verifier) mapArg(st *state, pc int, name string, ringbuf bool) (*mapRef
 		return nil, false, v.errAt(pc, ErrHelper, "%s: r1 must be a map pointer, is %s", name, r.k.article())
 	}
 	m := v.maps[r.m]
-	if ringbuf && m.spec.Type != ebpf.RingBuf {
+	if ringbuf && m.typ != probe.MapRingbuf {
 		return nil, false, v.errAt(pc, ErrHelper, "%s: map %q is a %v, want a ring buffer", name, m.name, m.spec.Type)
 	}
-	if !ringbuf && m.spec.Type == ebpf.RingBuf {
+	if !ringbuf && m.typ == probe.MapRingbuf {
 		return nil, false, v.errAt(pc, ErrHelper, "%s on ring buffer %q: a ring buffer is only for ringbuf_output", name, m.name)
 	}
 	return m, r.div, nil

@@ -59,7 +59,10 @@ func (v *verifier) load(st *state, pc int, ins *asm.Instruction) error {
 			return err
 		}
 		name := v.maps[base.m].name
-		out = scalarReg(sizeRange(size), base.div || v.written[name])
+		out = scalarReg(sizeRange(size), base.div || v.written[name] || base.own)
+		if base.m < 64 {
+			out.src = 1 << base.m
+		}
 	default:
 		return v.derefError(pc, base, "read")
 	}
@@ -137,9 +140,19 @@ func (v *verifier) readStack(st *state, pc int, off int64, size int) (reg, error
 		if sl.r.s.isConst() {
 			return scalarReg(sconst(sl.r.s.t.v>>(8*b)&(1<<(8*size)-1)), sl.r.div), nil
 		}
-		return scalarReg(sizeRange(size), sl.r.div), nil
+		if b == 0 && size == 4 && sl.r.s.umax <= 0xffffffff {
+			return sl.r, nil // the low half of a u32 spilled whole: the value itself
+		}
+		out := scalarReg(sizeRange(size), sl.r.div)
+		out.src = sl.r.src
+		return out, nil
 	}
-	return scalarReg(sizeRange(size), sl.div), nil
+	if size == 4 && b%4 == 0 && sl.has4[b/4] {
+		return sl.w4[b/4], nil
+	}
+	out := scalarReg(sizeRange(size), sl.div)
+	out.src = sl.src
+	return out, nil
 }
 
 func (v *verifier) writeStack(st *state, pc int, off int64, size int, val reg) error {
@@ -160,14 +173,40 @@ func (v *verifier) writeStack(st *state, pc int, off int64, size int, val reg) e
 	sl := &st.stk[i]
 	if sl.spill {
 		if sl.r.k == kScalar {
-			*sl = slot{init: 0xff, div: sl.r.div}
+			*sl = slot{init: 0xff, div: sl.r.div, src: sl.r.src}
 		} else {
 			*sl = slot{} // the rest of a pointer is not readable
 		}
 	}
 	sl.init |= uint8((1<<size - 1) << b)
 	sl.div = sl.div || val.div
+	sl.src |= val.src
+	for h := int64(0); h < 2; h++ {
+		if b < 4*h+4 && b+int64(size) > 4*h {
+			sl.w4[h], sl.has4[h] = reg{}, false // overwritten, at least in part
+		}
+	}
+	if size == 4 && b%4 == 0 && val.k == kScalar {
+		sl.w4[b/4], sl.has4[b/4] = val, true
+	}
 	return nil
+}
+
+// stackKey is the u32 at [r+0..4) when r points at the stack and the
+// bytes are one known scalar (a 4-byte store, or a spill of a u32).
+func stackKey(st *state, p reg) (reg, bool) {
+	if p.k != kStack || p.off < -stackSize || p.off+4 > 0 {
+		return reg{}, false
+	}
+	i, b := (p.off+stackSize)/8, (p.off+stackSize)%8
+	sl := st.stk[i]
+	switch {
+	case b == 0 && sl.spill && sl.r.k == kScalar && sl.r.s.umax <= 0xffffffff:
+		return sl.r, true
+	case b%4 == 0 && !sl.spill && sl.has4[b/4]:
+		return sl.w4[b/4], true
+	}
+	return reg{}, false
 }
 
 // stackRange checks that [off, off+n) is stack written before; div: some
@@ -215,8 +254,18 @@ func (v *verifier) store(st *state, pc int, ins *asm.Instruction) error {
 	}
 	switch base.k {
 	case kStack:
+		if _, ok := v.fusable[pc]; ok {
+			v.unfused[pc] = true
+		}
 		return v.writeStack(st, pc, base.off+int64(ins.Offset), size, val)
 	case kMapValue:
+		if _, ok := v.fusable[pc]; ok {
+			if base.own || st.launchLeader() {
+				v.unfused[pc] = true // private already: a plain add
+			} else {
+				v.fusedStore[pc] = true
+			}
+		}
 		name := v.maps[base.m].name
 		if err := v.writable(pc, base); err != nil {
 			return err
@@ -228,9 +277,40 @@ func (v *verifier) store(st *state, pc int, ins *asm.Instruction) error {
 			return err
 		}
 		v.wrote[name] = true
-		return v.idempotent(st, pc, fmt.Sprintf("store into map %q", name), base.div || val.div)
+		if base.own {
+			return nil // the thread's own entry: no other thread of the launch writes it
+		}
+		if v.bt {
+			return v.sharedStore(st, pc, base, val, fmt.Sprintf("store into map %q", name))
+		}
+		what := fmt.Sprintf("store into map %q", name)
+		if base.div {
+			what += sharedEntryHint
+		}
+		return v.idempotent(st, pc, what, base.div || val.div)
 	}
 	return v.derefError(pc, base, "write")
+}
+
+// sharedEntryHint explains a write to an entry looked up with a key that
+// differs between lanes but is not shown to be the thread's own.
+const sharedEntryHint = " (an entry whose key differs between lanes but is not shown injective in the thread's id in the launch: lanes with equal keys, e.g. threads of different blocks for a key from thread indices, race on it; key it by gpuext_global_thread_id() or a strictly increasing function of it, or use a per-thread map)"
+
+// sharedStore is bpftime's rule for a store into a map value other threads
+// may also write: every thread is an event, so any lane may store (the
+// last writer wins, each value whole), unless the stored value was
+// computed from a load of the same map: that read-modify-write loses
+// other threads' updates between the load and the store. The fused form
+// (load, add, store of one address, turned into one atomic add by the
+// translator) is the exception.
+func (v *verifier) sharedStore(st *state, pc int, base, val reg, what string) error {
+	if base.m < 64 && val.src&(1<<base.m) != 0 && !st.launchLeader() {
+		if v.fusedStore[pc] {
+			return nil
+		}
+		return v.errAt(pc, ErrDivergent, "%s of a value computed from a load of the same map: every lane of every block runs it, and lanes that read the value before another lane's store lose that update (a read-modify-write race); use __sync_fetch_and_add or a per-thread map", what)
+	}
+	return nil
 }
 
 var atomicNames = map[asm.AtomicOp]string{
@@ -264,7 +344,7 @@ func (v *verifier) atomic(st *state, pc int, ins *asm.Instruction, base, val reg
 		return err
 	}
 	v.wrote[m] = true
-	if st.ctrl != cLeader {
+	if st.ctrl != cLeader && !base.own && !v.bt {
 		return v.errAt(pc, ErrDivergent, "atomic %s on map %q by every lane: it would apply once per thread; guard it with gpuext_lane_id() == 0 or aggregate", name, m)
 	}
 	fetched := scalarReg(sizeRange(size), true)

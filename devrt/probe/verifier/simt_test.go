@@ -227,7 +227,7 @@ func TestCollectionWrittenMaps(t *testing.T) {
 		Programs: map[string]*ebpf.ProgramSpec{
 			"writer": {Name: "writer", SectionName: probe.SecKernelEntry, Instructions: writer},
 			"reader": {Name: "reader", SectionName: probe.SecKernelExit, Instructions: reader},
-			"other":  {Name: "other", SectionName: "kprobe/foo", Instructions: is(asm.Return())},
+			"other":  {Name: "other", SectionName: "uprobe/foo", Instructions: is(asm.Return())},
 		},
 	}
 	_, err := VerifyCollection(spec)

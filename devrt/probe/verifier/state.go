@@ -54,6 +54,11 @@ const (
 	tagTidX                   // gpuext_thread_idx(0); x, y and z all 0: one thread per block
 	tagTidY
 	tagTidZ
+	tagBidX // a block index component (bpftime's block_idx, gpuext_block_idx(d)): all three 0 is block 0
+	tagBidY
+	tagBidZ
+	tagBlockLinear // gpuext_block_linear_id(): 0 is block 0
+	tagGlobal      // a strictly increasing function of gpuext_global_thread_id(), never wrapped: injective over the launch's threads
 )
 
 // reg is the abstract value of a register or a spilled register.
@@ -70,16 +75,29 @@ type reg struct {
 	// shifted: the tagged value shifted left by 32, half of the
 	// zero-extension clang emits for a u32; the right shift restores it.
 	shifted bool
+	// own: a map value pointer into the calling thread's own entry (a
+	// per-thread map's row, or an array entry whose key is injective in
+	// the launch's thread id): no other thread of the launch touches it.
+	own bool
+	// src: maps (bit = index into verifier.maps, the first 64) a value
+	// loaded from flowed into this one: storing it back into the same
+	// shared map is a read-modify-write.
+	src uint64
 }
 
 func scalarReg(s scalar, div bool) reg { return reg{k: kScalar, s: s, div: div} }
 
 // slot is 8 bytes of stack.
 type slot struct {
-	spill bool  // an 8-byte store of a register: r is it
-	r     reg   // the spilled register
-	init  uint8 // bitmask of bytes written (all when spill)
-	div   bool  // !spill: some written byte may differ between lanes
+	spill bool   // an 8-byte store of a register: r is it
+	r     reg    // the spilled register
+	init  uint8  // bitmask of bytes written (all when spill)
+	div   bool   // !spill: some written byte may differ between lanes
+	src   uint64 // !spill: maps a written byte's value was loaded from (reg.src)
+	// w4[h]: !spill, bytes 4h..4h+3 were last written by a 4-byte store
+	// of this scalar (a u32 key: its range, leader and global-id tags).
+	w4   [2]reg
+	has4 [2]bool
 }
 
 // ctrl is the control state of the lanes running a path.
@@ -93,10 +111,11 @@ const (
 
 // region is a divergent branch whose lanes have not reconverged yet.
 type region struct {
-	branch  int // the branch insn
-	reconv  int // its immediate post-dominator, -1 = exit
-	ctrl    ctrl
-	tidZero uint8 // restored with ctrl when the region ends
+	branch    int // the branch insn
+	reconv    int // its immediate post-dominator, -1 = exit
+	ctrl      ctrl
+	tidZero   uint8 // restored with ctrl when the region ends
+	oneThread bool
 }
 
 const stackSize = 512
@@ -108,8 +127,17 @@ type state struct {
 	stk      [stackSize / 8]slot
 	ctrl     ctrl
 	tidZero  uint8 // dims d with gpuext_thread_idx(d) == 0 proven on this path
-	regions  []region
+	// bidZero: dims d with the block index d proven 0 on this path (7: only
+	// block 0 runs it); oneThread: the leader is one thread per block, not
+	// one lane per warp. Both: one thread of the launch runs the path.
+	bidZero   uint8
+	oneThread bool
+	regions   []region
 }
+
+// launchLeader: exactly one thread of the launch runs this path (thread 0
+// of block 0): nothing else in the launch races with it.
+func (s *state) launchLeader() bool { return s.ctrl == cLeader && s.oneThread && s.bidZero == 7 }
 
 func (s *state) clone() *state {
 	c := *s
@@ -167,6 +195,9 @@ func regCovers(o, n reg, ids *idMap) bool {
 	if o.tag != tagNone && (o.tag != n.tag || o.shifted != n.shifted) {
 		return false
 	}
+	if n.src&^o.src != 0 || (o.own && !n.own) {
+		return false
+	}
 	switch o.k {
 	case kScalar:
 		return n.s.in(o.s) && ids.match(o.id, n.id)
@@ -192,6 +223,14 @@ func slotCovers(o, n slot, ids *idMap) bool {
 	if n.init&o.init != o.init {
 		return false
 	}
+	for h := range o.has4 {
+		if o.has4[h] && (!n.has4[h] || !regCovers(o.w4[h], n.w4[h], ids)) {
+			return false
+		}
+	}
+	if n.src&^o.src != 0 {
+		return false
+	}
 	if n.spill {
 		return n.r.k == kScalar && (o.div || !n.r.div)
 	}
@@ -202,7 +241,7 @@ func slotCovers(o, n slot, ids *idMap) bool {
 // covers n: then n needs no exploring. Registers not in live are never read
 // again before being written, so their values do not matter.
 func covers(o, n *state, live uint16) bool {
-	if o.ctrl != n.ctrl || o.tidZero != n.tidZero || len(o.regions) != len(n.regions) {
+	if o.ctrl != n.ctrl || o.tidZero != n.tidZero || o.bidZero != n.bidZero || o.oneThread != n.oneThread || len(o.regions) != len(n.regions) {
 		return false
 	}
 	for i := range o.regions {
@@ -246,6 +285,8 @@ func joinReg(a, b reg, ids *idMap) (reg, bool) {
 	}
 	r := a
 	r.div = a.div || b.div
+	r.src = a.src | b.src
+	r.own = a.own && b.own
 	if a.tag != b.tag || a.shifted != b.shifted {
 		r.tag, r.shifted = tagNone, false
 	}
@@ -283,7 +324,7 @@ func joinReg(a, b reg, ids *idMap) (reg, bool) {
 // instead of n is sound; it saves exploring one path per combination of
 // ranges (a running maximum, a sum) at every join point.
 func join(o, n *state, live uint16) (*state, bool) {
-	if o.ctrl != n.ctrl || o.tidZero != n.tidZero || len(o.regions) != len(n.regions) {
+	if o.ctrl != n.ctrl || o.tidZero != n.tidZero || o.bidZero != n.bidZero || o.oneThread != n.oneThread || len(o.regions) != len(n.regions) {
 		return nil, false
 	}
 	for i := range o.regions {
@@ -322,6 +363,14 @@ func join(o, n *state, live uint16) (*state, bool) {
 			j.stk[i].r = r
 		case a.init == b.init && !a.spill && !b.spill:
 			j.stk[i].div = a.div || b.div
+			j.stk[i].src = a.src | b.src
+			for h := range a.has4 {
+				j.stk[i].w4[h], j.stk[i].has4[h] = reg{}, false
+				if a.has4[h] && b.has4[h] {
+					r, ok := joinReg(a.w4[h], b.w4[h], &ids)
+					j.stk[i].w4[h], j.stk[i].has4[h] = r, ok
+				}
+			}
 		default:
 			return nil, false
 		}

@@ -32,7 +32,20 @@ type Result struct {
 	Maps     []string // maps referenced, sorted
 	States   int      // instructions stepped through by the exploration, over all paths
 	Loops    int      // back-edges the exploration took and proved bounded
+	// Kernel: the .entry a bpftime-style program is limited to (its
+	// kprobe/KERNEL section); "" = every probed kernel.
+	Kernel string
+	// Bpftime: the program is bpftime-style (every thread is an event).
+	Bpftime bool
+	// FusedAdds: raw indices of the loads that begin a load, add, store of
+	// one shared map value address: the translator turns each into one
+	// atomic add (Options.FusedAdds), which the verifier relied on.
+	FusedAdds []int
 }
+
+// ErrNoPrograms: a collection has no program at a device attach point;
+// verifying it would check nothing.
+var ErrNoPrograms = errors.New("no program at a device attach point (sections gpuext/kernel_entry, gpuext/kernel_exit, kprobe/KERNEL, kretprobe/KERNEL)")
 
 // Report is the verdict on every device program of a collection.
 type Report struct {
@@ -52,20 +65,30 @@ func VerifyCollection(spec *ebpf.CollectionSpec) (*Report, error) {
 		return nil, errors.New("verify collection: nil spec")
 	}
 	var names []string
+	var others []string
 	for name, p := range spec.Programs {
 		if _, ok := probe.AttachOfSection(p.SectionName); ok {
 			names = append(names, name)
+		} else {
+			others = append(others, fmt.Sprintf("%s in %q", name, p.SectionName))
 		}
 	}
 	sort.Strings(names)
+	if len(names) == 0 {
+		sort.Strings(others)
+		if len(others) == 0 {
+			return nil, fmt.Errorf("verify collection: %w; it has no programs", ErrNoPrograms)
+		}
+		return nil, fmt.Errorf("verify collection: %w; it has %s", ErrNoPrograms, strings.Join(others, ", "))
+	}
 	written := map[string]bool{}
 	for {
 		rep := &Report{}
 		grew := false
 		for _, name := range names {
 			p := spec.Programs[name]
-			attach, _ := probe.AttachOfSection(p.SectionName)
-			res, wrote, err := verifyProg(p, spec.Maps, attach, written)
+			sec, _ := probe.ParseSection(p.SectionName)
+			res, wrote, err := verifyProg(p, spec.Maps, sec, written)
 			if err != nil {
 				return nil, err
 			}
@@ -89,8 +112,12 @@ func Verify(prog *ebpf.ProgramSpec, maps map[string]*ebpf.MapSpec, attach probe.
 		return nil, errors.New("verify: nil program")
 	}
 	written := map[string]bool{}
+	sec := probe.Section{Attach: attach}
+	if s, ok := probe.ParseSection(prog.SectionName); ok && s.Attach == attach {
+		sec = s
+	}
 	for {
-		res, wrote, err := verifyProg(prog, maps, attach, written)
+		res, wrote, err := verifyProg(prog, maps, sec, written)
 		if err != nil {
 			return nil, err
 		}
@@ -116,21 +143,30 @@ func mergeWritten(written, wrote map[string]bool) bool {
 
 // mapRef is a map the program references.
 type mapRef struct {
-	name string
-	spec *ebpf.MapSpec
-	typ  probe.MapType
+	name    string
+	spec    *ebpf.MapSpec
+	typ     probe.MapType
+	perLane bool // a ring buffer every lane may write its own records to
 }
 
 type verifier struct {
-	prog    string
-	attach  probe.Attach
-	g       *cfg
-	src     []lineInfo
-	specs   map[string]*ebpf.MapSpec
-	maps    []*mapRef
-	mapIdx  map[string]int
-	written map[string]bool // assumed written (loads from them are divergent)
-	wrote   map[string]bool // found written
+	prog   string
+	attach probe.Attach
+	bt     bool // bpftime-style: every thread is an event
+	// fusable: raw index of a store -> the load that begins a load, add,
+	// store of one address (fusableAdds); fusedStore: those whose address
+	// was a shared map value on a path (the translator fuses them);
+	// unfused: those seen with another address.
+	fusable    map[int]int
+	fusedStore map[int]bool
+	unfused    map[int]bool
+	g          *cfg
+	src        []lineInfo
+	specs      map[string]*ebpf.MapSpec
+	maps       []*mapRef
+	mapIdx     map[string]int
+	written    map[string]bool // assumed written (loads from them are divergent)
+	wrote      map[string]bool // found written
 
 	explored  int
 	maxStack  int
@@ -161,13 +197,17 @@ type btfLine interface {
 	Line() string
 }
 
-func verifyProg(prog *ebpf.ProgramSpec, maps map[string]*ebpf.MapSpec, attach probe.Attach, written map[string]bool) (*Result, map[string]bool, error) {
+func verifyProg(prog *ebpf.ProgramSpec, maps map[string]*ebpf.MapSpec, sec probe.Section, written map[string]bool) (*Result, map[string]bool, error) {
+	attach := sec.Attach
 	if attach != probe.KernelEntry && attach != probe.KernelExit {
 		return nil, nil, fmt.Errorf("verify %s: %w: %v", prog.Name, ErrUnsupportedAttach, attach)
 	}
 	v := &verifier{
 		prog:        prog.Name,
 		attach:      attach,
+		bt:          sec.Bpftime,
+		fusedStore:  map[int]bool{},
+		unfused:     map[int]bool{},
 		specs:       maps,
 		mapIdx:      map[string]int{},
 		written:     written,
@@ -197,6 +237,9 @@ func verifyProg(prog *ebpf.ProgramSpec, maps map[string]*ebpf.MapSpec, attach pr
 		return nil, nil, v.errAt(cerr.pc, kind, "%s", cerr.msg)
 	}
 	v.g = g
+	if v.bt {
+		v.fusable = fusableAdds(prog.Instructions, g)
+	}
 	if err := v.run(); err != nil {
 		return nil, nil, err
 	}
@@ -207,7 +250,16 @@ func verifyProg(prog *ebpf.ProgramSpec, maps map[string]*ebpf.MapSpec, attach pr
 		MaxStack: v.maxStack,
 		States:   v.explored,
 		Loops:    len(v.backEdges),
+		Kernel:   sec.Kernel,
+		Bpftime:  sec.Bpftime,
 	}
+	for stpc := range v.fusedStore {
+		if v.unfused[stpc] {
+			return nil, nil, v.errAt(stpc, ErrDivergent, "the add at insns %d-%d is into a shared map value on one path and into other memory on another: it cannot be made one atomic add", v.fusable[stpc], stpc)
+		}
+		res.FusedAdds = append(res.FusedAdds, v.fusable[stpc])
+	}
+	sort.Ints(res.FusedAdds)
 	for h := range v.helpers {
 		res.Helpers = append(res.Helpers, h)
 	}
@@ -337,7 +389,7 @@ func (v *verifier) checkpoint(st *state) (bool, error) {
 // before the branch, and whatever the region may have written differs
 // between the lanes that ran it and those that did not.
 func (v *verifier) reconverge(st *state, r region) {
-	st.ctrl, st.tidZero = r.ctrl, r.tidZero
+	st.ctrl, st.tidZero, st.oneThread = r.ctrl, r.tidZero, r.oneThread
 	w := v.g.writeSetOf(r.branch)
 	for i := range st.r {
 		if w.regs&(1<<i) != 0 && st.r[i].k != kNone {
@@ -450,6 +502,60 @@ func (v *verifier) ldImm(st *state, pc int, ins *asm.Instruction) error {
 	return v.errAt(pc, ErrProgram, "unsupported ld_imm64 source %v", ins.Src)
 }
 
+// fusableAdds finds, by shape, the load, add, store triples of one address
+// (ldx rL = [rP+off]; then rL += x (x a register other than rL, or an
+// immediate) and stx [rP+off] = rL, or rR += rL and stx [rP+off] = rR;
+// same size, 4 or 8 bytes; nothing jumps into the middle): store index ->
+// load index. Whether the address is a shared map value is for the
+// exploration.
+func fusableAdds(insns asm.Instructions, g *cfg) map[int]int {
+	out := map[int]int{}
+	raw := 0
+	var at []int
+	for i := range insns {
+		at = append(at, raw)
+		raw += width(&insns[i])
+	}
+	for i := 0; i+2 < len(insns); i++ {
+		ld, add, st := insns[i], insns[i+1], insns[i+2]
+		if _, _, ok := FusedShape(ld, add, st); ok && !g.target[at[i+1]] && !g.target[at[i+2]] {
+			out[at[i+2]] = at[i]
+		}
+	}
+	return out
+}
+
+// FusedShape reports whether ld, add, st are a load, add, store of one
+// address that one atomic add can replace, and which registers: loaded is
+// the load's destination (it ends up holding the old value), result the
+// add's (it ends up holding old + addend); they are the same register
+// when the addend is add's source.
+func FusedShape(ld, add, st asm.Instruction) (loaded, result asm.Register, ok bool) {
+	if ld.OpCode.Class() != asm.LdXClass || ld.OpCode.Mode() != asm.MemMode {
+		return 0, 0, false
+	}
+	size := ld.OpCode.Size()
+	if size != asm.Word && size != asm.DWord {
+		return 0, 0, false
+	}
+	rL, rP := ld.Dst, ld.Src
+	if rL == rP || !add.OpCode.Class().IsALU() || add.OpCode.ALUOp() != asm.Add || add.Dst == rP || add.Dst == asm.R10 {
+		return 0, 0, false
+	}
+	regSrc := add.OpCode.Source() == asm.RegSource
+	switch {
+	case add.Dst == rL && (!regSrc || add.Src != rL && add.Src != asm.R10):
+	case add.Dst != rL && regSrc && add.Src == rL:
+	default:
+		return 0, 0, false
+	}
+	if st.OpCode.Class() != asm.StXClass || st.OpCode.Mode() != asm.MemMode || st.OpCode.Size() != size ||
+		st.Dst != rP || st.Src != add.Dst || st.Offset != ld.Offset {
+		return 0, 0, false
+	}
+	return rL, add.Dst, true
+}
+
 // mapRef validates a referenced map (once) and returns its index.
 func (v *verifier) mapRef(pc int, name string) (int, error) {
 	if i, ok := v.mapIdx[name]; ok {
@@ -459,26 +565,57 @@ func (v *verifier) mapRef(pc int, name string) (int, error) {
 	if name == "" || spec == nil {
 		return 0, v.errAt(pc, ErrMap, "reference to unknown map %q", name)
 	}
-	var t probe.MapType
 	switch spec.Type {
-	case ebpf.Array:
-		t = probe.MapArray
-	case ebpf.Hash:
-		t = probe.MapHash
-	case ebpf.PerCPUArray:
-		t = probe.MapPerWarp
-	case ebpf.RingBuf:
-		t = probe.MapRingbuf
+	case ebpf.Array, ebpf.Hash, ebpf.PerCPUArray, ebpf.RingBuf, probe.MapTypePerThread:
 	default:
-		return 0, v.errAt(pc, ErrMap, "map %q has type %v: device maps are Array, Hash, PerCPUArray or RingBuf", name, spec.Type)
+		if !v.bt {
+			return 0, v.errAt(pc, ErrMap, "map %q has type %v: device maps are Array, Hash, PerCPUArray or RingBuf, or the per-thread array (%d); bpftime's GPU map types are for kprobe/KERNEL programs", name, spec.Type, probe.MapTypePerThread)
+		}
 	}
-	if _, err := probe.Layout(t, spec.KeySize, spec.ValueSize, spec.MaxEntries); err != nil {
-		return 0, v.errAt(pc, ErrMap, "map %q: %v", name, err)
+	_, dm, err := probe.KernelMapLayout(uint32(spec.Type), spec.KeySize, spec.ValueSize, spec.MaxEntries, spec.MapExtra)
+	if err != nil {
+		return 0, v.errAt(pc, ErrMap, "map %q (type %d): %v", name, uint32(spec.Type), err)
 	}
+	t := dm.Type
 	if t != probe.MapRingbuf && spec.ValueSize == 0 {
 		return 0, v.errAt(pc, ErrMap, "map %q: value size 0", name)
 	}
-	v.maps = append(v.maps, &mapRef{name: name, spec: spec, typ: t})
+	v.maps = append(v.maps, &mapRef{name: name, spec: spec, typ: t, perLane: dm.PerLane})
 	v.mapIdx[name] = len(v.maps) - 1
 	return len(v.maps) - 1, nil
+}
+
+// VerifyEach checks every device program of spec on its own and returns
+// each one's result or rejection, by program name: what an operator wants
+// of an object from elsewhere (how many of its programs run, and why the
+// others do not). Maps written by any accepted program count as written
+// for all, as in VerifyCollection. ErrNoPrograms when there is none.
+func VerifyEach(spec *ebpf.CollectionSpec) (map[string]*Result, map[string]error, error) {
+	if spec == nil {
+		return nil, nil, errors.New("verify each: nil spec")
+	}
+	written := map[string]bool{}
+	for {
+		results, errs := map[string]*Result{}, map[string]error{}
+		grew := false
+		for name, p := range spec.Programs {
+			sec, ok := probe.ParseSection(p.SectionName)
+			if !ok {
+				continue
+			}
+			res, wrote, err := verifyProg(p, spec.Maps, sec, written)
+			if err != nil {
+				errs[name] = err
+				continue
+			}
+			results[name] = res
+			grew = mergeWritten(written, wrote) || grew
+		}
+		if len(results)+len(errs) == 0 {
+			return nil, nil, fmt.Errorf("verify each: %w", ErrNoPrograms)
+		}
+		if !grew {
+			return results, errs, nil
+		}
+	}
 }

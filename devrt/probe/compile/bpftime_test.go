@@ -1,0 +1,310 @@
+package compile
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/devrt/probe/helpers"
+	"github.com/gpuext/gpuext/devrt/probe/internal/bpfc"
+	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/devrt/probe/ptxinterp"
+	"github.com/gpuext/gpuext/devrt/probe/verifier"
+)
+
+// Programs of our own in bpftime's style (testdata/bpftime: kprobe/KERNEL
+// sections, its helper numbers and GPU map types, built against the
+// headers gpuext ships for them, policies/probes/bpftime), compiled as a
+// bundle, spliced into testdata/ptx/grid.ptx by the interposer's patcher
+// and run in the PTX interpreter: 2 launches of 5 blocks x 80 threads.
+const (
+	btBlocks, btNtx, btNty = 5, 40, 2
+	btThreads              = btBlocks * btNtx * btNty
+	btLaunches             = 2
+)
+
+func bpftimeSpec(t *testing.T, src string) *ebpf.CollectionSpec {
+	t.Helper()
+	abi := bpfc.ABIIncludeDir(t)
+	obj := bpfc.Compile(t, filepath.Join("testdata", "bpftime", src), filepath.Join(abi, "..", "..", "policies", "probes", "bpftime"), filepath.Join(abi, "..", "..", "policies", "probes"), abi)
+	spec, err := ebpf.LoadCollectionSpec(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+// bpftimeBundle is the bundle of one object's device programs.
+func bpftimeBundle(t *testing.T, name string, spec *ebpf.CollectionSpec, launchTime bool) *Bundle {
+	t.Helper()
+	var progs []string
+	for pn, ps := range spec.Programs {
+		if _, ok := probe.ParseSection(ps.SectionName); ok {
+			progs = append(progs, pn)
+		}
+	}
+	slices.Sort(progs)
+	b, err := compileInputs([]probeInput{{Name: name, Object: name + ".o", Spec: spec, Programs: progs, LaunchTime: launchTime}}, mustLib(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func mustLib(t *testing.T) helpers.Library { t.Helper(); return helpers.Library{} }
+
+// runGrid splices b into grid.ptx (as form: "call" or "inline") and runs
+// btLaunches launches; it returns the machine (maps as the last launch
+// left them).
+func runGrid(t *testing.T, b *Bundle, form string, launchNs uint64) *ptxinterp.Machine {
+	t.Helper()
+	cli := spliceCLI(t)
+	dir := filepath.Join(t.TempDir(), "probes")
+	if err := b.WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	conf := b.Conf
+	if form == "inline" {
+		conf += b.Splice
+	}
+	cf := filepath.Join(dir, form+".conf")
+	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, stderr bytes.Buffer
+	cmd := exec.Command(cli, "-c", cf, filepath.Join(dir, probe.ModuleFile), filepath.Join("..", "..", "testdata", "ptx", "grid.ptx"))
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("ptxpatch_cli: %v\n%s%s", err, out.String(), stderr.String())
+	}
+	m, err := ptxinterp.Load(out.String())
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	if launchNs != 0 {
+		binary.LittleEndian.PutUint64(m.Global(probe.SymLaunchNs), launchNs)
+	}
+	res := m.Alloc(make([]byte, 4*btThreads))
+	for l := 0; l < btLaunches; l++ {
+		for bx := uint32(0); bx < btBlocks; bx++ {
+			for ty := uint32(0); ty < btNty; ty++ {
+				for tx := uint32(0); tx < btNtx; tx++ {
+					lin := ty*btNtx + tx
+					th := ptxinterp.ThreadRegs{
+						Tid: [3]uint32{tx, ty, 0}, Ctaid: [3]uint32{bx, 0, 0},
+						Ntid: [3]uint32{btNtx, btNty, 1}, Nctaid: [3]uint32{btBlocks, 1, 1},
+						LaneID: lin % 32, WarpID: 4*bx + lin/32, SMID: bx % 2,
+						Globaltimer: 1_000_000 + uint64(bx)*1000 + uint64(lin), GlobaltimerStep: 7,
+					}
+					if _, err := m.Call("_Z4gridPj", th, res); err != nil {
+						t.Fatalf("launch %d block %d thread (%d,%d): %v", l, bx, tx, ty, err)
+					}
+				}
+			}
+		}
+	}
+	return m
+}
+
+func mapImage(t *testing.T, b *Bundle, m *ptxinterp.Machine, name string) *ptx.Image {
+	t.Helper()
+	for _, mi := range b.Manifest.Maps {
+		if mi.Name == name {
+			return &ptx.Image{Layout: mi.Layout, Bytes: bytes.Clone(m.Global(mi.Symbol))}
+		}
+	}
+	t.Fatalf("bundle has no map %q", name)
+	return nil
+}
+
+func u64s(t *testing.T, im *ptx.Image) []uint64 {
+	t.Helper()
+	ents, err := im.Entries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []uint64
+	for _, e := range ents {
+		out = append(out, binary.LittleEndian.Uint64(e.Value))
+	}
+	return out
+}
+
+var btForms = []string{"call", "inline"}
+
+// threadhist's shape: a per-thread array counted with a plain += in every
+// thread. Each thread's own row holds its launches; the rows sum to every
+// thread of every launch; the manifest limits the module to the kernel its
+// section names.
+func TestBpftimeThreadHist(t *testing.T) {
+	spec := bpftimeSpec(t, "thread_hist.bpf.c")
+	b := bpftimeBundle(t, "thread-hist", spec, false)
+	if got := strings.Join(b.Manifest.Kernels, ","); got != "_Z4gridPj" {
+		t.Fatalf("kernels %q, want the section's _Z4gridPj", got)
+	}
+	if !strings.Contains(b.Conf, "kernel _Z4gridPj\n") {
+		t.Fatalf("module.conf does not limit the probes to the kernel:\n%s", b.Conf)
+	}
+	for _, form := range btForms {
+		m := runGrid(t, b, form, 0)
+		im := mapImage(t, b, m, "th_count")
+		if im.Layout.Type != probe.MapPerThread || im.Layout.NBuckets != probe.MapThreadSlots {
+			t.Fatalf("%s: th_count layout %+v, want a per-thread map of %d rows", form, im.Layout, probe.MapThreadSlots)
+		}
+		if got := u64s(t, im); fmt.Sprint(got) != fmt.Sprint([]uint64{btThreads * btLaunches}) {
+			t.Errorf("%s: th_count summed %v, want [%d]", form, got, btThreads*btLaunches)
+		}
+		d := im.Bytes[probe.MapHdrSize:]
+		for g := 0; g < btThreads+2; g++ {
+			want := uint64(btLaunches)
+			if g >= btThreads {
+				want = 0
+			}
+			if got := binary.LittleEndian.Uint64(d[8*g:]); got != want {
+				t.Fatalf("%s: thread %d's row = %d, want %d", form, g, got, want)
+			}
+		}
+		if im.NoRow() != 0 {
+			t.Errorf("%s: %d accesses without a row", form, im.NoRow())
+		}
+	}
+}
+
+// kernelretsnoop's shape: one record per thread through
+// bpf_perf_event_output on a GPU ring buffer, from every lane.
+func TestBpftimeRetSnoop(t *testing.T) {
+	spec := bpftimeSpec(t, "ret_snoop.bpf.c")
+	b := bpftimeBundle(t, "ret-snoop", spec, false)
+	for _, form := range btForms {
+		m := runGrid(t, b, form, 0)
+		im := mapImage(t, b, m, "rs_events")
+		ents, err := im.Entries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ents) != btThreads*btLaunches {
+			t.Fatalf("%s: %d records, want %d (one per thread and launch)", form, len(ents), btThreads*btLaunches)
+		}
+		seen := map[[3]uint64]int{}
+		for _, e := range ents {
+			if len(e.Value) != 32 {
+				t.Fatalf("%s: a %d-byte record, want 32", form, len(e.Value))
+			}
+			le := binary.LittleEndian
+			seen[[3]uint64{le.Uint64(e.Value), le.Uint64(e.Value[8:]), le.Uint64(e.Value[16:])}]++
+		}
+		if len(seen) != btNtx*btNty {
+			t.Errorf("%s: %d distinct thread indices, want %d", form, len(seen), btNtx*btNty)
+		}
+		for k, n := range seen {
+			if n != btBlocks*btLaunches {
+				t.Errorf("%s: thread %v: %d records, want %d", form, k, n, btBlocks*btLaunches)
+			}
+		}
+	}
+}
+
+// launchlate's shape: every thread adds 1 to a histogram bin of a GPU
+// array with a plain *count += 1 (one atomic add on the device); the bins
+// sum to every thread; the dropped bpf_printk costs nothing.
+func TestBpftimeLaunchBins(t *testing.T) {
+	spec := bpftimeSpec(t, "launch_bins.bpf.c")
+	b := bpftimeBundle(t, "launch-bins", spec, true)
+	for _, form := range btForms {
+		// launched 50 us before the first block's timer
+		m := runGrid(t, b, form, 1_000_000-50_000)
+		got := u64s(t, mapImage(t, b, m, "lb_hist"))
+		// 50 us + up to ~5 us: bin 3 ([10 us, 100 us)) for every thread
+		want := make([]uint64, 10)
+		want[3] = btThreads * btLaunches
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: lb_hist %v, want %v", form, got, want)
+		}
+	}
+}
+
+// cuda-counter's shape: per-block start times (last writer wins) in a
+// hash, an atomic count of every thread, and a plain += of every thread's
+// time since its block's start (one atomic add).
+func TestBpftimeCallCounter(t *testing.T) {
+	spec := bpftimeSpec(t, "call_counter.bpf.c")
+	b := bpftimeBundle(t, "call-counter", spec, false)
+	for _, form := range btForms {
+		m := runGrid(t, b, form, 0)
+		tot := u64s(t, mapImage(t, b, m, "cc_totals"))
+		if tot[0] != btThreads*btLaunches {
+			t.Errorf("%s: count %d, want %d", form, tot[0], btThreads*btLaunches)
+		}
+		if tot[1] == 0 {
+			t.Errorf("%s: no time added", form)
+		}
+		starts, err := mapImage(t, b, m, "cc_start").Entries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(starts) != btBlocks {
+			t.Errorf("%s: %d block start times, want %d", form, len(starts), btBlocks)
+		}
+	}
+}
+
+// What stays refused: a read-modify-write through map_update_elem by every
+// thread, and (gpuext's flavour) an array entry whose key threads of
+// different blocks share; accepted: a key injective in the thread's id in
+// the launch. Each refusal names the program, the instruction and line,
+// the map, and what races.
+func TestBpftimeRaces(t *testing.T) {
+	_, err := verifier.VerifyCollection(bpftimeSpec(t, "racy_update.bpf.c"))
+	var ve *verifier.Error
+	if !errors.As(err, &ve) || !errors.Is(err, verifier.ErrDivergent) {
+		t.Fatalf("racy_update: %v, want a divergence rejection", err)
+	}
+	for _, want := range []string{"ru_exit", "racy_update.bpf.c:", `"ru_count"`, "read-modify-write race", "every lane of every block"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("racy_update: %q does not say %q", err, want)
+		}
+	}
+	res, errs, err := verifier.VerifyEach(bpftimeSpec(t, "own_slot.bpf.c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res["os_own"] == nil {
+		t.Errorf("os_own (key 2*global_thread_id+1) refused: %v", errs["os_own"])
+	}
+	e := errs["os_shared"]
+	if e == nil || !errors.Is(e, verifier.ErrDivergent) {
+		t.Fatalf("os_shared (key thread_idx(0)): %v, want refused", e)
+	}
+	for _, want := range []string{"os_shared", "own_slot.bpf.c:", `"os_slots"`, "gpuext_global_thread_id"} {
+		if !strings.Contains(e.Error(), want) {
+			t.Errorf("os_shared: %q does not say %q", e, want)
+		}
+	}
+}
+
+// An object with no program at a device attach point is an error naming
+// the file, not a module with nothing in it.
+func TestNoDeviceProgramNamesTheFile(t *testing.T) {
+	spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{
+		"host": {Name: "host", SectionName: "uprobe/libcuda.so:cuLaunchKernel"},
+	}, Maps: map[string]*ebpf.MapSpec{}}
+	_, err := compileInputs([]probeInput{{Name: "empty", Object: "empty.o", Spec: spec}}, mustLib(t))
+	if !errors.Is(err, verifier.ErrNoPrograms) {
+		t.Fatalf("err = %v, want ErrNoPrograms", err)
+	}
+	for _, want := range []string{"empty.o", `host in "uprobe/libcuda.so:cuLaunchKernel"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not name %q", err, want)
+		}
+	}
+}
