@@ -6,6 +6,7 @@ import (
 	"io"
 	stdmaps "maps"
 	"slices"
+	"time"
 
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/maps"
@@ -68,6 +69,10 @@ func probesReadCmd(cfg config.Config, args []string, out io.Writer) error {
 		fmt.Fprintf(out, "launches %s, observed %s\n", measuredCell(r.Launches, r.LaunchesBy), coverageCell(r.Coverage))
 		for _, line := range launchLines(r) {
 			fmt.Fprintln(out, line)
+		}
+		if h := r.HostLatency; h != nil && h.Count > 0 {
+			fmt.Fprintf(out, "host latency (launch call to completion): count=%d p50=%s p99=%s, %d launches not timed\n",
+				h.Count, time.Duration(h.P50), time.Duration(h.P99), ten.Launches.LatSkipped)
 		}
 	}
 	for _, s := range sum {
