@@ -300,5 +300,17 @@ if want probes; then
 	fi
 fi
 
+# 8. Every kernel observed (test/gpu/probe_coverage.sh): a PyTorch transformer,
+# eager and from a CUDA graph, counted launch for launch by the interposer's
+# launch table, each launch labelled device or host. With probes, or alone.
+if want probe-coverage || want probes; then
+	if [[ -x $REPO/bin/gpuextctl ]]; then
+		# shellcheck source=test/gpu/probe_coverage.sh
+		source "$REPO/test/gpu/probe_coverage.sh"
+	else
+		bad probes-coverage "needs bin/gpuextctl (make gpu-prep here, carry bin)"
+	fi
+fi
+
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]
