@@ -53,7 +53,7 @@ mapfile -t PATCHES < <(ls "$HERE"/[0-9][0-9][0-9][0-9]-*.patch)
 [ ${#PATCHES[@]} -gt 0 ] || die "no patches in $HERE"
 
 # Files the series may touch, and nothing else.
-ALLOWED='^(kernel-open/Kbuild|kernel-open/common/inc/(nv-gpuext|os-interface)\.h|kernel-open/nvidia-uvm/uvm_(va_space\.[ch]|perf_prefetch\.c|pmm_gpu\.c)|kernel-open/nvidia/os-interface\.c|src/nvidia/arch/nvalloc/unix/include/os-interface\.h|src/nvidia/generated/g_kernel_channel_group_nvoc\.h|src/nvidia/src/kernel/gpu/fifo/kernel_channel(_group(_api)?)?\.c)$'
+ALLOWED='^(kernel-open/Kbuild|kernel-open/common/inc/(nv-gpuext|os-interface)\.h|kernel-open/nvidia-uvm/uvm_(va_space\.[ch]|perf_prefetch\.c|pmm_gpu\.c|migrate\.[ch])|kernel-open/nvidia/os-interface\.c|src/nvidia/arch/nvalloc/unix/include/os-interface\.h|src/nvidia/generated/g_kernel_channel_group_nvoc\.h|src/nvidia/src/kernel/gpu/fifo/kernel_channel(_group(_api)?)?\.c)$'
 
 for p in "${PATCHES[@]}"; do
 	n=$(basename "$p")
@@ -176,8 +176,8 @@ verify() { # module.ko symbol...
 	! grep -q 'depends=.*gpuext' <<<"$modinfo" || die "$m depends on gpuext"
 	log "$m: imports __symbol_get/__symbol_put, no link-time dependency on gpuext.ko"
 }
-UVM_SYMS=(gpuext_ctx_create gpuext_ctx_destroy gpuext_prefetch gpuext_prefetch_node gpuext_evict_prepare gpuext_block_activate gpuext_block_access)
-TSG_SYMS=(gpuext_tsg_init gpuext_tsg_bind gpuext_tsg_destroy)
+UVM_SYMS=(gpuext_ctx_create gpuext_ctx_destroy gpuext_prefetch gpuext_prefetch_node gpuext_evict_prepare gpuext_block_activate gpuext_block_access gpuext_ctx_set_migrate)
+TSG_SYMS=(gpuext_tsg_init gpuext_tsg_bind gpuext_tsg_destroy gpuext_tsg_submit)
 case " $MODULES " in *" nvidia-uvm "*)
 	verify nvidia-uvm.ko "${UVM_SYMS[@]}"
 	# The eviction hook runs outside pmm->list_lock inside g_uvm_gpuext_srcu
@@ -187,19 +187,27 @@ case " $MODULES " in *" nvidia-uvm "*)
 		grep -q " U $s\$" <<<"$uvmsyms" || die "nvidia-uvm.ko does not import $s (eviction hook SRCU)"
 	done
 	grep -q " [DdBb] g_uvm_gpuext_srcu\$" <<<"$uvmsyms" || die "nvidia-uvm.ko has no g_uvm_gpuext_srcu"
-	log "nvidia-uvm.ko: g_uvm_gpuext_srcu defined, imports __srcu_read_lock/__srcu_read_unlock/synchronize_srcu" ;;
+	log "nvidia-uvm.ko: g_uvm_gpuext_srcu defined, imports __srcu_read_lock/__srcu_read_unlock/synchronize_srcu"
+	# Proactive migration (patch 7): every VA space registers
+	# uvm_gpuext_migrate with its context from uvm_va_space_create(), and the
+	# migration goes through uvm_migrate() (the UVM_MIGRATE path).
+	grep -q " T uvm_gpuext_migrate_register\$" <<<"$uvmsyms" || die "nvidia-uvm.ko does not define uvm_gpuext_migrate_register"
+	grep -q " t uvm_gpuext_migrate\$" <<<"$uvmsyms" || die "nvidia-uvm.ko has no uvm_gpuext_migrate"
+	uvmrel=$(readelf -W -r "$WORK/kernel-open/nvidia-uvm.ko" | awk '$5 == "uvm_gpuext_migrate_register" {n++} END {print n+0}')
+	[ "$uvmrel" -ge 1 ] || die "nvidia-uvm.ko: nothing calls uvm_gpuext_migrate_register"
+	log "nvidia-uvm.ko: uvm_gpuext_migrate defined, uvm_gpuext_migrate_register called ($uvmrel relocation(s))" ;;
 esac
 case " $MODULES " in *" nvidia "*)
 	verify nvidia.ko gpuext_ctx_create gpuext_ctx_destroy "${TSG_SYMS[@]}"
 	nvsyms=$(nm "$WORK/kernel-open/nvidia.ko")
-	for s in os_gpuext_tsg_init os_gpuext_tsg_bind os_gpuext_tsg_destroy; do
+	for s in os_gpuext_tsg_init os_gpuext_tsg_bind os_gpuext_tsg_destroy os_gpuext_tsg_set_handles os_gpuext_tsg_drop_handles os_gpuext_tsg_submit; do
 		grep -q " T $s\$" <<<"$nvsyms" || die "nvidia.ko does not define $s"
 	done
 	# Call sites in the RM core: kchangrpInit (init, destroy on failure),
 	# kchangrpDestroy (destroy), GPFIFO_SCHEDULE of a TSG and of a channel
 	# (bind).
 	relocs=$(readelf -W -r "$WORK/kernel-open/nvidia.ko" | awk '$5 ~ /^os_gpuext_tsg_/ {print $5}' | sort | uniq -c | tr -s ' ' | tr '\n' ',')
-	for s in os_gpuext_tsg_init os_gpuext_tsg_bind os_gpuext_tsg_destroy; do
+	for s in os_gpuext_tsg_init os_gpuext_tsg_bind os_gpuext_tsg_destroy os_gpuext_tsg_set_handles os_gpuext_tsg_drop_handles os_gpuext_tsg_submit; do
 		grep -q " $s," <<<"$relocs" || die "nvidia.ko: no call to $s"
 	done
 	log "nvidia.ko: os_gpuext_tsg_* defined, calls (relocations) from the RM core:$relocs"
@@ -210,8 +218,13 @@ case " $MODULES " in *" nvidia "*)
 	# NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL (0xa06c0107), which the stock
 	# kernel_channel_group_api.o never issues itself (it only serves them).
 	rmout=$WORK/src/nvidia/_out/Linux_x86_64
+	# Patch 8: the preemption handle is recorded at construct and dropped at
+	# destruct; tsg_submit runs after a schedule of the TSG and of a channel.
 	for pair in kernel_channel_group.o:os_gpuext_tsg_init kernel_channel_group.o:os_gpuext_tsg_destroy \
-		kernel_channel_group_api.o:os_gpuext_tsg_bind kernel_channel.o:os_gpuext_tsg_bind; do
+		kernel_channel_group_api.o:os_gpuext_tsg_bind kernel_channel.o:os_gpuext_tsg_bind \
+		kernel_channel_group_api.o:os_gpuext_tsg_set_handles kernel_channel_group_api.o:os_gpuext_tsg_drop_handles \
+		kernel_channel_group_api.o:os_gpuext_tsg_submit \
+		kernel_channel.o:kchangrpGpuextSubmit; do
 		o=${pair%%:*} s=${pair#*:}
 		[ -f "$rmout/$o" ] || die "RM object $o not found in $rmout"
 		r=$(readelf -W -r "$rmout/$o")
@@ -219,9 +232,13 @@ case " $MODULES " in *" nvidia "*)
 		log "RM core $o: calls $s"
 	done
 	dis=$(objdump -d --no-show-raw-insn "$rmout/kernel_channel_group_api.o")
-	for c in 0xa06c0103:SET_TIMESLICE 0xa06c0107:SET_INTERLEAVE_LEVEL; do
-		grep -qF "\$${c%%:*}," <<<"$dis" || die "kernel_channel_group_api.o does not issue NVA06C_CTRL_CMD_${c#*:}"
-		log "RM core kernel_channel_group_api.o: issues NVA06C_CTRL_CMD_${c#*:} (${c%%:*}) on the new TSG"
+	# ... and NVA06C_CTRL_CMD_PREEMPT (0xa06c0105) on the TSGs a policy
+	# preempts (patch 8), which the stock object never issues either.
+	for c in 0xa06c0103:SET_TIMESLICE:"on the new TSG" 0xa06c0107:SET_INTERLEAVE_LEVEL:"on the new TSG" \
+		0xa06c0105:PREEMPT:"on the TSGs a policy preempts"; do
+		IFS=: read -r code name what <<<"$c"
+		grep -qF "\$$code," <<<"$dis" || die "kernel_channel_group_api.o does not issue NVA06C_CTRL_CMD_$name"
+		log "RM core kernel_channel_group_api.o: issues NVA06C_CTRL_CMD_$name ($code) $what"
 	done ;;
 *)	log "nvidia.ko not built (MODULES=\"$MODULES\"; MODULES=\"nvidia nvidia-uvm\" builds the RM core too): scheduling call sites NOT verified" ;;
 esac
