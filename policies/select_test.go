@@ -52,7 +52,7 @@ func TestSelect(t *testing.T) {
 			policy: "batch", tenant: "pod",
 			summary: "class=standard quota=512MiB evict=lfu(decay=50) prefetch=tree-threshold(threshold=60) timeslice=2ms interleave=4 probes=launch-stats,sm-histogram"},
 		{name: "best-effort batch keeps its SM share", req: Request{Labels: map[string]string{"policy.gpuext.io": "batch"}},
-			policy: "batch", summary: "class=best-effort quota=unlimited evict=fifo prefetch=always-max timeslice=16ms interleave=1 sm=40%"},
+			policy: "batch", summary: "class=best-effort quota=unlimited evict=fifo prefetch=always-max timeslice=16ms interleave=1 sm=40% mps-priority=1"},
 		{name: "freq-decay with its default period", req: Request{Annotations: map[string]string{"eviction.gpuext.io": "freq-decay"}},
 			policy: "default", summary: "class=standard quota=unlimited evict=freq-decay(period=4) prefetch=tree-threshold(threshold=51)"},
 		{name: "timeslice in us", req: Request{Labels: map[string]string{"timeslice.gpuext.io": "500us"}},

@@ -32,7 +32,13 @@ func (c *Core) injection(info ContainerInfo, id bpf.TenantID, tenantDir, acctDir
 		},
 	}
 	if d := c.cfg.MPSPipeDir; d != "" {
-		inj.Mounts = append(inj.Mounts, Mount{Source: d, Destination: d, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})
+		// Only the client socket, not the directory: measured on the H200
+		// (test/gpu mps-control), a CUDA client needs "control" alone, and
+		// through it the daemon refuses every command that changes it
+		// (set_*, quit: they need "control_privileged", which stays on the
+		// host); read-only queries (get_server_list) still answer.
+		inj.Mounts = append(inj.Mounts, Mount{Source: d + "/" + MPSClientSocket, Destination: d + "/" + MPSClientSocket,
+			Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
 		inj.Env = append(inj.Env, EnvVar{Key: EnvMPSPipeDir, Value: d})
 	}
 	if d := c.cfg.MPSShmDir; d != "" {
@@ -40,6 +46,10 @@ func (c *Core) injection(info ContainerInfo, id bpf.TenantID, tenantDir, acctDir
 	}
 	return inj
 }
+
+// MPSClientSocket is the one entry of the MPS pipe directory a tenant
+// container gets: the socket CUDA clients connect to.
+const MPSClientSocket = "control"
 
 // EnvMPSPipeDir is where CUDA looks for the MPS control daemon (the name
 // the interposer reads too, from gpuext_devrt_env.h).

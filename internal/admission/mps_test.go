@@ -2,13 +2,15 @@ package admission
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gpuext/gpuext/policies"
 )
 
-// A host with an MPS daemon: every tenant container is an MPS client (pipe
-// directory mounted read-write at the same path, CUDA_MPS_PIPE_DIRECTORY),
+// A host with an MPS daemon: every tenant container is an MPS client (the
+// client socket of the pipe directory bound at the same path, and
+// CUDA_MPS_PIPE_DIRECTORY),
 // and the best-effort tenant's SM share reaches its config file.
 func TestInjectionMPS(t *testing.T) {
 	cat := policies.BuiltinCatalog()
@@ -44,9 +46,19 @@ func TestInjectionMPS(t *testing.T) {
 
 	on := &Core{cfg: Config{StateDir: t.TempDir(), DevrtDir: "/opt/devrt", MPSPipeDir: "/run/nvidia-mps", MPSShmDir: "/run/nvidia-mps-shm"}}
 	inj = on.injection(ContainerInfo{}, 3, "/t", "/a", batch)
-	m := find(inj, "/run/nvidia-mps")
-	if m == nil || m.Source != "/run/nvidia-mps" || !slices.Contains(m.Options, "rw") {
-		t.Errorf("pipe directory mount = %+v, want /run/nvidia-mps read-write", m)
+	// the client socket alone (review row 11): not the directory, whose
+	// control_privileged socket takes the daemon's commands
+	if m := find(inj, "/run/nvidia-mps"); m != nil {
+		t.Errorf("the whole pipe directory is mounted into the tenant: %+v", m)
+	}
+	for _, m := range inj.Mounts {
+		if strings.HasPrefix(m.Source, "/run/nvidia-mps/") && m.Source != "/run/nvidia-mps/control" {
+			t.Errorf("pipe directory entry %s mounted into the tenant; only control may be", m.Source)
+		}
+	}
+	m := find(inj, "/run/nvidia-mps/control")
+	if m == nil || m.Source != "/run/nvidia-mps/control" || !slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind") {
+		t.Errorf("client socket mount = %+v, want /run/nvidia-mps/control bound at the same path", m)
 	}
 	if v, _ := env(inj, EnvMPSPipeDir); v != "/run/nvidia-mps" {
 		t.Errorf("%s = %q", EnvMPSPipeDir, v)

@@ -15,8 +15,8 @@ ok() { echo "PASS $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
 info() { echo "INFO $*"; }
 GiB=$((1 << 30))
-# GPUEXT_GPU_SECTIONS picks sections (default all): unchanged quota overhead priority gpuview probes
-want() { [[ " ${GPUEXT_GPU_SECTIONS:-unchanged quota overhead priority gpuview probes} " == *" $1 "* ]]; }
+# GPUEXT_GPU_SECTIONS picks sections (default all): unchanged quota overhead priority mps-control priority-torch gpuview probes
+want() { [[ " ${GPUEXT_GPU_SECTIONS:-unchanged quota overhead priority mps-control priority-torch gpuview probes} " == *" $1 "* ]]; }
 
 echo "[gpu] $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
 
@@ -256,6 +256,12 @@ else
 fi
 
 fi # priority
+# 5b. MPS control (what a tenant's view of the pipe directory must hold) and
+# priority with real frameworks (PyTorch inference beside PyTorch training).
+if want mps-control || want priority-torch; then
+	# shellcheck source=test/gpu/priority_torch.sh
+	source "$REPO/test/gpu/priority_torch.sh"
+fi
 # 7. gpuext-gpuview end to end on the GPU host: a CUDA process in its own
 # cgroup, registered as a tenant by the OCI hook (the state runc would pass
 # it), shows up in gpuext-gpuview (NVML) with its device memory and tenant.
