@@ -219,7 +219,7 @@ cmd_bench() {
 	cmd_run >"$OUT/bench-run.log" 2>&1 || { cat "$OUT/bench-run.log"; die "benchmark run failed"; }
 	serial=$(ls -t "$OUT"/serial-*.log | head -1)
 	tmp=$(mktemp)
-	tr -d '\r' <"$serial" | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g' | grep -oE 'BENCH(-BEGIN|-END|-MIX|-MIXSUM)? .*SIMULATED' >"$tmp" || true
+	tr -d '\r' <"$serial" | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g' | grep -oE 'BENCH(-BEGIN|-END|-MIX|-MIXSUM|-MIXUCP)? .*SIMULATED' >"$tmp" || true
 	grep -q '^BENCH-END' "$tmp" || { rm -f "$tmp"; cat "$OUT/bench-run.log"; die "no BENCH-END line in $serial"; }
 	mkdir -p "$(dirname "$dest")"
 	{

@@ -63,7 +63,7 @@ var strideLFUID = bpf.NamedPolicyID(bpf.OpsName("stride-lfu"))
 // attachBenchPolicies attaches every policy the combinations name.
 func attachBenchPolicies(t *testing.T) {
 	t.Helper()
-	for _, p := range []string{"fifo", "lru", "lfu", "mru", "freq-decay", "none", "always-max", "sequential", "stride", "tree-threshold"} {
+	for _, p := range []string{"fifo", "lru", "lfu", "mru", "freq-decay", "none", "always-max", "sequential", "stride", "tree-threshold", "tenant-quota"} {
 		a := attach(t, p)
 		t.Cleanup(func() { a.Close() })
 	}
