@@ -1,8 +1,12 @@
 package admission
 
 import (
+	"io/fs"
+	"os"
 	"strconv"
 	"strings"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
@@ -37,9 +41,26 @@ func (c *Core) injection(info ContainerInfo, id bpf.TenantID, tenantDir, acctDir
 		// through it the daemon refuses every command that changes it
 		// (set_*, quit: they need "control_privileged", which stays on the
 		// host); read-only queries (get_server_list) still answer.
-		inj.Mounts = append(inj.Mounts, Mount{Source: d + "/" + MPSClientSocket, Destination: d + "/" + MPSClientSocket,
-			Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
-		inj.Env = append(inj.Env, EnvVar{Key: EnvMPSPipeDir, Value: d})
+		sock := d + "/" + MPSClientSocket
+		if fi, err := os.Lstat(sock); err != nil || fi.Mode().Type() != fs.ModeSocket {
+			// A bind mount of a missing source fails the container in the
+			// runtime with an error that does not say why: start it as a
+			// plain (time-sliced) client instead, and say so.
+			log := c.log
+			if log == nil {
+				log = logrus.NewEntry(logrus.StandardLogger())
+			}
+			why := "not a socket"
+			if err != nil {
+				why = err.Error()
+			}
+			log.WithFields(logrus.Fields{"container": info.Name, "tenant": id, "mpsPipeDirectory": d, "socket": sock, "reason": why}).
+				Warn("no MPS control daemon socket: the container is not an MPS client (start nvidia-cuda-mps-control -d before GPU containers)")
+		} else {
+			inj.Mounts = append(inj.Mounts, Mount{Source: sock, Destination: sock,
+				Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
+			inj.Env = append(inj.Env, EnvVar{Key: EnvMPSPipeDir, Value: d})
+		}
 	}
 	if d := c.cfg.MPSShmDir; d != "" {
 		inj.Mounts = append(inj.Mounts, Mount{Source: d, Destination: "/dev/shm", Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}})

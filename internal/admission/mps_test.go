@@ -1,6 +1,8 @@
 package admission
 
 import (
+	"net"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -44,23 +46,40 @@ func TestInjectionMPS(t *testing.T) {
 		t.Errorf("no MPS configured, but %s=%s", EnvMPSPipeDir, v)
 	}
 
-	on := &Core{cfg: Config{StateDir: t.TempDir(), DevrtDir: "/opt/devrt", MPSPipeDir: "/run/nvidia-mps", MPSShmDir: "/run/nvidia-mps-shm"}}
+	// a pipe directory whose daemon is not running (no socket): no MPS
+	// mount (runc would fail the container on a missing source), no env
+	pipe := shortTempDir(t)
+	down := &Core{cfg: Config{StateDir: t.TempDir(), DevrtDir: "/opt/devrt", MPSPipeDir: pipe}}
+	inj = down.injection(ContainerInfo{Name: "c"}, 3, "/t", "/a", batch)
+	if m := find(inj, pipe+"/control"); m != nil {
+		t.Errorf("no MPS daemon socket, but mounted %+v", m)
+	}
+	if v, ok := env(inj, EnvMPSPipeDir); ok {
+		t.Errorf("no MPS daemon socket, but %s=%s", EnvMPSPipeDir, v)
+	}
+	l, err := net.Listen("unix", pipe+"/control")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+
+	on := &Core{cfg: Config{StateDir: t.TempDir(), DevrtDir: "/opt/devrt", MPSPipeDir: pipe, MPSShmDir: "/run/nvidia-mps-shm"}}
 	inj = on.injection(ContainerInfo{}, 3, "/t", "/a", batch)
 	// the client socket alone (review row 11): not the directory, whose
 	// control_privileged socket takes the daemon's commands
-	if m := find(inj, "/run/nvidia-mps"); m != nil {
+	if m := find(inj, pipe); m != nil {
 		t.Errorf("the whole pipe directory is mounted into the tenant: %+v", m)
 	}
 	for _, m := range inj.Mounts {
-		if strings.HasPrefix(m.Source, "/run/nvidia-mps/") && m.Source != "/run/nvidia-mps/control" {
+		if strings.HasPrefix(m.Source, pipe+"/") && m.Source != pipe+"/control" {
 			t.Errorf("pipe directory entry %s mounted into the tenant; only control may be", m.Source)
 		}
 	}
-	m := find(inj, "/run/nvidia-mps/control")
-	if m == nil || m.Source != "/run/nvidia-mps/control" || !slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind") {
-		t.Errorf("client socket mount = %+v, want /run/nvidia-mps/control bound at the same path", m)
+	m := find(inj, pipe+"/control")
+	if m == nil || m.Source != pipe+"/control" || !slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind") {
+		t.Errorf("client socket mount = %+v, want %s/control bound at the same path", m, pipe)
 	}
-	if v, _ := env(inj, EnvMPSPipeDir); v != "/run/nvidia-mps" {
+	if v, _ := env(inj, EnvMPSPipeDir); v != pipe {
 		t.Errorf("%s = %q", EnvMPSPipeDir, v)
 	}
 	if m := find(inj, "/dev/shm"); m == nil || m.Source != "/run/nvidia-mps-shm" {
@@ -75,4 +94,15 @@ func TestInjectionMPS(t *testing.T) {
 	if got := lc.Priority.EffectiveSMPercent(); got != 0 {
 		t.Errorf("latency-critical SM share = %d, want 0", got)
 	}
+}
+
+// shortTempDir is a temp dir short enough for a unix socket path (108 bytes).
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "gx-mps-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
 }
