@@ -206,3 +206,24 @@ func TestHostLaunchesOffWithoutProbes(t *testing.T) {
 		t.Errorf("launches file without probes: %v", err)
 	}
 }
+
+// cuLaunchKernelEx (its grid and block read from the CUlaunchConfig) and
+// cuLaunchCooperativeKernel are launches too.
+func TestHostLaunchesExAndCooperative(t *testing.T) {
+	sass := writeTemp(t, "sass.fatbin", fatbin(sassEntry(90)))
+	tn := probeTenant(t, 47, true)
+	r := tn.runImages(nil, "lib", sass, "launchex", "0", "1", "3", "coop", "0", "2", "2")
+	wantLines(t, r.lines, "lib sass.fatbin ok", "launchex 0 1 3 ok", "coop 0 2 2 ok")
+	_, tab := r.hostLaunches(t)
+	ex := rowNamed(t, tab.Kernels, "fake_i0_k1")
+	if ex.Launches != 3 || ex.Blocks != 3*6 || ex.GridLast != [3]uint32{3, 1, 2} || ex.BlockLast != [3]uint32{32, 4, 1} ||
+		ex.MaxBlocks != 6 || ex.MaxThreads != 128 {
+		t.Errorf("cuLaunchKernelEx row %+v", ex)
+	}
+	if co := rowNamed(t, tab.Kernels, "fake_i0_k2"); co.Launches != 2 || co.Blocks != 4 || co.BlockLast != [3]uint32{64, 1, 1} {
+		t.Errorf("cuLaunchCooperativeKernel row %+v", co)
+	}
+	if tab.Total() != 5 {
+		t.Errorf("launches %v, want 5", tab.Launches)
+	}
+}

@@ -1441,6 +1441,41 @@ FAKE_GRAPH_LAUNCH(cuGraphLaunch_ptsz)
 FAKE_LAUNCH(cuLaunchKernel)
 FAKE_LAUNCH(cuLaunchKernel_ptsz)
 
+/* cuLaunchKernelEx: CUlaunchConfig is grid[3], block[3], sharedMemBytes, then the stream at offset 32 */
+FAKE_API CUresult cuLaunchKernelEx(const void *config, CUfunction f, void **params, void **extra)
+{
+	unsigned d[7];
+	CUstream s;
+
+	if (!config)
+		return CUDA_ERROR_INVALID_VALUE;
+	memcpy(d, config, sizeof(d));
+	memcpy(&s, (const char *)config + 32, sizeof(s));
+	(void)params;
+	(void)extra;
+	fake_log("cuLaunchKernelEx f=%p grid=%ux%ux%u block=%ux%ux%u shm=%u stream=%p", (void *)f, d[0], d[1], d[2], d[3],
+		 d[4], d[5], d[6], (void *)s);
+	if (fake_capture_node(f, d[0], d[1], d[2], d[3], d[4], d[5], s))
+		return CUDA_SUCCESS;
+	fake_kernel_time();
+	fake_probe_run((uintptr_t)f);
+	return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+					    unsigned int bx, unsigned int by, unsigned int bz, unsigned int shm,
+					    CUstream hStream, void **params)
+{
+	(void)params; /* not through cuLaunchKernel: the interposer would see that call too */
+	fake_log("cuLaunchCooperativeKernel f=%p grid=%ux%ux%u block=%ux%ux%u shm=%u stream=%p", (void *)f, gx, gy, gz, bx,
+		 by, bz, shm, (void *)hStream);
+	if (fake_capture_node(f, gx, gy, gz, bx, by, bz, hStream))
+		return CUDA_SUCCESS;
+	fake_kernel_time();
+	fake_probe_run((uintptr_t)f);
+	return CUDA_SUCCESS;
+}
+
 FAKE_API CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
 				    void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions,
 				    void **libraryOptionValues, unsigned int numLibraryOptions)
@@ -1535,6 +1570,8 @@ static const struct {
 	{"cuStreamBeginCapture", 10010, -1, (void *)cuStreamBeginCapture_v2},
 	{"cuStreamEndCapture", 10000, -1, (void *)cuStreamEndCapture},
 	{"cuGraphInstantiateWithFlags", 11040, -1, (void *)cuGraphInstantiateWithFlags},
+	{"cuLaunchKernelEx", 11060, 0, (void *)cuLaunchKernelEx},
+	{"cuLaunchCooperativeKernel", 9000, 0, (void *)cuLaunchCooperativeKernel},
 	{"cuGraphLaunch", 10000, 0, (void *)cuGraphLaunch},
 	{"cuGraphLaunch", 10000, 1, (void *)cuGraphLaunch_ptsz},
 };

@@ -346,6 +346,25 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int g
 	return r;
 }
 
+/* cooperative launches: like cuLaunchKernel (the gate, the probes, counted host-side) */
+#define GX_COOPERATIVE_WRAPPER(sym, ptsz)                                                                         \
+	CUresult sym(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,            \
+		     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, \
+		     CUstream hStream, void **kernelParams)                                                         \
+	{                                                                                                           \
+		GX_REAL_OR(sym, CUDA_ERROR_NOT_INITIALIZED);                                                        \
+		gx_launch_gate();                                                                                   \
+		gx_probe_before_launch(f, hStream, ptsz);                                                           \
+		int64_t t = gx_hl_now();                                                                            \
+		CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, \
+				  hStream, kernelParams);                                                           \
+		gx_hl_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, ptsz, t, r); \
+		return r;                                                                                           \
+	}
+GX_COOPERATIVE_WRAPPER(cuLaunchCooperativeKernel, 0)
+GX_COOPERATIVE_WRAPPER(cuLaunchCooperativeKernel_ptsz, 1)
+#undef GX_COOPERATIVE_WRAPPER
+
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
 	GX_REAL_OR(cuLaunchKernelEx, CUDA_ERROR_NOT_INITIALIZED);

@@ -12,6 +12,8 @@
  *   launch N      N x cuLaunchKernel   -> "launch N ok"
  *   launchk I K N N x cuLaunchKernel of the fake driver's kernel K of image I
  *                 (0x50000000 + I * 0x1000 + K * 0x10), grid 4x2x1, block 128 -> "launchk I K N ok"
+ *   launchex I K N  the same through cuLaunchKernelEx, grid 3x1x2, block 32x4x1 -> "launchex I K N ok"
+ *   coop I K N    the same through cuLaunchCooperativeKernel, grid 2x1x1, block 64x1x1 -> "coop I K N ok"
  *   graph I K M R on a new stream: capture M launches of that kernel, instantiate
  *                 (cuGraphInstantiateWithFlags), replay R times -> "graph I K M R ok" | "... rc=N"
  *   ctx           cuCtxSetCurrent(the context)   -> "ctx ok"
@@ -165,6 +167,26 @@ int main(int argc, char **argv)
 			for (int j = 0; j < n && r == CUDA_SUCCESS; j++)
 				r = launch(f, 4, 2, 1, 128, 1, 1, 0, NULL, NULL, NULL);
 			printf("launchk %d %d %d %s\n", img, k, n, r == CUDA_SUCCESS ? "ok" : "failed");
+		} else if ((!strcmp(v, "launchex") || !strcmp(v, "coop")) && i + 3 < argc) {
+			int img = atoi(argv[i + 1]), k = atoi(argv[i + 2]), n = atoi(argv[i + 3]);
+			CUfunction f = (CUfunction)(uintptr_t)(0x50000000u + (unsigned)img * 0x1000u + (unsigned)k * 0x10u);
+			CUresult (*ex)(const void *, CUfunction, void **, void **) =
+				(CUresult (*)(const void *, CUfunction, void **, void **))resolve("cuLaunchKernelEx");
+			CUresult (*coop)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+					 void **) = (CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+								   unsigned, CUstream, void **))resolve("cuLaunchCooperativeKernel");
+			struct {
+				unsigned grid[3], block[3], shm;
+				CUstream stream;
+				void *attrs;
+				unsigned nattrs;
+			} cfg = {{3, 1, 2}, {32, 4, 1}, 0, NULL, NULL, 0};
+
+			i += 3;
+			r = (v[0] == 'l' ? (void *)ex : (void *)coop) ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+			for (int j = 0; j < n && r == CUDA_SUCCESS; j++)
+				r = v[0] == 'l' ? ex(&cfg, f, NULL, NULL) : coop(f, 2, 1, 1, 64, 1, 1, 0, NULL, NULL);
+			printf("%s %d %d %d %s\n", v, img, k, n, r == CUDA_SUCCESS ? "ok" : "failed");
 		} else if (!strcmp(v, "graph") && i + 4 < argc) {
 			int img = atoi(argv[i + 1]), k = atoi(argv[i + 2]), m = atoi(argv[i + 3]), reps = atoi(argv[i + 4]);
 			CUfunction f = (CUfunction)(uintptr_t)(0x50000000u + (unsigned)img * 0x1000u + (unsigned)k * 0x10u);
