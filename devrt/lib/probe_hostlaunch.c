@@ -188,6 +188,13 @@ void gx_hl_init(void)
 	if (!gx_hld.cuGraphKernelNodeGetParams_v2)
 		gx_hld.cuGraphKernelNodeGetParams_v2 =
 			(gx_hl_cuGraphKernelNodeGetParams_v2)gx_driver_sym("cuGraphKernelNodeGetParams");
+	{
+		/* CUDA 12.8+ has a _v2 (same arguments); prefer it where the driver exports both */
+		gx_hl_cuEventElapsedTime v2 = (gx_hl_cuEventElapsedTime)gx_driver_sym("cuEventElapsedTime_v2");
+
+		if (v2)
+			gx_hld.cuEventElapsedTime = v2;
+	}
 	if (!gx_hld.cuEventDestroy_v2)
 		gx_hld.cuEventDestroy_v2 = (gx_hl_cuEventDestroy_v2)gx_driver_sym("cuEventDestroy");
 	gx_hl.latency = gx_pr.conf.launch_time && gx_hld.cuEventCreate && gx_hld.cuEventRecord &&
@@ -391,8 +398,8 @@ static struct gx_hl_ctx *gx_hl_ctx_of(CUcontext ctx)
 	c->ctx = ctx;
 	mode = gx_capture_relax(); /* our stream's waits never meet another thread's capture (nested: restored below) */
 	if (gx_drv.cuStreamCreate(&c->stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS || gx_hl_epoch(c, 0) != 0) {
-		c->failed = 1;
-		gx_status("image=- host_latency=off reason=events-failed");
+		c->failed = 1; /* its launches count as skipped (latencySkipped) */
+		gx_log("device probes: no host-side launch latency in context %p: events or our stream failed", (void *)ctx);
 	}
 	gx_capture_restore(mode);
 	return c->failed ? NULL : c;
