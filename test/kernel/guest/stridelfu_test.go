@@ -4,7 +4,11 @@ package guest
 
 import (
 	"fmt"
+	"strings"
 	"testing"
+
+	"github.com/gpuext/gpuext/internal/config"
+	"github.com/gpuext/gpuext/policies"
 )
 
 // examples/stride-lfu: gpu_ext's llama.cpp pair (stride prefetch, LFU list
@@ -149,5 +153,41 @@ func TestStrideLFUEvictionOrder(t *testing.T) {
 	}
 	if ss.evicted != "0 2" || ss.resident != "1 3 4 5" {
 		t.Errorf("stock: evicted [%s] resident [%s], want LRU's [0 2] and [1 3 4 5]", ss.evicted, ss.resident)
+	}
+}
+
+// Bad selections of stride-lfu are refused with an error naming the key
+// and what is wrong, through the catalog the lab's policy directory builds
+// (the descriptor bounds pages to 1..512; eviction has no parameter).
+func TestStrideLFUBadParams(t *testing.T) {
+	cat, err := config.Config{KernelPolicyDir: labPolicyDir}.Catalog()
+	if err != nil {
+		t.Fatalf("catalog with %s: %v", labPolicyDir, err)
+	}
+	for _, c := range []struct {
+		key, value string
+		want       []string
+	}{
+		{"prefetch.gpuext.io", "stride-lfu:pages=0", []string{"prefetch.gpuext.io", "pages", "0"}},
+		{"prefetch.gpuext.io", "stride-lfu:pages=513", []string{"prefetch.gpuext.io", "pages", "513"}},
+		{"prefetch.gpuext.io", "stride-lfu:pages=two", []string{"prefetch.gpuext.io", "two"}},
+		{"prefetch.gpuext.io", "stride-lfu:depth=2", []string{"prefetch.gpuext.io", "depth"}},
+		{"eviction.gpuext.io", "stride-lfu:pages=2", []string{"eviction.gpuext.io", "pages"}},
+	} {
+		_, err := cat.Select(policies.Request{Annotations: map[string]string{c.key: c.value}})
+		if err == nil {
+			t.Errorf("%s=%s: selected, want a refusal", c.key, c.value)
+			continue
+		}
+		t.Logf("%s=%s: %v", c.key, c.value, err)
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s=%s: %v, want it to name %q", c.key, c.value, err, w)
+			}
+		}
+	}
+	if _, err := cat.Select(policies.Request{Annotations: map[string]string{
+		"prefetch.gpuext.io": "stride-lfu:pages=512", "eviction.gpuext.io": "stride-lfu"}}); err != nil {
+		t.Errorf("stride-lfu at its bounds: %v", err)
 	}
 }
