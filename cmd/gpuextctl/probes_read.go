@@ -76,7 +76,7 @@ func probesReadCmd(cfg config.Config, args []string, out io.Writer) error {
 		}
 	}
 	for _, s := range sum {
-		if s.Counters == nil && s.SMs == nil && s.Histograms == nil && s.Hashes == nil && s.Records == nil {
+		if s.Counters == nil && s.SMs == nil && s.Histograms == nil && s.Hashes == nil && s.Records == nil && s.PerThread == nil {
 			continue // no file had this probe's maps
 		}
 		fmt.Fprintf(out, "%s:", s.Name)

@@ -11,13 +11,15 @@ import (
 	"github.com/gpuext/gpuext/policies/probes"
 )
 
-// viewLines renders the hash and records views of summaries as text lines,
-// fields in the order the probe's view declares them:
+// viewLines renders the hash, records and per-thread views of summaries
+// as text lines, fields in the order the probe's view declares them:
 //
 //	PROBE: MAP: 3 keys (blocks=24 total)
 //	  kernel=0x2f... bucket=10 -> blocks=12
 //	PROBE: MAP: 5 records, 0 dropped, last 2:
 //	  kernel=0x2f... block=3 ns=12000
+//	PROBE: MAP: per-thread, 65536 rows, 0 accesses past the last row
+//	  exits: rows used=400 sum=800 min=2 (row 0) max=2 (row 0) log2: [2,4)=400
 func viewLines(cat *probes.Catalog, summaries []maps.ProbeSummary) []string {
 	var out []string
 	for _, s := range summaries {
@@ -50,6 +52,12 @@ func viewLines(cat *probes.Catalog, summaries []maps.ProbeSummary) []string {
 				if h.Omitted > 0 {
 					out = append(out, fmt.Sprintf("  ... %d more keys", h.Omitted))
 				}
+			case probes.ViewPerThread:
+				pt, ok := s.PerThread[v.Map]
+				if !ok {
+					continue
+				}
+				out = append(out, perThreadLines(s.Name, v.Map, pt)...)
 			case probes.ViewRecords:
 				r, ok := s.Records[v.Map]
 				if !ok {
@@ -78,4 +86,34 @@ func fieldText(fields []probes.Field, vals map[string]any) string {
 		parts = append(parts, fmt.Sprintf("%s=%v", f.Name, vals[f.Name]))
 	}
 	return strings.Join(parts, " ")
+}
+
+// perThreadLines renders a per-thread view: per entry the rows used, their
+// sum, the fewest and most of a row, and the log2 buckets of the rows.
+func perThreadLines(probe, mapName string, pt maps.PerThreadSummary) []string {
+	out := []string{fmt.Sprintf("%s: %s: per-thread, %d rows, %d accesses past the last row", probe, mapName, pt.Rows, pt.NoRow)}
+	for _, e := range pt.Entries {
+		line := fmt.Sprintf("  %s: rows used=%d sum=%d", e.Name, e.Used, e.Sum)
+		if e.Used > 0 {
+			line += fmt.Sprintf(" min=%d (row %d) max=%d (row %d) log2:", e.Min, e.MinRow, e.Max, e.MaxRow)
+			for b, c := range e.Log2 {
+				if c > 0 {
+					line += " " + log2Bucket(b) + "=" + fmt.Sprint(c)
+				}
+			}
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// log2Bucket names the values of bit length b: 1, [2,4), ..., [2^63,2^64).
+func log2Bucket(b int) string {
+	switch {
+	case b <= 1:
+		return fmt.Sprint(b)
+	case b >= 64:
+		return "[2^63,2^64)"
+	}
+	return fmt.Sprintf("[%d,%d)", uint64(1)<<(b-1), uint64(1)<<b)
 }

@@ -138,6 +138,10 @@ var (
 		"Live keys of a device probe's hash map (a hash view), over the tenant's images.", "probe", "map")
 	descProbeHashSum = tdesc("gpuext_tenant_probe_hash_value_total",
 		"An unsigned value field of a device probe's hash map summed over every key (per-key values: gpuextctl probes).", "probe", "map", "field")
+	descProbeThreadRows = tdesc("gpuext_tenant_probe_thread_rows",
+		"Rows (threads of a launch) with a non-zero value in an entry of a device probe's per-thread map (a per-thread view), summed over the tenant's images.", "probe", "map", "field")
+	descProbeThreadSum = tdesc("gpuext_tenant_probe_thread_value_total",
+		"An entry of a device probe's per-thread map summed over its rows and the tenant's images.", "probe", "map", "field")
 	descProbeRecords = tdesc("gpuext_tenant_probe_records_total",
 		"Records a device probe wrote to its ring buffer (a records view), over the tenant's images.", "probe", "map")
 	descProbeRecordsDropped = tdesc("gpuext_tenant_probe_records_dropped_total",
@@ -323,6 +327,13 @@ func (c *TenantCollector) probes(ch chan<- prometheus.Metric, t bpf.Tenant, lv [
 			ch <- gauge(descProbeHashKeys, float64(h.Keys), ml...)
 			for field, v := range h.Sums {
 				ch <- counter(descProbeHashSum, float64(v), append(ml, labelValue(field))...)
+			}
+		}
+		for mapName, pt := range s.PerThread {
+			ml := append(lv, name, labelValue(mapName))
+			for _, e := range pt.Entries {
+				ch <- gauge(descProbeThreadRows, float64(e.Used), append(ml, labelValue(e.Name))...)
+				ch <- counter(descProbeThreadSum, float64(e.Sum), append(ml, labelValue(e.Name))...)
 			}
 		}
 		for mapName, r := range s.Records {

@@ -51,9 +51,19 @@ const (
 	// ViewRecords: a ring buffer; Record lays out its records. Rendered as
 	// the records written, those dropped, and the Last records decoded.
 	ViewRecords ViewKind = "records"
+	// ViewPerThread: a per-thread array of u64 values (one row per thread
+	// of the launch, bpftime's PERGPUTD_ARRAY_MAP); Fields name the
+	// entries of a row by index. Rendered per entry as the rows used (not
+	// 0), their sum, the fewest and most of a used row, and a log2
+	// histogram of the used rows' values; rows are summed over images.
+	ViewPerThread ViewKind = "per-thread"
 )
 
-var viewKinds = []ViewKind{ViewCounters, ViewSMHistogram, ViewLog2Histogram, ViewHash, ViewRecords}
+var viewKinds = []ViewKind{ViewCounters, ViewSMHistogram, ViewLog2Histogram, ViewHash, ViewRecords, ViewPerThread}
+
+// MaxPerThreadFields bounds the entries a per-thread view names (the
+// reader keeps each named entry's rows).
+const MaxPerThreadFields = 16
 
 // Bounds of a view's Top and Last, and their defaults.
 const (
@@ -265,11 +275,29 @@ func (e *fieldErr) Error() string {
 }
 func (e *fieldErr) Unwrap() error { return ErrBadCatalog }
 
+// deviceMap is what the loader makes of the map on the device
+// (probe.DeviceMapOf: bpftime's GPU map types become gpuext's), and a
+// name for its type in messages.
+func deviceMap(m *ebpf.MapSpec) (probe.DeviceMap, string, error) {
+	dm, err := probe.DeviceMapOf(uint32(m.Type), m.ValueSize, m.MaxEntries, m.MapExtra)
+	if err != nil {
+		return dm, "", catalogErr("map", "map %q: %v", m.Name, err)
+	}
+	if t := uint32(m.Type); t >= probe.BtMapGPUHash {
+		return dm, fmt.Sprintf("%s (type %d)", dm.Type, t), nil
+	}
+	return dm, m.Type.String(), nil
+}
+
 func (v View) check(spec *ebpf.CollectionSpec) error {
 	bad := catalogErr
 	m, ok := spec.Maps[v.Map]
 	if !ok {
 		return bad("map", "object has no map %q (has: %s)", v.Map, strings.Join(slices.Sorted(maps.Keys(spec.Maps)), ", "))
+	}
+	dm, mtype, err := deviceMap(m)
+	if err != nil {
+		return err
 	}
 	if !slices.Contains(viewKinds, v.Kind) {
 		return bad("kind", "unknown view kind %q (want one of: %s)", v.Kind, kindList())
@@ -282,20 +310,35 @@ func (v View) check(spec *ebpf.CollectionSpec) error {
 	}
 	switch v.Kind {
 	case ViewHash:
-		return v.checkHash(m)
+		return v.checkHash(m, dm, mtype)
 	case ViewRecords:
-		return v.checkRecords(m)
-	}
-	if m.Type != ebpf.Array && m.Type != ebpf.PerCPUArray {
-		return bad("map", "map %q is a %s map, a %s view needs an array", v.Map, m.Type, v.Kind)
+		return v.checkRecords(m, dm, mtype)
+	case ViewPerThread:
+		if dm.Type != probe.MapPerThread {
+			return bad("map", "map %q is a %s map, a per-thread view needs a per-thread array (type %d or bpftime's %d/%d)",
+				v.Map, mtype, probe.MapTypePerThread, probe.BtMapPerThread, probe.BtMapPerThreadHost)
+		}
+	default:
+		// a per-warp or per-thread array is read summed over its copies
+		if dm.Type != probe.MapArray && dm.Type != probe.MapPerWarp && dm.Type != probe.MapPerThread {
+			return bad("map", "map %q is a %s map, a %s view needs an array", v.Map, mtype, v.Kind)
+		}
 	}
 	if m.ValueSize != 8 {
 		return bad("map", "map %q has %d-byte values, a %s view needs u64 counters", v.Map, m.ValueSize, v.Kind)
 	}
 	switch v.Kind {
-	case ViewCounters:
+	case ViewCounters, ViewPerThread:
 		if len(v.Fields) == 0 {
-			return bad("fields", "a counters view names its entries")
+			return bad("fields", "a %s view names its entries", v.Kind)
+		}
+		if v.Kind == ViewPerThread {
+			if len(v.Fields) > MaxPerThreadFields {
+				return bad("fields", "%d names, a per-thread view shows at most %d entries", len(v.Fields), MaxPerThreadFields)
+			}
+			if len(v.Means) > 0 || v.Unit != "" {
+				return bad("means", "a per-thread view has fields only")
+			}
 		}
 		if uint32(len(v.Fields)) > m.MaxEntries {
 			return bad("fields", "%d names for a map of %d entries", len(v.Fields), m.MaxEntries)
@@ -327,12 +370,12 @@ func (v View) check(spec *ebpf.CollectionSpec) error {
 	return nil
 }
 
-func (v View) checkHash(m *ebpf.MapSpec) error {
+func (v View) checkHash(m *ebpf.MapSpec, dm probe.DeviceMap, mtype string) error {
 	if len(v.Fields) > 0 || len(v.Means) > 0 || v.Unit != "" {
 		return catalogErr("fields", "a hash view has key and value, not fields, means or unit")
 	}
-	if m.Type != ebpf.Hash {
-		return catalogErr("map", "map %q is a %s map, a hash view needs a hash", v.Map, m.Type)
+	if dm.Type != probe.MapHash {
+		return catalogErr("map", "map %q is a %s map, a hash view needs a hash", v.Map, mtype)
 	}
 	for _, l := range []struct {
 		field  string
@@ -353,18 +396,23 @@ func (v View) checkHash(m *ebpf.MapSpec) error {
 	return nil
 }
 
-func (v View) checkRecords(m *ebpf.MapSpec) error {
+func (v View) checkRecords(m *ebpf.MapSpec, dm probe.DeviceMap, mtype string) error {
 	if len(v.Fields) > 0 || len(v.Means) > 0 || v.Unit != "" {
 		return catalogErr("fields", "a records view has record, not fields, means or unit")
 	}
-	if m.Type != ebpf.RingBuf {
-		return catalogErr("map", "map %q is a %s map, a records view needs a ring buffer", v.Map, m.Type)
+	if dm.Type != probe.MapRingbuf {
+		return catalogErr("map", "map %q is a %s map, a records view needs a ring buffer", v.Map, mtype)
 	}
 	size, err := checkLayout("record", v.Record)
 	if err != nil {
 		return err
 	}
-	if uint32(size) > m.MaxEntries {
+	if dm.PerLane {
+		// bpftime's GPU ring buffer: value_size is the largest record
+		if uint32(size) > m.ValueSize {
+			return catalogErr("record", "a %d-byte record is larger than map %q's %d-byte records", size, v.Map, m.ValueSize)
+		}
+	} else if uint32(size) > m.MaxEntries {
 		return catalogErr("record", "a %d-byte record does not fit map %q's %d bytes", size, v.Map, m.MaxEntries)
 	}
 	if v.Last < 0 || v.Last > MaxViewEntries {

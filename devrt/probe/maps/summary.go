@@ -1,6 +1,7 @@
 package maps
 
 import (
+	"encoding/binary"
 	"math"
 	"math/bits"
 	"slices"
@@ -29,6 +30,8 @@ type ProbeSummary struct {
 	Hashes map[string]HashSummary `json:"hashes,omitempty"`
 	// Records: records views (ring buffers) by map name.
 	Records map[string]RecordsSummary `json:"records,omitempty"`
+	// PerThread: per-thread views by map name.
+	PerThread map[string]PerThreadSummary `json:"perThread,omitempty"`
 	// Missing: the probe's maps no file had (no patched image ran yet).
 	Missing []string `json:"missing,omitempty"`
 }
@@ -91,6 +94,103 @@ type RecordsSummary struct {
 	BadSize int `json:"badSize,omitempty"`
 }
 
+// PerThreadSummary summarises a per-thread array through its view
+// (probes.ViewPerThread): row g is thread g of a launch (its linear index
+// in the grid), its values summed over the tenant's images.
+type PerThreadSummary struct {
+	// Rows: the map's rows, the threads of a launch it has room for.
+	Rows int `json:"rows"`
+	// NoRow: accesses by threads past the last row (each one a count the
+	// map is short of), summed over images.
+	NoRow uint64 `json:"noRow"`
+	// Entries: the view's fields, in order.
+	Entries []ThreadEntry `json:"entries"`
+}
+
+// ThreadEntry is one entry of a per-thread map over its rows.
+type ThreadEntry struct {
+	Name string `json:"name"`
+	// Used: rows whose value is not 0; Sum: over every row.
+	Used int    `json:"rowsUsed"`
+	Sum  uint64 `json:"sum"`
+	// Min and Max: the fewest and most of a used row, and the first row
+	// with each (-1 when no row is used).
+	Min    uint64 `json:"min"`
+	Max    uint64 `json:"max"`
+	MinRow int    `json:"minRow"`
+	MaxRow int    `json:"maxRow"`
+	// Log2: bucket b counts the used rows whose value has bit length b
+	// ([2^(b-1), 2^b)); up to the highest non-empty bucket.
+	Log2 []uint64 `json:"log2"`
+}
+
+// rowsOf reads entry i of every row of a per-thread map of u64 values.
+func rowsOf(m Map, i uint32) []uint64 {
+	l := m.Layout
+	d := m.Bytes[probe.MapHdrSize:]
+	out := make([]uint64, l.NBuckets)
+	for g := range out {
+		off := (uint64(g)*uint64(l.MaxEntries) + uint64(i)) * uint64(l.Stride)
+		out[g] = binary.LittleEndian.Uint64(d[off:])
+	}
+	return out
+}
+
+// addRows adds a per-thread map's rows (descriptor checked by Decode:
+// the data holds every row and the no-row count) to the aggregate.
+func (a *Aggregate) addRows(m Map) {
+	l := m.Layout
+	if l.ValueSize != 8 || uint64(len(m.Bytes)) < probe.MapHdrSize+l.DataSize {
+		return
+	}
+	n := min(l.MaxEntries, probes.MaxPerThreadFields)
+	if a.Rows == nil {
+		a.Rows = make([][]uint64, n)
+		for i := range a.Rows {
+			a.Rows[i] = make([]uint64, l.NBuckets)
+		}
+	}
+	for i := uint32(0); i < n && int(i) < len(a.Rows); i++ {
+		for g, v := range rowsOf(m, i) {
+			if g < len(a.Rows[i]) {
+				a.Rows[i][g] = addSat(a.Rows[i][g], v)
+			}
+		}
+	}
+	d := m.Bytes[probe.MapHdrSize:]
+	a.NoRow = addSat(a.NoRow, binary.LittleEndian.Uint64(d[uint64(l.NBuckets)*uint64(l.MaxEntries)*uint64(l.Stride):]))
+}
+
+// perThreadSummary renders the rows of the view's fields.
+func perThreadSummary(v probes.View, agg *Aggregate) PerThreadSummary {
+	s := PerThreadSummary{Rows: int(agg.Layout.NBuckets), NoRow: agg.NoRow, Entries: []ThreadEntry{}}
+	for i, name := range v.Fields {
+		e := ThreadEntry{Name: name, MinRow: -1, MaxRow: -1, Log2: []uint64{}}
+		if i < len(agg.Rows) {
+			for g, c := range agg.Rows[i] {
+				if c == 0 {
+					continue
+				}
+				e.Used++
+				e.Sum = addSat(e.Sum, c)
+				if e.MinRow < 0 || c < e.Min {
+					e.Min, e.MinRow = c, g
+				}
+				if c > e.Max {
+					e.Max, e.MaxRow = c, g
+				}
+				b := bits.Len64(c)
+				for len(e.Log2) <= b {
+					e.Log2 = append(e.Log2, 0)
+				}
+				e.Log2[b]++
+			}
+		}
+		s.Entries = append(s.Entries, e)
+	}
+	return s
+}
+
 // Summarize renders the tenant's maps through the views of the named probes.
 func Summarize(t *Tenant, cat *probes.Catalog, names []string) []ProbeSummary {
 	out := []ProbeSummary{}
@@ -150,6 +250,15 @@ func Summarize(t *Tenant, cat *probes.Catalog, names []string) []ProbeSummary {
 					s.Records = map[string]RecordsSummary{}
 				}
 				s.Records[v.Map] = recordsSummary(v, agg)
+			case probes.ViewPerThread:
+				if agg.Layout.Type != probe.MapPerThread {
+					s.Missing = append(s.Missing, v.Map)
+					continue
+				}
+				if s.PerThread == nil {
+					s.PerThread = map[string]PerThreadSummary{}
+				}
+				s.PerThread[v.Map] = perThreadSummary(v, agg)
 			case probes.ViewLog2Histogram:
 				if s.Histograms == nil {
 					s.Histograms = map[string]HistSummary{}

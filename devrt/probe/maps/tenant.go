@@ -108,6 +108,12 @@ type Aggregate struct {
 	// Parts: each image's counters, as Counters sums them (a mean over
 	// stamps takes only the images with nothing in flight).
 	Parts [][]uint64 `json:"-"`
+	// Rows: a per-thread map of u64 values, Rows[i][g] = entry i of row g
+	// (thread g of a launch) summed over images, for the first
+	// probes.MaxPerThreadFields entries; NoRow: accesses by threads past
+	// the last row (addRows, summary.go).
+	Rows  [][]uint64 `json:"-"`
+	NoRow uint64     `json:"noRow,omitempty"`
 }
 
 // Tenant is what a tenant's probes counted, across its processes and images.
@@ -421,6 +427,9 @@ func (a *Aggregate) add(m Map) error {
 			a.Counters[i] += v
 		}
 		a.Parts = append(a.Parts, c)
+		if m.Layout.Type == probe.MapPerThread {
+			a.addRows(m)
+		}
 	}
 	a.Images++
 	return nil
