@@ -8,8 +8,20 @@
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "probe_state.h"
+
+/*
+ * What bpftime's bpf_get_current_pid_tgid (helper 14) returns on the device:
+ * a module global, present only when a program calls the helper, set at
+ * bind to (tgid << 32) | tid, both in the process's own pid namespace, tid
+ * the thread that binds the image (bpftime answers the device's call on
+ * its host thread with its getpid() and that thread's gettid(); every
+ * bpftime example uses only the upper half, the process).
+ */
+#define GX_SYM_PID_TGID "__gpuext_pid_tgid"
 
 static CUresult gx_get_global(struct gx_pimage *im, const char *name, CUdeviceptr *p, size_t *bytes)
 {
@@ -129,6 +141,19 @@ int gx_bind(struct gx_pimage *im)
 		gx_drv.cuStreamSynchronize(im->stream);
 	else
 		GX_DEBUG("probes: image %d: tenant id not set", im->index);
+	{
+		CUdeviceptr pt = 0;
+		size_t pt_bytes = 0;
+		uint64_t pid_tgid = ((uint64_t)(uint32_t)getpid() << 32) | (uint32_t)syscall(SYS_gettid);
+
+		if (gx_get_global(im, GX_SYM_PID_TGID, &pt, &pt_bytes) == CUDA_SUCCESS && pt && pt_bytes >= 8) {
+			if (gx_drv.cuMemcpyHtoDAsync_v2 && gx_drv.cuStreamSynchronize &&
+			    gx_drv.cuMemcpyHtoDAsync_v2(pt, &pid_tgid, sizeof(pid_tgid), im->stream) == CUDA_SUCCESS)
+				gx_drv.cuStreamSynchronize(im->stream);
+			else
+				GX_DEBUG("probes: image %d: pid_tgid not set", im->index);
+		}
+	}
 	GX_DEBUG("probes: image %d bound in context %p: %d of %zu maps, tenant %u", im->index, (void *)ctx, found,
 		 gx_pr.conf.nmaps, tenant);
 	return 0;
