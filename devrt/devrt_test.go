@@ -500,9 +500,9 @@ func TestNoHardCodedPaths(t *testing.T) {
 // work is pending, a best-effort tenant's launch waits (bounded, counted in
 // its own usage file); a latency-critical tenant's launch never waits.
 func TestPriorityBoard(t *testing.T) {
-	// A long window so that the best-effort app surely launches inside it:
-	// the policy names no activeWindowUs, so admission gives its timeslice.
-	lc := newTenant(t, 12, 0, "latency-critical", func(f *admission.TenantFile) { f.TimesliceUS = 400000 })
+	// A long window so that the best-effort app surely launches inside it
+	// (the window is activeWindowUs, never the driver timeslice).
+	lc := newTenant(t, 12, 0, "latency-critical", func(f *admission.TenantFile) { f.ActiveWindowUS = 400000 })
 	be := newTenant(t, 13, 0, "best-effort")
 	board := filepath.Join(t.TempDir(), "board")
 	dump := filepath.Join(lc.bin, "usage_dump")
