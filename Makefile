@@ -85,7 +85,7 @@ sdk: ## the kernel-policy and device-probe SDK into SDK_DIR (default bin/sdk): h
 kernel-test: ## boot Debian's 6.12 kernel in qemu with gpuext.ko + gpusim.ko and run the guest tests (cached in .cache/kernel)
 	@test/kernel/lab.sh all
 
-gpu-prep: build ## here, as root (needs Go and BPF_PROG_TEST_RUN): what gpu-test carries: bin/ (static gpuextctl), out/gpu/corpus (the differential corpus with the kernel's own results), out/gpu/probedir (the example probes built with the SDK)
+gpu-prep: build ## here, as root (needs Go and BPF_PROG_TEST_RUN): what gpu-test carries: bin/ (static gpuextctl), out/gpu/corpus (the differential corpus with the kernel's own results), out/gpu/probedir (the example probes built with the SDK), out/gpu/bpftime-dir (our bpftime-style programs), out/gpu/bpftime-objs (when out/bpftime holds bpftime's objects)
 	$(GO) run ./devrt/probe/cmd/gpuext-probe-corpus --out out/gpu/corpus
 	gzip -f out/gpu/corpus/corpus.txt out/gpu/corpus/corpus.ptx  # ~100 MB of mostly-zero map images -> ~1 MB
 	@# the example probes (examples/probes), built outside the tree with only the SDK, as a probeDir
@@ -93,6 +93,19 @@ gpu-prep: build ## here, as root (needs Go and BPF_PROG_TEST_RUN): what gpu-test
 	for p in examples/probes/*/; do n=$$(basename $$p); cp -r $$p $$d/$$n && \
 		$(MAKE) -s -C $$d/$$n GPUEXT_SDK=$$d/sdk install PROBE_DIR=$(CURDIR)/out/gpu/probedir >/dev/null || { rm -rf $$d; exit 1; }; done; \
 	rm -rf $$d; echo "out/gpu/probedir: $$(cd out/gpu/probedir && echo *)"
+	@# our bpftime-style programs (devrt/probe/compile/testdata/bpftime) built with the SDK's include/bpftime, sections naming vecadd's kernel, as a probeDir
+	@rm -rf out/gpu/bpftime-dir && mkdir -p out/gpu/bpftime-dir && d=$$(mktemp -d) && $(MAKE) -s sdk SDK_DIR=$$d/sdk && \
+	for s in thread_hist ret_snoop launch_bins call_counter; do n=$$(echo $$s | tr _ -); \
+		sed 's/_Z4gridPj/_Z4vaddPKfS0_Pfi/g' devrt/probe/compile/testdata/bpftime/$$s.bpf.c >$$d/$$s.bpf.c && \
+		clang --target=bpf -g -O2 -Wall -Werror -I $$d/sdk/include/bpftime -I $$d/sdk/include -c $$d/$$s.bpf.c -o out/gpu/bpftime-dir/$$n.bpf.o && \
+		cp devrt/probe/compile/testdata/bpftime/$$n.json out/gpu/bpftime-dir/ || { rm -rf $$d; exit 1; }; done; \
+	rm -rf $$d; echo "out/gpu/bpftime-dir: $$(cd out/gpu/bpftime-dir && echo *)"
+	@# objects built by hand from bpftime's unmodified sources (out/bpftime/*.o, never committed): one probe directory each with a generated descriptor
+	@rm -rf out/gpu/bpftime-objs; if ls out/bpftime/*.o >/dev/null 2>&1; then \
+	for o in out/bpftime/*.o; do n=$$(basename $$o .o | sed 's/[.]bpf$$//; s/_/-/g' | tr A-Z a-z); mkdir -p out/gpu/bpftime-objs/$$n && cp $$o out/gpu/bpftime-objs/$$n/$$n.bpf.o && \
+		$(GO) run ./devrt/probe/cmd/gpuext-probe-describe --name $$n out/gpu/bpftime-objs/$$n/$$n.bpf.o >out/gpu/bpftime-objs/$$n/$$n.json 2>out/gpu/bpftime-objs/$$n/describe.err && \
+		rm out/gpu/bpftime-objs/$$n/describe.err || rm -f out/gpu/bpftime-objs/$$n/$$n.json; done; \
+	echo "out/gpu/bpftime-objs: $$(cd out/gpu/bpftime-objs && echo *)"; fi
 
 gpu-test: ## on the GPU machine (not CI, no Go there; carry bin/ and out/gpu from gpu-prep): the device runtime and device probes with real CUDA apps; one PASS/FAIL line per check
 	@bash test/gpu/gpu-test.sh

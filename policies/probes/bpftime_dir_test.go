@@ -104,3 +104,35 @@ func TestLoadDirPerThreadRowsBound(t *testing.T) {
 		t.Fatalf("err %v, want the per-thread map's rows refused", err)
 	}
 }
+
+// Describe gives each bpftime-style object a descriptor LoadDir accepts:
+// its device programs and a view per map (per-thread, counters, records,
+// hash as the loader maps them).
+func TestDescribeBpftimeObjects(t *testing.T) {
+	src := probetest.BpftimeDir(t, "", bpftimeProbes...)
+	want := map[string]string{"thread-hist": "th_count:per-thread", "ret-snoop": "rs_events:records",
+		"launch-bins": "lb_hist:counters", "call-counter": "cc_pid:counters,cc_start:hash,cc_totals:counters"}
+	for _, name := range bpftimeProbes {
+		obj, err := os.ReadFile(filepath.Join(src, name+".bpf.o"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := Describe(name, name+".bpf.o", obj)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var views []string
+		for _, v := range p.Views {
+			views = append(views, v.Map+":"+string(v.Kind))
+		}
+		if got := strings.Join(views, ","); got != want[name] {
+			t.Errorf("%s: views %s, want %s", name, got, want[name])
+		}
+		dir := t.TempDir()
+		copyFile(t, filepath.Join(src, name+".bpf.o"), dir, name+".bpf.o")
+		writeFile(t, dir, name+".json", string(DescriptorJSON(p)))
+		if _, err := LoadDir(dir); err != nil {
+			t.Errorf("%s: the described entry does not load: %v", name, err)
+		}
+	}
+}

@@ -25,6 +25,8 @@
 #                          every block of the vector add once in its hash
 #   probes-sdk-slow-blocks the example probe slow-blocks' ring-buffer records
 #                          agree with the blocks the histogram puts over 10 us
+#   probes-bpftime-*       bpftime-style programs from a probe directory, exact
+#                          counts (test/gpu/probes_bpftime.sh, GPUEXT_PROBE_CHECKS=bpftime)
 #   probes-hash-concurrency the helpers' hash map under contention (hash_stress.cu)
 #   probe-diff             the differential corpus on the GPU = the kernel's eBPF
 # Measurements (INFO): probe overhead (launch-count, launch-stats) on a ~5 us
@@ -33,7 +35,7 @@
 GX=$REPO/bin/gpuextctl
 PT=$W/probes
 # GPUEXT_PROBE_CHECKS picks checks (default all)
-pwant() { [[ " ${GPUEXT_PROBE_CHECKS:-vecadd latency sass sgemm twoctx torch overhead resources sdk hash diff} " == *" $1 "* ]]; }
+pwant() { [[ " ${GPUEXT_PROBE_CHECKS:-vecadd latency sass sgemm twoctx torch overhead resources sdk bpftime hash diff} " == *" $1 "* ]]; }
 NVCCP=(nvcc -O2 -arch=sm_90)
 
 info "libzstd for nvcc 13's compressed PTX: $(ldconfig -p | grep -c 'libzstd.so.1 ') found"
@@ -300,4 +302,11 @@ elif [[ -f $REPO/out/gpu/corpus/corpus.txt.gz ]]; then
 	fi
 else
 	bad probe-diff "no out/gpu/corpus: run make gpu-prep on a machine with Go (as root) and carry out/gpu"
+fi
+
+# bpftime-style programs from a probe directory, and bpftime's own objects
+# when out/bpftime has them (test/gpu/probes_bpftime.sh)
+if pwant bpftime; then
+	# shellcheck source=test/gpu/probes_bpftime.sh
+	source "$REPO/test/gpu/probes_bpftime.sh"
 fi

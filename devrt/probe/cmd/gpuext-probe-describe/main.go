@@ -1,0 +1,48 @@
+// gpuext-probe-describe writes a starting probe directory descriptor
+// (NAME.json) for a BPF object, e.g. one of bpftime's GPU programs built
+// unmodified against the SDK's include/bpftime: every program at a device
+// attach point and a view of each map a view can show (probes.Describe).
+//
+//	gpuext-probe-describe [--name NAME] OBJECT.o > NAME.json
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gpuext/gpuext/policies/probes"
+)
+
+func main() {
+	name := flag.String("name", "", "probe name (default: the object's file name without .bpf.o/.o, _ as -)")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: gpuext-probe-describe [--name NAME] OBJECT.o > NAME.json\n\n"+
+			"Prints a probe directory descriptor for a BPF object: its device programs and a view per map\n"+
+			"(docs/write-a-probe.md). Name the view fields before deploying it.\n\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() != 1 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	obj := flag.Arg(0)
+	n := *name
+	if n == "" {
+		n = strings.ReplaceAll(strings.TrimSuffix(strings.TrimSuffix(filepath.Base(obj), ".o"), ".bpf"), "_", "-")
+	}
+	data, err := os.ReadFile(obj)
+	if err == nil {
+		var p probes.Probe
+		p, err = probes.Describe(n, filepath.Base(obj), data)
+		if err == nil {
+			os.Stdout.Write(probes.DescriptorJSON(p))
+			return
+		}
+	}
+	fmt.Fprintf(os.Stderr, "gpuext-probe-describe: %s: %v\n", obj, err)
+	os.Exit(1)
+}

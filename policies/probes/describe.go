@@ -1,0 +1,89 @@
+package probes
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/gpuext/gpuext/devrt/probe"
+)
+
+// Describe is a starting descriptor for a probe directory entry NAME.json
+// from a BPF object (an unmodified bpftime GPU program, say): every
+// program at a device attach point, and a view of each map a view can
+// show as the loader maps it (a per-thread view of a per-thread array,
+// counters of an array of u64 values, a hash view with the key and value
+// as bytes, or u64 values, a records view of a ring buffer with the record
+// as bytes), at most MaxPerThreadFields entries named e0, e1, .... The
+// operator names the fields; LoadDir checks the result as any descriptor.
+func Describe(name, object string, obj []byte) (Probe, error) {
+	p := Probe{Name: name, Description: "generated from " + object + " (gpuext probe-describe): name the fields", Object: object}
+	spec, err := parseObject(object, obj)
+	if err != nil {
+		return p, err
+	}
+	for _, pn := range slices.Sorted(maps.Keys(spec.Programs)) {
+		if _, ok := probe.ParseSection(spec.Programs[pn].SectionName); ok {
+			p.Programs = append(p.Programs, pn)
+		}
+	}
+	if len(p.Programs) == 0 {
+		return p, catalogErr("object", "%s has no program at a device attach point", object)
+	}
+	for _, mn := range slices.Sorted(maps.Keys(spec.Maps)) {
+		if v, ok := describeMap(spec.Maps[mn]); ok {
+			p.Views = append(p.Views, v)
+		}
+	}
+	if len(p.Views) == 0 {
+		return p, catalogErr("views", "%s has no map a view can show", object)
+	}
+	return p, p.check(spec)
+}
+
+func describeMap(m *ebpf.MapSpec) (View, bool) {
+	dm, err := probe.DeviceMapOf(uint32(m.Type), m.ValueSize, m.MaxEntries, m.MapExtra)
+	if err != nil {
+		return View{}, false
+	}
+	names := func(n uint32) []string {
+		var out []string
+		for i := uint32(0); i < min(n, MaxPerThreadFields); i++ {
+			out = append(out, fmt.Sprintf("e%d", i))
+		}
+		return out
+	}
+	blob := func(n string, size uint32) []Field {
+		if size == 8 {
+			return []Field{{Name: n, Type: FieldU64}}
+		}
+		return []Field{{Name: n, Type: FieldBytes, Size: int(size)}}
+	}
+	v := View{Map: m.Name}
+	switch {
+	case dm.Type == probe.MapPerThread && m.ValueSize == 8:
+		v.Kind, v.Fields = ViewPerThread, names(m.MaxEntries)
+	case (dm.Type == probe.MapArray || dm.Type == probe.MapPerWarp) && m.ValueSize == 8:
+		v.Kind, v.Fields = ViewCounters, names(m.MaxEntries)
+	case dm.Type == probe.MapHash && m.KeySize <= MaxFieldBytes && m.ValueSize <= MaxFieldBytes:
+		v.Kind, v.Key, v.Value = ViewHash, blob("key", m.KeySize), blob("value", m.ValueSize)
+	case dm.Type == probe.MapRingbuf && dm.PerLane && m.ValueSize <= MaxFieldBytes:
+		v.Kind, v.Record = ViewRecords, blob("record", m.ValueSize)
+	default:
+		return View{}, false
+	}
+	return v, true
+}
+
+// DescriptorJSON is p as a probe directory's NAME.json.
+func DescriptorJSON(p Probe) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(p)
+	return b.Bytes()
+}

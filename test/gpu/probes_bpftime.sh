@@ -1,0 +1,103 @@
+# probes_bpftime.sh - the bpftime group of the device-probe checks
+# (GPUEXT_PROBE_CHECKS=bpftime), sourced by probes.sh (its ptenant, prun,
+# pfield, ok/bad/info, $W, $OUT, $REPO, $GX, $PT).
+#
+# Checks (PASS/FAIL):
+#   probes-bpftime-unchanged     the vector add's output with the four programs spliced in
+#   probes-bpftime-thread-hist   a per-thread array counted with a plain += by every thread:
+#                                every thread's row = the launches, no thread without a row
+#   probes-bpftime-ret-snoop     one GPU ring record per thread and launch: kept + dropped
+#                                = threads x launches
+#   probes-bpftime-launch-bins   every thread of every launch in one latency bin
+#   probes-bpftime-call-counter  every thread counted once a launch, one start time per
+#                                block, the pid from bpf_get_current_pid_tgid = the process's
+#   probes-bpftime-obj-NAME      (only when out/bpftime holds objects built by hand from
+#                                bpftime's unmodified sources; gpu-prep describes them into
+#                                out/gpu/bpftime-objs) the object loads from a probe directory,
+#                                bt_vectoradd's image is patched, every map copied out, some
+#                                view with a nonzero count
+# The programs (devrt/probe/compile/testdata/bpftime, our own, in bpftime's
+# style) are built by gpu-prep with the SDK's include/bpftime, their sections
+# naming vecadd's _Z4vaddPKfS0_Pfi, into out/gpu/bpftime-dir.
+BT_BLOCKS=64 BT_LAUNCHES=10
+BT_THREADS=$((BT_BLOCKS * 256))
+if [[ ! -f $REPO/out/gpu/bpftime-dir/thread-hist.bpf.o ]]; then
+	bad probes-bpftime "needs out/gpu/bpftime-dir (make gpu-prep here, carry out/gpu)"
+elif [[ -x $W/vecadd_nc ]]; then
+	printf '{"probeDir": "%s"}\n' "$REPO/out/gpu/bpftime-dir" >"$W/bpftime-config.json"
+	export GPUEXT_CONFIG=$W/bpftime-config.json
+	if ptenant 51 thread-hist,ret-snoop,launch-bins,call-counter; then
+		n=$((BT_THREADS))
+		want=$("$W/vecadd_nc" $n $BT_LAUNCHES | head -1); got=$(prun 51 "$W/vecadd_nc" $n $BT_LAUNCHES 2>"$OUT/probes-bpftime.err" | head -1)
+		punchanged bpftime "$want" "$got"
+		"$GX" probes --state-dir "$PT" >"$OUT/probes-bpftime.txt" 2>&1
+		"$GX" probes --state-dir "$PT" --json >"$OUT/probes-bpftime.json" 2>&1
+		cat "$PT/acct/51/probes/"*.status >>"$OUT/probes-bpftime.txt" 2>/dev/null
+		pid=$(basename "$(ls "$PT/acct/51/probes/"*.status | head -1)" .status)
+		python3 - "$OUT/probes-bpftime.json" $BT_THREADS $BT_LAUNCHES $BT_BLOCKS "$pid" >"$OUT/probes-bpftime.checks" <<'PY'
+import json, sys
+path, threads, launches, blocks, pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+r = [x for x in json.load(open(path)) if x["tenant"] == 51][0]
+d = {p["name"]: p for p in r.get("details", [])}
+def out(name, good, why):
+    print(("PASS " if good else "FAIL ") + name + ("" if good else " " + why))
+e = (d.get("thread-hist", {}).get("perThread", {}).get("th_count", {}).get("entries") or [{}])[0]
+pt = d.get("thread-hist", {}).get("perThread", {}).get("th_count", {})
+out("probes-bpftime-thread-hist", e.get("rowsUsed") == threads and e.get("min") == launches and e.get("max") == launches and pt.get("noRow") == 0,
+    "rows used %s (want %d), min %s max %s (want %d), accesses past the rows %s" % (e.get("rowsUsed"), threads, e.get("min"), e.get("max"), launches, pt.get("noRow")))
+rb = d.get("ret-snoop", {}).get("records", {}).get("rs_events", {})
+kept, dropped = rb.get("count", 0), rb.get("dropped", 0)
+out("probes-bpftime-ret-snoop", kept > 0 and kept + dropped == threads * launches,
+    "kept %d + dropped %d, want %d" % (kept, dropped, threads * launches))
+bins = d.get("launch-bins", {}).get("counters", {})
+out("probes-bpftime-launch-bins", sum(bins.values()) == threads * launches, "bins %s sum to %d, want %d" % (bins, sum(bins.values()), threads * launches))
+cc = d.get("call-counter", {})
+c, keys = cc.get("counters", {}), cc.get("hashes", {}).get("cc_start", {}).get("keys")
+out("probes-bpftime-call-counter", c.get("threads") == threads * launches and keys == blocks and str(c.get("pid")) == pid,
+    "threads %s (want %d), block start keys %s (want %d), pid %s (want %s)" % (c.get("threads"), threads * launches, keys, blocks, c.get("pid"), pid))
+print("INFO probe_bpftime bins=%s threadNs=%s records=%d dropped=%d" % (json.dumps(bins, sort_keys=True), c.get("threadNs"), kept, dropped))
+PY
+		while read -r verdict name why; do
+			case $verdict in PASS) ok "$name" ;; FAIL) bad "$name" "$why (probes-bpftime.txt)" ;; INFO) info "$name $why" ;; esac
+		done <"$OUT/probes-bpftime.checks"
+	fi
+	unset GPUEXT_CONFIG
+fi
+
+# bpftime's own objects (out/bpftime, built by hand, never committed), each
+# from its own probe directory on bt_vectoradd: a generic check
+if [[ -d $REPO/out/gpu/bpftime-objs ]] && "${NVCCP[@]}" --compress-mode=none -o "$W/bt_vectoradd" "$REPO/test/gpu/bt_vectoradd.cu" >>"$OUT/build-probes.log" 2>&1; then
+	id=60
+	for od in "$REPO/out/gpu/bpftime-objs"/*/; do
+		name=$(basename "$od") id=$((id + 1))
+		if [[ -f $od/describe.err ]]; then bad "probes-bpftime-obj-$name" "no descriptor: $(head -c 300 "$od/describe.err")"; continue; fi
+		printf '{"probeDir": "%s"}\n' "$od" >"$W/bt-obj-config.json"
+		export GPUEXT_CONFIG=$W/bt-obj-config.json
+		mkdir -p "$PT/tenants/$id" "$PT/acct/$id" && chmod 1777 "$PT/acct/$id" && rm -rf "$PT/acct/$id/probes"
+		"$GX" settings write --dir "$PT/tenants/$id" --tenant "$id" --policy gpu-test --probes "$name" >/dev/null
+		if ! "$GX" probes compile --out "$PT/tenants/$id/probes" "$name" >"$OUT/probes-bt-$name.compile" 2>&1; then
+			bad "probes-bpftime-obj-$name" "does not load: $(tail -c 400 "$OUT/probes-bt-$name.compile" | tr '\n' ' ')"
+			unset GPUEXT_CONFIG; continue
+		fi
+		prun $id "$W/bt_vectoradd" 64 10 >"$OUT/probes-bt-$name.out" 2>&1
+		"$GX" probes --state-dir "$PT" --json >"$OUT/probes-bt-$name.json" 2>&1
+		verdict=$(python3 - "$OUT/probes-bt-$name.json" $id "$name" <<'PY'
+import json, sys
+r = [x for x in json.load(open(sys.argv[1])) if x["tenant"] == int(sys.argv[2])]
+r = r[0] if r else {}
+s = [p for p in r.get("details", []) if p["name"] == sys.argv[3]]
+s = s[0] if s else {}
+nonzero = any(v for v in s.get("counters", {}).values()) or any(h.get("keys") for h in s.get("hashes", {}).values()) \
+    or any(x.get("count") or x.get("dropped") for x in s.get("records", {}).values()) \
+    or any(e.get("rowsUsed") for p in s.get("perThread", {}).values() for e in p.get("entries", []))
+why = []
+if not r.get("patched"): why.append("no image patched (unpatched: %s)" % r.get("unpatchedReasons"))
+if s.get("missing"): why.append("maps not copied out: %s" % s["missing"])
+if not nonzero: why.append("every view counted 0")
+print("PASS" if not why else "FAIL " + "; ".join(why))
+PY
+)
+		if [[ $verdict == PASS ]]; then ok "probes-bpftime-obj-$name"; else bad "probes-bpftime-obj-$name" "${verdict#FAIL } (probes-bt-$name.json)"; fi
+		unset GPUEXT_CONFIG
+	done
+fi
