@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/gpuext/gpuext/internal/probetest"
 )
 
@@ -134,5 +136,15 @@ func TestDescribeBpftimeObjects(t *testing.T) {
 		if _, err := LoadDir(dir); err != nil {
 			t.Errorf("%s: the described entry does not load: %v", name, err)
 		}
+	}
+}
+
+// bpftime's ring buffers give the largest record as value_size (1 KiB in
+// kernelretsnoop), past what a view's field may be: the description still
+// has a records view (every record counted), its record at the bound.
+func TestDescribeLargeRingRecord(t *testing.T) {
+	v, ok := describeMap(&ebpf.MapSpec{Name: "rb", Type: ebpf.MapType(1527), KeySize: 4, ValueSize: 1024, MaxEntries: 16})
+	if !ok || v.Kind != ViewRecords || LayoutSize(v.Record) != MaxFieldBytes {
+		t.Fatalf("view %+v (ok %v), want records of %d bytes", v, ok, MaxFieldBytes)
 	}
 }

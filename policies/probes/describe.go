@@ -18,7 +18,7 @@ import (
 // show as the loader maps it (a per-thread view of a per-thread array,
 // counters of an array of u64 values, a hash view with the key and value
 // as bytes, or u64 values, a records view of a ring buffer with the record
-// as bytes), at most MaxPerThreadFields entries named e0, e1, .... The
+// as bytes, at most MaxFieldBytes of them), at most MaxPerThreadFields entries named e0, e1, .... The
 // operator names the fields; LoadDir checks the result as any descriptor.
 func Describe(name, object string, obj []byte) (Probe, error) {
 	p := Probe{Name: name, Description: "generated from " + object + " (gpuext probe-describe): name the fields", Object: object}
@@ -71,8 +71,11 @@ func describeMap(m *ebpf.MapSpec) (View, bool) {
 		v.Kind, v.Fields = ViewCounters, names(m.MaxEntries)
 	case dm.Type == probe.MapHash && m.KeySize <= MaxFieldBytes && m.ValueSize <= MaxFieldBytes:
 		v.Kind, v.Key, v.Value = ViewHash, blob("key", m.KeySize), blob("value", m.ValueSize)
-	case dm.Type == probe.MapRingbuf && dm.PerLane && m.ValueSize <= MaxFieldBytes:
-		v.Kind, v.Record = ViewRecords, blob("record", m.ValueSize)
+	case dm.Type == probe.MapRingbuf && dm.PerLane:
+		// bpftime's value_size is the largest record, not the size of the
+		// ones its programs output: a record of up to MaxFieldBytes counts
+		// every record (Count), and the operator sets the real layout.
+		v.Kind, v.Record = ViewRecords, blob("record", min(m.ValueSize, MaxFieldBytes))
 	default:
 		return View{}, false
 	}
