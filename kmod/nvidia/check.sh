@@ -189,13 +189,14 @@ case " $MODULES " in *" nvidia-uvm "*)
 	grep -q " [DdBb] g_uvm_gpuext_srcu\$" <<<"$uvmsyms" || die "nvidia-uvm.ko has no g_uvm_gpuext_srcu"
 	log "nvidia-uvm.ko: g_uvm_gpuext_srcu defined, imports __srcu_read_lock/__srcu_read_unlock/synchronize_srcu"
 	# Proactive migration (patch 7): every VA space registers
-	# uvm_gpuext_migrate with its context from uvm_va_space_create(), and the
-	# migration goes through uvm_migrate() (the UVM_MIGRATE path).
+	# uvm_gpuext_migrate_entry (UVM_ENTRY_RET around the migration through
+	# uvm_migrate(), the UVM_MIGRATE path) with its context from
+	# uvm_va_space_create().
 	grep -q " T uvm_gpuext_migrate_register\$" <<<"$uvmsyms" || die "nvidia-uvm.ko does not define uvm_gpuext_migrate_register"
-	grep -q " t uvm_gpuext_migrate\$" <<<"$uvmsyms" || die "nvidia-uvm.ko has no uvm_gpuext_migrate"
+	grep -q " t uvm_gpuext_migrate_entry\$" <<<"$uvmsyms" || die "nvidia-uvm.ko has no uvm_gpuext_migrate_entry (the migrate entry point)"
 	uvmrel=$(readelf -W -r "$WORK/kernel-open/nvidia-uvm.ko" | awk '$5 == "uvm_gpuext_migrate_register" {n++} END {print n+0}')
 	[ "$uvmrel" -ge 1 ] || die "nvidia-uvm.ko: nothing calls uvm_gpuext_migrate_register"
-	log "nvidia-uvm.ko: uvm_gpuext_migrate defined, uvm_gpuext_migrate_register called ($uvmrel relocation(s))" ;;
+	log "nvidia-uvm.ko: uvm_gpuext_migrate_entry defined, uvm_gpuext_migrate_register called ($uvmrel relocation(s))" ;;
 esac
 case " $MODULES " in *" nvidia "*)
 	verify nvidia.ko gpuext_ctx_create gpuext_ctx_destroy "${TSG_SYMS[@]}"
