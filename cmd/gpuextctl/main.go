@@ -417,7 +417,7 @@ func takesValue(flag string) bool {
 
 func runBoard(cfg config.Config, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("board", flag.ContinueOnError)
-	interval := fs.Duration("interval", time.Millisecond, "shortest gap between two reads of the latency-critical tenants' deadlines (the publisher reads on their wake FIFOs and half a window before a deadline passes, not on a clock)")
+	interval := fs.Duration("interval", time.Millisecond, "how often to read the latency-critical tenants' deadlines (while the host has any)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

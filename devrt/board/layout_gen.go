@@ -4,8 +4,6 @@ package board
 
 const (
 	usageFile             = "usage"
-	wakeFile              = "wake"
-	wakeAheadDiv          = 2
 	usageMagic            = 4992030538133423952
 	boardMagic            = 4923069151340676944
 	shmVersion            = 1

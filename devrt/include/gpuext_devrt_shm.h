@@ -26,8 +26,7 @@
  * The host reads these files with pread, never mapped (a tenant can truncate
  * its file), and trusts nothing in them about the tenant itself: the class
  * and the active window come from the host's own tenant state, and
- * lc_active_until_ns is clamped to now + that window. It reads them when it
- * has to (GPUEXT_DEVRT_WAKE_FILE), not on a clock.
+ * lc_active_until_ns is clamped to now + that window.
  *
  * All fields are fixed width, little-endian (x86-64, aarch64), naturally
  * aligned. A reader checks magic, version, header_size, slot_size, nslots.
@@ -45,24 +44,6 @@
 #define GPUEXT_DEVRT_SHM_VERSION 1u
 #define GPUEXT_DEVRT_SLOTS 256u
 #define GPUEXT_DEVRT_USAGE_FILE "usage"
-/*
- * $GPUEXT_TENANT_ACCT/wake: a FIFO, how a latency-critical process tells the
- * host that its tenant's deadline moved when the host may not read it in
- * time by itself. The host reads a latency-critical tenant's deadline again
- * window / GPUEXT_DEVRT_WAKE_AHEAD_DIV before it passes, and not at all once
- * it is nearer than that; so a process writes one byte to the FIFO whenever
- * it moves lc_active_until_ns from a value that had passed or was within
- * window / GPUEXT_DEVRT_WAKE_AHEAD_DIV of passing (a start, or the next
- * request of a tenant whose requests are almost a window apart). Extensions
- * farther ahead stay silent: the host's own read before the old deadline
- * finds them. The host creates the FIFO (mode 0666 in the tenant's acct dir;
- * a process creates it when it is first); both sides open it
- * O_RDWR|O_NONBLOCK, so neither waits for the other and a writer never gets
- * SIGPIPE. A tenant that floods its FIFO is heard at most once per quarter
- * window.
- */
-#define GPUEXT_DEVRT_WAKE_FILE "wake"
-#define GPUEXT_DEVRT_WAKE_AHEAD_DIV 2u
 /* The most device ordinals a tenant has a quota and an account for. */
 #define GPUEXT_DEVRT_MAX_DEVICES 16u
 

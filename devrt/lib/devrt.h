@@ -123,7 +123,7 @@ uint64_t gx_acct_tenant_used(void);
 uint64_t gx_acct_device_used(int dev); /* the tenant's bytes on device ordinal dev */
 struct gpuext_devrt_usage *gx_acct_usage(void);
 int gx_acct_slot(void);
-void gx_acct_lc_active(uint64_t now); /* latency-critical launch: deadline now + window, host told if need be */
+void gx_acct_lc_active(uint64_t now); /* latency-critical launch: deadline now + window */
 enum { GX_KEY_DEVPTR = 1, GX_KEY_HANDLE = 2 };
 
 /* priority.c: called before every launch */

@@ -129,7 +129,7 @@ void gx_launch_gate(void)
 	atomic_fetch_add_explicit(&u->hdr.launches, 1, memory_order_relaxed);
 	switch (gx_cfg.priority_class) {
 	case GPUEXT_DEVRT_CLASS_LATENCY_CRITICAL:
-		gx_acct_lc_active(gx_now_ns()); /* acct.c: the deadline, and the host's wake FIFO */
+		gx_acct_lc_active(gx_now_ns()); /* acct.c: the deadline the host publishes */
 		return;
 	case GPUEXT_DEVRT_CLASS_BEST_EFFORT:
 		if (gx_mps_confined)

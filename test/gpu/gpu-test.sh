@@ -194,7 +194,7 @@ prio_run() { # mode -> prints lc p50/p99 and be throughput over the lc window
 	[[ $mode == mps* ]] && mps_start
 	if [[ $mode != alone && $mode != nopolicy ]]; then
 		printf '{"stateDir":"%s"}\n' "$W/prio" >"$W/prio/gpuext.json"
-		"$GPUEXTCTL" --config "$W/prio/gpuext.json" board --interval 200us >/dev/null 2>&1 &
+		"$GPUEXTCTL" --config "$W/prio/gpuext.json" board --interval "${GPUEXT_BOARD_INTERVAL:-200us}" >/dev/null 2>&1 &
 		board_pid=$!
 		sleep 0.5
 	fi
@@ -235,10 +235,14 @@ prio_run() { # mode -> prints lc p50/p99 and be throughput over the lc window
 # gated while the latency-critical tenant is active.
 LC_WINDOW_US=${GPUEXT_LC_WINDOW_US:-6000}
 BE_SM_PCT=${GPUEXT_BE_SM_PCTS:-40 50}
-GPUEXTCTL="$REPO/bin/gpuextctl"
+# GPUEXT_GPUEXTCTL: another gpuextctl (its board publisher) to compare;
+# GPUEXT_PRIO_MODES: the modes to run (default all); GPUEXT_BOARD_INTERVAL:
+# the publisher's --interval (default 200us; the agent reads every 1ms).
+GPUEXTCTL="${GPUEXT_GPUEXTCTL:-$REPO/bin/gpuextctl}"
 if [[ -x "$W/apps_static" && -x "$GPUEXTCTL" ]]; then
 	modes="alone nopolicy gate"
 	if [[ -n $MPS_CTL ]]; then for p in $BE_SM_PCT; do modes="$modes mps-$p"; done; else info "priority: no nvidia-cuda-mps-control, mps mode not run"; fi
+	modes=${GPUEXT_PRIO_MODES:-$modes}
 	for w in ${GPUEXT_LC_WINDOWS_US:-$LC_WINDOW_US}; do
 		LC_WINDOW_US=$w
 		for mode in $modes; do prio_run "$mode"; done | tee "$OUT/priority-$w.txt"
