@@ -268,6 +268,18 @@ func TestPolicyDirReplace(t *testing.T) {
 	if _, err := l.AttachPolicy(arrival, kernelpolicy.AttachOptions{Replace: true}); err != nil {
 		t.Fatalf("replace two-queue with arrival.bpf.o: %v", err)
 	}
+	// What the channel holds now was evicted before or during the
+	// replacement (on a slow guest, all of it can be): take it, then 20
+	// evictions that began after the replacement returned (bar the one
+	// in flight), which must take the new object's order.
+	for drained := false; !drained; {
+		select {
+		case r := <-results:
+			seen = append(seen, r)
+		default:
+			drained = true
+		}
+	}
 	after := len(seen)
 	for len(seen) < after+20 {
 		seen = append(seen, <-results)
@@ -296,6 +308,11 @@ func TestPolicyDirReplace(t *testing.T) {
 	}
 	if !switched {
 		t.Errorf("no eviction after the replacement took the new object's order")
+	}
+	for i, r := range seen[after+1 : after+20] {
+		if r.order != "1 2 3 4 5" {
+			t.Errorf("eviction %d after the replacement returned: order %s, want the new object's 1 2 3 4 5", i+2, r.order)
+		}
 	}
 	t.Logf("%d evictions during the replacement, all by ops two_queue", len(seen))
 	expect(t, "after the replacement", evict(t, ctx), "two_queue", "1 2 3 4 5")
