@@ -5,7 +5,6 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/internal/strictjson"
+	"github.com/gpuext/gpuext/internal/tenantfs"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -203,7 +203,7 @@ func loadDirPolicy(root *os.Root, dir, file string) (*DirPolicy, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%s: %s: %w", where, fmt.Sprintf(format, args...), ErrBadPolicyDir)
 	}
-	data, err := readBounded(root, file, MaxDescriptorBytes)
+	data, err := tenantfs.ReadRegular(root, file, MaxDescriptorBytes)
 	if err != nil {
 		return nil, bad("%v", err)
 	}
@@ -215,7 +215,7 @@ func loadDirPolicy(root *os.Root, dir, file string) (*DirPolicy, error) {
 		return nil, bad("%v", err)
 	}
 	obj := desc.objectFile()
-	objData, err := readBounded(root, obj, MaxObjectBytes)
+	objData, err := tenantfs.ReadRegular(root, obj, MaxObjectBytes)
 	if err != nil {
 		return nil, bad("object: %v", err)
 	}
@@ -235,30 +235,6 @@ func (d *Descriptor) objectFile() string {
 		return d.Object
 	}
 	return d.Name + ".bpf.o"
-}
-
-// readBounded reads a regular file of root (never through a symlink) of at most max bytes.
-func readBounded(root *os.Root, name string, max int64) ([]byte, error) {
-	st, err := root.Lstat(name)
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%s)", name, st.Mode().Type())
-	}
-	f, err := root.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > max {
-		return nil, fmt.Errorf("%s is larger than %d bytes", name, max)
-	}
-	return data, nil
 }
 
 // validate checks a descriptor; errors name the field.

@@ -364,3 +364,30 @@ func (f *File) Read(p []byte) (int, error) {
 
 // Chmod sets the file's mode bits.
 func (f *File) Chmod(mode uint32) error { return unix.Fchmod(f.fd, mode) }
+
+// ReadRegular reads the regular file name of root (an operator's directory:
+// a kernel policy or probe directory) of at most max bytes, never through
+// a symlink: os.Root keeps name inside root, and Lstat refuses a link,
+// FIFO or device at name itself.
+func ReadRegular(root *os.Root, name string, max int64) ([]byte, error) {
+	st, err := root.Lstat(name)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s)", name, st.Mode().Type())
+	}
+	f, err := root.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%s is larger than %d bytes", name, max)
+	}
+	return data, nil
+}

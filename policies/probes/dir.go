@@ -5,7 +5,6 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/verifier"
 	"github.com/gpuext/gpuext/internal/strictjson"
+	"github.com/gpuext/gpuext/internal/tenantfs"
 )
 
 // A probe directory (the config's probeDir) holds device probes that are
@@ -91,7 +91,7 @@ func (e *dirErr) Unwrap() []error { return []error{ErrBadProbeDir, e.err} }
 func loadDirProbe(root *os.Root, dir, file string) (Probe, []byte, error) {
 	where := filepath.Join(dir, file)
 	bad := func(err error) (Probe, []byte, error) { return Probe{}, nil, &dirErr{file: where, err: err} }
-	data, err := readBounded(root, file, MaxDescriptorBytes)
+	data, err := tenantfs.ReadRegular(root, file, MaxDescriptorBytes)
 	if err != nil {
 		return bad(err)
 	}
@@ -119,7 +119,7 @@ func loadDirProbe(root *os.Root, dir, file string) (Probe, []byte, error) {
 	if !objectRE.MatchString(p.Object) {
 		return bad(catalogErr("object", "%q must be a file name in the directory ending in .o (%s)", p.Object, objectRE))
 	}
-	obj, err := readBounded(root, p.Object, MaxObjectBytes)
+	obj, err := tenantfs.ReadRegular(root, p.Object, MaxObjectBytes)
 	if err != nil {
 		return bad(catalogErr("object", "%v", err))
 	}
@@ -169,30 +169,6 @@ func parseObject(file string, data []byte) (*ebpf.CollectionSpec, error) {
 		return nil, catalogErr("object", "%s: %v", file, err)
 	}
 	return spec, nil
-}
-
-// readBounded reads a regular file of root (never through a symlink) of at most max bytes.
-func readBounded(root *os.Root, name string, max int64) ([]byte, error) {
-	st, err := root.Lstat(name)
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%s)", name, st.Mode().Type())
-	}
-	f, err := root.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > max {
-		return nil, fmt.Errorf("%s is larger than %d bytes", name, max)
-	}
-	return data, nil
 }
 
 // With returns a catalog holding c's probes and extra's (a probe
