@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -390,4 +391,37 @@ func ReadRegular(root *os.Root, name string, max int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s is larger than %d bytes", name, max)
 	}
 	return data, nil
+}
+
+// ReadFile reads a file someone else (a tenant) wrote, by path, for a root
+// reader that was handed the path (gpuextctl probes read FILE): opened
+// without following a symbolic link and without waiting on a FIFO, a
+// regular file of at most max bytes (a link to /dev/zero or a sparse file
+// of many GiB is refused before it is read). A file of another type wraps
+// ErrNotRegular, a larger one ErrTooBig.
+func ReadFile(path string, max int64) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: a %s, %w", path, fi.Mode().Type(), ErrNotRegular)
+	}
+	if fi.Size() > max {
+		return nil, fmt.Errorf("%s: %d bytes, more than %d: %w", path, fi.Size(), max, ErrTooBig)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%s: more than %d bytes: %w", path, max, ErrTooBig)
+	}
+	return b, nil
 }

@@ -5,11 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"os"
 
-	"golang.org/x/sys/unix"
+	"github.com/gpuext/gpuext/internal/tenantfs"
 )
 
 // The .launches file written by the interposer (devrt/lib/probe_hostlaunch.c
@@ -136,25 +133,12 @@ func (r Row) Other() bool { return r.KernelID == 0 && r.Name == OtherName }
 // tenant) wrote: a regular file, opened without following a symbolic link
 // and without waiting on a FIFO, at most MaxFileSize bytes.
 func ReadFile(path string) (*File, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	b, err := tenantfs.ReadFile(path, MaxFileSize)
+	if errors.Is(err, tenantfs.ErrNotRegular) || errors.Is(err, tenantfs.ErrTooBig) {
+		return nil, fmt.Errorf("%w: %w", ErrFormat, err)
 	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: %w: a %s, not a regular file", path, ErrFormat, fi.Mode().Type())
-	}
-	if fi.Size() > MaxFileSize {
-		return nil, fmt.Errorf("%s: %w: %d bytes, more than %d", path, ErrFormat, fi.Size(), MaxFileSize)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	d, err := Decode(b)
 	if err != nil {

@@ -5,14 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"os"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/internal/tenantfs"
 )
 
 // The .maps file written by the interposer (devrt/lib/probe_copyout.c
@@ -64,25 +60,12 @@ type Map struct {
 // without waiting on a FIFO, at most MaxFileSize bytes (a link to /dev/zero
 // or a sparse file of many GiB is refused before it is read).
 func ReadFile(path string) (*File, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	b, err := tenantfs.ReadFile(path, int64(MaxFileSize))
+	if errors.Is(err, tenantfs.ErrNotRegular) || errors.Is(err, tenantfs.ErrTooBig) {
+		return nil, fmt.Errorf("%w: %w", ErrFormat, err)
 	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: %w: a %s, not a regular file", path, ErrFormat, fi.Mode().Type())
-	}
-	if fi.Size() > MaxFileSize {
-		return nil, fmt.Errorf("%s: %w: %d bytes, more than %d", path, ErrFormat, fi.Size(), int64(MaxFileSize))
-	}
-	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	m, err := Decode(b)
 	if err != nil {
