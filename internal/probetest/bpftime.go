@@ -2,12 +2,9 @@ package probetest
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/gpuext/gpuext/internal/privtest"
 )
 
 // BpftimeKernel is the kernel the bpftime-style test programs
@@ -22,10 +19,6 @@ const BpftimeKernel = "_Z4gridPj"
 // BpftimeKernel replaces it in the sections (a copy of the source is built).
 func BpftimeDir(t testing.TB, kernel string, names ...string) string {
 	t.Helper()
-	clang, err := exec.LookPath("clang")
-	if err != nil {
-		privtest.SkipOrFail(t, "clang not found (test/lab/install-deps.sh installs it): %v", err)
-	}
 	root, dir, tmp := RepoRoot(t), t.TempDir(), t.TempDir()
 	td := filepath.Join(root, "devrt", "probe", "compile", "testdata", "bpftime")
 	for _, name := range names {
@@ -40,7 +33,7 @@ func BpftimeDir(t testing.TB, kernel string, names ...string) string {
 				t.Fatal(err)
 			}
 		}
-		buildBpftime(t, clang, root, src, filepath.Join(dir, name+".bpf.o"))
+		BuildBpftime(t, src, filepath.Join(dir, name+".bpf.o"))
 		desc, err := os.ReadFile(filepath.Join(td, name+".json"))
 		if err == nil {
 			err = os.WriteFile(filepath.Join(dir, name+".json"), desc, 0o644)
@@ -56,19 +49,5 @@ func BpftimeDir(t testing.TB, kernel string, names ...string) string {
 // headers gpuext ships for bpftime's sources, as Build does otherwise.
 func BuildBpftime(t testing.TB, src, out string) {
 	t.Helper()
-	clang, err := exec.LookPath("clang")
-	if err != nil {
-		privtest.SkipOrFail(t, "clang not found (test/lab/install-deps.sh installs it): %v", err)
-	}
-	buildBpftime(t, clang, RepoRoot(t), src, out)
-}
-
-func buildBpftime(t testing.TB, clang, root, src, out string) {
-	t.Helper()
-	b, err := exec.Command(clang, "--target=bpf", "-g", "-O2", "-Wall", "-Werror",
-		"-I", filepath.Join(root, "policies", "probes", "bpftime"), "-I", filepath.Join(root, "policies", "probes"),
-		"-I", filepath.Join(root, "kmod", "include"), "-c", src, "-o", out).CombinedOutput()
-	if err != nil {
-		t.Fatalf("clang %s: %v\n%s", src, err, b)
-	}
+	compileBPF(t, src, out, "policies/probes/bpftime", "policies/probes", "kmod/include")
 }

@@ -33,14 +33,23 @@ func RepoRoot(t testing.TB) string {
 // Without clang it skips, and fails under CI=true.
 func Build(t testing.TB, src, out string) {
 	t.Helper()
+	compileBPF(t, src, out, "policies/probes", "kmod/include")
+}
+
+// compileBPF is Build with the given include directories of the tree, in
+// order.
+func compileBPF(t testing.TB, src, out string, include ...string) {
+	t.Helper()
 	clang, err := exec.LookPath("clang")
 	if err != nil {
 		privtest.SkipOrFail(t, "clang not found (test/lab/install-deps.sh installs it): %v", err)
 	}
 	root := RepoRoot(t)
-	b, err := exec.Command(clang, "--target=bpf", "-g", "-O2", "-Wall", "-Werror",
-		"-I", filepath.Join(root, "policies", "probes"), "-I", filepath.Join(root, "kmod", "include"),
-		"-c", src, "-o", out).CombinedOutput()
+	args := []string{"--target=bpf", "-g", "-O2", "-Wall", "-Werror"}
+	for _, d := range include {
+		args = append(args, "-I", filepath.Join(root, d))
+	}
+	b, err := exec.Command(clang, append(args, "-c", src, "-o", out)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("clang %s: %v\n%s", src, err, b)
 	}
