@@ -550,9 +550,10 @@ static void gx_hl_want_thread(void)
 	pthread_mutex_unlock(&gx_probe_mu);
 }
 
+/* the launch's host time: only host-measured latency uses it, so no clock read otherwise */
 int64_t gx_hl_now(void)
 {
-	return gx_hl.on ? gx_realtime_ns() : 0;
+	return gx_hl.on && gx_hl.latency ? gx_realtime_ns() : 0;
 }
 
 void gx_hl_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
