@@ -2,20 +2,13 @@ package metrics
 
 import (
 	"encoding/binary"
-	"os"
-	"path/filepath"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/compile"
 	"github.com/gpuext/gpuext/devrt/probe/helpers"
-	"github.com/gpuext/gpuext/devrt/probe/maps"
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
-	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/probetest"
 	"github.com/gpuext/gpuext/policies/probes"
 )
@@ -37,42 +30,13 @@ func TestProbePerThreadSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	state, id := t.TempDir(), bpf.TenantID(6)
-	dir := filepath.Join(admission.TenantDir(state, uint64(id)), admission.TenantProbesDir)
-	acct := filepath.Join(admission.AcctDir(state, uint64(id)), admission.AcctProbesDir)
-	for _, d := range []string{dir, acct} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, probe.ManifestFile), b.ManifestJSON(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f := &maps.File{PID: 78, Seq: 1, Tenant: uint32(id), Final: true}
-	for _, m := range b.Manifest.Maps {
-		im := ptx.NewImage(m.Layout)
+	writeProbeFiles(t, state, id, b, 78, func(_ string, im *ptx.Image) {
 		for g := 0; g < 300; g++ { // 300 threads, 5 exits each
 			binary.LittleEndian.PutUint64(im.Bytes[probe.MapHdrSize+8*g:], 5)
 		}
-		f.Maps = append(f.Maps, maps.Map{Name: m.Name, Present: true, Layout: m.Layout, Bytes: im.Bytes})
-	}
-	for name, data := range map[string][]byte{"78-0.maps": maps.Encode(f), "78.status": []byte("image=0 state=patched reason=ok\n")} {
-		if err := os.WriteFile(filepath.Join(acct, name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	reg := &fakeRegistry{tenants: []bpf.Tenant{tenant(id, "ns", "pod", "default", 0, "app")}}
-	r := prometheus.NewRegistry()
-	tc := NewTenantCollector(reg, state, nil)
-	tc.SetProbeCatalog(func() *probes.Catalog { return cat })
-	r.MustRegister(tc)
-	got, err := r.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fams := map[string]*dto.MetricFamily{}
-	for _, f := range got {
-		fams[f.GetName()] = f
-	}
+	fams := gatherWithCatalog(t, reg, state, cat)
 	lbl := []string{"probe=thread-hist", "map=th_count", "field=exits"}
 	for name, want := range map[string]float64{"gpuext_tenant_probe_thread_rows": 300, "gpuext_tenant_probe_thread_value_total": 1500} {
 		if v, ok := value(fams, name, id, lbl...); !ok || v != want {

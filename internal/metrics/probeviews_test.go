@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -35,6 +36,55 @@ func exampleCatalog(t *testing.T) *probes.Catalog {
 	return cat
 }
 
+// writeProbeFiles writes what admission and the device runtime write for
+// tenant id with bundle b: its manifest in the tenant dir, and process
+// pid's .maps (each map image set by fill) and .status in the acct dir.
+func writeProbeFiles(t testing.TB, state string, id bpf.TenantID, b *compile.Bundle, pid uint32, fill func(name string, im *ptx.Image)) {
+	t.Helper()
+	dir := filepath.Join(admission.TenantDir(state, uint64(id)), admission.TenantProbesDir)
+	acct := filepath.Join(admission.AcctDir(state, uint64(id)), admission.AcctProbesDir)
+	for _, d := range []string{dir, acct} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, probe.ManifestFile), b.ManifestJSON(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := &maps.File{PID: pid, Seq: 1, Tenant: uint32(id), Final: true}
+	for _, m := range b.Manifest.Maps {
+		im := ptx.NewImage(m.Layout)
+		fill(m.Name, im)
+		f.Maps = append(f.Maps, maps.Map{Name: m.Name, Present: true, Layout: m.Layout, Bytes: im.Bytes})
+	}
+	for name, data := range map[string][]byte{
+		fmt.Sprintf("%d-0.maps", pid): maps.Encode(f), fmt.Sprintf("%d.status", pid): []byte("image=0 state=patched reason=ok\n"),
+	} {
+		if err := os.WriteFile(filepath.Join(acct, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// gatherWithCatalog scrapes a tenant collector over reg and state that
+// renders probes through cat (nil: the built-in catalog).
+func gatherWithCatalog(t testing.TB, reg Registry, state string, cat *probes.Catalog) map[string]*dto.MetricFamily {
+	t.Helper()
+	r := prometheus.NewRegistry()
+	tc := NewTenantCollector(reg, state, nil)
+	tc.SetProbeCatalog(func() *probes.Catalog { return cat })
+	r.MustRegister(tc)
+	fams, err := r.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*dto.MetricFamily{}
+	for _, f := range fams {
+		out[f.GetName()] = f
+	}
+	return out
+}
+
 // A tenant's hash and ring-buffer maps (real map images, as the device
 // helpers lay them out) show as the key count and the value sums of the
 // hash view and the records of the records view, labelled by probe and
@@ -48,25 +98,13 @@ func TestProbeHashAndRecordsSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	state, id := t.TempDir(), bpf.TenantID(5)
-	dir := filepath.Join(admission.TenantDir(state, uint64(id)), admission.TenantProbesDir)
-	acct := filepath.Join(admission.AcctDir(state, uint64(id)), admission.AcctProbesDir)
-	for _, d := range []string{dir, acct} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, probe.ManifestFile), b.ManifestJSON(), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	le := binary.LittleEndian
 	key := func(kernel uint64, bucket uint32) []byte {
 		k := le.AppendUint64(nil, kernel)
 		return append(le.AppendUint32(k, bucket), 0, 0, 0, 0)
 	}
-	f := &maps.File{PID: 77, Seq: 1, Tenant: uint32(id), Final: true}
-	for _, m := range b.Manifest.Maps {
-		im := ptx.NewImage(m.Layout)
-		switch m.Name {
+	writeProbeFiles(t, state, id, b, 77, func(name string, im *ptx.Image) {
+		switch name {
 		case "kbh_hist":
 			for _, e := range []struct {
 				k []byte
@@ -84,30 +122,9 @@ func TestProbeHashAndRecordsSeries(t *testing.T) {
 				}
 			}
 		}
-		f.Maps = append(f.Maps, maps.Map{Name: m.Name, Present: true, Layout: m.Layout, Bytes: im.Bytes})
-	}
-	if err := os.WriteFile(filepath.Join(acct, "77-0.maps"), maps.Encode(f), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(acct, "77.status"), []byte("image=0 state=patched reason=ok\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	})
 	reg := &fakeRegistry{tenants: []bpf.Tenant{tenant(id, "ns", "pod", "default", 0, "app")}}
-	gather := func(c *probes.Catalog) map[string]*dto.MetricFamily {
-		r := prometheus.NewRegistry()
-		tc := NewTenantCollector(reg, state, nil)
-		tc.SetProbeCatalog(func() *probes.Catalog { return c })
-		r.MustRegister(tc)
-		fams, err := r.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]*dto.MetricFamily{}
-		for _, f := range fams {
-			out[f.GetName()] = f
-		}
-		return out
-	}
+	gather := func(c *probes.Catalog) map[string]*dto.MetricFamily { return gatherWithCatalog(t, reg, state, c) }
 	fams := gather(cat)
 	for _, c := range []struct {
 		name  string
