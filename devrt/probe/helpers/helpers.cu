@@ -41,9 +41,14 @@
  *             flags: BPF_NOEXIST on a live key -EEXIST, BPF_EXIST on a
  *             missing key -ENOENT.  delete: a live key goes 2->3; a missing
  *             key -ENOENT.  A u64 after the buckets counts live entries: a
- *             new key takes a place in it first (atomic add; past
- *             max_entries: given back, -E2BIG, as the kernel refuses the
- *             (max_entries+1)th) and a delete gives its place back.  Two
+ *             new key takes a place in it once it holds its bucket (state
+ *             1), before writing it (atomic add; past max_entries: the
+ *             place given back, the bucket back to its state before the
+ *             claim, untouched, and one more walk: the key live now is
+ *             rewritten, else -E2BIG, as the kernel refuses the
+ *             (max_entries+1)th); a delete gives its place back.  So only
+ *             a thread holding a bucket holds a place: racing inserters of
+ *             one key do not take places that other keys then miss.  Two
  *             threads can insert one new key into two buckets when a delete
  *             makes an earlier bucket of the sequence free between their
  *             walks; so an inserter, once its bucket is live, looks along
@@ -316,13 +321,33 @@ static __device__ __forceinline__ int gx_hash_rewrite(u8 *b, const u8 *value, u3
 	return 0;
 }
 
-/* Claims bucket b (state from -> busy) for a new key: 0, or 1 when another
- * thread claimed it first. */
-static __device__ __forceinline__ int gx_hash_claim(u8 *b, u32 from, u32 h32, const u8 *key, const u8 *value,
-						     u32 ks, u32 vs)
+/*
+ * Claims bucket b (state from -> busy) for a new key and only then takes a
+ * place in the live count: 0 (the bucket is live with key and value), 1
+ * when another thread claimed the bucket first (nothing taken), 2 when the
+ * table is full (the place given back, the bucket back to from, untouched).
+ *
+ * The order matters under a storm of updates of a few keys: taking the
+ * place before the claim let every racing inserter of one key hold a place
+ * until its claim failed, so with max_entries keys in flight the count
+ * passed max_entries and inserters of other keys got -E2BIG (on the GPU,
+ * all 32 lanes of a warp updating their block's key took 32 places at
+ * once). A place is now held only by the one thread that holds a bucket for
+ * a key, so the count passes max_entries only when more new keys than
+ * that are inserted at once, as the kernel refuses them. A bucket taken
+ * back from busy to empty is safe for walkers: each waits out a busy bucket
+ * and reads what it became.
+ */
+static __device__ __forceinline__ int gx_hash_claim(u64 map, u8 *b, u32 from, u32 h32, const u8 *key,
+						     const u8 *value, u32 ks, u32 vs, u64 max_entries)
 {
 	if (atomicCAS(gx_bucket_state(b), from, GX_HASH_BUSY) != from)
 		return 1;
+	if (atomicAdd(gx_hash_count(map), 1ull) >= max_entries) {
+		atomicAdd(gx_hash_count(map), ~0ull);
+		atomicExch(gx_bucket_state(b), from);
+		return 2;
+	}
 	*(volatile u32 *)(b + 4) = h32;
 	gx_copy(gx_bucket_key(b), key, ks);
 	gx_copy(gx_bucket_value(b, ks), value, vs);
@@ -348,6 +373,7 @@ static __device__ u64 gx_hash_update(u64 map, const u8 *key, const u8 *value, u6
 	u32 n = d->nbuckets, mask = n - 1, ks = d->key_size, vs = d->value_size;
 	u32 h32 = gx_fnv1a32(key, ks);
 	u8 *data = gx_data(map);
+	int full = 0; /* the table was full at a claim: a walk that finds no key ends in -E2BIG */
 	for (;;) {
 		u8 *free_b = 0; /* first deleted (or the empty) bucket of the sequence */
 		u32 free_st = 0, free_pos = 0;
@@ -386,18 +412,19 @@ static __device__ u64 gx_hash_update(u64 map, const u8 *key, const u8 *value, u6
 			continue;
 		if (flags == GX_BPF_EXIST)
 			return gx_err(GX_ENOENT);
-		if (!free_b)
+		if (!free_b || full)
 			return gx_err(GX_E2BIG);
 		GX_TEST_RACE_POINT();
-		if (atomicAdd(gx_hash_count(map), 1ull) >= d->max_entries) {
-			atomicAdd(gx_hash_count(map), ~0ull);
-			return gx_err(GX_E2BIG);
-		}
-		if (gx_hash_claim(free_b, free_st, h32, key, value, ks, vs) == 0) {
+		switch (gx_hash_claim(map, free_b, free_st, h32, key, value, ks, vs, d->max_entries)) {
+		case 0:
 			gx_hash_dedup(map, h32, free_pos, key);
 			return 0;
+		case 2:
+			/* Full: unless an inserter racing with a delete put this very
+			 * key in meanwhile (then it is rewritten), -E2BIG. */
+			full = 1;
+			break;
 		}
-		atomicAdd(gx_hash_count(map), ~0ull);
 		/* Another thread took the bucket, perhaps for this very key: walk again. */
 	}
 }
