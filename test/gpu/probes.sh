@@ -29,6 +29,9 @@
 #   probes-bpftime-*       bpftime-style programs from a probe directory, exact
 #                          counts (test/gpu/probes_bpftime.sh, GPUEXT_PROBE_CHECKS=bpftime)
 #   probes-hash-concurrency the helpers' hash map under contention (hash_stress.cu)
+#   probes-hash-storm      every thread of 64 blocks updating its block's key in a
+#                          hash of exactly 64 entries: every update 0, all 64 keys
+#                          live (hash_storm.cu, bpftime's cuda-counter shape)
 #   probe-diff             the differential corpus on the GPU = the kernel's eBPF
 # Measurements (INFO): probe overhead (launch-count, launch-stats) on a ~5 us
 # kernel and on a large GEMM,
@@ -288,6 +291,15 @@ if pwant hash; then
 		if [[ $line == PASS* ]]; then ok probes-hash-concurrency; else bad probes-hash-concurrency "${line#FAIL hash-stress: }"; fi
 	else
 		bad probes-hash-concurrency "nvcc failed (build-probes.log)"
+	fi
+	# bpftime's cuda-counter storm (hash_storm.cu): every thread of 64 blocks
+	# updates its block's key in a hash of exactly 64 entries; all 64 land.
+	if nvcc -O2 -arch=sm_90 -I"$REPO/kmod/include" -o "$W/hash_storm" "$REPO/test/gpu/hash_storm.cu" >>"$OUT/build-probes.log" 2>&1; then
+		line=$("$W/hash_storm" 10 2>&1 | tail -1)
+		info "probe_hash_storm $line"
+		if [[ $line == PASS* ]]; then ok probes-hash-storm; else bad probes-hash-storm "${line#FAIL hash-storm: }"; fi
+	else
+		bad probes-hash-storm "nvcc failed (build-probes.log)"
 	fi
 fi
 

@@ -10,7 +10,9 @@
 #                                = threads x launches
 #   probes-bpftime-launch-bins   every thread of every launch in one latency bin
 #   probes-bpftime-call-counter  every thread counted once a launch, one start time per
-#                                block, the pid from bpf_get_current_pid_tgid = the process's
+#                                block: all 64 block keys in the hash of exactly 64 entries
+#                                that every thread updates (the storm helpers.cu once lost
+#                                44 of), the pid from bpf_get_current_pid_tgid = the process's
 #   probes-bpftime-obj-NAME      (only when out/bpftime holds objects built by hand from
 #                                bpftime's unmodified sources; gpu-prep describes them into
 #                                out/gpu/bpftime-objs) the object loads from a probe directory,
@@ -52,9 +54,14 @@ out("probes-bpftime-ret-snoop", kept > 0 and kept + dropped == threads * launche
 bins = d.get("launch-bins", {}).get("counters", {})
 out("probes-bpftime-launch-bins", sum(bins.values()) == threads * launches, "bins %s sum to %d, want %d" % (bins, sum(bins.values()), threads * launches))
 cc = d.get("call-counter", {})
-c, keys = cc.get("counters", {}), cc.get("hashes", {}).get("cc_start", {}).get("keys")
-out("probes-bpftime-call-counter", c.get("threads") == threads * launches and keys == blocks and str(c.get("pid")) == pid,
-    "threads %s (want %d), block start keys %s (want %d), pid %s (want %s)" % (c.get("threads"), threads * launches, keys, blocks, c.get("pid"), pid))
+h = cc.get("hashes", {}).get("cc_start", {})
+c, keys = cc.get("counters", {}), h.get("keys")
+# every block's key 0..blocks-1 once (the hash has exactly `blocks` entries: all must land)
+topok = all(0 <= e.get("key", {}).get("block", -1) < blocks for e in h.get("top", [])) and len(h.get("top", [])) == min(8, blocks)
+out("probes-bpftime-call-counter", c.get("threads") == threads * launches and keys == blocks and topok and not h.get("badSize")
+    and h.get("omitted", 0) == blocks - len(h.get("top", [])) and str(c.get("pid")) == pid,
+    "threads %s (want %d), block start keys %s of %d (top %s, omitted %s, bad size %s), pid %s (want %s)" % (c.get("threads"), threads * launches,
+    keys, blocks, [e.get("key", {}).get("block") for e in h.get("top", [])], h.get("omitted"), h.get("badSize"), c.get("pid"), pid))
 print("INFO probe_bpftime bins=%s threadNs=%s records=%d dropped=%d" % (json.dumps(bins, sort_keys=True), c.get("threadNs"), kept, dropped))
 PY
 		while read -r verdict name why; do
