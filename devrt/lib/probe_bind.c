@@ -59,6 +59,55 @@ void gx_capture_restore(int mode)
 }
 
 /*
+ * module.conf's host_write lines (a probe's hostWrites): map elements the
+ * interposer writes for the programs, as bpftime's host side does for its
+ * device programs. Each u64 is looked up in ctx (its map's symbol, the
+ * offset inside it); a launch-time element gets the launch time with
+ * __gpuext_launch_ns (gx_launch_time), a clock-offset element is written
+ * here once: %globaltimer - CLOCK_MONOTONIC, the measured device offset
+ * (0 when the clock could not be measured) plus CLOCK_REALTIME -
+ * CLOCK_MONOTONIC. Called after the clock was measured, with im->stream.
+ */
+static void gx_host_writes(struct gx_pimage *im)
+{
+	for (size_t k = 0; k < gx_pr.conf.nhostw && k < GX_CONF_MAX_HOST_WRITES; k++) {
+		const struct gx_probe_hostw *h = &gx_pr.conf.hostw[k];
+		const char *what = h->value == GX_HOSTW_CLOCK_OFFSET ? "clock-offset" : "launch-time";
+		CUdeviceptr p = 0;
+		size_t bytes = 0;
+
+		im->hostw_ptr[k] = 0;
+		if (gx_get_global(im, h->symbol, &p, &bytes) != CUDA_SUCCESS || !p || h->offset + 8 > bytes) {
+			gx_status("image=%d host_write=%s symbol=%s state=off reason=%s", im->index, what, h->symbol,
+				  p ? "offset-out-of-range" : "no-symbol");
+			continue;
+		}
+		if (h->value == GX_HOSTW_LAUNCH_TIME) {
+			im->hostw_ptr[k] = p + h->offset;
+			gx_status("image=%d host_write=%s symbol=%s offset=%llu state=on", im->index, what, h->symbol,
+				  (unsigned long long)h->offset);
+			continue;
+		}
+		{
+			struct timespec mono;
+			int64_t real = gx_realtime_ns(), v;
+
+			clock_gettime(CLOCK_MONOTONIC, &mono);
+			v = atomic_load(&im->clock_offset) + real - ((int64_t)mono.tv_sec * 1000000000 + mono.tv_nsec);
+			if (im->stream && gx_drv.cuMemcpyHtoDAsync_v2 && gx_drv.cuStreamSynchronize &&
+			    gx_drv.cuMemcpyHtoDAsync_v2(p + h->offset, &v, sizeof(v), im->stream) == CUDA_SUCCESS &&
+			    gx_drv.cuStreamSynchronize(im->stream) == CUDA_SUCCESS)
+				gx_status("image=%d host_write=%s symbol=%s offset=%llu state=on value_ns=%lld clock=%s", im->index,
+					  what, h->symbol, (unsigned long long)h->offset, (long long)v,
+					  im->clock_synced > 0 ? "synced" : "unsynced");
+			else
+				gx_status("image=%d host_write=%s symbol=%s state=off reason=copy-failed", im->index, what,
+					  h->symbol);
+		}
+	}
+}
+
+/*
  * Looks the symbols up in the current context and writes the tenant id.
  * Called with gx_probe_mu held. 0: bound (or given up: reported); -1: no context yet.
  */
@@ -133,6 +182,7 @@ int gx_bind(struct gx_pimage *im)
 				gx_clock_sync(im, "bind");
 			if (!atomic_load(&gx_pr.launch_time_failed))
 				atomic_store(&gx_pr.launch_time, 1);
+			gx_host_writes(im);
 		}
 	}
 	if (gx_get_global(im, GX_SYM_TENANT, &tid, &tid_bytes) == CUDA_SUCCESS && tid && tid_bytes >= 4 &&

@@ -113,9 +113,13 @@ static void gx_launch_time(struct gx_pimage *im, CUstream stream, int ptsz)
 			return;
 	}
 	/* in the device's clock (gx_clock_sync; 0 if it could not be measured) */
-	r = gx_drv.cuStreamWriteValue64_v2(stream, im->launch_ns,
-					   (cuuint64_t)(gx_realtime_ns() + atomic_load_explicit(&im->clock_offset, memory_order_relaxed)),
-					   0);
+	cuuint64_t t = (cuuint64_t)(gx_realtime_ns() + atomic_load_explicit(&im->clock_offset, memory_order_relaxed));
+
+	r = gx_drv.cuStreamWriteValue64_v2(stream, im->launch_ns, t, 0);
+	/* and into the map elements the probes' hostWrites name (gx_host_writes) */
+	for (size_t k = 0; r == CUDA_SUCCESS && k < gx_pr.conf.nhostw && k < GX_CONF_MAX_HOST_WRITES; k++)
+		if (im->hostw_ptr[k])
+			r = gx_drv.cuStreamWriteValue64_v2(stream, im->hostw_ptr[k], t, 0);
 	if (r != CUDA_SUCCESS) {
 		atomic_store(&gx_pr.launch_time_failed, 1); /* the next bind does not turn it back on */
 		if (atomic_exchange(&gx_pr.launch_time, 0)) {

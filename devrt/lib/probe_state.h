@@ -90,6 +90,7 @@ struct gx_pimage {
 	CUcontext ctx;
 	CUmodule ctx_module; /* a library's module in ctx (launch time: CUfunction -> image) */
 	CUdeviceptr launch_ns; /* __gpuext_launch_ns in ctx, 0 if none */
+	CUdeviceptr hostw_ptr[GX_CONF_MAX_HOST_WRITES]; /* conf.hostw's u64 in ctx, 0 if none (gx_host_writes) */
 	_Atomic int64_t clock_offset; /* %globaltimer - CLOCK_REALTIME in ctx (gx_clock_sync), added to launch times */
 	int clock_synced;             /* 1: clock_offset measured; -1: tried and failed (the copy thread retries); 0: not yet */
 	struct timespec clock_at;     /* when, CLOCK_MONOTONIC */

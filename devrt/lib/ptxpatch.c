@@ -748,6 +748,26 @@ static int conf_parse_lines(const char *text, size_t len, struct gx_probe_conf *
 			if (*end || !m->bytes || m->bytes > (1ull << 31))
 				return conf_err(c, err, errlen, line, "bad-map-size");
 			c->nmaps++;
+		} else if (!strcmp(tok[0], "host_write") && nt == 4) {
+			struct gx_probe_hostw *h;
+			int v = !strcmp(tok[1], "launch-time")    ? GX_HOSTW_LAUNCH_TIME
+				: !strcmp(tok[1], "clock-offset") ? GX_HOSTW_CLOCK_OFFSET
+								  : 0;
+			char *end;
+
+			if (!v)
+				continue; /* a value of a newer host: not written */
+			if (c->nhostw >= GX_CONF_MAX_HOST_WRITES)
+				return conf_err(c, err, errlen, line, "too-many-host-writes");
+			h = &c->hostw[c->nhostw];
+			if (strlen(tok[2]) >= sizeof(h->symbol))
+				return conf_err(c, err, errlen, line, "host-write-symbol-too-long");
+			h->value = v;
+			strcpy(h->symbol, tok[2]);
+			h->offset = strtoull(tok[3], &end, 10);
+			if (*end || !*tok[3] || h->offset % 8 || h->offset > (1ull << 31))
+				return conf_err(c, err, errlen, line, "bad-host-write-offset");
+			c->nhostw++;
 		} else if (!strcmp(tok[0], "inline") && nt == 2) {
 			c->inline_form = atoi(tok[1]) == 1;
 		} else if ((!strcmp(tok[0], "guard_entry") || !strcmp(tok[0], "guard_exit")) && nt == 2) {
@@ -759,7 +779,8 @@ static int conf_parse_lines(const char *text, size_t len, struct gx_probe_conf *
 			else
 				c->opts.guard_exit = g;
 		} else if (!strcmp(tok[0], "version") || !strcmp(tok[0], "min_ptx") || !strcmp(tok[0], "min_target") ||
-			   !strcmp(tok[0], "launch_time") || !strcmp(tok[0], "kernel") || !strcmp(tok[0], "map")) {
+			   !strcmp(tok[0], "launch_time") || !strcmp(tok[0], "kernel") || !strcmp(tok[0], "map") ||
+			   !strcmp(tok[0], "host_write")) {
 			return conf_err(c, err, errlen, line, "wrong-argument-count");
 		}
 	}

@@ -75,6 +75,11 @@ uint64_t gx_kernel_id(const char *name, size_t n);
  *   guard_entry thread0|none       (default none; an unknown value is none)
  *   guard_exit thread0|none
  *   inline 0|1                     (default 0)
+ *   host_write VALUE SYMBOL OFFSET (zero or more: the interposer writes the
+ *                                  u64 VALUE, launch-time before each launch
+ *                                  or clock-offset at bind, at byte OFFSET
+ *                                  (8-aligned) of the global SYMBOL; an
+ *                                  unknown VALUE is ignored)
  * Unknown directives are ignored (newer hosts may add some); a bad known one
  * makes the whole file invalid (probes off for the process, reported).
  */
@@ -84,11 +89,20 @@ uint64_t gx_kernel_id(const char *name, size_t n);
 /* A kernel name (policies/probes MaxKernelNameBytes) and a line of module.conf. */
 #define GX_CONF_MAX_KERNEL_NAME 4096
 #define GX_CONF_MAX_LINE 8192
+#define GX_CONF_MAX_HOST_WRITES 8 /* policies/probes MaxHostWrites */
+#define GX_HOSTW_LAUNCH_TIME 1    /* probe.HostLaunchTime */
+#define GX_HOSTW_CLOCK_OFFSET 2   /* probe.HostClockOffset */
 
 struct gx_probe_map {
 	char name[64];    /* the map's name (the .maps file names it) */
 	char symbol[128]; /* __gpuext_map_<name> */
 	uint64_t bytes;   /* the whole symbol: descriptor + data */
+};
+
+struct gx_probe_hostw {
+	int value;        /* GX_HOSTW_* */
+	char symbol[128]; /* a map's symbol */
+	uint64_t offset;  /* of the u64 in the symbol */
 };
 
 struct gx_probe_conf {
@@ -98,6 +112,8 @@ struct gx_probe_conf {
 	char **kernel_names;
 	struct gx_probe_map *maps;
 	size_t nmaps;
+	struct gx_probe_hostw hostw[GX_CONF_MAX_HOST_WRITES];
+	size_t nhostw;
 };
 
 /* 0 on success; -1 with err filled (conf left empty). */

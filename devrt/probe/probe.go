@@ -491,7 +491,38 @@ type Manifest struct {
 	LaunchTime bool       `json:"launchTime,omitempty"`
 	Maps       []MapInfo  `json:"maps"`
 	Programs   []ProgInfo `json:"programs"`
+	// HostWrites: map elements the interposer writes (a probe's hostWrites).
+	HostWrites []HostWrite `json:"hostWrites,omitempty"`
 }
+
+// HostWrite is one u64 element of a map of the module that the interposer
+// writes, not a program: Offset is the value's byte offset in Symbol
+// (descriptor + data), Value what is written (HostLaunchTime, HostClockOffset).
+type HostWrite struct {
+	Map    string `json:"map"`
+	Key    uint32 `json:"key"`
+	Symbol string `json:"symbol"`
+	Offset uint64 `json:"offset"`
+	Value  string `json:"value"`
+}
+
+// What the interposer writes into a map element (module.conf host_write).
+const (
+	// HostLaunchTime: before each launch of a probed kernel, on the
+	// launch's stream: the launch's host time in the device's %globaltimer
+	// clock, ns (what ctx.launch_ns holds). bpftime's launchlate has a host
+	// uprobe on cudaLaunchKernel store it in an array its device program reads.
+	HostLaunchTime = "launch-time"
+	// HostClockOffset: at bind, an s64: %globaltimer minus the host's
+	// CLOCK_MONOTONIC, ns (a host bpf_ktime_get_ns() plus it is the same
+	// instant on the device's clock). bpftime's loader writes
+	// CLOCK_REALTIME - CLOCK_MONOTONIC for this use, taking %globaltimer
+	// for CLOCK_REALTIME; here the measured device offset is added.
+	HostClockOffset = "clock-offset"
+)
+
+// HostValues are the values a HostWrite may name.
+var HostValues = []string{HostLaunchTime, HostClockOffset}
 
 // ManifestVersion is the current manifest format.
 const ManifestVersion = 1

@@ -89,6 +89,10 @@ type Probe struct {
 	Kernels []string `json:"kernels,omitempty"`
 	// Views say how the CLI shows the probe's maps.
 	Views []View `json:"views"`
+	// HostWrites are map elements the interposer writes, not a program:
+	// what a host-side program or loader writes for a device program in
+	// bpftime (a launch's time, a clock offset). Each implies LaunchTime.
+	HostWrites []HostWrite `json:"hostWrites,omitempty"`
 	// Source is the catalog file the entry came from.
 	Source string `json:"-"`
 }
@@ -129,6 +133,20 @@ func (v View) LastOrDefault() int {
 	}
 	return v.Last
 }
+
+// HostWrite names one u64 element of an array map of the probe that the
+// interposer writes: Value is probe.HostLaunchTime (before each launch, on
+// its stream) or probe.HostClockOffset (at bind). The map must be an
+// array (bpftime's GPU arrays included) of 8-byte values that a program of
+// the probe uses (only those are in the module), Key below max_entries.
+type HostWrite struct {
+	Map   string `json:"map"`
+	Key   uint32 `json:"key"`
+	Value string `json:"value"`
+}
+
+// MaxHostWrites bounds a probe's hostWrites (module.conf's host_write lines).
+const MaxHostWrites = 8
 
 // Mean is a derived value of a counters view: Sum / Count.
 type Mean struct {
@@ -258,6 +276,60 @@ func (p Probe) check(spec *ebpf.CollectionSpec) error {
 		if err := v.check(spec); err != nil {
 			return fmt.Errorf("views[%d].%w", i, err)
 		}
+	}
+	if len(p.HostWrites) > MaxHostWrites {
+		return catalogErr("hostWrites", "%d elements, at most %d", len(p.HostWrites), MaxHostWrites)
+	}
+	used := mapsUsed(spec, p.Programs)
+	for i, hw := range p.HostWrites {
+		if err := hw.check(spec, used); err != nil {
+			return fmt.Errorf("hostWrites[%d].%w", i, err)
+		}
+		for j, o := range p.HostWrites[:i] {
+			if o.Map == hw.Map && o.Key == hw.Key {
+				return catalogErr(fmt.Sprintf("hostWrites[%d].key", i), "map %q element %d is hostWrites[%d] already", hw.Map, hw.Key, j)
+			}
+		}
+	}
+	return nil
+}
+
+// mapsUsed are the maps the programs load (ld_imm64 of a map): the maps
+// the translated module holds.
+func mapsUsed(spec *ebpf.CollectionSpec, progs []string) map[string]bool {
+	used := map[string]bool{}
+	for _, pn := range progs {
+		if ps, ok := spec.Programs[pn]; ok {
+			for _, ins := range ps.Instructions {
+				if ins.IsLoadFromMap() && ins.Reference() != "" {
+					used[ins.Reference()] = true
+				}
+			}
+		}
+	}
+	return used
+}
+
+func (hw HostWrite) check(spec *ebpf.CollectionSpec, used map[string]bool) error {
+	m, ok := spec.Maps[hw.Map]
+	if !ok {
+		return catalogErr("map", "object has no map %q (has: %s)", hw.Map, strings.Join(slices.Sorted(maps.Keys(spec.Maps)), ", "))
+	}
+	dm, mtype, err := deviceMap(m)
+	if err != nil {
+		return err
+	}
+	if dm.Type != probe.MapArray || m.ValueSize != 8 {
+		return catalogErr("map", "map %q is a %s map of %d-byte values, the interposer writes a u64 element of an array", hw.Map, mtype, m.ValueSize)
+	}
+	if !used[hw.Map] {
+		return catalogErr("map", "map %q is used by none of the probe's programs, so the module does not hold it", hw.Map)
+	}
+	if hw.Key >= m.MaxEntries {
+		return catalogErr("key", "%d is out of map %q's %d entries", hw.Key, hw.Map, m.MaxEntries)
+	}
+	if !slices.Contains(probe.HostValues, hw.Value) {
+		return catalogErr("value", "unknown value %q (want one of: %s)", hw.Value, strings.Join(probe.HostValues, ", "))
 	}
 	return nil
 }
@@ -432,7 +504,7 @@ func kindList() string {
 // Get returns the named probe.
 func (c *Catalog) Get(name string) (Probe, bool) {
 	p, ok := c.probes[name]
-	p.Programs, p.Kernels, p.Views = slices.Clone(p.Programs), slices.Clone(p.Kernels), slices.Clone(p.Views)
+	p.Programs, p.Kernels, p.Views, p.HostWrites = slices.Clone(p.Programs), slices.Clone(p.Kernels), slices.Clone(p.Views), slices.Clone(p.HostWrites)
 	return p, ok
 }
 

@@ -68,6 +68,17 @@ func mustLib(t *testing.T) helpers.Library { t.Helper(); return helpers.Library{
 // left them).
 func runGrid(t *testing.T, b *Bundle, form string, launchNs uint64) *ptxinterp.Machine {
 	t.Helper()
+	return runGridWith(t, b, form, func(m *ptxinterp.Machine) {
+		if launchNs != 0 {
+			binary.LittleEndian.PutUint64(m.Global(probe.SymLaunchNs), launchNs)
+		}
+	})
+}
+
+// runGridWith is runGrid with setup run on the loaded machine before the
+// first launch (what the interposer writes at bind and launch).
+func runGridWith(t *testing.T, b *Bundle, form string, setup func(m *ptxinterp.Machine)) *ptxinterp.Machine {
+	t.Helper()
 	cli := spliceCLI(t)
 	dir := filepath.Join(t.TempDir(), "probes")
 	if err := b.WriteDir(dir); err != nil {
@@ -91,9 +102,7 @@ func runGrid(t *testing.T, b *Bundle, form string, launchNs uint64) *ptxinterp.M
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}
-	if launchNs != 0 {
-		binary.LittleEndian.PutUint64(m.Global(probe.SymLaunchNs), launchNs)
-	}
+	setup(m)
 	res := m.Alloc(make([]byte, 4*btThreads))
 	for l := 0; l < btLaunches; l++ {
 		for bx := uint32(0); bx < btBlocks; bx++ {

@@ -164,7 +164,7 @@ func (c *Compiler) compile(set []string) (*Bundle, error) {
 		if err != nil {
 			return nil, err
 		}
-		in = append(in, probeInput{Name: name, Object: p.Object, Spec: spec, Programs: p.Programs, Kernels: p.Kernels, LaunchTime: p.LaunchTime})
+		in = append(in, probeInput{Name: name, Object: p.Object, Spec: spec, Programs: p.Programs, Kernels: p.Kernels, LaunchTime: p.LaunchTime, HostWrites: p.HostWrites})
 	}
 	lib, err := c.helpers()
 	if err != nil {
@@ -181,6 +181,7 @@ type probeInput struct {
 	Programs     []string
 	Kernels      []string
 	LaunchTime   bool
+	HostWrites   []probes.HostWrite
 }
 
 // compileInputs verifies, merges and translates a probe set (sorted by
@@ -236,7 +237,7 @@ func compileInputs(in []probeInput, lib helpers.Library) (*Bundle, error) {
 		} else if !slices.Equal(kernels, ks) {
 			return nil, fmt.Errorf("probes %q and %q probe different kernels (%v, %v): one module probes one set", kernelsFrom, name, kernels, ks)
 		}
-		launchTime = launchTime || p.LaunchTime
+		launchTime = launchTime || p.LaunchTime || len(p.HostWrites) > 0
 	}
 	mod, err := ptx.Translate(merged, progs, ptx.Options{Helpers: lib.PTX, FusedAdds: fused})
 	if err != nil {
@@ -252,7 +253,31 @@ func compileInputs(in []probeInput, lib helpers.Library) (*Bundle, error) {
 	m.Probes = set
 	m.Kernels = kernels
 	m.LaunchTime = launchTime
+	if m.HostWrites, err = hostWrites(in, m.Maps); err != nil {
+		return nil, err
+	}
 	return &Bundle{Probes: set, Manifest: m, PTX: mod.PTX, Conf: Conf(m), Splice: SpliceConf(mod), Inline: mod.Inline}, nil
+}
+
+// hostWrites places each probe's hostWrites in the module: the element's
+// value in its map's symbol (an array entry is [u64 seq][value]).
+func hostWrites(in []probeInput, mis []probe.MapInfo) ([]probe.HostWrite, error) {
+	var out []probe.HostWrite
+	for _, p := range in {
+		for _, hw := range p.HostWrites {
+			i := slices.IndexFunc(mis, func(mi probe.MapInfo) bool { return mi.Name == hw.Map })
+			if i < 0 {
+				return nil, fmt.Errorf("probe %q: hostWrites: map %q is not in the module (no program of the probe uses it)", p.Name, hw.Map)
+			}
+			l := mis[i].Layout
+			if l.Type != probe.MapArray || l.ValueSize != 8 || hw.Key >= l.MaxEntries {
+				return nil, fmt.Errorf("probe %q: hostWrites: map %q element %d: not a u64 element of an array (%+v)", p.Name, hw.Map, hw.Key, l)
+			}
+			off := uint64(probe.MapHdrSize) + uint64(hw.Key)*uint64(l.Stride) + 8
+			out = append(out, probe.HostWrite{Map: hw.Map, Key: hw.Key, Symbol: mis[i].Symbol, Offset: off, Value: hw.Value})
+		}
+	}
+	return out, nil
 }
 
 // probeKernels is the kernel list of one probe (sorted, no duplicates):
@@ -319,6 +344,9 @@ func SpliceConf(mod *ptx.Module) string {
 //	launch_time 0|1
 //	kernel NAME                  (zero or more; none = every .entry)
 //	map NAME SYMBOL TOTAL_BYTES  (TOTAL_BYTES = descriptor + data)
+//	host_write VALUE SYMBOL OFFSET (zero or more: the interposer writes VALUE,
+//	                             launch-time or clock-offset, as a u64 at
+//	                             OFFSET in SYMBOL; an older one ignores it)
 func Conf(m probe.Manifest) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "version %d\n", ConfVersion)
@@ -334,6 +362,9 @@ func Conf(m probe.Manifest) string {
 	}
 	for _, mi := range m.Maps {
 		fmt.Fprintf(&b, "map %s %s %d\n", mi.Name, mi.Symbol, uint64(probe.MapHdrSize)+mi.Layout.DataSize)
+	}
+	for _, hw := range m.HostWrites {
+		fmt.Fprintf(&b, "host_write %s %s %d\n", hw.Value, hw.Symbol, hw.Offset)
 	}
 	return b.String()
 }
