@@ -23,7 +23,7 @@ import (
 )
 
 // Our launchlate-shaped launch-gap, from a probe directory: at bind the
-// interposer writes lg_host[1], the device clock's offset from the host's
+// interposer writes lg_clock[0], the device clock's offset from the host's
 // CLOCK_MONOTONIC (the fake device runs an hour behind CLOCK_REALTIME, so
 // it is CLOCK_REALTIME - CLOCK_MONOTONIC - 1 h within the measured
 // error), once; before each of the 3 launches it writes lg_host[0] on the
@@ -58,7 +58,7 @@ func TestProbesHostWrites(t *testing.T) {
 	r := tn.runImages([]string{fmt.Sprintf("FAKECUDA_GLOBALTIMER_OFFSET_NS=%d", skew)}, "mod", filepath.Join("testdata", "ptx", "grid.ptx"), "launch", "3")
 	after := realMinusMono()
 
-	sym := "__gpuext_map_lg_host"
+	sym, clockSym := "__gpuext_map_lg_host", "__gpuext_map_lg_clock"
 	var launchNs, hostNs []uint64
 	var offsets []int64
 	for _, c := range tn.driverCalls(r.pid) {
@@ -70,7 +70,7 @@ func TestProbesHostWrites(t *testing.T) {
 		case strings.Contains(c, " cuStreamWriteValue64_v2 dst="+sym+" "):
 			fmt.Sscanf(c[strings.Index(c, "value="):], "value=%d", &v)
 			hostNs = append(hostNs, v)
-		case strings.Contains(c, " cuMemcpyHtoDAsync_v2 dst="+sym+" bytes=8 "):
+		case strings.Contains(c, " cuMemcpyHtoDAsync_v2 dst="+clockSym+" bytes=8 "):
 			fmt.Sscanf(c[strings.Index(c, "value="):], "value=%d", &v)
 			offsets = append(offsets, int64(v))
 		}
@@ -100,10 +100,10 @@ func TestProbesHostWrites(t *testing.T) {
 		t.Errorf("status host_write lines %v", hw)
 	}
 	m := readMaps(t, filepath.Join(r.probes, fmt.Sprintf("%d-0.maps", r.pid)))
-	host := m.maps["lg_host"]
-	if len(host) < 32+2*16 || len(launchNs) == 0 ||
-		binary.LittleEndian.Uint64(host[40:]) != launchNs[len(launchNs)-1] || int64(binary.LittleEndian.Uint64(host[56:])) != offsets[0] {
-		t.Errorf("lg_host copied out % x, want the last launch time and the offset", host)
+	host, clock := m.maps["lg_host"], m.maps["lg_clock"]
+	if len(host) < 48 || len(clock) < 48 || len(launchNs) == 0 ||
+		binary.LittleEndian.Uint64(host[40:]) != launchNs[len(launchNs)-1] || int64(binary.LittleEndian.Uint64(clock[40:])) != offsets[0] {
+		t.Errorf("lg_host, lg_clock copied out % x, % x: want the last launch time and the offset", host, clock)
 	}
 }
 

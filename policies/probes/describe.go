@@ -10,6 +10,8 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/devrt/probe/verifier"
 )
 
 // Describe is a starting descriptor for a probe directory entry NAME.json
@@ -18,8 +20,11 @@ import (
 // show as the loader maps it (a per-thread view of a per-thread array,
 // counters of an array of u64 values, a hash view with the key and value
 // as bytes, or u64 values, a records view of a ring buffer with the record
-// as bytes, at most MaxFieldBytes of them), at most MaxPerThreadFields entries named e0, e1, .... The
-// operator names the fields; LoadDir checks the result as any descriptor.
+// as bytes, at most MaxFieldBytes of them), at most MaxPerThreadFields entries named e0, e1, .... A map
+// no device program uses (one only a host uprobe of the object reads) gets
+// no view: the module does not hold it. hostWrites follow bpftime's
+// launchlate rule (describeHostWrites). The operator names the fields;
+// LoadDir checks the result as any descriptor.
 func Describe(name, object string, obj []byte) (Probe, error) {
 	p := Probe{Name: name, Description: "generated from " + object + " (gpuext probe-describe): name the fields", Object: object}
 	spec, err := parseObject(object, obj)
@@ -34,11 +39,16 @@ func Describe(name, object string, obj []byte) (Probe, error) {
 	if len(p.Programs) == 0 {
 		return p, catalogErr("object", "%s has no program at a device attach point", object)
 	}
+	used := mapsUsed(spec, p.Programs)
 	for _, mn := range slices.Sorted(maps.Keys(spec.Maps)) {
+		if !used[mn] {
+			continue
+		}
 		if v, ok := describeMap(spec.Maps[mn]); ok {
 			p.Views = append(p.Views, v)
 		}
 	}
+	p.HostWrites = describeHostWrites(spec, p.Programs)
 	if len(p.Views) == 0 {
 		return p, catalogErr("views", "%s has no map a view can show", object)
 	}
@@ -80,6 +90,71 @@ func describeMap(m *ebpf.MapSpec) (View, bool) {
 		return View{}, false
 	}
 	return v, true
+}
+
+// describeHostWrites applies bpftime's launchlate rule: an element K of an
+// array of u64 that a device program looks up with the constant key K and
+// no device program writes, which a host program of the object (bpftime
+// runs its uprobe on cudaLaunchKernel) updates at K and which reads
+// bpf_ktime_get_ns, holds the host's time of the launch: a launch-time
+// hostWrite. Where the host's key is not known (its constant stored before
+// a branch) the device's one constant key of the map is taken; several:
+// none. Nothing else is inferred (a clock offset the loader writes is the
+// operator's to add). An object the verifier refuses gets none.
+func describeHostWrites(spec *ebpf.CollectionSpec, progs []string) []HostWrite {
+	rep, err := verifier.VerifyCollection(spec)
+	if err != nil {
+		return nil
+	}
+	type elem struct {
+		m string
+		k uint32
+	}
+	read := map[elem]bool{}
+	readKeys := map[string][]uint32{}
+	for _, pn := range progs {
+		calls, _ := ptx.MapCalls(spec, pn)
+		for _, c := range calls {
+			if c.Helper == probe.HelperMapLookupElem && c.KeyConst && !read[elem{c.Map, c.Key}] {
+				read[elem{c.Map, c.Key}] = true
+				readKeys[c.Map] = append(readKeys[c.Map], c.Key)
+			}
+		}
+	}
+	var out []HostWrite
+	for _, pn := range slices.Sorted(maps.Keys(spec.Programs)) {
+		ps := spec.Programs[pn]
+		if _, dev := probe.ParseSection(ps.SectionName); dev || !callsHelper(ps, probe.HelperKtimeGetNs) {
+			continue
+		}
+		calls, _ := ptx.MapCalls(spec, pn)
+		for _, c := range calls {
+			if !c.KeyConst && len(readKeys[c.Map]) == 1 {
+				c.Key, c.KeyConst = readKeys[c.Map][0], true
+			}
+			e := elem{c.Map, c.Key}
+			hw := HostWrite{Map: c.Map, Key: c.Key, Value: probe.HostLaunchTime}
+			if c.Helper != probe.HelperMapUpdateElem || !c.KeyConst || !read[e] || slices.Contains(rep.Written, c.Map) ||
+				slices.Contains(out, hw) || len(out) == MaxHostWrites {
+				continue
+			}
+			if dm, err := probe.DeviceMapOf(uint32(spec.Maps[c.Map].Type), spec.Maps[c.Map].ValueSize, spec.Maps[c.Map].MaxEntries, spec.Maps[c.Map].MapExtra); err != nil ||
+				dm.Type != probe.MapArray || spec.Maps[c.Map].ValueSize != 8 {
+				continue
+			}
+			out = append(out, hw)
+		}
+	}
+	return out
+}
+
+func callsHelper(ps *ebpf.ProgramSpec, h int64) bool {
+	for _, ins := range ps.Instructions {
+		if ins.IsBuiltinCall() && ins.Constant == h {
+			return true
+		}
+	}
+	return false
 }
 
 // DescriptorJSON is p as a probe directory's NAME.json.

@@ -21,7 +21,7 @@ import (
 // nothing writing its host uprobe's map.
 func TestHostWritesInTheModule(t *testing.T) {
 	spec := bpftimeSpec(t, "launch_gap.bpf.c")
-	hw := []probes.HostWrite{{Map: "lg_host", Key: 0, Value: probe.HostLaunchTime}, {Map: "lg_host", Key: 1, Value: probe.HostClockOffset}}
+	hw := []probes.HostWrite{{Map: "lg_host", Key: 0, Value: probe.HostLaunchTime}, {Map: "lg_clock", Key: 0, Value: probe.HostClockOffset}}
 	b, err := compileInputs([]probeInput{{Name: "launch-gap", Object: "launch-gap.o", Spec: spec, Programs: []string{"lg_entry"}, HostWrites: hw}}, mustLib(t))
 	if err != nil {
 		t.Fatal(err)
@@ -29,11 +29,11 @@ func TestHostWritesInTheModule(t *testing.T) {
 	if !b.Manifest.LaunchTime || !strings.Contains(b.Conf, "launch_time 1\n") {
 		t.Errorf("hostWrites without launch times:\n%s", b.Conf)
 	}
-	want := "host_write launch-time __gpuext_map_lg_host 40\nhost_write clock-offset __gpuext_map_lg_host 56\n"
+	want := "host_write launch-time __gpuext_map_lg_host 40\nhost_write clock-offset __gpuext_map_lg_clock 40\n"
 	if !strings.HasSuffix(b.Conf, want) {
 		t.Errorf("module.conf:\n%s\nwant it to end in\n%s", b.Conf, want)
 	}
-	if got := fmt.Sprint(b.Manifest.HostWrites); got != "[{lg_host 0 __gpuext_map_lg_host 40 launch-time} {lg_host 1 __gpuext_map_lg_host 56 clock-offset}]" {
+	if got := fmt.Sprint(b.Manifest.HostWrites); got != "[{lg_host 0 __gpuext_map_lg_host 40 launch-time} {lg_clock 0 __gpuext_map_lg_clock 40 clock-offset}]" {
 		t.Errorf("manifest hostWrites %s", got)
 	}
 	for _, mi := range b.Manifest.Maps {

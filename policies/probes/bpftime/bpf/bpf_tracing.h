@@ -3,7 +3,9 @@
  * bpftime/bpf/bpf_tracing.h - gpuext's BPF_KPROBE for the host uprobes
  * bpftime's GPU objects carry beside their GPU programs: it only has to
  * compile (gpuext loads the GPU programs, not these).  Up to five
- * arguments, read from struct pt_regs (x86-64 calling convention).
+ * arguments, read from struct pt_regs (x86-64 calling convention); an
+ * integer argument (bpftime's launchlate takes u64 grid and block dims)
+ * compiles without -Wint-conversion, as with libbpf's.
  */
 #ifndef GPUEXT_BPFTIME_BPF_TRACING_H
 #define GPUEXT_BPFTIME_BPF_TRACING_H
@@ -31,7 +33,10 @@
 	static __always_inline typeof(name(0)) ____##name(struct pt_regs *ctx, ##args); \
 	typeof(name(0)) name(struct pt_regs *ctx)                                   \
 	{                                                                           \
+		_Pragma("GCC diagnostic push")                                      \
+		_Pragma("GCC diagnostic ignored \"-Wint-conversion\"")              \
 		return ____##name(___gx_cat(___gx_kp_args, ___gx_count(args))(ctx, ##args)); \
+		_Pragma("GCC diagnostic pop")                                       \
 	}                                                                           \
 	static __always_inline typeof(name(0)) ____##name(struct pt_regs *ctx, ##args)
 

@@ -5,10 +5,10 @@
 // its kernel's launch to its own start into a GPU array with a plain +=
 // (one atomic add on the device). gpuext runs no host uprobe (and no
 // program uses lg_calib on the device): the descriptor's hostWrites have
-// the interposer write element 0 of lg_host (the launch time, in the
-// device's clock, before each launch) and element 1 (the device clock's
-// offset from the host's CLOCK_MONOTONIC, at bind), which every thread uses
-// to store its start on the host's monotonic clock (the last writer wins).
+// the interposer write lg_host[0] (the launch time, in the device's clock,
+// before each launch) and lg_clock[0] (the device clock's offset from the
+// host's CLOCK_MONOTONIC, at bind), which every thread uses to store its
+// start on the host's monotonic clock (the last writer wins).
 #include <vmlinux.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -23,13 +23,21 @@ struct {
 	__type(value, u64);
 } lg_hist SEC(".maps");
 
-// 0: the launch's host time on the device's clock; 1: device clock - host CLOCK_MONOTONIC
+// the launch's host time on the device's clock
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 1);
 	__type(key, u32);
 	__type(value, u64);
 } lg_host SEC(".maps");
+
+// the device's clock - the host's CLOCK_MONOTONIC
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} lg_clock SEC(".maps");
 
 // the host loader's clock offset, read by the host uprobe only
 struct {
@@ -75,9 +83,9 @@ SEC("kprobe/_Z4gridPj")
 int lg_entry()
 {
 	u64 now = bpf_get_globaltimer();
-	u32 key = 0, off_key = 1, start_key = 1;
+	u32 key = 0, start_key = 1;
 	u64 *launched = bpf_map_lookup_elem(&lg_host, &key);
-	u64 *off = bpf_map_lookup_elem(&lg_host, &off_key);
+	u64 *off = bpf_map_lookup_elem(&lg_clock, &key);
 
 	if (!launched || !off || *launched == 0) {
 		u64 *none = bpf_map_lookup_elem(&lg_misc, &key);
