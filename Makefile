@@ -95,7 +95,7 @@ gpu-prep: build ## here, as root (needs Go and BPF_PROG_TEST_RUN): what gpu-test
 	rm -rf $$d; echo "out/gpu/probedir: $$(cd out/gpu/probedir && echo *)"
 	@# our bpftime-style programs (devrt/probe/compile/testdata/bpftime) built with the SDK's include/bpftime, sections naming vecadd's kernel, as a probeDir
 	@rm -rf out/gpu/bpftime-dir && mkdir -p out/gpu/bpftime-dir && d=$$(mktemp -d) && $(MAKE) -s sdk SDK_DIR=$$d/sdk && \
-	for s in thread_hist ret_snoop launch_bins call_counter; do n=$$(echo $$s | tr _ -); \
+	for s in thread_hist ret_snoop launch_bins call_counter launch_gap; do n=$$(echo $$s | tr _ -); \
 		sed 's/_Z4gridPj/_Z4vaddPKfS0_Pfi/g' devrt/probe/compile/testdata/bpftime/$$s.bpf.c >$$d/$$s.bpf.c && \
 		clang --target=bpf -g -O2 -Wall -Werror -I $$d/sdk/include/bpftime -I $$d/sdk/include -c $$d/$$s.bpf.c -o out/gpu/bpftime-dir/$$n.bpf.o && \
 		cp devrt/probe/compile/testdata/bpftime/$$n.json out/gpu/bpftime-dir/ || { rm -rf $$d; exit 1; }; done; \

@@ -13,6 +13,11 @@
 #                                block: all 64 block keys in the hash of exactly 64 entries
 #                                that every thread updates (the storm helpers.cu once lost
 #                                44 of), the pid from bpf_get_current_pid_tgid = the process's
+#   probes-bpftime-launch-gap    launchlate's shape with hostWrites: every thread of every
+#                                launch finds the launch time the interposer wrote into its
+#                                map (none without) and lands in one bin; its start on the
+#                                host's CLOCK_MONOTONIC (%globaltimer - the clock offset the
+#                                interposer wrote at bind) falls inside the run
 #   probes-bpftime-obj-NAME      (only when out/bpftime holds objects built by hand from
 #                                bpftime's unmodified sources; gpu-prep describes them into
 #                                out/gpu/bpftime-objs) the object loads from a probe directory,
@@ -28,17 +33,21 @@ if [[ ! -f $REPO/out/gpu/bpftime-dir/thread-hist.bpf.o ]]; then
 elif [[ -x $W/vecadd_nc ]]; then
 	printf '{"probeDir": "%s"}\n' "$REPO/out/gpu/bpftime-dir" >"$W/bpftime-config.json"
 	export GPUEXT_CONFIG=$W/bpftime-config.json
-	if ptenant 51 thread-hist,ret-snoop,launch-bins,call-counter; then
+	if ptenant 51 thread-hist,ret-snoop,launch-bins,call-counter,launch-gap; then
 		n=$((BT_THREADS))
-		want=$("$W/vecadd_nc" $n $BT_LAUNCHES | head -1); got=$(prun 51 "$W/vecadd_nc" $n $BT_LAUNCHES 2>"$OUT/probes-bpftime.err" | head -1)
+		want=$("$W/vecadd_nc" $n $BT_LAUNCHES | head -1)
+		mono0=$(python3 -c 'import time; print(time.monotonic_ns())')
+		got=$(prun 51 "$W/vecadd_nc" $n $BT_LAUNCHES 2>"$OUT/probes-bpftime.err" | head -1)
+		mono1=$(python3 -c 'import time; print(time.monotonic_ns())')
 		punchanged bpftime "$want" "$got"
 		"$GX" probes --state-dir "$PT" >"$OUT/probes-bpftime.txt" 2>&1
 		"$GX" probes --state-dir "$PT" --json >"$OUT/probes-bpftime.json" 2>&1
 		cat "$PT/acct/51/probes/"*.status >>"$OUT/probes-bpftime.txt" 2>/dev/null
 		pid=$(basename "$(ls "$PT/acct/51/probes/"*.status | head -1)" .status)
-		python3 - "$OUT/probes-bpftime.json" $BT_THREADS $BT_LAUNCHES $BT_BLOCKS "$pid" >"$OUT/probes-bpftime.checks" <<'PY'
+		python3 - "$OUT/probes-bpftime.json" $BT_THREADS $BT_LAUNCHES $BT_BLOCKS "$pid" "$mono0" "$mono1" >"$OUT/probes-bpftime.checks" <<'PY'
 import json, sys
 path, threads, launches, blocks, pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+mono0, mono1 = int(sys.argv[6]), int(sys.argv[7])
 r = [x for x in json.load(open(path)) if x["tenant"] == 51][0]
 d = {p["name"]: p for p in r.get("details", [])}
 def out(name, good, why):
@@ -62,6 +71,14 @@ out("probes-bpftime-call-counter", c.get("threads") == threads * launches and ke
     and h.get("omitted", 0) == blocks - len(h.get("top", [])) and str(c.get("pid")) == pid,
     "threads %s (want %d), block start keys %s of %d (top %s, omitted %s, bad size %s), pid %s (want %s)" % (c.get("threads"), threads * launches,
     keys, blocks, [e.get("key", {}).get("block") for e in h.get("top", [])], h.get("omitted"), h.get("badSize"), c.get("pid"), pid))
+lg = d.get("launch-gap", {}).get("counters", {})
+lgbins = sum(lg.get(f, 0) for f in ("lt100ns", "lt1us", "lt10us", "lt100us", "lt1ms", "lt10ms", "lt100ms", "lt1s", "lt10s", "ge10s"))
+start = lg.get("startMonoNs", 0)
+out("probes-bpftime-launch-gap", lgbins == threads * launches and lg.get("noLaunchTime") == 0 and lg.get("launchNs", 0) > 0
+    and mono0 - 1000000 <= start <= mono1 + 1000000,
+    "bins sum to %d (want %d), %s threads without a launch time (want 0), launch time %s, a start at %s on CLOCK_MONOTONIC (run %d..%d), clock offset %s"
+    % (lgbins, threads * launches, lg.get("noLaunchTime"), lg.get("launchNs"), start, mono0, mono1, lg.get("clockOffsetNs")))
+print("INFO probe_bpftime_launch_gap %s" % json.dumps(lg, sort_keys=True))
 print("INFO probe_bpftime bins=%s threadNs=%s records=%d dropped=%d" % (json.dumps(bins, sort_keys=True), c.get("threadNs"), kept, dropped))
 PY
 		while read -r verdict name why; do
