@@ -1,7 +1,8 @@
 // gpuext-probe-describe writes a starting probe directory descriptor
 // (NAME.json) for a BPF object, e.g. one of bpftime's GPU programs built
 // unmodified against the SDK's include/bpftime: every program at a device
-// attach point and a view of each map a view can show (probes.Describe).
+// attach point, a view of each map they use that a view can show, and the
+// hostWrites bpftime's launchlate rule infers (probes.Describe).
 //
 //	gpuext-probe-describe [--name NAME] OBJECT.o > NAME.json
 package main
@@ -20,8 +21,10 @@ func main() {
 	name := flag.String("name", "", "probe name (default: the object's file name without .bpf.o/.o, _ as -)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: gpuext-probe-describe [--name NAME] OBJECT.o > NAME.json\n\n"+
-			"Prints a probe directory descriptor for a BPF object: its device programs and a view per map\n"+
-			"(docs/write-a-probe.md). Name the view fields before deploying it.\n\n")
+			"Prints a probe directory descriptor for a BPF object: its device programs, a view per map they\n"+
+			"use, and a launch-time hostWrite for an element a host uprobe of the object sets from the clock\n"+
+			"and the device only reads (bpftime's launchlate; docs/write-a-probe.md). Name the view fields\n"+
+			"and check the hostWrites before deploying it.\n\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
