@@ -123,6 +123,9 @@ int main(int argc, char **argv)
 	memcpy(img, &d, sizeof(d));
 
 	int nthreads = keys * per_key;
+	pthread_attr_t attr; /* hundreds of threads: small stacks */
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, 256 * 1024);
 	long missing = 0, dup = 0, count_bad = 0, over = 0, busy = 0;
 	int want_live = keys < max ? keys : max;
 	char first[200] = "";
@@ -133,7 +136,7 @@ int main(int argc, char **argv)
 		running = 1;
 		pthread_create(&samp, nullptr, sampler, nullptr);
 		for (long i = 0; i < nthreads; i++)
-			if (pthread_create(&th[i], nullptr, lane, (void *)i)) {
+			if (pthread_create(&th[i], &attr, lane, (void *)i)) {
 				fprintf(stderr, "storm: pthread_create failed at thread %ld\n", i);
 				return 2;
 			}
