@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -417,7 +418,8 @@ func takesValue(flag string) bool {
 
 func runBoard(cfg config.Config, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("board", flag.ContinueOnError)
-	interval := fs.Duration("interval", time.Millisecond, "how often to read the latency-critical tenants' deadlines (while the host has any)")
+	interval := fs.Duration("interval", time.Millisecond, "shortest gap between two reads of the latency-critical tenants' deadlines (the publisher reads on their wake FIFOs and half a window before a deadline passes, not on a clock)")
+	trace := fs.String("trace", "", "write a line per read of a latency-critical tenant's deadline to this file (NOW TENANT WHY DEADLINE PUBLISHED BUSY, monotonic ns; for diagnosing the launch gate)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -427,6 +429,16 @@ func runBoard(cfg config.Config, args []string, out io.Writer) error {
 		return err
 	}
 	defer pub.Close()
+	if *trace != "" {
+		f, err := os.Create(*trace)
+		if err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+		w := bufio.NewWriterSize(f, 1<<20)
+		defer f.Close()
+		defer w.Flush()
+		pub.SetTrace(w)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fmt.Fprintf(out, "publishing %s (Ctrl-C stops)\n", filepath.Join(cfg.StateDir, "board", board.FileName))

@@ -37,11 +37,14 @@ func buildDevrt(t testing.TB) string {
 			buildErr = fmt.Errorf("devrt/build.sh: %w\n%s", err, b)
 			return
 		}
-		cc := exec.Command("gcc", "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-I../lib", "-I../include",
-			"-o", filepath.Join(dir, "fake", "slotapp"), "testdata/slotapp.c",
-			"-L"+filepath.Join(dir, "fake"), "-l:libcuda.so.1")
-		if b, err := cc.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("slotapp: %w\n%s", err, b)
+		for _, app := range []string{"slotapp", "gateapp"} {
+			cc := exec.Command("gcc", "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-I../lib", "-I../include",
+				"-o", filepath.Join(dir, "fake", app), "testdata/"+app+".c",
+				"-L"+filepath.Join(dir, "fake"), "-l:libcuda.so.1")
+			if b, err := cc.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("%s: %w\n%s", app, err, b)
+				return
+			}
 		}
 	})
 	if buildErr != nil {
@@ -271,5 +274,49 @@ func TestReadUsageCountsLiveProcessesOnly(t *testing.T) {
 	h.cmd.Wait()
 	if u, err = ReadUsage(tn.acct); err != nil || u.UsedBytes != 0 {
 		t.Errorf("after kill -9: used %d (%v), want 0", u.UsedBytes, err)
+	}
+}
+
+// TestWindowCountsFromTheEndOfWork: a latency-critical request whose wait
+// for the GPU (cuCtxSynchronize) outlasts its window still leaves its
+// tenant's work pending for a window after the wait returns, on the board
+// the host publishes, through the driver's table (cuGetProcAddress) and
+// through the linked symbol. Before, the window counted from the launch
+// alone: a request held up by a best-effort kernel lapsed before the next
+// one came and let best-effort launches in (the H200's gate regime).
+func TestWindowCountsFromTheEndOfWork(t *testing.T) {
+	build := buildDevrt(t)
+	const window, work = 200 * time.Millisecond, 400 * time.Millisecond
+	t.Setenv("FAKECUDA_SYNC_US", strconv.Itoa(int(work/time.Microsecond)))
+	for _, app := range []string{"app_procaddr", "app_linked"} {
+		t.Run(app, func(t *testing.T) {
+			state := t.TempDir()
+			lc := newTenant(t, state, 1, "latency-critical", int(window/time.Microsecond))
+			pub := openPublisher(t, state)
+			runPublisher(t, pub)
+			start := monotonicNow()
+			h := hold(t, build, lc, "hold", app, "launch", "1", "sync", "hold")
+			returned := monotonicNow()
+			if !strings.HasPrefix(h.lines[len(h.lines)-2], "sync ok") {
+				t.Fatalf("app: %q", h.lines)
+			}
+			if time.Duration(returned-start) < work {
+				t.Fatalf("the sync returned after %v, before the work (%v) was done", time.Duration(returned-start), work)
+			}
+			// the deadline the host publishes: a window from the sync's return
+			var until uint64
+			for deadline := time.Now().Add(RescanInterval + time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+				if until, _ = pub.Board(); until > returned {
+					break
+				}
+			}
+			if until <= returned {
+				t.Fatalf("board %d: no work pending after the sync returned (at %d; the launch's window ended at %d)",
+					until, returned, start+uint64(window))
+			}
+			if left := time.Duration(until - returned); left < window/2 {
+				t.Errorf("board shows work pending for %v after the sync returned, want about the window (%v)", left, window)
+			}
+		})
 	}
 }

@@ -14,8 +14,9 @@
 // tenant writes about its own class is never read. A file that cannot be
 // read is ignored and logged once.
 //
-// The publisher reads every interval while latency-critical work is
-// pending (and a second after), else once per RescanInterval. The layouts
-// and file names come from
+// The publisher does not poll: it reads when a latency-critical tenant's
+// wake FIFO has a byte (its work started, or went on with its deadline
+// near), half a window before the latest deadline it read passes, and once
+// per RescanInterval. The layouts and file names come from
 // devrt/include/gpuext_devrt_shm.h through the generated layout_gen.go.
 package board

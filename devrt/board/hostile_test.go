@@ -234,3 +234,46 @@ func TestHugeUsageRefused(t *testing.T) {
 		t.Errorf("ReadUsage of a 1 GiB file: %v, want ErrTooBig", err)
 	}
 }
+
+// A latency-critical tenant that writes to its wake FIFO without end is
+// heard at most twice per half window (20 ms here), plus the wake-up that
+// arms its held FIFO again, and its next real start is still published.
+func TestWakeFloodIsRateLimited(t *testing.T) {
+	state := t.TempDir()
+	lc := newTenant(t, state, 1, "latency-critical", 40000)
+	writeUsage(t, lc, usageBytes(0, 0))
+	pub := openPublisher(t, state)
+	pub.Publish() // opens the usage file and makes the FIFO
+	w, err := os.OpenFile(filepath.Join(lc.acct, wakeFile), os.O_RDWR|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	runPublisher(t, pub)
+	time.Sleep(20 * time.Millisecond)
+	reads0 := pub.readsSoFar()
+	stop := time.Now().Add(time.Second)
+	for time.Now().Before(stop) {
+		w.Write([]byte("wwwwwwww"))
+	}
+	// per 20 ms half window two wake-ups and the held FIFO's arming (150),
+	// 4 rescans, and slack for a loaded machine; unlimited it is thousands
+	if n := pub.readsSoFar() - reads0; n > 200 {
+		t.Errorf("%d reads in a second of flooding, want at most 200", n)
+	} else {
+		t.Logf("%d reads in a second of flooding", n)
+	}
+	until := monotonicNow() + uint64(30*time.Millisecond)
+	writeUsage(t, lc, usageBytes(0, until))
+	w.Write([]byte("w"))
+	deadline := time.Now().Add(RescanInterval + 300*time.Millisecond)
+	for {
+		if got, _ := pub.Board(); got > monotonicNow() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a start after the flood was not published")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -4,6 +4,9 @@ package board
 
 const (
 	usageFile             = "usage"
+	wakeFile              = "wake"
+	wakeAheadDiv          = 2
+	readAheadDiv          = 4
 	usageMagic            = 4992030538133423952
 	boardMagic            = 4923069151340676944
 	shmVersion            = 1
@@ -18,6 +21,7 @@ const (
 	usageOffDelayed       = 56
 	usageOffLaunches      = 72
 	usageOffLCActiveUntil = 80
+	usageOffLCBusyUntil   = 96
 	usageOffClass         = 88
 	classLatencyCritical  = 1
 	slotsOffset           = 256
@@ -31,4 +35,5 @@ const (
 	boardOffSize          = 12
 	boardOffLCActiveUntil = 16
 	boardOffSeq           = 24
+	boardOffLCBusyUntil   = 32
 )

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -27,7 +30,18 @@ const FileName = "board"
 // RescanInterval is how often the publisher asks its Source for the
 // tenants and looks for latency-critical tenants' files that appeared or
 // were replaced; it is also the longest it waits while nothing is pending.
-const RescanInterval = 100 * time.Millisecond
+const RescanInterval = 250 * time.Millisecond
+
+// A latency-critical tenant's deadline is read again window/readAheadDiv
+// before it passes (readAhead), and not at all once it is nearer; within
+// window/wakeAheadDiv of passing, the tenant's processes write to its wake
+// FIFO when they move it (gpuext_devrt_shm.h). The difference is the room
+// for the host's own lateness.
+func readAhead(window uint64) uint64 { return window / readAheadDiv }
+
+// wakesPerHalfWindow is how often a tenant's FIFO may wake Run per half
+// window before it is held to that half window's end (a flood).
+const wakesPerHalfWindow = 2
 
 // Publisher writes the board from the latency-critical tenants' usage files.
 type Publisher struct {
@@ -39,19 +53,31 @@ type Publisher struct {
 	nextScan time.Time
 	srcErr   string // the Source error last logged
 	buf      [usageHeaderSize]byte
+	drain    [512]byte
+	readAt   uint64        // monotonic ns of the next read a deadline needs (MaxUint64: none)
+	trace    io.Writer     // SetTrace: a line per read of a tenant (nil: none)
 	reads    atomic.Uint64 // Publish calls (the benchmark reports them)
 	lastNs   atomic.Int64  // wall clock of the last Publish (Unix ns), for the agent's metrics
 }
 
 // lcTenant is a latency-critical tenant's open files.
 type lcTenant struct {
-	id      bpf.TenantID
-	window  uint64 // ns, from the host's state
-	dir     *tenantfs.Dir
-	dirInfo tenantfs.Info
-	usage   *tenantfs.File
-	last    uint64 // the clamped deadline last read
-	logged  string // the problem last logged
+	id       bpf.TenantID
+	window   uint64 // ns, from the host's state
+	dir      *tenantfs.Dir
+	dirInfo  tenantfs.Info
+	usage    *tenantfs.File
+	wake     *tenantfs.File // the wake FIFO, nil when there is none Run may wait on
+	woke     bool           // its FIFO had a byte since the last read
+	armed    bool           // its FIFO is in Run's epoll set, armed (one-shot)
+	added    bool           // its FIFO (this open of it) was added to the epoll set
+	hold     uint64         // monotonic ns: its FIFO is not armed again before then (a flood)
+	burstEnd uint64         // monotonic ns: the end of the quarter window its wakes are counted in
+	burst    int            // its FIFO's wakes in that quarter
+	readAt   uint64         // monotonic ns: its deadline is to be read again then (MaxUint64: when it wakes Run)
+	last     uint64         // the clamped deadline last read
+	busy     uint64         // the expected end of its request last read, clamped to last
+	logged   string         // the problem last logged
 }
 
 // Open maps (creating it if needed) boardDir/board and prepares to read
@@ -122,37 +148,92 @@ func (p *Publisher) Board() (until, seq uint64) {
 	return atomic.LoadUint64(p.u64(boardOffLCActiveUntil)), atomic.LoadUint64(p.u64(boardOffSeq))
 }
 
+// SetTrace makes the publisher write one line to w for every read of a
+// latency-critical tenant's deadline: "NOW TENANT WHY DEADLINE PUBLISHED
+// BUSY" (CLOCK_MONOTONIC ns; WHY is f for its wake FIFO, t for a read due
+// before its deadline, s for a rescan or Publish; DEADLINE is what the
+// tenant wrote, PUBLISHED what the host took from it after the clamp, 0 when
+// nothing is pending, BUSY its request's expected end as published). For diagnosing the launch gate (gpuextctl board --trace); nil
+// stops it. Not safe to call while Run runs.
+func (p *Publisher) SetTrace(w io.Writer) { p.trace = w }
+
 // Publish reads the latency-critical tenants' deadlines, each clamped to
 // now + the tenant's window, and writes the latest to the board. It
 // returns that deadline (CLOCK_MONOTONIC ns; 0 when none).
-func (p *Publisher) Publish() uint64 {
+func (p *Publisher) Publish() uint64 { return p.publish(true) }
+
+// publish is Publish; with all false (Run) it reads only the tenants it has
+// to: those whose FIFO woke Run and those whose deadline is due to be read
+// again (all of them at a rescan).
+func (p *Publisher) publish(all bool) uint64 {
 	p.reads.Add(1)
 	wall := time.Now()
 	defer p.lastNs.Store(wall.UnixNano())
 	if !wall.Before(p.nextScan) {
 		p.scan()
+		all = true
 	}
 	now := monotonicNow()
-	var until uint64
+	var until, busy uint64
+	p.readAt = math.MaxUint64
 	for _, t := range p.lc {
-		t.last = 0
-		if u, ok := p.deadline(t); ok {
-			t.last = min(u, now+t.window) // a tenant's deadline never reaches past its own policy
+		if !all && !t.woke && t.readAt > now {
+			until, busy = max(until, t.last), max(busy, t.busy)
+			p.readAt = min(p.readAt, t.readAt)
+			continue
 		}
-		until = max(until, t.last)
+		if t.wake != nil {
+			for i := 0; i < 8; i++ { // before the read: a byte from now on is news (a flood is not read to its end)
+				if n, _ := t.wake.Read(p.drain[:]); n < len(p.drain) {
+					break
+				}
+			}
+		}
+		if t.woke && t.usage == nil && t.dir != nil {
+			p.openUsage(t) // a process of a tenant found at the last scan has started
+		}
+		why := byte('t') // its deadline was due to be read again
+		switch {
+		case t.woke:
+			why = 'f' // its FIFO
+		case all:
+			why = 's' // a rescan, or Publish
+		}
+		t.woke = false
+		t.last, t.busy = 0, 0
+		u, b, ok := p.deadline(t)
+		if ok {
+			t.last = min(u, now+t.window) // a tenant's deadline never reaches past its own policy
+			t.busy = min(b, t.last)       // nor its request's expected end
+		}
+		if p.trace != nil {
+			fmt.Fprintf(p.trace, "%d %d %c %d %d %d\n", now, t.id, why, u, t.last, t.busy)
+		}
+		until, busy = max(until, t.last), max(busy, t.busy)
+		// Read it again readAhead before its deadline passes, unless every
+		// move of it from now on reaches the FIFO: the deadline its
+		// processes compare with is the one read (not clamped) and is
+		// already within the FIFO's reach (wakeAheadDiv) of now.
+		t.readAt = math.MaxUint64
+		if ahead := readAhead(t.window); t.last > now+ahead && (u != t.last || t.last > now+t.window/wakeAheadDiv) {
+			t.readAt = t.last - ahead
+		}
+		p.readAt = min(p.readAt, t.readAt)
 	}
-	if atomic.LoadUint64(p.u64(boardOffLCActiveUntil)) != until {
+	if atomic.LoadUint64(p.u64(boardOffLCActiveUntil)) != until || atomic.LoadUint64(p.u64(boardOffLCBusyUntil)) != busy {
+		atomic.StoreUint64(p.u64(boardOffLCBusyUntil), busy)
 		atomic.StoreUint64(p.u64(boardOffLCActiveUntil), until)
 		atomic.AddUint64(p.u64(boardOffSeq), 1)
 	}
 	return until
 }
 
-// deadline is the tenant's lc_active_until_ns, read with pread: a file the
-// tenant truncated gives a short read, which is ignored.
-func (p *Publisher) deadline(t *lcTenant) (uint64, bool) {
+// deadline is the tenant's lc_active_until_ns and lc_busy_until_ns, read
+// with pread: a file the tenant truncated gives a short read, which is
+// ignored.
+func (p *Publisher) deadline(t *lcTenant) (until, busy uint64, ok bool) {
 	if t.usage == nil {
-		return 0, false
+		return 0, 0, false
 	}
 	n, err := t.usage.ReadAt(p.buf[:], 0)
 	if n < usageHeaderSize {
@@ -160,12 +241,12 @@ func (p *Publisher) deadline(t *lcTenant) (uint64, bool) {
 			err = fmt.Errorf("%d of %d bytes", n, usageHeaderSize)
 		}
 		p.report(t, "usage file: short read (truncated?): ignored", err)
-		return 0, false
+		return 0, 0, false
 	}
 	if le64(p.buf[:], usageOffMagic) != usageMagic {
-		return 0, false // not initialised (yet): nothing pending
+		return 0, 0, false // not initialised (yet): nothing pending
 	}
-	return le64(p.buf[:], usageOffLCActiveUntil), true
+	return le64(p.buf[:], usageOffLCActiveUntil), le64(p.buf[:], usageOffLCBusyUntil), true
 }
 
 func le64(b []byte, off int) uint64 { return *(*uint64)(unsafe.Pointer(&b[off])) }
@@ -258,6 +339,34 @@ func (p *Publisher) refresh(root *tenantfs.Dir, t *lcTenant) {
 	if t.usage == nil {
 		p.openUsage(t)
 	}
+	if t.wake != nil && !t.dir.Same(wakeFile, t.wake) {
+		t.closeWake()
+	}
+	if t.wake == nil {
+		p.openWake(t)
+	}
+}
+
+// openWake opens the tenant's wake FIFO, creating it if missing (its
+// processes may have been first). Without one (the tenant put something
+// else there) the tenant's starts are seen at the next rescan.
+func (p *Publisher) openWake(t *lcTenant) {
+	if err := t.dir.Mkfifo(wakeFile, 0o666); err != nil {
+		p.report(t, "wake FIFO not created: its starts are seen at the rescan", err)
+		return
+	}
+	f, err := t.dir.OpenFIFO(wakeFile)
+	if err != nil {
+		p.report(t, "wake FIFO refused: its starts are seen at the rescan", err)
+		return
+	}
+	_ = f.Chmod(0o666) // the tenant's processes may run as different users
+	t.wake, t.armed, t.added, t.hold = f, false, false, 0
+}
+
+func (t *lcTenant) closeWake() {
+	t.wake.Close() // closing the fd takes it out of Run's epoll set
+	t.wake, t.armed, t.added = nil, false, false
 }
 
 func (p *Publisher) openUsage(t *lcTenant) {
@@ -273,46 +382,239 @@ func (p *Publisher) openUsage(t *lcTenant) {
 }
 
 func (t *lcTenant) close() {
+	if t.wake != nil {
+		t.closeWake()
+	}
 	t.usage.Close()
 	t.usage = nil
 	t.dir.Close()
 	t.dir = nil
 }
 
-// Run publishes every interval until ctx is done, and once per
-// RescanInterval while the host has no latency-critical tenant at all.
-// Measured on the H200 (gpu-test priority, gate mode, a 6 ms window, a
-// request every 5.3 ms), side by side in one run on 2026-12-01: this reader
-// keeps a latency-critical tenant at 0.28 ms p99 (1.8x alone). Every
-// cheaper reader tried let it fall to 4.5-6 ms (28x alone), where its
-// deadline lapses between requests and best-effort kernels run in the
-// gaps: an event-driven one (at the tenants' deadlines and on a wake FIFO
-// they wrote), one that slowed to the rescan while no work was pending,
-// and (8091025-b9b2fdd) one that read half a window before a deadline and
-// on a wake FIFO, with or without reading pending tenants every interval,
-// and with or without the FIFO. The fake-driver timeline test written for
-// that last one saw no launch slip with it and many with this one, so it
-// did not model the GPU; the cause was not found. The reader that holds the
-// target on the hardware is the one kept; its CPU (5-6% of a core here at
-// 100 tenants) misses the 0.5% / 2% targets (bench/results.txt).
+// Run publishes until ctx is done, reading the latency-critical tenants'
+// deadlines only when the board may change: when a tenant's wake FIFO has a
+// byte (its work started, or went on when its deadline was near), half a
+// window before the latest deadline read passes (an extension its processes
+// made silently), and at each rescan. It never reads sooner than interval
+// after the last read, and hears a tenant that floods its FIFO at most once
+// per quarter window. It waits on one epoll set (a timerfd, the FIFOs, an
+// eventfd for ctx) through Go's own poller, so no thread sleeps in a
+// system call (a thread blocked in epoll_wait cost about 1 ms of the Go
+// runtime's CPU per wake-up here); where epoll is not to be had it reads
+// every interval.
+//
+// History (the H200's gpu-test priority, gate mode, window 6 ms, a request
+// every 5.3 ms): reading every interval held the latency-critical p99 at
+// 0.28 ms for 5-6% of a core; an earlier event-driven reader that read again
+// only 0.5 ms before a deadline passed and heard the FIFO only within a
+// quarter window of it let the p99 fall to 4.5-5 ms. This one leaves half a
+// window for its own lateness and the FIFO covers the rest
+// (TestGateHoldsBestEffortWhileLCActive counts what slips through).
 func (p *Publisher) Run(ctx context.Context, interval time.Duration) {
-	period := interval
-	t := time.NewTicker(period)
+	w, err := newWaiter()
+	if err != nil {
+		p.log.WithError(err).Error("board: cannot wait on the tenants' wake FIFOs: publishing every interval")
+		p.runTicker(ctx, interval)
+		return
+	}
+	defer w.close()
+	for _, t := range p.lc {
+		t.armed, t.added = false, false // a new epoll set: none is in it
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-ctx.Done():
+			w.cancel()
+		case <-stop:
+		}
+	}()
+	defer wg.Wait()
+	defer close(stop)
+	for all := true; ctx.Err() == nil; all = false {
+		p.publish(all)
+		now := monotonicNow()
+		w.arm(p.lc, now)
+		woken, err := w.wait(p.wakeTime(now, interval))
+		if err != nil {
+			p.log.WithError(err).Error("board: wait failed: publishing every interval")
+			p.runTicker(ctx, interval)
+			return
+		}
+		now = monotonicNow()
+		for _, t := range woken {
+			t.woke = true
+			// A tenant's processes write to its FIFO at most once per half
+			// window (gpuext_devrt_shm.h): a FIFO that wakes Run more often
+			// than twice in one is a flood, held until that half window ends
+			// (Run wakes once then to arm it again).
+			if now >= t.burstEnd {
+				t.burstEnd, t.burst = now+max(uint64(interval), t.window/wakeAheadDiv), 0
+			}
+			if t.burst++; t.burst >= wakesPerHalfWindow {
+				t.hold = t.burstEnd
+			}
+		}
+	}
+}
+
+// wakeTime is when Run reads next: the deadline read it needs (never
+// sooner than interval from now), a held FIFO's arming, the rescan.
+func (p *Publisher) wakeTime(now uint64, interval time.Duration) uint64 {
+	at := now + uint64(max(time.Until(p.nextScan), 0))
+	if p.readAt != math.MaxUint64 {
+		at = min(at, max(p.readAt, now+uint64(interval)))
+	}
+	for _, t := range p.lc {
+		if t.wake != nil && !t.armed && t.hold > now {
+			at = min(at, t.hold) // a flood's FIFO armed again
+		}
+	}
+	return at
+}
+
+// runTicker is Run without epoll: a read every interval.
+func (p *Publisher) runTicker(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		p.Publish()
-		want := interval
-		if len(p.lc) == 0 {
-			want = RescanInterval
-		}
-		if want != period {
-			period = want
-			t.Reset(period)
+			p.Publish()
 		}
 	}
+}
+
+// waiter is Run's epoll set: a timerfd, an eventfd (ctx done) and the
+// tenants' wake FIFOs, each armed one-shot.
+type waiter struct {
+	ep, timer, cancelFd int
+	epf                 *os.File            // ep, in Go's poller: readable when an event is ready
+	epc                 syscall.RawConn     // epf's, to wait on it
+	fifos               map[int32]*lcTenant // by fd: the FIFOs armed
+	events              []unix.EpollEvent
+}
+
+func newWaiter() (*waiter, error) {
+	w := &waiter{ep: -1, timer: -1, cancelFd: -1, fifos: map[int32]*lcTenant{}, events: make([]unix.EpollEvent, 64)}
+	var err error
+	if w.ep, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	if w.timer, err = unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC|unix.TFD_NONBLOCK); err != nil {
+		w.close()
+		return nil, fmt.Errorf("timerfd_create: %w", err)
+	}
+	if w.cancelFd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		w.close()
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	for _, fd := range []int{w.timer, w.cancelFd} {
+		if err := unix.EpollCtl(w.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+			w.close()
+			return nil, fmt.Errorf("epoll_ctl: %w", err)
+		}
+	}
+	if err := unix.SetNonblock(w.ep, true); err != nil { // os.NewFile puts a non-blocking fd in the poller
+		w.close()
+		return nil, fmt.Errorf("epoll fd: %w", err)
+	}
+	w.epf = os.NewFile(uintptr(w.ep), "epoll")
+	if w.epc, err = w.epf.SyscallConn(); err != nil {
+		w.close()
+		return nil, fmt.Errorf("epoll fd: %w", err)
+	}
+	return w, nil
+}
+
+func (w *waiter) close() {
+	if w.epf != nil {
+		w.epf.Close()
+		w.ep = -1
+	}
+	for _, fd := range []int{w.ep, w.timer, w.cancelFd} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+}
+
+func (w *waiter) cancel() {
+	one := [8]byte{0: 1}
+	_, _ = unix.Write(w.cancelFd, one[:])
+}
+
+// arm arms the FIFOs of the latency-critical tenants that are not armed
+// and not held back (a flood), and forgets those closed since (closing an
+// fd takes it out of the epoll set).
+func (w *waiter) arm(lc map[bpf.TenantID]*lcTenant, now uint64) {
+	clear(w.fifos)
+	for _, t := range lc {
+		if t.wake == nil {
+			continue
+		}
+		fd := int32(t.wake.Fd())
+		if !t.armed && t.hold <= now {
+			ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: fd}
+			op := unix.EPOLL_CTL_MOD
+			if !t.added {
+				op = unix.EPOLL_CTL_ADD
+			}
+			err := unix.EpollCtl(w.ep, op, int(fd), &ev)
+			if errors.Is(err, unix.EEXIST) {
+				err = unix.EpollCtl(w.ep, unix.EPOLL_CTL_MOD, int(fd), &ev)
+			}
+			t.added, t.armed = t.added || err == nil, err == nil
+		}
+		if t.armed {
+			w.fifos[fd] = t
+		}
+	}
+}
+
+// wait sleeps until the monotonic time at, a FIFO byte or cancel. It
+// returns the tenants whose FIFO woke it (disarmed until arm; Publish
+// drains them).
+func (w *waiter) wait(at uint64) ([]*lcTenant, error) {
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(max(at, 1)))}
+	if err := unix.TimerfdSettime(w.timer, unix.TFD_TIMER_ABSTIME, &spec, nil); err != nil {
+		return nil, fmt.Errorf("timerfd_settime: %w", err)
+	}
+	var woken []*lcTenant
+	var werr error
+	err := w.epc.Read(func(fd uintptr) bool {
+		n, err := unix.EpollWait(int(fd), w.events, 0)
+		if errors.Is(err, unix.EINTR) || err == nil && n == 0 {
+			return false // nothing ready: the goroutine waits in Go's poller
+		}
+		if err != nil {
+			werr = fmt.Errorf("epoll_wait: %w", err)
+			return true
+		}
+		var buf [8]byte
+		for _, ev := range w.events[:n] {
+			switch ev.Fd {
+			case int32(w.timer):
+				_, _ = unix.Read(w.timer, buf[:])
+			case int32(w.cancelFd):
+				woken = nil
+				return true
+			default:
+				if t, ok := w.fifos[ev.Fd]; ok {
+					t.armed = false // one-shot
+					woken = append(woken, t)
+				}
+			}
+		}
+		return true
+	})
+	if err == nil {
+		err = werr
+	}
+	return woken, err
 }

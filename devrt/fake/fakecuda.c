@@ -927,8 +927,15 @@ FAKE_API CUresult cuStreamIsCapturing(CUstream s, int *status)
 
 FAKE_API CUresult cuCtxSynchronize(void)
 {
+	const char *w = getenv("FAKECUDA_SYNC_US"); /* how long the context's work takes to finish */
+	long us = w ? atol(w) : 0;
+
 	if (fake_unsafe("cuCtxSynchronize"))
 		return 900;
+	if (us > 0) {
+		struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+		nanosleep(&ts, NULL);
+	}
 	fake_log("cuCtxSynchronize");
 	return CUDA_SUCCESS;
 }
@@ -1552,6 +1559,9 @@ static const struct {
 	{"cuLaunchKernel", 7000, 1, (void *)cuLaunchKernel_ptsz},
 	{"cuLibraryLoadData", 12000, -1, (void *)cuLibraryLoadData},
 	{"cuModuleLoadData", 2000, -1, (void *)cuModuleLoadData},
+	{"cuCtxSynchronize", 2000, -1, (void *)cuCtxSynchronize},
+	{"cuStreamSynchronize", 2000, -1, (void *)cuStreamSynchronize},
+	{"cuEventSynchronize", 2000, -1, (void *)cuEventSynchronize},
 	{"cuModuleLoadDataEx", 2010, -1, (void *)cuModuleLoadDataEx},
 	{"cuCtxSetCurrent", 4000, -1, (void *)cuCtxSetCurrent},
 	{"cuCtxDestroy", 4000, -1, (void *)cuCtxDestroy_v2},

@@ -26,7 +26,8 @@
  * The host reads these files with pread, never mapped (a tenant can truncate
  * its file), and trusts nothing in them about the tenant itself: the class
  * and the active window come from the host's own tenant state, and
- * lc_active_until_ns is clamped to now + that window.
+ * lc_active_until_ns is clamped to now + that window. It reads them when it
+ * has to (GPUEXT_DEVRT_WAKE_FILE), not on a clock.
  *
  * All fields are fixed width, little-endian (x86-64, aarch64), naturally
  * aligned. A reader checks magic, version, header_size, slot_size, nslots.
@@ -44,6 +45,28 @@
 #define GPUEXT_DEVRT_SHM_VERSION 1u
 #define GPUEXT_DEVRT_SLOTS 256u
 #define GPUEXT_DEVRT_USAGE_FILE "usage"
+/*
+ * $GPUEXT_TENANT_ACCT/wake: a FIFO, how a latency-critical process tells the
+ * host that its tenant's deadline moved when the host may not read it in
+ * time by itself. The host reads a latency-critical tenant's deadline again
+ * window / GPUEXT_DEVRT_READ_AHEAD_DIV before it passes, and not at all once
+ * it is nearer than that; a process writes one byte to the
+ * FIFO whenever it moves lc_active_until_ns from a value that had passed or
+ * was within window / GPUEXT_DEVRT_WAKE_AHEAD_DIV of passing (a start, or
+ * the next request of a tenant whose requests are almost a window apart).
+ * The FIFO's reach (half a window) is wider than the host's read-ahead (a
+ * quarter) by the host's own lateness: an extension the host's last read
+ * before a deadline missed always finds that deadline within the FIFO's
+ * reach. Extensions farther ahead stay silent: the host's own read before
+ * the old deadline finds them. The host creates the FIFO (mode 0666 in the tenant's acct dir;
+ * a process creates it when it is first); both sides open it
+ * O_RDWR|O_NONBLOCK, so neither waits for the other and a writer never gets
+ * SIGPIPE. A tenant that floods its FIFO is heard at most twice per half
+ * window.
+ */
+#define GPUEXT_DEVRT_WAKE_FILE "wake"
+#define GPUEXT_DEVRT_WAKE_AHEAD_DIV 2u
+#define GPUEXT_DEVRT_READ_AHEAD_DIV 4u
 /* The most device ordinals a tenant has a quota and an account for. */
 #define GPUEXT_DEVRT_MAX_DEVICES 16u
 
@@ -77,7 +100,15 @@ struct gpuext_devrt_usage_header {
 	_Atomic uint64_t lc_active_until_ns; /* latency-critical tenants: CLOCK_MONOTONIC deadline of own pending work */
 	_Atomic uint32_t priority_class;   /* GPUEXT_DEVRT_CLASS_* as the process read it (reporting only) */
 	uint32_t reserved1;
-	uint64_t reserved[20];
+	/*
+	 * Latency-critical tenants: CLOCK_MONOTONIC time by which the request
+	 * that began last (the first launch after a wait for the GPU returned)
+	 * is expected to be done: its start + the running mean of earlier
+	 * requests' start-to-wait-return times. Written before the deadline
+	 * above, so a host read that sees the deadline sees it too.
+	 */
+	_Atomic uint64_t lc_busy_until_ns;
+	uint64_t reserved[19];
 };
 
 #define GPUEXT_DEVRT_CLASS_STANDARD 0u
@@ -113,7 +144,15 @@ struct gpuext_devrt_board {
 	uint32_t size;                       /* sizeof(struct gpuext_devrt_board) */
 	_Atomic uint64_t lc_active_until_ns; /* CLOCK_MONOTONIC: latency-critical work pending until then */
 	_Atomic uint64_t seq;                /* bumped by the publisher on every update */
-	uint64_t reserved[4];
+	/*
+	 * CLOCK_MONOTONIC: the latest expected end of a latency-critical
+	 * request in progress (the usage header's lc_busy_until_ns, never past
+	 * that tenant's published deadline). A best-effort launch that has
+	 * waited out its longest delay goes only after a request ends, when the
+	 * gap to the next one is longest (priority.c).
+	 */
+	_Atomic uint64_t lc_busy_until_ns;
+	uint64_t reserved[3];
 };
 
 _Static_assert(sizeof(struct gpuext_devrt_slot) == 64, "slot layout");

@@ -525,13 +525,59 @@ int gx_acct_forget(int kind, uint64_t key, uint64_t *bytes)
 /*
  * Latency-critical activity: the tenant's work counts as pending until
  * now + its window. Stored only when that moves the deadline by an eighth of
- * the window (keeps the cache line quiet); the host reads it every interval
- * while the host has a latency-critical tenant (devrt/board).
+ * the window (keeps the cache line quiet). When the deadline it replaces had
+ * passed or was within window / GPUEXT_DEVRT_WAKE_AHEAD_DIV of passing, the
+ * host no longer reads it by itself (gpuext_devrt_shm.h): one byte to the
+ * tenant's wake FIFO tells it. The FIFO is opened at the first such wake
+ * (created if the host has not yet), tried again at most once a second; a
+ * full FIFO (the host is gone) drops the byte.
  */
+static _Atomic int gx_wake_fd = -1;
+static _Atomic uint64_t gx_wake_retry_ns;
+
+static int gx_wake_open(uint64_t now)
+{
+	char path[4096];
+	struct stat st;
+	int fd = atomic_load_explicit(&gx_wake_fd, memory_order_acquire), expect = -1;
+
+	if (fd >= 0 || !gx_cfg.acct_dir || !*gx_cfg.acct_dir ||
+	    now < atomic_load_explicit(&gx_wake_retry_ns, memory_order_relaxed))
+		return fd;
+	atomic_store_explicit(&gx_wake_retry_ns, now + 1000000000ull, memory_order_relaxed);
+	if (snprintf(path, sizeof(path), "%s/%s", gx_cfg.acct_dir, GPUEXT_DEVRT_WAKE_FILE) >= (int)sizeof(path))
+		return -1;
+	if (mkfifo(path, 0666) == 0)
+		(void)chmod(path, 0666); /* the tenant's processes may run as different users */
+	fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
+		close(fd);
+		return -1;
+	}
+	if (!atomic_compare_exchange_strong(&gx_wake_fd, &expect, fd)) {
+		close(fd); /* another thread was first */
+		fd = expect;
+	}
+	GX_DEBUG("wake FIFO %s open", path);
+	return fd;
+}
+
+/* The expected end of the latency-critical request that began now (priority.c); stored before its deadline. */
+void gx_acct_lc_busy(uint64_t until)
+{
+	struct gpuext_devrt_usage *u = gx_acct_usage();
+
+	if (u)
+		atomic_store_explicit(&u->hdr.lc_busy_until_ns, until, memory_order_release);
+}
+
 void gx_acct_lc_active(uint64_t now)
 {
 	struct gpuext_devrt_usage *u = gx_acct_usage();
 	uint64_t was, until = now + gx_cfg.lc_window_ns;
+	int fd;
 
 	if (!u)
 		return;
@@ -539,4 +585,9 @@ void gx_acct_lc_active(uint64_t now)
 	if (until <= was + gx_cfg.lc_window_ns / 8)
 		return;
 	atomic_store_explicit(&u->hdr.lc_active_until_ns, until, memory_order_release);
+	if (was > now + gx_cfg.lc_window_ns / GPUEXT_DEVRT_WAKE_AHEAD_DIV)
+		return; /* the host reads it again before the old deadline */
+	fd = gx_wake_open(now);
+	if (fd >= 0)
+		(void)!write(fd, "w", 1);
 }

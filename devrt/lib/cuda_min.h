@@ -23,6 +23,7 @@ typedef unsigned long long CUmemGenericAllocationHandle;
 typedef int CUdevice;
 
 typedef struct gx_CUstream_st *CUstream;
+typedef struct gx_CUevent_st *CUevent;
 typedef struct gx_CUfunc_st *CUfunction;
 typedef struct gx_CUmemPool_st *CUmemoryPool;
 typedef struct gx_CUgraphExec_st *CUgraphExec;

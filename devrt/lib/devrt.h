@@ -123,12 +123,15 @@ uint64_t gx_acct_tenant_used(void);
 uint64_t gx_acct_device_used(int dev); /* the tenant's bytes on device ordinal dev */
 struct gpuext_devrt_usage *gx_acct_usage(void);
 int gx_acct_slot(void);
-void gx_acct_lc_active(uint64_t now); /* latency-critical launch: deadline now + window */
+void gx_acct_lc_active(uint64_t now); /* latency-critical launch: deadline now + window, host told if need be */
+void gx_acct_lc_busy(uint64_t until); /* latency-critical request begun: its expected end */
 enum { GX_KEY_DEVPTR = 1, GX_KEY_HANDLE = 2 };
 
 /* priority.c: called before every launch */
 void gx_priority_open(void);
 void gx_launch_gate(void);
+/* priority.c: after a wait for the GPU returned (cuCtx/cuStream/cuEventSynchronize) */
+void gx_priority_synced(void);
 
 /*
  * probe_*.c: device probes at image load (docs/device-probes.md). A load

@@ -117,6 +117,90 @@ static uint64_t gx_board_deadline(void)
 	return atomic_load_explicit(&gx_board->lc_active_until_ns, memory_order_acquire);
 }
 
+static uint64_t gx_board_busy(void)
+{
+	if (!gx_board || atomic_load_explicit(&gx_board->magic, memory_order_acquire) != GPUEXT_DEVRT_BOARD_MAGIC)
+		return 0;
+	return atomic_load_explicit(&gx_board->lc_busy_until_ns, memory_order_acquire);
+}
+
+static void gx_sleep_ns(uint64_t ns)
+{
+	struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+
+	nanosleep(&ts, NULL);
+}
+
+/*
+ * A best-effort launch waited out max_delay_ns while latency-critical work
+ * stayed pending: it goes when a latency-critical request has just ended,
+ * where the gap to the next request is longest, not at whatever moment its
+ * delay ran out (a 2 ms kernel started then overlaps the next request about
+ * as often as it is long over the requests' period). It waits for the
+ * request in progress to end or, between requests, for the next one to
+ * begin and end; at most another max_delay_ns, and not once the board
+ * shows nothing pending. Returns when it waited until.
+ */
+static uint64_t gx_wait_request_end(uint64_t now)
+{
+	uint64_t cap = now + gx_cfg.max_delay_ns, busy = gx_board_busy(), seen = busy;
+
+	while (now < cap && now < gx_board_deadline()) {
+		busy = gx_board_busy();
+		if (busy > now)
+			seen = 0; /* a request in progress: wait for its end */
+		else if (seen == 0 || busy != seen)
+			break;    /* the request seen in progress (or one begun since) has ended */
+		gx_sleep_ns(busy > now && busy - now < 200000ull ? busy - now : 200000ull);
+		now = gx_now_ns();
+	}
+	return now;
+}
+
+/*
+ * A latency-critical process's wait for the GPU returned: its work is done
+ * now, so its window counts from here. Without this a request that a
+ * best-effort kernel held up (a 2 ms kernel can start in any gap) used up
+ * its window while it waited, the deadline lapsed before the next request,
+ * best-effort launches went in, and the next request waited too: one late
+ * request turned into a regime of late ones.
+ */
+/*
+ * A latency-critical request: from the first launch after a wait for the GPU
+ * returned to the next such return. The usage file carries when the one in
+ * progress is expected to end (its start + 1.5 x the running mean of the
+ * earlier ones), which the board passes on to best-effort processes.
+ */
+static _Atomic uint64_t gx_lc_req_start; /* 0: no request in progress */
+static _Atomic uint64_t gx_lc_req_mean;  /* ns, the running mean (1/8) of start to wait-return */
+
+static void gx_lc_launch(uint64_t now)
+{
+	uint64_t none = 0, mean;
+
+	if (atomic_compare_exchange_strong(&gx_lc_req_start, &none, now)) {
+		mean = atomic_load_explicit(&gx_lc_req_mean, memory_order_relaxed);
+		gx_acct_lc_busy(now + (mean ? mean + mean / 2 : gx_cfg.lc_window_ns / 8));
+	}
+	gx_acct_lc_active(now); /* acct.c: the deadline the host publishes */
+}
+
+void gx_priority_synced(void)
+{
+	uint64_t now, start, mean, took;
+
+	if (gx_cfg.priority_class != GPUEXT_DEVRT_CLASS_LATENCY_CRITICAL || !gx_cfg.enabled)
+		return; /* also before init: the class is standard (0) until the settings are read */
+	now = gx_now_ns();
+	start = atomic_exchange(&gx_lc_req_start, 0);
+	if (start && now > start) {
+		took = now - start;
+		mean = atomic_load_explicit(&gx_lc_req_mean, memory_order_relaxed);
+		atomic_store_explicit(&gx_lc_req_mean, mean ? mean - mean / 8 + took / 8 : took, memory_order_relaxed);
+	}
+	gx_acct_lc_active(now);
+}
+
 void gx_launch_gate(void)
 {
 	struct gpuext_devrt_usage *u;
@@ -129,7 +213,7 @@ void gx_launch_gate(void)
 	atomic_fetch_add_explicit(&u->hdr.launches, 1, memory_order_relaxed);
 	switch (gx_cfg.priority_class) {
 	case GPUEXT_DEVRT_CLASS_LATENCY_CRITICAL:
-		gx_acct_lc_active(gx_now_ns()); /* acct.c: the deadline the host publishes */
+		gx_lc_launch(gx_now_ns());
 		return;
 	case GPUEXT_DEVRT_CLASS_BEST_EFFORT:
 		if (gx_mps_confined)
@@ -156,16 +240,13 @@ void gx_launch_gate(void)
 	while (now < until && now - start < gx_cfg.max_delay_ns) {
 		uint64_t left = until - now, cap = gx_cfg.max_delay_ns - (now - start);
 		uint64_t step = left < cap ? left : cap;
-		struct timespec ts;
 
-		if (step > 200000ull)
-			step = 200000ull; /* re-read the board every 200 us */
-		ts.tv_sec = 0;
-		ts.tv_nsec = (long)step;
-		nanosleep(&ts, NULL);
+		gx_sleep_ns(step > 200000ull ? 200000ull : step); /* re-read the board every 200 us */
 		now = gx_now_ns();
 		until = gx_board_deadline();
 	}
+	if (now < until)
+		now = gx_wait_request_end(now);
 	waited = now - start;
 	atomic_fetch_add(&u->hdr.delayed_launches, 1);
 	atomic_fetch_add(&u->hdr.delayed_ns, waited);

@@ -34,7 +34,6 @@
 #include "gpuext_devrt_launches.h"
 #include "probe_state.h"
 
-typedef struct gx_CUevent_st *CUevent;
 typedef struct gx_CUgraphNode_st *CUgraphNode;
 
 /* driver calls of this file only (not hooked) */

@@ -403,6 +403,43 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 	return r;
 }
 
+/*
+ * Waits for the GPU: a latency-critical tenant's pending window counts from
+ * the end of its work, not only from its launches (priority.c), so a request
+ * that finished late still covers the gap to the next one.
+ */
+CUresult cuCtxSynchronize(void)
+{
+	GX_REAL_OR(cuCtxSynchronize, CUDA_ERROR_NOT_INITIALIZED);
+	CUresult r = real();
+	gx_priority_synced();
+	return r;
+}
+
+CUresult cuStreamSynchronize(CUstream hStream)
+{
+	GX_REAL_OR(cuStreamSynchronize, CUDA_ERROR_NOT_INITIALIZED);
+	CUresult r = real(hStream);
+	gx_priority_synced();
+	return r;
+}
+
+CUresult cuStreamSynchronize_ptsz(CUstream hStream)
+{
+	GX_REAL_OR(cuStreamSynchronize_ptsz, CUDA_ERROR_NOT_INITIALIZED);
+	CUresult r = real(hStream);
+	gx_priority_synced();
+	return r;
+}
+
+CUresult cuEventSynchronize(CUevent hEvent)
+{
+	GX_REAL_OR(cuEventSynchronize, CUDA_ERROR_NOT_INITIALIZED);
+	CUresult r = real(hEvent);
+	gx_priority_synced();
+	return r;
+}
+
 /* instantiations: the graph's kernel nodes, which its replays launch (probe_hostlaunch.c) */
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {

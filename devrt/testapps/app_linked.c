@@ -26,6 +26,7 @@ CUresult cuLaunchKernel_ptsz(CUfunction, unsigned int, unsigned int, unsigned in
 CUresult cuLibraryLoadData(CUlibrary *, const void *, CUjit_option *, void **, unsigned int, CUlibraryOption *,
 			   void **, unsigned int);
 CUresult cuModuleLoadData(CUmodule *, const void *);
+CUresult cuCtxSynchronize(void);
 
 int main(int argc, char **argv)
 {
@@ -48,6 +49,7 @@ int main(int argc, char **argv)
 		.launch_ptsz = cuLaunchKernel_ptsz,
 		.library_load = cuLibraryLoadData,
 		.module_load = cuModuleLoadData,
+		.sync = cuCtxSynchronize,
 	};
 
 	return app_run(&api, argc, argv);

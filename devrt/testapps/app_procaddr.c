@@ -63,6 +63,7 @@ int main(int argc, char **argv)
 	api.library_load = (CUresult (*)(CUlibrary *, const void *, CUjit_option *, void **, unsigned int,
 					 CUlibraryOption *, void **, unsigned int))resolve("cuLibraryLoadData", 0);
 	api.module_load = (CUresult (*)(CUmodule *, const void *))resolve("cuModuleLoadData", 0);
+	api.sync = (CUresult (*)(void))resolve("cuCtxSynchronize", 0);
 	if (!api.init || !api.alloc || !api.pitch || !api.managed || !api.free_ || !api.create || !api.release ||
 	    !api.async || !api.async_ptsz || !api.pool || !api.free_async || !api.free_async_ptsz || !api.info ||
 	    !api.launch || !api.launch_ptsz || !api.library_load || !api.module_load) {

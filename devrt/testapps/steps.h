@@ -48,6 +48,7 @@ struct app_api {
 	CUresult (*library_load)(CUlibrary *, const void *, CUjit_option *, void **, unsigned int, CUlibraryOption *,
 				 void **, unsigned int);
 	CUresult (*module_load)(CUmodule *, const void *);
+	CUresult (*sync)(void); /* cuCtxSynchronize; NULL: the "sync" step fails */
 };
 
 enum app_kind { APP_DEV, APP_HANDLE, APP_ASYNC, APP_ASYNC_PTSZ };
@@ -245,6 +246,11 @@ static int app_run(const struct app_api *api, int argc, char **argv)
 				printf("device %s ok\n", a);
 			else
 				printf("device %s rc=%d\n", a, r);
+		} else if (!strcmp(v, "sync")) {
+			unsigned long long t0 = app_now_us();
+
+			r = api->sync ? api->sync() : CUDA_ERROR_NOT_FOUND;
+			printf("sync %s us=%llu\n", r == CUDA_SUCCESS ? "ok" : "failed", app_now_us() - t0);
 		} else if (!strcmp(v, "sleep")) {
 			i++;
 			usleep((useconds_t)atoi(a) * 1000u);

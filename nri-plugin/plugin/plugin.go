@@ -150,8 +150,9 @@ func (p *Plugin) startReconcile(cfg config.Config, core *admission.Core) {
 	}()
 }
 
-// BoardInterval is how often the board publisher reads the
-// latency-critical tenants' deadlines while the host has any.
+// BoardInterval is the shortest gap between two reads of the
+// latency-critical tenants' deadlines by the board publisher (which reads on
+// their wake FIFOs and half a window before a deadline passes).
 const BoardInterval = time.Millisecond
 
 // startBoard runs the device runtime's priority board publisher: the plugin

@@ -159,6 +159,7 @@ static int lc(int n, int gap_us)
 	std::vector<double> lat;
 	spin<<<1, 32>>>(1000);
 	cudaDeviceSynchronize();
+	bool trace = getenv("APPS_LC_TRACE") && *getenv("APPS_LC_TRACE");
 	double t_first = now_us();
 	for (int i = 0; i < n; i++) {
 		double t0 = now_us();
@@ -166,6 +167,8 @@ static int lc(int n, int gap_us)
 			spin<<<1, 32>>>(20000); /* ~10us each */
 		cudaDeviceSynchronize();
 		lat.push_back(now_us() - t0);
+		if (trace) /* start (CLOCK_MONOTONIC us, the board trace's clock) and latency of each request */
+			printf("lc_req %.1f %.1f\n", t0, lat.back());
 		usleep(gap_us);
 	}
 	double t_end = now_us();
@@ -184,13 +187,18 @@ static int be(double seconds)
 {
 	int sms = 0;
 	cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+	bool trace = getenv("APPS_BE_TRACE") && *getenv("APPS_BE_TRACE");
 	double t0 = now_us(), tick = 0;
 	long done = 0;
 	while (now_us() - t0 < seconds * 1e6) {
+		double k0 = now_us();
 		spin<<<sms * 2, 512>>>(4000000); /* ~2ms */
+		double k1 = now_us();
 		cudaDeviceSynchronize();
 		done++;
 		double t = now_us();
+		if (trace) /* launch called, launch returned (past the gate), done: CLOCK_MONOTONIC us */
+			printf("be_k %.1f %.1f %.1f\n", k0, k1, t);
 		if (t - tick >= 20000) { /* progress ticks: kernels done by time t */
 			printf("be_tick %.0f %ld\n", t, done);
 			tick = t;

@@ -194,7 +194,10 @@ prio_run() { # mode -> prints lc p50/p99 and be throughput over the lc window
 	[[ $mode == mps* ]] && mps_start
 	if [[ $mode != alone && $mode != nopolicy ]]; then
 		printf '{"stateDir":"%s"}\n' "$W/prio" >"$W/prio/gpuext.json"
-		"$GPUEXTCTL" --config "$W/prio/gpuext.json" board --interval "${GPUEXT_BOARD_INTERVAL:-200us}" >/dev/null 2>&1 &
+		local trace=()
+		# GPUEXT_PRIO_TRACE=1: the board's reads, each request and each best-effort kernel, with their times, in $OUT
+		[[ -n ${GPUEXT_PRIO_TRACE:-} ]] && "$GPUEXTCTL" board --help 2>&1 | grep -q -- -trace && trace=(--trace "$W/prio/board-trace.txt")
+		"$GPUEXTCTL" --config "$W/prio/gpuext.json" board --interval "${GPUEXT_BOARD_INTERVAL:-200us}" "${trace[@]}" >/dev/null 2>&1 &
 		board_pid=$!
 		sleep 0.5
 	fi
@@ -203,18 +206,29 @@ prio_run() { # mode -> prints lc p50/p99 and be throughput over the lc window
 		[[ $mode == mps-* ]] && echo "GPUEXT_DEVRT_DEBUG=1"
 		echo "LD_PRELOAD=$LIB GPUEXT_TENANT_DIR=$W/prio/tenants/$1 GPUEXT_TENANT_ACCT=$W/prio/acct/$1 GPUEXT_BOARD=$W/prio/board/board"
 	}
+	local tr=""
+	[[ -n ${GPUEXT_PRIO_TRACE:-} ]] && tr="APPS_LC_TRACE=1 APPS_BE_TRACE=1"
 	if [[ $mode != alone ]]; then
 		for i in 1 2; do
 			# shellcheck disable=SC2046
-			env $(pre 2) "$W/apps_static" be 14 >"$W/prio/be$i.txt" 2>&1 &
+			env $(pre 2) $tr "$W/apps_static" be 14 >"$W/prio/be$i.txt" 2>&1 &
 			be_pids+=($!)
 		done
 		sleep 1
 	fi
 	# shellcheck disable=SC2046
-	env $(pre 1) "$W/apps_static" lc 1000 5000 >"$W/prio/lc.txt" 2>&1
+	env $(pre 1) $tr "$W/apps_static" lc 1000 5000 >"$W/prio/lc.txt" 2>&1
 	for i in "${be_pids[@]}"; do wait "$i"; done
-	[[ -n $board_pid ]] && kill "$board_pid" 2>/dev/null
+	local board_cpu=""
+	if [[ -n $board_pid && -r /proc/$board_pid/stat ]]; then
+		# the publisher's CPU over its life (utime+stime in clock ticks / its age), as a share of one core
+		board_cpu=$(awk -v hz="$(getconf CLK_TCK)" -v up="$(cut -d' ' -f1 /proc/uptime)" '{sub(/^.*\) /, ""); printf "%.2f", 100 * ($12 + $13) / hz / (up - $20 / hz)}' "/proc/$board_pid/stat")
+	fi
+	[[ -n $board_pid ]] && kill "$board_pid" 2>/dev/null && wait "$board_pid" 2>/dev/null
+	if [[ -n ${GPUEXT_PRIO_TRACE:-} ]]; then
+		mkdir -p "$OUT/prio-trace/${GPUEXT_PRIO_TAG:-run}-$mode"
+		cp "$W/prio"/*.txt "$OUT/prio-trace/${GPUEXT_PRIO_TAG:-run}-$mode/" 2>/dev/null
+	fi
 	[[ $mode == mps* ]] && mps_stop
 	local p50 p99 be=0 w0 w1
 	p50=$(awk '/lc_p50_us/ {print $2}' "$W/prio/lc.txt"); p99=$(awk '/lc_p99_us/ {print $2}' "$W/prio/lc.txt")
@@ -228,7 +242,7 @@ prio_run() { # mode -> prints lc p50/p99 and be throughput over the lc window
 		done | awk '{s += $1} END {printf "%.1f", s}')
 	fi
 	[[ $mode == mps-* ]] && info "priority mode=$mode best-effort processes confined by MPS (gate off): $(cat "$W/prio"/be*.txt | grep -c 'launch gate off') of 2"
-	info "priority mode=$mode lc_p50_us=$p50 lc_p99_us=$p99 be_kernels_per_s=$be lc_window_s=$(awk -v a="$w0" -v b="$w1" 'BEGIN{printf "%.2f", (b-a)/1e6}')"
+	info "priority mode=$mode lc_p50_us=$p50 lc_p99_us=$p99 be_kernels_per_s=$be lc_window_s=$(awk -v a="$w0" -v b="$w1" 'BEGIN{printf "%.2f", (b-a)/1e6}')${board_cpu:+ board_cpu_pct=$board_cpu}"
 }
 # The latency-critical tenant's pending window (activeWindowUs): it must
 # cover the gap between its requests (5ms here) for best-effort work to stay
