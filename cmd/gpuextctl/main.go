@@ -418,7 +418,7 @@ func takesValue(flag string) bool {
 
 func runBoard(cfg config.Config, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("board", flag.ContinueOnError)
-	interval := fs.Duration("interval", time.Millisecond, "shortest gap between two reads of the latency-critical tenants' deadlines (the publisher reads on their wake FIFOs and half a window before a deadline passes, not on a clock)")
+	interval := fs.Duration("interval", time.Millisecond, "shortest gap between two reads of the latency-critical tenants' deadlines (the publisher reads on their wake FIFOs and a quarter window before a deadline passes, not on a clock)")
 	trace := fs.String("trace", "", "write a line per read of a latency-critical tenant's deadline to this file (NOW TENANT WHY DEADLINE PUBLISHED BUSY, monotonic ns; for diagnosing the launch gate)")
 	if err := fs.Parse(args); err != nil {
 		return err

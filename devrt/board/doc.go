@@ -16,7 +16,7 @@
 //
 // The publisher does not poll: it reads when a latency-critical tenant's
 // wake FIFO has a byte (its work started, or went on with its deadline
-// near), half a window before the latest deadline it read passes, and once
+// near), a quarter window before the latest deadline it read passes, and once
 // per RescanInterval. The layouts and file names come from
 // devrt/include/gpuext_devrt_shm.h through the generated layout_gen.go.
 package board

@@ -193,7 +193,7 @@ func fields(t testing.TB, out []byte, verb string) [][2]uint64 {
 // notice after the first request to 7/8 window after the last: the board
 // never lapses between requests (the event-driven publisher sees every
 // start through the wake FIFO and every silent extension by reading again
-// half a window ahead). Tolerant of a loaded machine: a 100 ms window,
+// a quarter window ahead). Tolerant of a loaded machine: a 100 ms window,
 // requests 60 ms apart (the host has some 25 ms to see each extension) and
 // 20 ms to see the first start.
 func TestGateHoldsBestEffortWhileLCActive(t *testing.T) {

@@ -393,23 +393,23 @@ func (t *lcTenant) close() {
 
 // Run publishes until ctx is done, reading the latency-critical tenants'
 // deadlines only when the board may change: when a tenant's wake FIFO has a
-// byte (its work started, or went on when its deadline was near), half a
+// byte (its work started, or went on when its deadline was near), a quarter
 // window before the latest deadline read passes (an extension its processes
-// made silently), and at each rescan. It never reads sooner than interval
-// after the last read, and hears a tenant that floods its FIFO at most once
-// per quarter window. It waits on one epoll set (a timerfd, the FIFOs, an
-// eventfd for ctx) through Go's own poller, so no thread sleeps in a
-// system call (a thread blocked in epoll_wait cost about 1 ms of the Go
-// runtime's CPU per wake-up here); where epoll is not to be had it reads
-// every interval.
+// made silently; not when every later move reaches the FIFO), and at each
+// rescan. It never reads sooner than interval after the last read, and hears
+// a tenant that floods its FIFO at most twice per half window. It waits on
+// one epoll set (a timerfd, the FIFOs, an eventfd for ctx) through Go's own
+// poller; where epoll is not to be had it reads every interval.
 //
 // History (the H200's gpu-test priority, gate mode, window 6 ms, a request
-// every 5.3 ms): reading every interval held the latency-critical p99 at
-// 0.28 ms for 5-6% of a core; an earlier event-driven reader that read again
-// only 0.5 ms before a deadline passed and heard the FIFO only within a
-// quarter window of it let the p99 fall to 4.5-5 ms. This one leaves half a
-// window for its own lateness and the FIFO covers the rest
-// (TestGateHoldsBestEffortWhileLCActive counts what slips through).
+// every 5.2 ms): a 1 kHz reader held the latency-critical p99 at 0.28 ms for
+// 5% of a core, but only because its board lapsed 0.8 ms after every request
+// began and best-effort kernels started there; exact event-driven readers
+// let best-effort launches go only when their longest delay ran out, at
+// random moments, and the p99 fell to 0.5-6 ms. With the device runtime's
+// window counted from a wait's return and a starved launch sent just after a
+// request (priority.c), this reader holds 0.28-0.30 ms for 1% of a core
+// (TestGateHoldsBestEffortWhileLCActive, TestStarvedBestEffortGoesAfterARequest).
 func (p *Publisher) Run(ctx context.Context, interval time.Duration) {
 	w, err := newWaiter()
 	if err != nil {

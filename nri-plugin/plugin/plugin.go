@@ -152,7 +152,7 @@ func (p *Plugin) startReconcile(cfg config.Config, core *admission.Core) {
 
 // BoardInterval is the shortest gap between two reads of the
 // latency-critical tenants' deadlines by the board publisher (which reads on
-// their wake FIFOs and half a window before a deadline passes).
+// their wake FIFOs and a quarter window before a deadline passes).
 const BoardInterval = time.Millisecond
 
 // startBoard runs the device runtime's priority board publisher: the plugin
