@@ -16,9 +16,8 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	launchcountMapLcCounters        = "lc_counters"
-	launchcountProgLaunchCountEntry = "launch_count_entry"
-	launchcountProgLaunchCountExit  = "launch_count_exit"
+	launchcountMapLcCounters       = "lc_counters"
+	launchcountProgLaunchCountExit = "launch_count_exit"
 )
 
 // loadLaunchcount returns the embedded CollectionSpec for launchcount.
@@ -63,8 +62,7 @@ type launchcountSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type launchcountProgramSpecs struct {
-	LaunchCountEntry *ebpf.ProgramSpec `ebpf:"launch_count_entry"`
-	LaunchCountExit  *ebpf.ProgramSpec `ebpf:"launch_count_exit"`
+	LaunchCountExit *ebpf.ProgramSpec `ebpf:"launch_count_exit"`
 }
 
 // launchcountMapSpecs contains maps before they are loaded into the kernel.
@@ -119,13 +117,11 @@ type launchcountVariables struct {
 //
 // It can be passed to loadLaunchcountObjects or ebpf.CollectionSpec.LoadAndAssign.
 type launchcountPrograms struct {
-	LaunchCountEntry *ebpf.Program `ebpf:"launch_count_entry"`
-	LaunchCountExit  *ebpf.Program `ebpf:"launch_count_exit"`
+	LaunchCountExit *ebpf.Program `ebpf:"launch_count_exit"`
 }
 
 func (p *launchcountPrograms) Close() error {
 	return _LaunchcountClose(
-		p.LaunchCountEntry,
 		p.LaunchCountExit,
 	)
 }
