@@ -187,12 +187,12 @@ func (t *progTranslator) inlineLookup(k inlineKey) error {
 	fmt.Fprintf(&t.out, "\t// map_lookup_elem(%s) inline\n", k.mapName)
 	if k.keyConst && k.keyVal < l.MaxEntries {
 		// a constant key in range: an address that cannot be NULL, so
-		// the program's NULL test on it folds away (nonNullR0)
+		// the program's NULL test on it folds away (nonNull)
 		fmt.Fprintf(&t.out, "\t// key %d: in range\n", k.keyVal)
 		t.emit("mov.u64 %%t0, %d", k.keyVal)
 		t.valueAddr(k, l)
 		t.emit("mov.u64 %%r0, %%t0")
-		t.nonNullR0 = true
+		t.nonNull[asm.R0], t.elem[asm.R0] = true, deferElem{k.mapName, k.keyVal}
 		return nil
 	}
 	switch {
@@ -295,7 +295,9 @@ var (
 // entryGuarded: the entry block runs in thread 0 only, so only a block
 // guarded the same way may read SharedSlotReg (in any other thread it was
 // never set); an unguarded exit block computes its own slot.
-func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, guarded bool, blockSlot map[string]bool, sharedSlot, entryGuarded bool, fused map[string][]int) (string, error) {
+//
+// dfr (nil: none): the entry's counts deferred to the exit (deferSet).
+func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, guarded bool, blockSlot map[string]bool, sharedSlot, entryGuarded bool, fused map[string][]int, dfr *deferSet) (string, error) {
 	tag := strings.TrimPrefix(a.String(), "kernel_")
 	pre := "__gpuext_i" + InlineSite + "_" + tag
 	ctx, stack := pre+"_ctx", pre+"_stack"
@@ -322,7 +324,13 @@ func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, gua
 	if sharedSlot && a == probe.KernelEntry {
 		fmt.Fprintf(&b, ".reg .b32 %s;\n", SharedSlotReg)
 	}
+	if dfr != nil && a == probe.KernelEntry {
+		b.WriteString(deferDeclMark)
+	}
 	b.WriteString("{\n")
+	if dfr != nil && a == probe.KernelEntry {
+		b.WriteString(deferInitMark)
+	}
 	if sharedSlot && a == probe.KernelEntry {
 		// the block's linear index, for the per-warp maps updated only atomically
 		b.WriteString("\t{\n\t.reg .b32 %__gxs<2>;\n")
@@ -346,6 +354,9 @@ func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, gua
 			// every thread running this block ran the entry block that set it
 			t.bslotName = SharedSlotReg
 		}
+		if dfr != nil && t.bslotName != "" {
+			t.dfr, t.dfrEntry = dfr, a == probe.KernelEntry
+		}
 		if err := t.translate(ps.Instructions); err != nil {
 			return "", fmt.Errorf("program %q (inline): %w", name, err)
 		}
@@ -365,7 +376,94 @@ func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, gua
 		b.WriteString(body)
 		fmt.Fprintf(&b, "%s:\n\t}\n", end)
 	}
-	b.WriteString("}\n")
+	out := b.String()
+	if dfr != nil && a == probe.KernelEntry {
+		var decl, init strings.Builder
+		for _, e := range dfr.order {
+			fmt.Fprintf(&decl, ".reg .b64 %s;\n", dfr.acc[e])
+			fmt.Fprintf(&init, "\tmov.u64 %s, 0;\n", dfr.acc[e])
+		}
+		out = strings.Replace(strings.Replace(out, deferDeclMark, decl.String(), 1), deferInitMark, init.String(), 1)
+	}
+	if dfr != nil && a == probe.KernelExit && len(dfr.order) > 0 {
+		// what the exit's own adds did not take: one add per element
+		// (none when the entry added nothing, e.g. launches outside block 0)
+		flush, err := dfr.flush(spec, blockSlot)
+		if err != nil {
+			return "", err
+		}
+		out += flush
+	}
+	return out + "}\n", nil
+}
+
+// The entry's counts, deferred to the exit (inline form, both sites under
+// the thread-0 guard, per-warp maps updated only atomically, which take the
+// block's slot): an atomic add of the entry to an element known at the
+// lookup (a constant key) becomes an add to a register of the kernel
+// (%__gxd<site>_<n>, 0 at entry); the exit's own atomic add to the same
+// element adds the register and clears it, and the exit block ends with an
+// add of what is left, where it is not 0. So a block makes its atomics at
+// its end only: launch-stats' entry time stays in a register, and the
+// entry's red.adds (a block, a negative time stamp) ride with the exit's.
+// Once a block has exited its counts are the same as without the
+// deferral; until then none of them is in the map (nothing reads these
+// maps on the device: atomicOnlyMaps). A block that leaves without the
+// exit site (a trap, an exit inside a .func) loses its entry counts too.
+type deferSet struct {
+	order  []deferElem
+	acc    map[deferElem]string
+	merged map[deferElem]bool // the exit's add takes it on every path: no flush
+}
+
+type deferElem struct {
+	mapName string
+	key     uint32
+}
+
+const (
+	deferDeclMark = "@GXDEFERDECL@\n"
+	deferInitMark = "@GXDEFERINIT@\n"
+)
+
+func newDeferSet() *deferSet {
+	return &deferSet{acc: map[deferElem]string{}, merged: map[deferElem]bool{}}
+}
+
+// reg: the register of element e; add allocates it (the entry).
+func (d *deferSet) reg(e deferElem, add bool) string {
+	if r, ok := d.acc[e]; ok || !add {
+		return r
+	}
+	r := fmt.Sprintf("%%__gxd%s_%d", InlineSite, len(d.order))
+	d.acc[e] = r
+	d.order = append(d.order, e)
+	return r
+}
+
+// flush: the exit block's last part, an add of each register not 0.
+func (d *deferSet) flush(spec *ebpf.CollectionSpec, blockSlot map[string]bool) (string, error) {
+	var b strings.Builder
+	b.WriteString("\t// the entry's deferred counts\n\t{\n\t.reg .b64 %__gxr<2>;\n\t.reg .b64 %__gxt<2>;\n\t.reg .b32 %__gxw<3>;\n\t.reg .pred %__gxp<1>;\n")
+	for _, e := range d.order {
+		if d.merged[e] {
+			continue
+		}
+		l, err := SpecLayout(spec.Maps[e.mapName])
+		if err != nil {
+			return "", err
+		}
+		t := &progTranslator{spec: spec, inline: true, thread0: true, blockSlot: blockSlot, bslotName: SharedSlotReg}
+		t.emit("mov.u64 %%r1, %s", MapSymbol(e.mapName))
+		t.emit("cvta.global.u64 %%r1, %%r1")
+		t.emit("mov.u64 %%t0, %d", e.key)
+		t.valueAddr(inlineKey{mapName: e.mapName, keyConst: true, keyVal: e.key}, l)
+		t.emit("cvta.to.global.u64 %%t1, %%t0")
+		t.emit("setp.ne.u64 %%p0, %s, 0", d.acc[e])
+		t.emit("@%%p0 red.global.add.u64 [%%t1], %s", d.acc[e])
+		b.WriteString(inlineRegRe.ReplaceAllString(t.out.String(), "%__gx${1}${2}"))
+	}
+	b.WriteString("\t}\n")
 	return b.String(), nil
 }
 

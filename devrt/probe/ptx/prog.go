@@ -37,7 +37,18 @@ type progTranslator struct {
 	// whose inline lookups take the block's slot
 	blockSlot map[string]bool
 	thread0   bool // inline form under the thread-0 site guard: the linear thread id is 0
-	nonNullR0 bool // r0 holds an inline lookup's address that cannot be NULL
+	// nonNull[r]: r holds an inline lookup's address that cannot be NULL,
+	// that of element elem[r] (a constant key); copied by a mov, lost at
+	// any other write and at a jump target
+	nonNull [11]bool
+	elem    [11]deferElem
+	// zero[r]: r holds 0 (thread_linear_id under the thread-0 guard), as
+	// nonNull copied and lost; branched: a jump (one not decided not
+	// taken by zero or nonNull) or an exit came before the instruction in
+	// program order, so it may not run on every path
+	// zero or nonNull came before (in program order) the instruction
+	zero     [11]bool
+	branched bool
 	// fused: raw indices of loads that begin a load, add, store to make
 	// one atomic add (Options.FusedAdds); skip: raw indices already
 	// emitted by such a fusion
@@ -48,6 +59,10 @@ type progTranslator struct {
 	// (SharedSlotReg), set in every thread that runs this program; "" =
 	// the program computes its own
 	bslotName string
+	// dfr: the entry's counts deferred to the exit (inline.go, deferSet);
+	// dfrEntry: this is an entry program.
+	dfr      *deferSet
+	dfrEntry bool
 }
 
 func reg(r asm.Register) string { return "%r" + strconv.Itoa(int(r)) }
@@ -228,16 +243,15 @@ func (t *progTranslator) translate(insns asm.Instructions) error {
 			}
 			if targets[raw[i]] {
 				t.out.WriteString(label(raw[i]) + ":\n")
-				t.nonNullR0 = false // another path may arrive here
+				t.nonNull = [11]bool{} // another path may arrive here
+				t.zero = [11]bool{}
 			}
 			fmt.Fprintf(&t.out, "\t// %d: %v\n", raw[i], ins)
 			t.cur = i
 			if t.skip[raw[i]] {
 				continue
 			}
-			if writesR0(ins) {
-				t.nonNullR0 = false // (an inlined lookup sets it again)
-			}
+			t.clobber(ins) // (an inlined lookup sets r0's again)
 			if err := t.insn(ins, jumpTarget[i]); err != nil {
 				return fmt.Errorf("insn %d (%v): %w", raw[i], ins, err)
 			}
@@ -614,6 +628,7 @@ func (t *progTranslator) jump(ins asm.Instruction, tgt int) error {
 	op := ins.OpCode.JumpOp()
 	switch op {
 	case asm.Exit:
+		t.branched = true
 		if t.inline {
 			t.emit("bra %s", t.endLabel) // r0, the return value, is not used
 			return nil
@@ -624,20 +639,34 @@ func (t *progTranslator) jump(ins asm.Instruction, tgt int) error {
 	case asm.Call:
 		return t.call(ins, tgt)
 	case asm.Ja:
+		t.branched = true
 		t.emit("bra %s", label(tgt))
 		return nil
 	}
 	is32 := ins.OpCode.Class() == asm.Jump32Class
-	if t.nonNullR0 && !is32 && ins.Dst == asm.R0 && ins.OpCode.Source() == asm.ImmSource && ins.Constant == 0 &&
+	if !is32 && ins.Dst <= asm.R9 && t.nonNull[ins.Dst] && ins.OpCode.Source() == asm.ImmSource && ins.Constant == 0 &&
 		(op == asm.JEq || op == asm.JNE) {
 		// the NULL test of an address that cannot be NULL
 		if op == asm.JNE {
+			t.branched = true
 			t.emit("bra %s", label(tgt))
 		} else {
 			t.out.WriteString("\t// never NULL\n")
 		}
 		return nil
 	}
+	if !is32 && ins.Dst <= asm.R9 && t.zero[ins.Dst] && ins.OpCode.Source() == asm.ImmSource && ins.Constant == 0 &&
+		(op == asm.JEq || op == asm.JNE) {
+		// the leader test under the thread-0 guard: decided
+		if op == asm.JEq {
+			t.branched = true
+			t.emit("bra %s", label(tgt))
+		} else {
+			t.out.WriteString("\t// thread 0: not taken\n")
+		}
+		return nil
+	}
+	t.branched = true
 	a := reg(ins.Dst)
 	isImm := ins.OpCode.Source() == asm.ImmSource
 	bits := 64
@@ -806,6 +835,7 @@ func (t *progTranslator) call(ins asm.Instruction, tgt int) error {
 		if t.thread0 {
 			t.out.WriteString("\t// thread_linear_id under the thread-0 site guard\n")
 			t.emit("mov.u64 %%r0, 0")
+			t.zero[asm.R0] = true
 			break
 		}
 		t.linear("%tid", "%ntid")
@@ -856,6 +886,11 @@ func (t *progTranslator) call(ins asm.Instruction, tgt int) error {
 		if t.bslotName != "" {
 			// the entry block computed it for the block slot, in this thread too (inlineAttach)
 			t.emit("cvt.u64.u32 %%r0, %s", t.bslotName)
+			break
+		}
+		if t.bslotReg {
+			// this program's prologue computed it for the block slot
+			t.emit("cvt.u64.u32 %%r0, %%__gxbslot")
 			break
 		}
 		t.linear("%ctaid", "%nctaid")
@@ -1022,6 +1057,32 @@ func (t *progTranslator) atomic(ins asm.Instruction) error {
 		return fmt.Errorf("atomic of size %v: %w", size, ErrUnsupported)
 	}
 	bits := sizeBits[size]
+	if d := t.dfr; d != nil && op == asm.AddAtomic && size == asm.DWord && ins.Dst <= asm.R9 && ins.Offset == 0 && t.nonNull[ins.Dst] && t.blockSlot[t.elem[ins.Dst].mapName] {
+		e := t.elem[ins.Dst]
+		if t.dfrEntry && !t.branched {
+			// the entry's count, deferred to the exit (deferSet);
+			// only one every block makes (no undecided branch before
+			// it): one that few blocks make (block 0's launch) would
+			// cost every block a register through the kernel and a
+			// test at its exit, and save nothing
+			acc := d.reg(e, true)
+			t.out.WriteString("\t// deferred to the exit\n")
+			t.emit("add.u64 %s, %s, %s", acc, acc, reg(ins.Src))
+			return nil
+		}
+		if acc := d.reg(e, false); acc != "" {
+			// the exit's add takes the entry's with it
+			if !t.branched {
+				d.merged[e] = true // on every path: nothing left for the flush
+			}
+			t.emit("add.s64 %%t1, %s, %d", reg(ins.Dst), ins.Offset)
+			t.emit("cvta.to.global.u64 %%t1, %%t1")
+			t.emit("add.u64 %%t0, %s, %s", reg(ins.Src), acc)
+			t.emit("mov.u64 %s, 0", acc)
+			t.emit("red.global.add.u64 [%%t1], %%t0")
+			return nil
+		}
+	}
 	// The verifier allows atomics on map values only, and maps live in
 	// .global: the global state space keeps ptxas from emitting a generic
 	// ATOM whose "was it global?" predicate the thread must wait for.
@@ -1074,16 +1135,30 @@ func (t *progTranslator) atomic(ins asm.Instruction) error {
 	return nil
 }
 
-// writesR0: the instruction may write r0.
-func writesR0(ins asm.Instruction) bool {
+// clobber forgets what the registers the instruction writes held (nonNull),
+// and copies it with a 64-bit register move.
+func (t *progTranslator) clobber(ins asm.Instruction) {
 	op := ins.OpCode
 	switch cls := op.Class(); {
 	case cls.IsJump():
-		return op.JumpOp() == asm.Call
+		if op.JumpOp() == asm.Call {
+			for r := asm.R0; r <= asm.R5; r++ {
+				t.nonNull[r], t.zero[r] = false, false
+			}
+		}
+	case cls == asm.ALU64Class && op.ALUOp() == asm.Mov && op.Source() == asm.RegSource && ins.Dst <= asm.R9 && ins.Src <= asm.R9:
+		t.nonNull[ins.Dst], t.elem[ins.Dst], t.zero[ins.Dst] = t.nonNull[ins.Src], t.elem[ins.Src], t.zero[ins.Src]
 	case cls.IsALU(), cls == asm.LdClass, cls == asm.LdXClass:
-		return ins.Dst == asm.R0
+		if ins.Dst <= asm.R9 {
+			t.nonNull[ins.Dst], t.zero[ins.Dst] = false, false
+		}
 	case cls == asm.StXClass && op.Mode() == asm.AtomicMode:
-		return op.AtomicOp() == asm.CmpXchg || ins.Src == asm.R0
+		// a fetch writes src (conservatively: any atomic), a cmpxchg r0
+		if op.AtomicOp() == asm.CmpXchg {
+			t.nonNull[asm.R0], t.zero[asm.R0] = false, false
+		}
+		if ins.Src <= asm.R9 {
+			t.nonNull[ins.Src], t.zero[ins.Src] = false, false
+		}
 	}
-	return false
 }

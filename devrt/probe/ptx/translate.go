@@ -31,6 +31,9 @@ type Options struct {
 	// triple becomes one atomic add, which bpftime-style programs need to
 	// count right when every thread runs them.
 	FusedAdds map[string][]int
+	// NoDefer keeps the entry's atomic adds at the entry in the inline
+	// form (by default they wait for the exit: deferSet in inline.go).
+	NoDefer bool
 }
 
 // Module is a translated probe module.
@@ -186,8 +189,14 @@ func Translate(spec *ebpf.CollectionSpec, progs []string, opt Options) (*Module,
 	// register of the kernel the exit block reads (ptxas would read the
 	// block index again at the exit, on the exiting thread's path).
 	shared := len(blockSlot) > 0 && len(byAttach[probe.KernelEntry]) > 0
+	// The entry's counts wait for the exit (deferSet) when one thread, thread
+	// 0 of the block, runs both sites.
+	var dfr *deferSet
+	if shared && m.Guard[probe.KernelEntry] && m.Guard[probe.KernelExit] && len(byAttach[probe.KernelExit]) > 0 && !opt.NoDefer {
+		dfr = newDeferSet()
+	}
 	for _, a := range []probe.Attach{probe.KernelEntry, probe.KernelExit} {
-		in, err := inlineAttach(spec, a, byAttach[a], m.Guard[a], blockSlot, shared, m.Guard[probe.KernelEntry], opt.FusedAdds)
+		in, err := inlineAttach(spec, a, byAttach[a], m.Guard[a], blockSlot, shared, m.Guard[probe.KernelEntry], opt.FusedAdds, dfr)
 		if err != nil {
 			return nil, err
 		}
