@@ -21,6 +21,20 @@
 //   stats        count + %globaltimer at entry and exit - the shape of launch-stats
 //   timer-only   %globaltimer at entry and exit into a register, no memory
 //   guard-only   the leader branch and the slot's special registers, no memory
+// and the shapes the splice emits now (devrt/probe/ptx, docs/device-probes.md
+// "What the splice emits"), as ptxas gets them: the block's slot (linear
+// block index & 16383), %tid.x (0) added to each address, map strides as the
+// probes' maps have them:
+//   lc-exit      launch-count: at exit one red.add (blocks), block 0 a second
+//                (launches); nothing at entry
+//   ls-defer     launch-stats: entry reads %globaltimer into a register (block 0
+//                also counts the launch), exit three red.adds (blockNs += exit -
+//                entry, blocks, blockExits)
+//   ls-exit2     the same with two red.adds at exit (blockNs, blocks): what
+//                dropping blockExits would buy
+//   grid-floor   no per-block atomic: block 0 adds the grid's block count and
+//                the launch at its exit (counts blocks launched, not blocks
+//                that ran: the floor of any counter, not a probe we ship)
 // Each variant runs as a CUDA graph of 1000 launches (GPU time, not the
 // host's launch rate).
 #include <algorithm>
@@ -68,12 +82,54 @@ static __device__ __forceinline__ bool leader(void)
 	return (threadIdx.x | threadIdx.y | threadIdx.z) == 0;
 }
 
-enum { V_PLAIN, V_COUNT, V_COUNT_CTA, V_COUNT_CTA_TID, V_ENTRY, V_EXIT, V_EXIT_STORE, V_STATS, V_TIMER, V_GUARD, V_N };
-static const char *names[V_N] = {"plain", "count", "count-cta", "count-cta-tid", "entry-only", "exit-only", "exit-store", "stats", "timer-only", "guard-only"};
+enum { V_PLAIN, V_COUNT, V_COUNT_CTA, V_COUNT_CTA_TID, V_ENTRY, V_EXIT, V_EXIT_STORE, V_STATS, V_TIMER, V_GUARD, V_LC_EXIT, V_LS_DEFER, V_LS_EXIT2, V_GRID_FLOOR, V_N };
+static const char *names[V_N] = {"plain", "count", "count-cta", "count-cta-tid", "entry-only", "exit-only", "exit-store", "stats", "timer-only", "guard-only",
+				 "lc-exit", "ls-defer", "ls-exit2", "grid-floor"};
+
+/* the probes' map values: launch-count 2 counters a slot, launch-stats 4 */
+__device__ u64 g_lc[SLOTS * 2];
+__device__ u64 g_ls[SLOTS * 4];
+
+/* the splice's block slot: the linear block index (x + nx*(y + ny*z)) */
+static __device__ __forceinline__ unsigned block_linear(void)
+{
+	return (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+}
 
 template <int V> __global__ void small(float *x, int n, u64 *sink)
 {
 	u64 t0 = 0;
+	unsigned bl = 0;
+	if ((V == V_LS_DEFER || V == V_LS_EXIT2) && leader()) {
+		bl = block_linear();
+		t0 = gtimer();
+		if (bl == 0)
+			red_add(&g_ls[(bl & (SLOTS - 1)) * 4 + 0] + tid_x(), 1);
+	}
+	if (V >= V_LC_EXIT) {
+		int i = blockIdx.x * blockDim.x + threadIdx.x;
+		if (i < n)
+			x[i] = x[i] * 1.0001f + 0.5f;
+		if (!leader())
+			return;
+		if (V == V_LC_EXIT) {
+			bl = block_linear();
+			u64 *p = &g_lc[(bl & (SLOTS - 1)) * 2] + tid_x();
+			red_add(p + 1, 1);
+			if (bl == 0)
+				red_add(p, 1);
+		} else if (V == V_LS_DEFER || V == V_LS_EXIT2) {
+			u64 *p = &g_ls[(bl & (SLOTS - 1)) * 4] + tid_x();
+			red_add(p + 2, gtimer() - t0);
+			red_add(p + 1, 1);
+			if (V == V_LS_DEFER)
+				red_add(p + 3, 1);
+		} else if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) { /* V_GRID_FLOOR */
+			red_add(&g_lc[1] + tid_x(), (u64)gridDim.x * gridDim.y * gridDim.z);
+			red_add(&g_lc[0] + tid_x(), 1);
+		}
+		return;
+	}
 	if (leader()) {
 		unsigned s = V == V_COUNT_CTA || V == V_COUNT_CTA_TID ? (blockIdx.x & (SLOTS - 1)) : warp_slot();
 		if (V == V_COUNT_CTA_TID)
@@ -107,7 +163,8 @@ template <int V> __global__ void small(float *x, int n, u64 *sink)
 
 typedef void (*kern)(float *, int, u64 *);
 static kern kernels[V_N] = {small<V_PLAIN>, small<V_COUNT>, small<V_COUNT_CTA>, small<V_COUNT_CTA_TID>, small<V_ENTRY>,
-			     small<V_EXIT>, small<V_EXIT_STORE>, small<V_STATS>, small<V_TIMER>, small<V_GUARD>};
+			     small<V_EXIT>, small<V_EXIT_STORE>, small<V_STATS>, small<V_TIMER>, small<V_GUARD>,
+			     small<V_LC_EXIT>, small<V_LS_DEFER>, small<V_LS_EXIT2>, small<V_GRID_FLOOR>};
 
 static double now_s(void)
 {
