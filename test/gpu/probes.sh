@@ -142,6 +142,15 @@ if pwant sgemm && [[ -x $W/probeapps ]] && ptenant 34 launch-stats,sm-histogram;
 	punchanged sgemm "$want" "$got"
 	pcheck sgemm 34 5 $((32 * 32 * 5))
 fi
+# launch-count alone, which counts launches and blocks at kernel exit only:
+# the same SGEMM, exact counts, output unchanged
+if pwant sgemm && [[ -x $W/probeapps ]] && ptenant 44 launch-count; then
+	want=$("$W/probeapps" sgemm 1024 5 | head -1); got=$(prun 44 "$W/probeapps" sgemm 1024 5 2>"$OUT/probes-sgemm-lc.err" | head -1)
+	punchanged sgemm-launch-count "$want" "$got"
+	l=$(pfield 44 launches); b=$(pfield 44 blocks); p=$(pfield 44 patched)
+	if [[ $l == 5 && $b == $((32 * 32 * 5)) && ${p:-0} -ge 1 ]]; then ok probes-count-sgemm-launch-count
+	else bad probes-count-sgemm-launch-count "launches=$l (want 5) blocks=$b (want $((32 * 32 * 5))) patched=$p"; fi
+fi
 # one image in two contexts of the GPU (the primary one, then one made with
 # cuCtxCreate): bound in each, every launch counted once, outputs unchanged
 if pwant twoctx && [[ -x $W/twoctx ]] && ptenant 40 launch-stats,sm-histogram; then
