@@ -2,6 +2,7 @@ package ptx_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -333,5 +334,89 @@ func TestInlineUnguardedExitComputesItsOwnSlot(t *testing.T) {
 	// 3 entries (thread 0 of each block) + 120 exits
 	if got, want := sum(inl["pw"]), sum(call["pw"]); got != want || !strings.Contains(got, "[123 0 0 0 0 0 0 0]") {
 		t.Errorf("inline sums %s, call form %s, want 123", got, want)
+	}
+}
+
+// The entry's counts that wait for the exit (deferSet): under the thread-0
+// guard at both sites, an entry add on every path to a block-slot element
+// goes out with the exit's add to it (through a register copy of the
+// address, as clang leaves it) or at the end of the exit block; one after an
+// undecided branch (block 0 only) stays at the entry. The sums are the call
+// form's, key by key, and NoDefer leaves every add where the program has it.
+func TestInlineDeferredCounts(t *testing.T) {
+	lookup := func(key int32, dst asm.Register, out string) asm.Instructions {
+		return asm.Instructions{
+			asm.StoreImm(asm.RFP, -4, int64(key), asm.Word),
+			asm.LoadMapPtr(asm.R1, 0).WithReference("cnt"),
+			asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -4),
+			asm.FnMapLookupElem.Call(),
+			asm.Mov.Reg(dst, asm.R0),
+			asm.JEq.Imm(dst, 0, out),
+		}
+	}
+	add := func(dst asm.Register, n int32) asm.Instructions {
+		return asm.Instructions{asm.Mov.Imm(asm.R1, n), asm.AddAtomic.Mem(dst, asm.R1, asm.DWord, 0)}
+	}
+	leader := asm.Instructions{asm.BuiltinFunc(probe.HelperThreadLinearID).Call(), asm.JNE.Imm(asm.R0, 0, "out")}
+	var entry, exit asm.Instructions
+	entry = append(entry, leader...)
+	entry = append(append(entry, lookup(0, asm.R0, "out")...), add(asm.R0, 5)...) // merged with the exit's
+	entry = append(append(entry, lookup(1, asm.R6, "out")...), add(asm.R6, 7)...) // left for the flush
+	entry = append(entry, asm.BuiltinFunc(probe.HelperBlockLinearID).Call(), asm.JNE.Imm(asm.R0, 0, "out"))
+	entry = append(append(entry, lookup(2, asm.R0, "out")...), add(asm.R0, 1)...) // block 0 only: at entry
+	entry = append(entry, asm.Mov.Imm(asm.R0, 0).WithSymbol("out"), asm.Return())
+	exit = append(exit, leader...)
+	exit = append(append(exit, lookup(0, asm.R6, "out")...), add(asm.R6, 3)...)
+	exit = append(append(exit, lookup(3, asm.R0, "out")...), add(asm.R0, 1)...)
+	exit = append(exit, asm.Mov.Imm(asm.R0, 0).WithSymbol("out"), asm.Return())
+	spec := &ebpf.CollectionSpec{
+		Maps: map[string]*ebpf.MapSpec{"cnt": {Name: "cnt", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 4}},
+		Programs: map[string]*ebpf.ProgramSpec{
+			"e": {Name: "e", SectionName: probe.SecKernelEntry, Instructions: entry},
+			"x": {Name: "x", SectionName: probe.SecKernelExit, Instructions: exit},
+		},
+	}
+	const blocks, threads = 3, 40
+	for _, noDefer := range []bool{false, true} {
+		m, err := ptx.Translate(spec, nil, ptx.Options{NoDefer: noDefer})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !m.Guard[probe.KernelEntry] || !m.Guard[probe.KernelExit] {
+			t.Fatalf("guard = %v, want both sites", m.Guard)
+		}
+		e, x := m.Inline[probe.KernelEntry], m.Inline[probe.KernelExit]
+		wantEntryRed, wantDeferred := 1, 2
+		if noDefer {
+			wantEntryRed, wantDeferred = 3, 0
+		}
+		if got := strings.Count(e, "red.global"); got != wantEntryRed {
+			t.Errorf("noDefer=%v: entry has %d red.global, want %d\n%s", noDefer, got, wantEntryRed, e)
+		}
+		if got := strings.Count(e, "deferred to the exit"); got != wantDeferred {
+			t.Errorf("noDefer=%v: %d deferred adds, want %d\n%s", noDefer, got, wantDeferred, e)
+		}
+		// key 0 goes out with the exit's add; only key 1 is left for the flush
+		if !noDefer && (!strings.Contains(x, "mov.u64 %__gxd"+ptx.InlineSite+"_0, 0;") ||
+			strings.Contains(x, "red.global.add.u64 [%__gxt1], %__gxd"+ptx.InlineSite+"_0") ||
+			!strings.Contains(x, "@%__gxp0 red.global.add.u64 [%__gxt1], %__gxd"+ptx.InlineSite+"_1")) {
+			t.Errorf("exit: want key 0 merged and key 1 flushed\n%s", x)
+		}
+		call, inl := runBoth(t, m, blocks, threads)
+		ents := func(b []byte) []uint64 {
+			v, err := (&ptx.Image{Layout: m.Manifest.Maps[0].Layout, Bytes: b}).Entries()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []uint64
+			for _, e := range v {
+				out = append(out, binary.LittleEndian.Uint64(e.Value))
+			}
+			return out
+		}
+		want := fmt.Sprint([]uint64{8 * blocks, 7 * blocks, 1, blocks})
+		if got, ref := fmt.Sprint(ents(inl["cnt"])), fmt.Sprint(ents(call["cnt"])); got != want || ref != want {
+			t.Errorf("noDefer=%v: inline %s, call form %s, want %s", noDefer, got, ref, want)
+		}
 	}
 }
