@@ -408,37 +408,19 @@ CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
  * the end of its work, not only from its launches (priority.c), so a request
  * that finished late still covers the gap to the next one.
  */
-CUresult cuCtxSynchronize(void)
-{
-	GX_REAL_OR(cuCtxSynchronize, CUDA_ERROR_NOT_INITIALIZED);
-	CUresult r = real();
-	gx_priority_synced();
-	return r;
-}
-
-CUresult cuStreamSynchronize(CUstream hStream)
-{
-	GX_REAL_OR(cuStreamSynchronize, CUDA_ERROR_NOT_INITIALIZED);
-	CUresult r = real(hStream);
-	gx_priority_synced();
-	return r;
-}
-
-CUresult cuStreamSynchronize_ptsz(CUstream hStream)
-{
-	GX_REAL_OR(cuStreamSynchronize_ptsz, CUDA_ERROR_NOT_INITIALIZED);
-	CUresult r = real(hStream);
-	gx_priority_synced();
-	return r;
-}
-
-CUresult cuEventSynchronize(CUevent hEvent)
-{
-	GX_REAL_OR(cuEventSynchronize, CUDA_ERROR_NOT_INITIALIZED);
-	CUresult r = real(hEvent);
-	gx_priority_synced();
-	return r;
-}
+#define GX_SYNC_WRAPPER(sym, params, args)                     \
+	CUresult sym params                                     \
+	{                                                       \
+		GX_REAL_OR(sym, CUDA_ERROR_NOT_INITIALIZED);    \
+		CUresult r = real args;                         \
+		gx_priority_synced();                           \
+		return r;                                       \
+	}
+GX_SYNC_WRAPPER(cuCtxSynchronize, (void), ())
+GX_SYNC_WRAPPER(cuStreamSynchronize, (CUstream hStream), (hStream))
+GX_SYNC_WRAPPER(cuStreamSynchronize_ptsz, (CUstream hStream), (hStream))
+GX_SYNC_WRAPPER(cuEventSynchronize, (CUevent hEvent), (hEvent))
+#undef GX_SYNC_WRAPPER
 
 /* instantiations: the graph's kernel nodes, which its replays launch (probe_hostlaunch.c) */
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
