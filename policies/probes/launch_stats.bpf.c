@@ -15,7 +15,11 @@
  * Every update is an atomic add whose result is unused: the translator
  * emits a reduction (red.add), which the SM issues without waiting, so the
  * probe holds a block only for reading the timer, never for a round trip
- * to memory.  Nothing is carried from entry to exit in memory.
+ * to memory.  Nothing is carried from entry to exit in memory.  In the
+ * inline splice the entry's two adds wait for the exit in registers
+ * (docs/device-probes.md, "What the splice emits"): the entry reads the
+ * timer and makes no atomic (block 0 still counts the launch there), and
+ * the exit makes three, the entry's stamp going out in the blockNs add.
  */
 #include "gpuext_probe.h"
 
