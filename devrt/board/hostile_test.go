@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -80,6 +81,40 @@ func TestDeadlineClampedToWindow(t *testing.T) {
 	writeUsage(t, lc, usageBytes(0, honest))
 	if got := publishFresh(pub); got != honest {
 		t.Errorf("honest deadline %d published as %d", honest, got)
+	}
+}
+
+// A latency-critical request's expected end (lc_busy_until_ns) reaches the
+// board only as far as the tenant's own published deadline, and not at all
+// when the deadline moved on more than a window past it (work that never
+// waits for the GPU marks no requests: a best-effort launch must not wait
+// for a request end that will not come).
+func TestBusyUntilClampedAndDropped(t *testing.T) {
+	state := t.TempDir()
+	lc := newTenant(t, state, 1, "latency-critical", 40000) // 40 ms window
+	pub := openPublisher(t, state)
+	busyOnBoard := func() uint64 { return atomic.LoadUint64(pub.u64(boardOffLCBusyUntil)) }
+	write := func(until, busy uint64) {
+		b := usageBytes(0, until)
+		binary.LittleEndian.PutUint64(b[usageOffLCBusyUntil:], busy)
+		writeUsage(t, lc, b)
+	}
+	now := monotonicNow()
+	for _, c := range []struct {
+		name        string
+		until, busy uint64
+		want        func(until uint64) uint64
+	}{
+		{"a request in progress", now + 30_000_000, now + 2_000_000, func(uint64) uint64 { return now + 2_000_000 }},
+		{"past its own deadline", now + 30_000_000, now + 35_000_000, func(u uint64) uint64 { return u }},
+		{"forged far ahead", now + 30_000_000, math.MaxUint64, func(u uint64) uint64 { return u }},
+		{"no request for over a window", now + 30_000_000, now - 20_000_000, func(uint64) uint64 { return 0 }},
+	} {
+		write(c.until, c.busy)
+		until := publishFresh(pub)
+		if got, want := busyOnBoard(), c.want(until); got != want {
+			t.Errorf("%s: board busy-until %d, want %d (deadline %d)", c.name, got, want, until)
+		}
 	}
 }
 

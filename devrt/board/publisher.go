@@ -205,6 +205,9 @@ func (p *Publisher) publish(all bool) uint64 {
 		if ok {
 			t.last = min(u, now+t.window) // a tenant's deadline never reaches past its own policy
 			t.busy = min(b, t.last)       // nor its request's expected end
+			if t.busy+t.window < t.last {
+				t.busy = 0 // the deadline moved on without a request: its work marks none (no waits)
+			}
 		}
 		if p.trace != nil {
 			fmt.Fprintf(p.trace, "%d %d %c %d %d %d\n", now, t.id, why, u, t.last, t.busy)

@@ -139,7 +139,10 @@ static void gx_sleep_ns(uint64_t ns)
  * as often as it is long over the requests' period). It waits for the
  * request in progress to end or, between requests, for the next one to
  * begin and end; at most another max_delay_ns, and not once the board
- * shows nothing pending. Returns when it waited until.
+ * shows nothing pending. A board without a request end (0: the
+ * latency-critical work marks no requests, or its last began more than a
+ * window before its deadline) sends the launch at once, as before. Returns
+ * when it waited until.
  */
 static uint64_t gx_wait_request_end(uint64_t now)
 {
