@@ -182,7 +182,7 @@ func (p *Publisher) publish(all bool) uint64 {
 			p.readAt = min(p.readAt, t.readAt)
 			continue
 		}
-		if t.wake != nil {
+		if t.wake != nil && (t.woke || all) { // a byte left there by now wakes Run again: one more read, no loss
 			for i := 0; i < 8; i++ { // before the read: a byte from now on is news (a flood is not read to its end)
 				if n, _ := t.wake.Read(p.drain[:]); n < len(p.drain) {
 					break
@@ -501,6 +501,7 @@ type waiter struct {
 	epc                 syscall.RawConn     // epf's, to wait on it
 	fifos               map[int32]*lcTenant // by fd: the FIFOs armed
 	events              []unix.EpollEvent
+	drained             bool // the last epoll_wait returned every ready event
 }
 
 func newWaiter() (*waiter, error) {
@@ -590,7 +591,16 @@ func (w *waiter) wait(at uint64) ([]*lcTenant, error) {
 	}
 	var woken []*lcTenant
 	var werr error
+	skip := w.drained
 	err := w.epc.Read(func(fd uintptr) bool {
+		if skip {
+			// The last epoll_wait took every ready event: anything ready
+			// since (the timer just set included) made the epoll fd
+			// readable, an edge Go's poller keeps, so the goroutine waits
+			// without asking first.
+			skip = false
+			return false
+		}
 		n, err := unix.EpollWait(int(fd), w.events, 0)
 		if errors.Is(err, unix.EINTR) || err == nil && n == 0 {
 			return false // nothing ready: the goroutine waits in Go's poller
@@ -599,6 +609,7 @@ func (w *waiter) wait(at uint64) ([]*lcTenant, error) {
 			werr = fmt.Errorf("epoll_wait: %w", err)
 			return true
 		}
+		w.drained = n < len(w.events)
 		var buf [8]byte
 		for _, ev := range w.events[:n] {
 			switch ev.Fd {
