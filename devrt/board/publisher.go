@@ -501,7 +501,6 @@ type waiter struct {
 	epc                 syscall.RawConn     // epf's, to wait on it
 	fifos               map[int32]*lcTenant // by fd: the FIFOs armed
 	events              []unix.EpollEvent
-	drained             bool // the last epoll_wait returned every ready event
 }
 
 func newWaiter() (*waiter, error) {
@@ -591,16 +590,7 @@ func (w *waiter) wait(at uint64) ([]*lcTenant, error) {
 	}
 	var woken []*lcTenant
 	var werr error
-	skip := w.drained
 	err := w.epc.Read(func(fd uintptr) bool {
-		if skip {
-			// The last epoll_wait took every ready event: anything ready
-			// since (the timer just set included) made the epoll fd
-			// readable, an edge Go's poller keeps, so the goroutine waits
-			// without asking first.
-			skip = false
-			return false
-		}
 		n, err := unix.EpollWait(int(fd), w.events, 0)
 		if errors.Is(err, unix.EINTR) || err == nil && n == 0 {
 			return false // nothing ready: the goroutine waits in Go's poller
@@ -609,7 +599,6 @@ func (w *waiter) wait(at uint64) ([]*lcTenant, error) {
 			werr = fmt.Errorf("epoll_wait: %w", err)
 			return true
 		}
-		w.drained = n < len(w.events)
 		var buf [8]byte
 		for _, ev := range w.events[:n] {
 			switch ev.Fd {
