@@ -118,8 +118,8 @@ if [[ -d $REPO/out/gpu/bpftime-objs ]] && "${NVCCP[@]}" --compress-mode=none -o 
 		mkdir -p "$PT/tenants/$id" "$PT/acct/$id" && chmod 1777 "$PT/acct/$id" && rm -rf "$PT/acct/$id/probes"
 		"$GX" settings write --dir "$PT/tenants/$id" --tenant "$id" --policy gpu-test --probes "$name" >/dev/null
 		if ! "$GX" probes compile --out "$PT/tenants/$id/probes" "$name" >"$OUT/probes-bt-$name.compile" 2>&1; then
-			refused "$name" "$(tr '\n' ' ' <"$OUT/probes-bt-$name.compile")" ||
-				bad "probes-bpftime-obj-$name" "does not load: $(tail -c 400 "$OUT/probes-bt-$name.compile" | tr '\n' ' ')"
+			msg=$(tr '\n' ' ' <"$OUT/probes-bt-$name.compile") msg=${msg//$REPO\//} # paths relative to the repo
+			refused "$name" "$msg" || bad "probes-bpftime-obj-$name" "does not load: ${msg:$(( ${#msg} > 400 ? ${#msg} - 400 : 0 ))}"
 			unset GPUEXT_CONFIG; continue
 		fi
 		[[ -n $(refusal "$name") ]] && bad "probes-bpftime-obj-$name" "loads, but docs/device-probes.md lists it as refused"
