@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/compile"
 	"github.com/gpuext/gpuext/devrt/probe/helpers"
 	"github.com/gpuext/gpuext/devrt/probe/maps"
@@ -20,47 +21,70 @@ import (
 // keys (most blocks first) and a records view's last records, fields in
 // the order the probe's descriptor declares them.
 func TestProbesReadHashAndRecordsViews(t *testing.T) {
+	le := binary.LittleEndian
+	out := probesReadDir(t, probetest.ExampleDir(t, "kernel-block-hist", "slow-blocks"),
+		[]string{"kernel-block-hist", "slow-blocks"}, func(m probe.MapInfo, im *ptx.Image) {
+			switch m.Name {
+			case "kbh_hist":
+				for _, e := range []struct {
+					kernel uint64
+					bucket uint32
+					n      uint64
+				}{{0xaa, 10, 3}, {0xbb, 14, 5}} {
+					k := append(le.AppendUint32(le.AppendUint64(nil, e.kernel), e.bucket), 0, 0, 0, 0)
+					if im.Update(k, le.AppendUint64(nil, e.n), ptx.FlagAny, 0) != 0 {
+						t.Fatal("hash update")
+					}
+				}
+			case "sb_records":
+				for blk := range uint32(3) {
+					rec := le.AppendUint64(le.AppendUint32(le.AppendUint32(le.AppendUint64(nil, 0xbb), blk), 7), 11000+uint64(blk))
+					if im.RingbufOutput(rec, 0) != 0 {
+						t.Fatal("ringbuf output")
+					}
+				}
+			}
+		})
+	want := "processes 1, images patched 1, unpatched 0\n" +
+		"kernel-block-hist:\n" +
+		"  kernel-block-hist: kbh_hist: 2 keys (blocks=8 total)\n" +
+		fmt.Sprintf("    kernel=0x%016x bucket=14 -> blocks=5\n", 0xbb) +
+		fmt.Sprintf("    kernel=0x%016x bucket=10 -> blocks=3\n", 0xaa) +
+		"slow-blocks:\n" +
+		"  slow-blocks: sb_records: 3 records, 0 dropped, last 3:\n" +
+		fmt.Sprintf("    kernel=0x%016x block=0 sm=7 ns=11000\n", 0xbb) +
+		fmt.Sprintf("    kernel=0x%016x block=1 sm=7 ns=11001\n", 0xbb) +
+		fmt.Sprintf("    kernel=0x%016x block=2 sm=7 ns=11002\n", 0xbb)
+	if out != want {
+		t.Errorf("probes read:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+// probesReadDir compiles the probes names from the config's probeDir dir,
+// lets fill write each map's image, writes one process's map file, status
+// and the manifest as the interposer would, and returns what `gpuextctl
+// probes read` prints for them.
+func probesReadDir(t *testing.T, dir string, names []string, fill func(probe.MapInfo, *ptx.Image)) string {
+	t.Helper()
 	cfg := config.Default()
-	cfg.ProbeDir = probetest.ExampleDir(t, "kernel-block-hist", "slow-blocks")
+	cfg.ProbeDir = dir
 	cat, err := cfg.ProbeCatalog()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := compile.NewCompiler(cat, func() (helpers.Library, error) { return helpers.Library{}, nil }).
-		Compile([]string{"kernel-block-hist", "slow-blocks"})
+	b, err := compile.NewCompiler(cat, func() (helpers.Library, error) { return helpers.Library{}, nil }).Compile(names)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	manifest := filepath.Join(dir, "manifest.json")
-	acct := filepath.Join(dir, "probes")
+	tmp := t.TempDir()
+	manifest, acct := filepath.Join(tmp, "manifest.json"), filepath.Join(tmp, "probes")
 	if err := os.Mkdir(acct, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	le := binary.LittleEndian
 	f := &maps.File{PID: 9, Seq: 1, Final: true}
 	for _, m := range b.Manifest.Maps {
 		im := ptx.NewImage(m.Layout)
-		switch m.Name {
-		case "kbh_hist":
-			for _, e := range []struct {
-				kernel uint64
-				bucket uint32
-				n      uint64
-			}{{0xaa, 10, 3}, {0xbb, 14, 5}} {
-				k := append(le.AppendUint32(le.AppendUint64(nil, e.kernel), e.bucket), 0, 0, 0, 0)
-				if im.Update(k, le.AppendUint64(nil, e.n), ptx.FlagAny, 0) != 0 {
-					t.Fatal("hash update")
-				}
-			}
-		case "sb_records":
-			for blk := range uint32(3) {
-				rec := le.AppendUint64(le.AppendUint32(le.AppendUint32(le.AppendUint64(nil, 0xbb), blk), 7), 11000+uint64(blk))
-				if im.RingbufOutput(rec, 0) != 0 {
-					t.Fatal("ringbuf output")
-				}
-			}
-		}
+		fill(m, im)
 		f.Maps = append(f.Maps, maps.Map{Name: m.Name, Present: true, Layout: m.Layout, Bytes: im.Bytes})
 	}
 	for name, data := range map[string][]byte{"9-0.maps": maps.Encode(f), "9.status": []byte("image=0 state=patched reason=ok\n")} {
@@ -75,17 +99,5 @@ func TestProbesReadHashAndRecordsViews(t *testing.T) {
 	if err := probesCmd(cfg, []string{"read", "--manifest", manifest, acct}, &out); err != nil {
 		t.Fatal(err)
 	}
-	want := "processes 1, images patched 1, unpatched 0\n" +
-		"kernel-block-hist:\n" +
-		"  kernel-block-hist: kbh_hist: 2 keys (blocks=8 total)\n" +
-		fmt.Sprintf("    kernel=0x%016x bucket=14 -> blocks=5\n", 0xbb) +
-		fmt.Sprintf("    kernel=0x%016x bucket=10 -> blocks=3\n", 0xaa) +
-		"slow-blocks:\n" +
-		"  slow-blocks: sb_records: 3 records, 0 dropped, last 3:\n" +
-		fmt.Sprintf("    kernel=0x%016x block=0 sm=7 ns=11000\n", 0xbb) +
-		fmt.Sprintf("    kernel=0x%016x block=1 sm=7 ns=11001\n", 0xbb) +
-		fmt.Sprintf("    kernel=0x%016x block=2 sm=7 ns=11002\n", 0xbb)
-	if out.String() != want {
-		t.Errorf("probes read:\n%s\nwant:\n%s", out.String(), want)
-	}
+	return out.String()
 }
