@@ -181,7 +181,9 @@ static void gx_lc_launch(uint64_t now)
 {
 	uint64_t none = 0, mean;
 
-	if (atomic_compare_exchange_strong(&gx_lc_req_start, &none, now)) {
+	/* a plain load first: launches inside a request only read the line */
+	if (atomic_load_explicit(&gx_lc_req_start, memory_order_relaxed) == 0 &&
+	    atomic_compare_exchange_strong(&gx_lc_req_start, &none, now)) {
 		mean = atomic_load_explicit(&gx_lc_req_mean, memory_order_relaxed);
 		gx_acct_lc_busy(now + (mean ? mean + mean / 2 : gx_cfg.lc_window_ns / 8));
 	}
