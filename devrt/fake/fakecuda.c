@@ -336,15 +336,21 @@ FAKE_API CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
 	return CUDA_SUCCESS;
 }
 
-static void fake_kernel_time(void)
+/* sleeps the microseconds the environment variable var names (none: no sleep) */
+static void fake_sleep_env(const char *var)
 {
-	const char *s = getenv("FAKECUDA_KERNEL_US");
+	const char *s = getenv(var);
 	long us = s ? atol(s) : 0;
 
 	if (us > 0) {
 		struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
 		nanosleep(&ts, NULL);
 	}
+}
+
+static void fake_kernel_time(void)
+{
+	fake_sleep_env("FAKECUDA_KERNEL_US");
 }
 
 
@@ -927,15 +933,9 @@ FAKE_API CUresult cuStreamIsCapturing(CUstream s, int *status)
 
 FAKE_API CUresult cuCtxSynchronize(void)
 {
-	const char *w = getenv("FAKECUDA_SYNC_US"); /* how long the context's work takes to finish */
-	long us = w ? atol(w) : 0;
-
 	if (fake_unsafe("cuCtxSynchronize"))
 		return 900;
-	if (us > 0) {
-		struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
-		nanosleep(&ts, NULL);
-	}
+	fake_sleep_env("FAKECUDA_SYNC_US"); /* how long the context's work takes to finish */
 	fake_log("cuCtxSynchronize");
 	return CUDA_SUCCESS;
 }
