@@ -49,6 +49,10 @@ const (
 	SecKretprobe = secKretprobe
 )
 
+// AnyKernel in a bpftime-style section (kprobe/*, kretprobe/*) is every
+// probed kernel: '*' is in no PTX identifier.
+const AnyKernel = "*"
+
 // Section is what an ELF section name says about a program.
 type Section struct {
 	Attach Attach
@@ -64,6 +68,9 @@ type Section struct {
 // ParseSection maps an ELF section name to its attach point: gpuext's own
 // sections, or bpftime's aliases kprobe/KERNEL and kretprobe/KERNEL (a
 // KERNEL that is empty or holds a space, '/' or control byte is not one).
+// KERNEL "*" (AnyKernel, no PTX identifier) is gpuext's: a bpftime-style
+// program that runs in every probed kernel; a descriptor's "retarget"
+// gives an unchanged object's programs that section.
 func ParseSection(sec string) (Section, bool) {
 	switch strings.TrimSuffix(sec, "/") {
 	case SecKernelEntry:
@@ -78,6 +85,9 @@ func ParseSection(sec string) (Section, bool) {
 		k, ok := strings.CutPrefix(sec, a.prefix)
 		if !ok {
 			continue
+		}
+		if k == AnyKernel {
+			return Section{Attach: a.at, Bpftime: true}, true
 		}
 		if k == "" || strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '/' || r == '#' }) {
 			return Section{}, false

@@ -87,6 +87,11 @@ type Probe struct {
 	LaunchTime bool `json:"launchTime,omitempty"`
 	// Kernels limits the probe to these .entry names; empty = every kernel.
 	Kernels []string `json:"kernels,omitempty"`
+	// Retarget: the programs' bpftime sections (kprobe/KERNEL,
+	// kretprobe/KERNEL) name a kernel of the app the object was written
+	// for; run the unchanged object in Kernels instead (every kernel when
+	// Kernels is empty). Every program must be in such a section.
+	Retarget bool `json:"retarget,omitempty"`
 	// Views say how the CLI shows the probe's maps.
 	Views []View `json:"views"`
 	// HostWrites are map elements the interposer writes, not a program:
@@ -259,6 +264,9 @@ func (p Probe) check(spec *ebpf.CollectionSpec) error {
 		}
 		if slices.Contains(p.Programs[:i], name) {
 			return catalogErr(field, "program %q listed twice", name)
+		}
+		if sec, _ := probe.ParseSection(ps.SectionName); p.Retarget && (!sec.Bpftime || sec.Kernel == "") {
+			return catalogErr("retarget", "program %q is in section %q, which names no kernel to replace (retarget is for bpftime's kprobe/KERNEL and kretprobe/KERNEL)", name, ps.SectionName)
 		}
 	}
 	for i, k := range p.Kernels {
@@ -542,5 +550,25 @@ func (c *Catalog) Spec(name string) (*ebpf.CollectionSpec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("probe %q: load %s: %w", name, c.probes[name].Object, err)
 	}
+	if p := c.probes[name]; p.Retarget {
+		retarget(spec, p.Programs)
+	}
 	return spec, nil
+}
+
+// retarget gives progs (bpftime sections, Probe.check) the section of
+// their attach point that names every kernel (kprobe/*, kretprobe/*): the
+// verifier and translator then place no kernel test, and the probe's
+// Kernels choose where it runs.
+func retarget(spec *ebpf.CollectionSpec, progs []string) {
+	for _, pn := range progs {
+		ps := spec.Programs[pn]
+		if sec, ok := probe.ParseSection(ps.SectionName); ok && sec.Bpftime {
+			prefix := probe.SecKprobe
+			if sec.Attach == probe.KernelExit {
+				prefix = probe.SecKretprobe
+			}
+			ps.SectionName = prefix + probe.AnyKernel
+		}
+	}
 }

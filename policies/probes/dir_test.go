@@ -169,6 +169,10 @@ func TestLoadDirRejectsBadEntries(t *testing.T) {
 			copyFile(t, histObj, dir, "kernel-block-hist.bpf.o")
 			writeFile(t, dir, "kernel-block-hist.json", h(`"views"`, `"kernels": ["_Z`+strings.Repeat("k", MaxKernelNameBytes)+`"], "views"`))
 		}, "kernel-block-hist.json", []string{"kernels[0]", "4098-byte name, at most 4096"}},
+		{"retarget of programs that name no kernel", func(t *testing.T, dir string) {
+			copyFile(t, histObj, dir, "kernel-block-hist.bpf.o")
+			writeFile(t, dir, "kernel-block-hist.json", h(`"views"`, `"retarget": true, "views"`))
+		}, "kernel-block-hist.json", []string{"retarget", `program "kbh_entry"`, `"gpuext/kernel_entry", which names no kernel to replace`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

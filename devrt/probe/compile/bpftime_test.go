@@ -20,6 +20,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
 	"github.com/gpuext/gpuext/devrt/probe/ptxinterp"
 	"github.com/gpuext/gpuext/devrt/probe/verifier"
+	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // Programs of our own in bpftime's style (testdata/bpftime: kprobe/KERNEL
@@ -314,6 +315,88 @@ func TestNoDeviceProgramNamesTheFile(t *testing.T) {
 	for _, want := range []string{"empty.o", `host in "uprobe/libcuda.so:cuLaunchKernel"`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q does not name %q", err, want)
+		}
+	}
+}
+
+// An unchanged bpftime object names a kernel of the app it was written for
+// (_Z5otherPj here); its descriptor's "retarget" runs it in the kernels the
+// descriptor names, or in every kernel. Without retarget it stays in its
+// own kernel, so grid.ptx is not patched; retargeted to every kernel, and
+// to _Z4gridPj by name, every thread's row is exact in both splice forms.
+func TestBpftimeRetarget(t *testing.T) {
+	text, err := os.ReadFile(filepath.Join("testdata", "bpftime", "thread_hist.bpf.c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "thread_hist.bpf.c")
+	if err := os.WriteFile(src, bytes.ReplaceAll(text, []byte("_Z4gridPj"), []byte("_Z5otherPj")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	abi := bpfc.ABIIncludeDir(t)
+	obj, err := os.ReadFile(bpfc.Compile(t, src, filepath.Join(abi, "..", "..", "policies", "probes", "bpftime"), filepath.Join(abi, "..", "..", "policies", "probes"), abi))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := func(extra string) *Bundle {
+		t.Helper()
+		dir := t.TempDir()
+		desc := `{"name": "thread-hist", "description": "threadhist for another app", "programs": ["th_exit"],` + extra +
+			` "views": [{"map": "th_count", "kind": "per-thread", "fields": ["exits"]}]}`
+		if err := os.WriteFile(filepath.Join(dir, "thread-hist.json"), []byte(desc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "thread-hist.bpf.o"), obj, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d, err := probes.LoadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cat, err := probes.Builtin().With(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := NewCompiler(cat, externHelpers).Compile([]string{"thread-hist"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	total := func(b *Bundle, form string) uint64 {
+		t.Helper()
+		im := mapImage(t, b, runGrid(t, b, form, 0), "th_count")
+		d := im.Bytes[probe.MapHdrSize:]
+		var sum uint64
+		for g := 0; g < btThreads; g++ {
+			row := binary.LittleEndian.Uint64(d[8*g:])
+			if row != 0 && row != btLaunches {
+				t.Fatalf("%s: thread %d's row = %d", form, g, row)
+			}
+			sum += row
+		}
+		return sum
+	}
+
+	own := bundle("")
+	if got := strings.Join(own.Manifest.Kernels, ","); got != "_Z5otherPj" || !strings.Contains(own.Conf, "kernel _Z5otherPj\n") {
+		t.Fatalf("without retarget: kernels %q, want the section's _Z5otherPj\n%s", got, own.Conf)
+	}
+	for _, c := range []struct {
+		name, extra, kernels string
+		want                 uint64
+	}{
+		{"every kernel", ` "retarget": true,`, "", btThreads * btLaunches},
+		{"named kernel", ` "retarget": true, "kernels": ["_Z4gridPj"],`, "_Z4gridPj", btThreads * btLaunches},
+	} {
+		b := bundle(c.extra)
+		if got := strings.Join(b.Manifest.Kernels, ","); got != c.kernels {
+			t.Errorf("%s: kernels %q, want %q", c.name, got, c.kernels)
+		}
+		for _, form := range btForms {
+			if got := total(b, form); got != c.want {
+				t.Errorf("%s, %s: rows sum to %d, want %d", c.name, form, got, c.want)
+			}
 		}
 	}
 }

@@ -19,8 +19,10 @@ import (
 
 func main() {
 	name := flag.String("name", "", "probe name (default: the object's file name without .bpf.o/.o, _ as -)")
+	retarget := flag.Bool("retarget", false, "run bpftime programs (kprobe/KERNEL, kretprobe/KERNEL) in --kernels, or in every kernel, instead of the kernel their sections name")
+	kernels := flag.String("kernels", "", "comma-separated .entry names the probe is limited to (default: every kernel, or the sections' kernels without --retarget)")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: gpuext-probe-describe [--name NAME] OBJECT.o > NAME.json\n\n"+
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: gpuext-probe-describe [--name NAME] [--retarget] [--kernels K,...] OBJECT.o > NAME.json\n\n"+
 			"Prints a probe directory descriptor for a BPF object: its device programs, a view per map they\n"+
 			"use, and a launch-time hostWrite for an element a host uprobe of the object sets from the clock\n"+
 			"and the device only reads (bpftime's launchlate; docs/write-a-probe.md). Name the view fields\n"+
@@ -42,6 +44,10 @@ func main() {
 		var p probes.Probe
 		p, err = probes.Describe(n, filepath.Base(obj), data)
 		if err == nil {
+			p.Retarget = *retarget
+			if *kernels != "" {
+				p.Kernels = strings.Split(*kernels, ",")
+			}
 			os.Stdout.Write(probes.DescriptorJSON(p))
 			return
 		}
