@@ -336,5 +336,12 @@ if want probe-coverage || want probes; then
 	fi
 fi
 
+# 9. What probes cost an operator's workload (test/gpu/probe_app.sh; only
+# when asked for: GPUEXT_GPU_SECTIONS=probe-app GPUEXT_APP_CMD=...).
+if [[ " ${GPUEXT_GPU_SECTIONS:-} " == *" probe-app "* ]]; then
+	# shellcheck source=test/gpu/probe_app.sh
+	source "$REPO/test/gpu/probe_app.sh"
+fi
+
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]
