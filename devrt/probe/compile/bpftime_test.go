@@ -400,3 +400,42 @@ func TestBpftimeRetarget(t *testing.T) {
 		}
 	}
 }
+
+// Where every lane of a bpftime program adds to one counter, the device
+// adds once a warp and address (ptx warpAdd): a per-thread map's accesses
+// past its last row, and the records a full ring drops. The counts stay
+// those of one add per lane: with 100 rows for 400 threads, 300 threads a
+// launch have no row; a ring of 256 records keeps 256 of the 800 and
+// counts the others dropped. (The interpreter runs each thread alone in its warp;
+// that one add covers a whole warp's lanes is for make gpu-test.)
+func TestBpftimeWarpCountsExact(t *testing.T) {
+	spec := bpftimeSpec(t, "thread_hist.bpf.c")
+	spec.Maps["th_count"].MapExtra = 100
+	b := bpftimeBundle(t, "thread-hist", spec, false)
+	for _, form := range btForms {
+		im := mapImage(t, b, runGrid(t, b, form, 0), "th_count")
+		if got, want := im.NoRow(), uint64((btThreads-100)*btLaunches); got != want {
+			t.Errorf("%s: %d accesses past the last row, want %d", form, got, want)
+		}
+		if got := u64s(t, im); fmt.Sprint(got) != fmt.Sprint([]uint64{100 * btLaunches}) {
+			t.Errorf("%s: rows sum to %v, want [%d]", form, got, 100*btLaunches)
+		}
+	}
+
+	spec = bpftimeSpec(t, "ret_snoop.bpf.c")
+	// one record a thread of bpftime's ring: probe.BtRingbufThreads records
+	spec.Maps["rs_events"].MaxEntries = 1
+	keep := probe.BtRingbufThreads
+	b = bpftimeBundle(t, "ret-snoop", spec, false)
+	for _, form := range btForms {
+		im := mapImage(t, b, runGrid(t, b, form, 0), "rs_events")
+		ents, err := im.Entries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dropped := binary.LittleEndian.Uint64(im.Bytes[probe.MapHdrSize+8:])
+		if len(ents) != keep || dropped != uint64(btThreads*btLaunches-keep) {
+			t.Errorf("%s: %d records kept, %d dropped; want %d and %d", form, len(ents), dropped, keep, btThreads*btLaunches-keep)
+		}
+	}
+}

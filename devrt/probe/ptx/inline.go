@@ -363,7 +363,7 @@ func inlineAttach(spec *ebpf.CollectionSpec, a probe.Attach, progs []string, gua
 		body := inlineRegRe.ReplaceAllString(t.out.String(), "%__gx${1}${2}")
 		body = inlineLabelRe.ReplaceAllString(body, fmt.Sprintf("$$%s_p%d_pc${1}", pre, k))
 		fmt.Fprintf(&b, "\t// program %s\n\t{\n", name)
-		b.WriteString("\t.reg .b64 %__gxr<11>;\n\t.reg .b64 %__gxt<2>;\n\t.reg .b32 %__gxw<3>;\n\t.reg .pred %__gxp<3>;\n")
+		b.WriteString("\t.reg .b64 %__gxr<11>;\n\t.reg .b64 %__gxt<3>;\n\t.reg .b32 %__gxw<8>;\n\t.reg .pred %__gxp<4>;\n")
 		if kn := programKernel(spec, name); kn != "" {
 			// a kprobe/KERNEL program: only in that kernel (the id is a
 			// literal at each site, so ptxas folds the test)

@@ -271,7 +271,7 @@ func (t *progTranslator) translate(insns asm.Instructions) error {
 			fmt.Fprintf(&t.out, ".func (.param .b64 __ret) %s(%s)\n{\n", t.subName(st), subParams)
 		}
 		fmt.Fprintf(&t.out, "\t.local .align 8 .b8 __stack[%d];\n", StackSize)
-		t.out.WriteString("\t.reg .b64 %r<11>;\n\t.reg .b64 %t<2>;\n\t.reg .b32 %w<3>;\n\t.reg .pred %p<3>;\n")
+		t.out.WriteString("\t.reg .b64 %r<11>;\n\t.reg .b64 %t<3>;\n\t.reg .b32 %w<8>;\n\t.reg .pred %p<4>;\n")
 		if st == 0 {
 			t.emit("ld.param.u64 %%r1, [__ctx]")
 		} else {
@@ -726,6 +726,50 @@ func (t *progTranslator) helperCall(fn string, nargs int) {
 	t.out.WriteString("\t}\n")
 }
 
+// ringbufOutput calls the helper's ringbuf_output(r1 map, r2 data, r3
+// size, r4 flags). In a bpftime program, where every lane may emit a
+// record, a ring that cannot take the record is seen inline first: the
+// drop is counted once a warp (warpAdd) and the call skipped, with the
+// helper's result (-EAGAIN). Without it every lane of a full ring added 1
+// to the one drop counter; head only grows, so a ring full at that read
+// stays full. Anything else (not a ring, flags, room) goes to the helper,
+// which decides as before.
+func (t *progTranslator) ringbufOutput() {
+	if !t.bt {
+		t.helperCall(probe.FuncRingbufOut, 4)
+		return
+	}
+	call := fmt.Sprintf("$L__pc%d", ringLabelBase+2*t.raw[t.cur])
+	done := fmt.Sprintf("$L__pc%d", ringLabelBase+2*t.raw[t.cur]+1)
+	t.out.WriteString("\t// a full ring: the drop counted once a warp, no call\n")
+	t.emit("setp.ne.u64 %%p0, %%r4, 0")
+	t.emit("@%%p0 bra %s", call)
+	t.emit("ld.u32 %%w0, [%%r1]")
+	t.emit("setp.ne.u32 %%p0, %%w0, %d", probe.MapRingbuf)
+	t.emit("@%%p0 bra %s", call)
+	t.emit("ld.u32 %%w0, [%%r1+12]")
+	t.emit("cvt.u64.u32 %%t0, %%w0")
+	t.emit("add.u64 %%t1, %%r3, 15")
+	t.emit("and.b64 %%t1, %%t1, -8")
+	t.emit("setp.gt.u64 %%p0, %%r3, %%t0")
+	t.emit("@%%p0 add.u64 %%t1, %%t0, 1")
+	t.emit("ld.volatile.u64 %%r0, [%%r1+%d]", probe.MapHdrSize)
+	t.emit("add.u64 %%t1, %%t1, %%r0")
+	t.emit("setp.le.u64 %%p0, %%t1, %%t0")
+	t.emit("@%%p0 bra %s", call)
+	t.emit("add.u64 %%t1, %%r1, %d", probe.MapHdrSize+8)
+	t.emit("cvta.to.global.u64 %%t1, %%t1")
+	t.warpAdd("%t1", 64, 1, "")
+	t.emit("mov.u64 %%r0, %d", -EAGAIN)
+	t.emit("bra %s", done)
+	fmt.Fprintf(&t.out, "%s:\n", call)
+	t.helperCall(probe.FuncRingbufOut, 4)
+	fmt.Fprintf(&t.out, "%s:\n", done)
+}
+
+// ringLabelBase numbers ringbufOutput's labels past countNoRow's.
+const ringLabelBase = 1 << 25
+
 // dimSel loads the special register prefix.{x,y,z} picked by r1 (other
 // values read 0) into %w0.
 func (t *progTranslator) dimSel(sreg string) {
@@ -810,7 +854,7 @@ func (t *progTranslator) call(ins asm.Instruction, tgt int) error {
 	case probe.HelperMapDeleteElem:
 		t.helperCall(probe.FuncMapDelete, 2)
 	case probe.HelperRingbufOutput:
-		t.helperCall(probe.FuncRingbufOut, 4)
+		t.ringbufOutput()
 	case probe.HelperKtimeGetNs, probe.HelperGlobaltimer:
 		t.emit("mov.u64 %%r0, %%globaltimer")
 	case probe.HelperSmpProcessorID, probe.HelperSmID:
@@ -881,7 +925,7 @@ func (t *progTranslator) call(ins asm.Instruction, tgt int) error {
 		t.emit("mov.u64 %%r2, %%r4")
 		t.emit("mov.u64 %%r3, %%r5")
 		t.emit("mov.u64 %%r4, 0")
-		t.helperCall(probe.FuncRingbufOut, 4)
+		t.ringbufOutput()
 	case probe.HelperBlockLinearID:
 		if t.bslotName != "" {
 			// the entry block computed it for the block slot, in this thread too (inlineAttach)
@@ -928,6 +972,22 @@ func (t *progTranslator) globalThreadID() {
 	t.emit("add.u64 %%t0, %%t0, %%t1")
 }
 
+// countNoRow counts, in the u64 at map + noRow, the lanes where pred
+// (%p1-%p3: the thread has a row, or the access is refused before) is
+// false: every lane past the last row adds to one address, so one atomic a
+// warp (warpAdd). The lanes with a row jump over it.
+func (t *progTranslator) countNoRow(noRow uint64, pred string) {
+	skip := fmt.Sprintf("$L__pc%d", noRowLabelBase+t.raw[t.cur])
+	t.emit("@%s bra %s", pred, skip)
+	t.emit("add.u64 %%t1, %%r1, %d", noRow)
+	t.emit("cvta.to.global.u64 %%t1, %%t1")
+	t.warpAdd("%t1", 64, 1, "")
+	fmt.Fprintf(&t.out, "%s:\n", skip)
+}
+
+// noRowLabelBase numbers countNoRow's labels past any instruction's.
+const noRowLabelBase = 1 << 24
+
 // perThreadMaxCopy is the largest value a per-thread update copies (byte by
 // byte, unrolled); larger values are written through the looked-up pointer.
 const perThreadMaxCopy = 64
@@ -970,9 +1030,7 @@ func (t *progTranslator) perThreadAccess(k inlineKey, update bool) error {
 	if !update {
 		t.emit("mov.u64 %%r0, 0")
 		t.emit("@%%p2 mov.u64 %%r0, %%t0")
-		t.emit("@!%%p1 add.u64 %%t1, %%r1, %d", noRow)
-		t.emit("@!%%p1 cvta.to.global.u64 %%t1, %%t1")
-		t.emit("@!%%p1 red.global.add.u64 [%%t1], 1")
+		t.countNoRow(noRow, "%p1")
 		return nil
 	}
 	// flags > BPF_EXIST: -EINVAL before anything; no row: -E2BIG, counted;
@@ -980,9 +1038,9 @@ func (t *progTranslator) perThreadAccess(k inlineKey, update bool) error {
 	t.emit("mov.u64 %%r0, %d", -E2BIG)
 	t.emit("setp.gt.u64 %%p0, %%r4, %d", FlagExist)
 	t.emit("@%%p0 mov.u64 %%r0, %d", -EINVAL)
-	t.emit("@!%%p0 add.u64 %%t1, %%r1, %d", noRow)
-	t.emit("@!%%p0 cvta.to.global.u64 %%t1, %%t1")
-	t.emit("@!%%p1 red.global.add.u64 [%%t1], 1")
+	t.emit("not.pred %%p0, %%p0")
+	t.emit("or.pred %%p3, %%p1, %%p0")
+	t.countNoRow(noRow, "%p3")
 	t.emit("not.pred %%p0, %%p0")
 	t.emit("and.pred %%p2, %%p2, %%p0")
 	t.emit("setp.eq.u64 %%p0, %%r4, %d", FlagNoExist)
@@ -1000,6 +1058,70 @@ func (t *progTranslator) perThreadAccess(k inlineKey, update bool) error {
 	}
 	t.emit("@%%p2 mov.u64 %%r0, 0")
 	return nil
+}
+
+// warpAdd emits an atomic add of the constant c at the global address in
+// addr by every active lane, as one atomic per warp and address: the lanes
+// that share an address (match.any) elect the lowest, which adds c times
+// their number. With old != "" each lane gets what a serial order of the
+// lanes' own atomics would have left it (the leader's old value, shuffled
+// to the group, plus c for every lane of the group below it). Used where
+// every lane of a warp may add to the same map value (bpftime sections, a
+// per-thread map's no-row count): without it the adds queue one by one at
+// the L2 slice, ~1 per cycle (a 480k-thread kernel paid ~270 us a launch).
+// Uses %w3-%w7, %t2 and %p3; addr must not be one of them.
+func (t *progTranslator) warpAdd(addr string, bits int, c uint64, old string) {
+	t.out.WriteString("\t// one atomic a warp and address\n")
+	t.emit("activemask.b32 %%w3")
+	t.emit("match.any.sync.b64 %%w4, %s, %%w3", addr)
+	t.emit("mov.u32 %%w5, %%lanemask_lt")
+	t.emit("and.b32 %%w5, %%w5, %%w4")
+	t.emit("setp.eq.u32 %%p3, %%w5, 0")
+	t.emit("popc.b32 %%w6, %%w4")
+	t.emit("cvt.u64.u32 %%t2, %%w6")
+	if c != 1 {
+		t.emit("mul.lo.u64 %%t2, %%t2, %d", c)
+	}
+	if old == "" {
+		if bits == 32 {
+			t.emit("cvt.u32.u64 %%w6, %%t2")
+			t.emit("@%%p3 red.global.add.u32 [%s], %%w6", addr)
+		} else {
+			t.emit("@%%p3 red.global.add.u64 [%s], %%t2", addr)
+		}
+		return
+	}
+	if bits == 32 {
+		t.emit("cvt.u32.u64 %%w6, %%t2")
+		t.emit("@%%p3 atom.global.add.u32 %%w7, [%s], %%w6", addr)
+		t.emit("brev.b32 %%w6, %%w4")
+		t.emit("bfind.shiftamt.u32 %%w6, %%w6")
+		t.emit("shfl.sync.idx.b32 %%w7, %%w7, %%w6, 31, %%w4")
+		t.emit("cvt.u64.u32 %s, %%w7", old)
+	} else {
+		t.emit("@%%p3 atom.global.add.u64 %s, [%s], %%t2", old, addr)
+		t.emit("brev.b32 %%w6, %%w4")
+		t.emit("bfind.shiftamt.u32 %%w6, %%w6")
+		t.emit("cvt.u32.u64 %%w7, %s", old)
+		t.emit("shfl.sync.idx.b32 %%w7, %%w7, %%w6, 31, %%w4")
+		t.emit("cvt.u64.u32 %%t2, %%w7")
+		t.emit("shr.u64 %s, %s, 32", old, old)
+		t.emit("cvt.u32.u64 %%w7, %s", old)
+		t.emit("shfl.sync.idx.b32 %%w7, %%w7, %%w6, 31, %%w4")
+		t.emit("cvt.u64.u32 %s, %%w7", old)
+		t.emit("shl.b64 %s, %s, 32", old, old)
+		t.emit("or.b64 %s, %s, %%t2", old, old)
+	}
+	// the lanes of the group below this one added first
+	t.emit("popc.b32 %%w5, %%w5")
+	t.emit("cvt.u64.u32 %%t2, %%w5")
+	if c != 1 {
+		t.emit("mul.lo.u64 %%t2, %%t2, %d", c)
+	}
+	t.emit("add.u64 %s, %s, %%t2", old, old)
+	if bits == 32 {
+		t.emit("and.b64 %s, %s, 4294967295", old, old)
+	}
 }
 
 // fusedAdd emits a load, add, store of one shared map value as one atomic
@@ -1030,7 +1152,15 @@ func (t *progTranslator) fusedAdd(ld asm.Instruction) error {
 	}
 	t.emit("add.s64 %%t0, %s, %d", reg(ld.Src), ld.Offset)
 	t.emit("cvta.to.global.u64 %%t0, %%t0")
-	if bits == 32 {
+	if t.bt && rL == rR && add.OpCode.Source() != asm.RegSource {
+		// every lane of a bpftime program may add here, most to the same
+		// value (a histogram's bin): one atomic a warp and address
+		c := uint64(add.Constant)
+		if alu32 || bits == 32 {
+			c = uint64(uint32(c))
+		}
+		t.warpAdd("%t0", bits, c, reg(rL))
+	} else if bits == 32 {
 		t.emit("cvt.u32.u64 %%w1, %%t1")
 		t.emit("atom.global.add.u32 %%w0, [%%t0], %%w1")
 		t.emit("cvt.u64.u32 %s, %%w0", reg(rL))

@@ -2,6 +2,7 @@ package ptxinterp
 
 import (
 	"fmt"
+	"math/bits"
 	"strings"
 )
 
@@ -164,6 +165,8 @@ func (m *Machine) special(name string) (uint64, int, bool) {
 	switch name {
 	case "%laneid":
 		return uint64(t.LaneID), 32, true
+	case "%lanemask_lt":
+		return uint64(1)<<(t.LaneID%32) - 1, 32, true
 	case "%warpid":
 		return uint64(t.WarpID), 32, true
 	case "%smid":
@@ -452,6 +455,75 @@ func (m *Machine) step(fr *frame, in *instr) (next int, done bool, err error) {
 			return 0, false, err
 		}
 		return -1, false, fr.set(a[0], 1, r)
+	}
+	// Warp-wide instructions, as one thread alone in its warp sees them
+	// (the machine runs a launch's threads one after another): the active
+	// mask, a match and a shuffle hold only the thread's own lane.
+	switch in.op {
+	case "activemask":
+		if err := m.want(in, 1); err != nil {
+			return 0, false, err
+		}
+		return -1, false, m.dst(fr, a[0], 32, false, false, uint64(1)<<(m.thread.LaneID%32))
+	case "match", "shfl":
+		n := map[string]int{"match": 3, "shfl": 5}[in.op]
+		if err := m.want(in, n); err != nil {
+			return 0, false, err
+		}
+		if !hasMod(in, "sync") || (in.op == "match" && !hasMod(in, "any")) || (in.op == "shfl" && !hasMod(in, "idx")) {
+			return 0, false, fmt.Errorf("only match.any.sync and shfl.sync.idx")
+		}
+		own := uint64(1) << (m.thread.LaneID % 32)
+		mask, err := m.src(fr, a[n-1], 32, false)
+		if err != nil {
+			return 0, false, err
+		}
+		if mask&own == 0 {
+			return 0, false, fmt.Errorf("%s: member mask %#x leaves out the thread's own lane %d", in.op, mask, m.thread.LaneID%32)
+		}
+		if in.op == "match" {
+			return -1, false, m.dst(fr, a[0], 32, false, false, own)
+		}
+		lane, err := m.src(fr, a[2], 32, false)
+		if err != nil {
+			return 0, false, err
+		}
+		if lane%32 != uint64(m.thread.LaneID%32) {
+			return 0, false, fmt.Errorf("shfl from lane %d: another thread's register (not modelled)", lane%32)
+		}
+		v, err := m.src(fr, a[1], 32, false)
+		if err != nil {
+			return 0, false, err
+		}
+		return -1, false, m.dst(fr, a[0], 32, false, false, v)
+	case "popc", "brev", "bfind":
+		if err := m.want(in, 2); err != nil {
+			return 0, false, err
+		}
+		if t.bits != 32 {
+			return 0, false, fmt.Errorf("only %s.b32/.u32", in.op)
+		}
+		v, err := m.src(fr, a[1], 32, false)
+		if err != nil {
+			return 0, false, err
+		}
+		x := uint32(v)
+		var r uint64
+		switch in.op {
+		case "popc":
+			r = uint64(bits.OnesCount32(x))
+		case "brev":
+			r = uint64(bits.Reverse32(x))
+		default:
+			if t.kind != 'u' || !hasMod(in, "shiftamt") {
+				return 0, false, fmt.Errorf("only bfind.shiftamt.u32")
+			}
+			r = 0xffffffff
+			if x != 0 {
+				r = uint64(bits.LeadingZeros32(x))
+			}
+		}
+		return -1, false, m.dst(fr, a[0], 32, false, false, r)
 	}
 	// mul.wide.u32 d, a, b / mad.wide.u32 d, a, b, c: 32-bit sources, a
 	// 64-bit product (and addend, and destination); the translator's

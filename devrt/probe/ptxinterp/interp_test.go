@@ -230,3 +230,56 @@ ret;`)
 		t.Errorf("mul.wide.s32: %v, want an error naming the supported form", err)
 	}
 }
+
+// The warp instructions of the translator's one-atomic-a-warp adds, as a
+// thread alone in its warp sees them (lane 5 here): the active mask, a
+// match and %lanemask_lt hold its own lane, popc/brev/bfind compute, a
+// shuffle from its own lane is its value; a member mask without the
+// thread's lane, or a shuffle from another lane, is an error.
+func TestWarpInstructionsOfOneThread(t *testing.T) {
+	src := fn(`.reg .b64 %a, %v;
+.reg .b32 %m, %g, %l, %n, %x;
+ld.param.u64 %a, [a];
+activemask.b32 %m;
+match.any.sync.b64 %g, %a, %m;
+mov.u32 %l, %lanemask_lt;
+popc.b32 %n, %l;
+brev.b32 %x, %g;
+bfind.shiftamt.u32 %x, %x;
+shfl.sync.idx.b32 %x, %x, %x, 31, %g;
+cvt.u64.u32 %v, %g;
+shl.b64 %v, %v, 32;
+cvt.u64.u32 %a, %n;
+or.b64 %v, %v, %a;
+cvt.u64.u32 %a, %x;
+shl.b64 %a, %a, 16;
+or.b64 %v, %v, %a;
+st.param.b64 [r], %v;
+ret;`)
+	m, err := ptxinterp.Load(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	th := ptxinterp.Thread0()
+	th.LaneID = 5
+	r, err := m.Call("f", th, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// group = 1<<5, lanes below = popc(0x1f) = 5, the leader's lane = 5
+	if want := uint64(1<<5)<<32 | 5<<16 | 5; r != want {
+		t.Errorf("got %#x, want %#x", r, want)
+	}
+	for name, tc := range map[string]struct{ body, want string }{
+		"mask without the lane": {".reg .b32 %g;\nmatch.any.sync.b32 %g, 1, 2;\nret;", "leaves out the thread's own lane 0"},
+		"shuffle from a lane":   {".reg .b32 %g;\nshfl.sync.idx.b32 %g, 1, 3, 31, 1;\nret;", "another thread's register"},
+	} {
+		m, err := ptxinterp.Load(fn(tc.body))
+		if err == nil {
+			_, err = m.Call("f", ptxinterp.Thread0(), 0)
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", name, err, tc.want)
+		}
+	}
+}
