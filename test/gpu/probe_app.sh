@@ -5,13 +5,17 @@
 #
 # GPUEXT_APP_CMD is the workload: a command whose last line of output is one
 # throughput figure, higher is better (llama-bench's prefill tokens/s, say;
-# nothing here builds a workload). It runs without the interposer (none),
+# nothing here builds an operator's workload). Unset, it is our own
+# bt_vectoradd.cu with "rate": 2000 launches of 1875 blocks x 256 threads
+# (480,000 threads, what llama.cpp's rms_norm launches at a 1024-token
+# prefill), launches per second. It runs without the interposer (none),
 # with it and no probes (interposer), and with each probe set of
 # GPUEXT_APP_PROBES, interleaved over GPUEXT_APP_ROUNDS rounds (default 3).
 # The default sets are launch-count and, when out/gpu/bpftime-objs holds
 # bpftime's threadhist, kernelretsnoop and launchlate (built by hand from
 # bpftime's unmodified sources, make gpu-prep), those three objects
-# unchanged, retargeted by their descriptor to every kernel of the workload.
+# unchanged, retargeted by their descriptor to every kernel of the workload
+# or to the kernels of GPUEXT_APP_KERNELS (comma-separated .entry names).
 #
 # Lines:
 #   INFO probe-app round=R set=S value=V
@@ -23,7 +27,7 @@
 #                                    for the tool (threadhist 3%, kernelretsnoop
 #                                    8%, launchlate 14%); other sets: INFO only
 # shellcheck shell=bash
-GX=$REPO/bin/gpuextctl
+GX=${GPUEXT_GPUEXTCTL:-$REPO/bin/gpuextctl}
 AP=$W/probe-app
 # a probe directory per bpftime tool (their programs share names), the
 # object retargeted to every kernel by its descriptor
@@ -34,12 +38,14 @@ app_tool() { # tool glob-suffix: copies out/gpu/bpftime-objs/*SUFFIX as TOOL
 	mkdir -p "$AP/dirs/$1"
 	cp "$od/$(basename "$od").bpf.o" "$AP/dirs/$1/$1.bpf.o"
 	printf '{"probeDir": "%s"}\n' "$AP/dirs/$1" >"$AP/dirs/$1.config.json"
-	python3 - "$od/$(basename "$od").json" "$AP/dirs/$1/$1.json" "$1" <<'PY'
+	python3 - "$od/$(basename "$od").json" "$AP/dirs/$1/$1.json" "$1" "${GPUEXT_APP_KERNELS:-}" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 d.update(name=sys.argv[3], object=sys.argv[3] + ".bpf.o", retarget=True)
-d["description"] = "bpftime's %s, unchanged, in every kernel" % sys.argv[3]
+d["description"] = "bpftime's %s, unchanged, in %s" % (sys.argv[3], sys.argv[4] or "every kernel")
 d.pop("kernels", None)
+if sys.argv[4]:
+    d["kernels"] = sys.argv[4].split(",")
 json.dump(d, open(sys.argv[2], "w"), indent=1)
 PY
 }
@@ -54,7 +60,14 @@ app_config() { [[ -f $AP/dirs/$1.config.json ]] && echo "$AP/dirs/$1.config.json
 app_target() { case $1 in threadhist) echo 0.03 ;; kernelretsnoop) echo 0.08 ;; launchlate) echo 0.14 ;; esac; }
 
 if [[ -z ${GPUEXT_APP_CMD:-} ]]; then
-	bad probe-app "set GPUEXT_APP_CMD to a workload command whose last output line is its throughput"
+	if nvcc -O2 -arch=sm_90 --compress-mode=none -o "$AP/bt_vectoradd" "$REPO/test/gpu/bt_vectoradd.cu" >"$OUT/probe-app-build.log" 2>&1; then
+		GPUEXT_APP_CMD="$AP/bt_vectoradd ${GPUEXT_APP_BLOCKS:-1875} ${GPUEXT_APP_LAUNCHES:-2000} rate"
+	else
+		bad probe-app "nvcc failed (probe-app-build.log)"
+	fi
+fi
+if [[ -z ${GPUEXT_APP_CMD:-} ]]; then
+	:
 elif [[ ! -x $GX ]]; then
 	bad probe-app "needs bin/gpuextctl (make gpu-prep here, carry bin)"
 else
