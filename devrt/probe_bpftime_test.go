@@ -27,11 +27,7 @@ import (
 // thread's tid, into the module once.
 func TestProbesBpftimeFromAProbeDirectory(t *testing.T) {
 	names := []string{"thread-hist", "ret-snoop", "launch-bins", "call-counter"}
-	d, err := probes.LoadDir(probetest.BpftimeDir(t, "", names...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := probes.Builtin().With(d)
+	cat, err := probes.BuiltinWithDir(probetest.BpftimeDir(t, "", names...))
 	if err != nil {
 		t.Fatal(err)
 	}

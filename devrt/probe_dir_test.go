@@ -52,11 +52,7 @@ func TestProbesConfLineTooLong(t *testing.T) {
 // layout of the manifest.
 func TestProbesFromAProbeDirectory(t *testing.T) {
 	dir := probetest.ExampleDir(t, "kernel-block-hist", "slow-blocks")
-	d, err := probes.LoadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := probes.Builtin().With(d)
+	cat, err := probes.BuiltinWithDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

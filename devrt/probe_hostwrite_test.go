@@ -31,11 +31,7 @@ import (
 // gets; the status file says so, and the maps file holds both.
 func TestProbesHostWrites(t *testing.T) {
 	const skew = -3_600_000_000_000
-	d, err := probes.LoadDir(probetest.BpftimeDir(t, "", "launch-gap"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := probes.Builtin().With(d)
+	cat, err := probes.BuiltinWithDir(probetest.BpftimeDir(t, "", "launch-gap"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -256,11 +256,7 @@ func (c Config) ProbeCatalog() (*probes.Catalog, error) {
 	if c.ProbeDir == "" {
 		return probes.Builtin(), nil
 	}
-	dir, err := probes.LoadDir(c.ProbeDir)
-	if err != nil {
-		return nil, fmt.Errorf("probeDir: %w", err)
-	}
-	cat, err := probes.Builtin().With(dir)
+	cat, err := probes.BuiltinWithDir(c.ProbeDir)
 	if err != nil {
 		return nil, fmt.Errorf("probeDir: %w", err)
 	}

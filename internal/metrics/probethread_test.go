@@ -17,11 +17,7 @@ import (
 // shows as the rows used and the entry's sum over its rows, labelled by
 // probe, map and field.
 func TestProbePerThreadSeries(t *testing.T) {
-	d, err := probes.LoadDir(probetest.BpftimeDir(t, "", "thread-hist"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := probes.Builtin().With(d)
+	cat, err := probes.BuiltinWithDir(probetest.BpftimeDir(t, "", "thread-hist"))
 	if err != nil {
 		t.Fatal(err)
 	}

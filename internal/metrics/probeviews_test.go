@@ -25,11 +25,7 @@ import (
 // examples/probes (a hash view and a records view) from a probe directory.
 func exampleCatalog(t *testing.T) *probes.Catalog {
 	t.Helper()
-	d, err := probes.LoadDir(probetest.ExampleDir(t, "kernel-block-hist", "slow-blocks"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := probes.Builtin().With(d)
+	cat, err := probes.BuiltinWithDir(probetest.ExampleDir(t, "kernel-block-hist", "slow-blocks"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ var objectRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.o$`)
 // one without a program at a device attach point, is an error naming the
 // file, the program and the instruction with its source line. Names a
 // built-in probe has are refused (With). The result holds only dir's
-// probes; Builtin().With(it) is what selections use.
+// probes; BuiltinWithDir is what selections use.
 func LoadDir(dir string) (*Catalog, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -236,4 +236,14 @@ func sourceOf(p Probe) string {
 		return "built in"
 	}
 	return p.Source
+}
+
+// BuiltinWithDir is the built-in catalog with dir's probes (LoadDir, then
+// With): the catalog a probeDir configures.
+func BuiltinWithDir(dir string) (*Catalog, error) {
+	d, err := LoadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	return Builtin().With(d)
 }

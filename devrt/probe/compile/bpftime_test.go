@@ -349,11 +349,7 @@ func TestBpftimeRetarget(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "thread-hist.bpf.o"), obj, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		d, err := probes.LoadDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cat, err := probes.Builtin().With(d)
+		cat, err := probes.BuiltinWithDir(dir)
 		if err != nil {
 			t.Fatal(err)
 		}

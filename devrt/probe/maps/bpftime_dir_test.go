@@ -24,11 +24,7 @@ import (
 // every number exact.
 func TestBpftimeProbeDirViews(t *testing.T) {
 	names := []string{"thread-hist", "ret-snoop", "launch-bins", "call-counter"}
-	d, err := probes.LoadDir(probetest.BpftimeDir(t, "", names...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := probes.Builtin().With(d)
+	cat, err := probes.BuiltinWithDir(probetest.BpftimeDir(t, "", names...))
 	if err != nil {
 		t.Fatal(err)
 	}

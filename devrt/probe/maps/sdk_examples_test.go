@@ -66,11 +66,7 @@ type simBlock struct {
 // their hash and records views: every count and record exact.
 func TestSDKExampleProbes(t *testing.T) {
 	dir := sdkProbeDir(t, "kernel-block-hist", "slow-blocks")
-	d, err := probes.LoadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat, err := probes.Builtin().With(d)
+	cat, err := probes.BuiltinWithDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
