@@ -179,8 +179,18 @@ if want priority-torch; then
 		while ((${#pids[@]} > 0)) && [[ $(cat "$D"/be*.txt 2>/dev/null | grep -c '^be_ready') -lt ${#pids[@]} ]] && ((waited < 240)); do
 			sleep 0.5; waited=$((waited + 1))
 		done
+		# a trainer that never got ready, or is gone, counts 0 steps: say which, and why
+		for i in "${!models[@]}"; do
+			grep -q '^be_ready' "$D/be$i.txt" 2>/dev/null ||
+				info "priority-torch run=$run scen=$scen mode=$mode be$i=${models[$i]} not ready after $((waited / 2)) s: $(tail -c 300 "$D/be$i.txt" 2>/dev/null | tr '\n' ' ')"
+		done
 		# shellcheck disable=SC2046
 		env $(pre 1) PYTHONUNBUFFERED=1 "$PY" "$TP" lc "$T_SECONDS" "$T_PERIOD_US" >"$D/lc.txt" 2>&1
+		for i in "${!pids[@]}"; do
+			# (an exited child not yet waited for is a zombie, Z in its stat)
+			[[ $(awk '{print $3}' "/proc/${pids[$i]}/stat" 2>/dev/null) =~ ^[^Z]$ ]] ||
+				info "priority-torch run=$run scen=$scen mode=$mode be$i=${models[$i]} exited during the run: $(tail -c 300 "$D/be$i.txt" 2>/dev/null | tr '\n' ' ')"
+		done
 		for i in "${pids[@]}"; do kill -TERM "$i" 2>/dev/null; done
 		for i in "${pids[@]}"; do wait "$i" 2>/dev/null; done
 		[[ -n $board_pid ]] && kill "$board_pid" 2>/dev/null
