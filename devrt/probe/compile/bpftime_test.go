@@ -408,6 +408,10 @@ func TestBpftimeWarpCountsExact(t *testing.T) {
 	spec := bpftimeSpec(t, "thread_hist.bpf.c")
 	spec.Maps["th_count"].MapExtra = 100
 	b := bpftimeBundle(t, "thread-hist", spec, false)
+	// activemask is PTX 6.2: an app's older PTX is left unpatched
+	if b.Manifest.MinPTX != "6.2" || !strings.Contains(b.Conf, "min_ptx 6.2\n") {
+		t.Errorf("min PTX %q, want 6.2 (activemask)\n%s", b.Manifest.MinPTX, b.Conf)
+	}
 	for _, form := range btForms {
 		im := mapImage(t, b, runGrid(t, b, form, 0), "th_count")
 		if got, want := im.NoRow(), uint64((btThreads-100)*btLaunches); got != want {

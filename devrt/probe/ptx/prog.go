@@ -31,6 +31,7 @@ type progTranslator struct {
 	stackSym string            // the .local stack array: r10-based accesses use it directly
 	cur      int               // index of the instruction being translated
 	lookups  map[int]inlineKey // lookup calls with a known map (by index)
+	warp     bool              // emitted warpAdd: activemask needs PTX warpMinPTX
 	slotReg  bool              // %__gxslot holds %smid*64 + %warpid (inline form)
 	bslotReg bool              // %__gxbslot holds the block's linear index (inline form)
 	// blockSlot: per-warp maps updated only atomically (atomicOnlyMaps),
@@ -1071,6 +1072,7 @@ func (t *progTranslator) perThreadAccess(k inlineKey, update bool) error {
 // the L2 slice, ~1 per cycle (a 480k-thread kernel paid ~270 us a launch).
 // Uses %w3-%w7, %t2 and %p3; addr must not be one of them.
 func (t *progTranslator) warpAdd(addr string, bits int, c uint64, old string) {
+	t.warp = true
 	t.out.WriteString("\t// one atomic a warp and address\n")
 	t.emit("activemask.b32 %%w3")
 	t.emit("match.any.sync.b64 %%w4, %s, %%w3", addr)

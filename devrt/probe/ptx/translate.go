@@ -54,6 +54,9 @@ type Module struct {
 // generic 64-bit atom.and/or/xor and %globaltimer are older, but sm_70 is
 // the oldest target the CUDA toolkits the runtime supports still build for,
 // and sm_70 needs PTX 6.0.
+// warpMinPTX is what a module with warpAdd's activemask needs.
+const warpMinPTX = "6.2"
+
 const (
 	baseMinPTX    = "6.0"
 	baseMinTarget = 70
@@ -124,6 +127,9 @@ func Translate(spec *ebpf.CollectionSpec, progs []string, opt Options) (*Module,
 			}
 		}
 		funcs.WriteString(t.out.String())
+		if t.warp && versionLess(m.Manifest.MinPTX, warpMinPTX) {
+			m.Manifest.MinPTX = warpMinPTX
+		}
 		pi := probe.ProgInfo{Name: name, Function: fn, Insns: t.insns}
 		if sec, ok := probe.ParseSection(ps.SectionName); ok {
 			a := sec.Attach
