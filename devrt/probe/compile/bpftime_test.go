@@ -439,3 +439,28 @@ func TestBpftimeWarpCountsExact(t *testing.T) {
 		}
 	}
 }
+
+// A per-thread map written with bpf_map_update_elem: a thread with a row
+// gets 0 and its value, one without -E2BIG and a count past the rows (once
+// a lane), and bad flags -EINVAL before anything, uncounted.
+func TestBpftimePerThreadUpdate(t *testing.T) {
+	spec := bpftimeSpec(t, "thread_upd.bpf.c")
+	spec.Maps["tu_rows"].MapExtra = 100
+	b := bpftimeBundle(t, "thread-upd", spec, false)
+	for _, form := range btForms {
+		m := runGrid(t, b, form, 0)
+		rows := mapImage(t, b, m, "tu_rows")
+		if got, want := rows.NoRow(), uint64((btThreads-100)*btLaunches); got != want {
+			t.Errorf("%s: %d updates past the last row counted, want %d", form, got, want)
+		}
+		d := rows.Bytes[probe.MapHdrSize:]
+		for g := 0; g < 100; g++ {
+			if v := binary.LittleEndian.Uint64(d[8*g:]); v != 7 {
+				t.Fatalf("%s: row %d = %d, want 7", form, g, v)
+			}
+		}
+		if got, want := fmt.Sprint(u64s(t, mapImage(t, b, m, "tu_refused"))), fmt.Sprint([]uint64{(btThreads - 100) * btLaunches, btThreads * btLaunches}); got != want {
+			t.Errorf("%s: refusals (-E2BIG, -EINVAL) %s, want %s", form, got, want)
+		}
+	}
+}

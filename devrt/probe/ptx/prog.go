@@ -1039,7 +1039,7 @@ func (t *progTranslator) perThreadAccess(k inlineKey, update bool) error {
 	t.emit("mov.u64 %%r0, %d", -E2BIG)
 	t.emit("setp.gt.u64 %%p0, %%r4, %d", FlagExist)
 	t.emit("@%%p0 mov.u64 %%r0, %d", -EINVAL)
-	t.emit("not.pred %%p0, %%p0")
+	// counted when the flags are good and the thread has no row
 	t.emit("or.pred %%p3, %%p1, %%p0")
 	t.countNoRow(noRow, "%p3")
 	t.emit("not.pred %%p0, %%p0")
