@@ -319,11 +319,7 @@ func mapsUsed(spec *ebpf.CollectionSpec, progs []string) map[string]bool {
 }
 
 func (hw HostWrite) check(spec *ebpf.CollectionSpec, used map[string]bool) error {
-	m, ok := spec.Maps[hw.Map]
-	if !ok {
-		return catalogErr("map", "object has no map %q (has: %s)", hw.Map, strings.Join(slices.Sorted(maps.Keys(spec.Maps)), ", "))
-	}
-	dm, mtype, err := deviceMap(m)
+	m, dm, mtype, err := specMap(spec, hw.Map)
 	if err != nil {
 		return err
 	}
@@ -358,24 +354,26 @@ func (e *fieldErr) Unwrap() error { return ErrBadCatalog }
 // deviceMap is what the loader makes of the map on the device
 // (probe.DeviceMapOf: bpftime's GPU map types become gpuext's), and a
 // name for its type in messages.
-func deviceMap(m *ebpf.MapSpec) (probe.DeviceMap, string, error) {
+// specMap is the object's map name, what the device makes of it, and its
+// type as a message names it; a missing map is an error listing the maps.
+func specMap(spec *ebpf.CollectionSpec, name string) (*ebpf.MapSpec, probe.DeviceMap, string, error) {
+	m, ok := spec.Maps[name]
+	if !ok {
+		return nil, probe.DeviceMap{}, "", catalogErr("map", "object has no map %q (has: %s)", name, strings.Join(slices.Sorted(maps.Keys(spec.Maps)), ", "))
+	}
 	dm, err := probe.DeviceMapOf(uint32(m.Type), m.ValueSize, m.MaxEntries, m.MapExtra)
 	if err != nil {
-		return dm, "", catalogErr("map", "map %q: %v", m.Name, err)
+		return m, dm, "", catalogErr("map", "map %q: %v", m.Name, err)
 	}
 	if t := uint32(m.Type); t >= probe.BtMapGPUHash {
-		return dm, fmt.Sprintf("%s (type %d)", dm.Type, t), nil
+		return m, dm, fmt.Sprintf("%s (type %d)", dm.Type, t), nil
 	}
-	return dm, m.Type.String(), nil
+	return m, dm, m.Type.String(), nil
 }
 
 func (v View) check(spec *ebpf.CollectionSpec) error {
 	bad := catalogErr
-	m, ok := spec.Maps[v.Map]
-	if !ok {
-		return bad("map", "object has no map %q (has: %s)", v.Map, strings.Join(slices.Sorted(maps.Keys(spec.Maps)), ", "))
-	}
-	dm, mtype, err := deviceMap(m)
+	m, dm, mtype, err := specMap(spec, v.Map)
 	if err != nil {
 		return err
 	}
