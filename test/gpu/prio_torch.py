@@ -9,14 +9,20 @@ Two roles, one process each, started by test/gpu/gpu-test.sh:
                          launch each). Prints per kind p50/p99 in us and the
                          measured window on CLOCK_MONOTONIC.
   be MODEL               best-effort training until SIGTERM: MODEL is resnet50
-                         (torchvision, batch 64, bf16 autocast) or gcn
+                         (torchvision, batch 64, bf16 autocast; fp32 with
+                         GPUEXT_TORCH_BE_DTYPE=fp32) or gcn
                          (torch-geometric, 3 GCNConv layers, full batch on a
                          random graph). Prints "be_ready" after warm-up, then
                          "be_tick <monotonic us> <steps>" after every step
                          (the step's loss read back, as a training loop does).
+  finite DTYPE STEPS     seeded ResNet-50 training steps (bf16 autocast or
+                         fp32): prints the losses and how many forward
+                         outputs were not finite, for the mps-share-finite
+                         check (an MPS thread-percentage limit against none).
 
 Lines are "key value ..." for the shell to read; nothing is pass/fail here.
 """
+import os
 import signal
 import sys
 import time
@@ -101,7 +107,10 @@ def be(model):
         target = torch.randint(0, 1000, (64,), device="cuda")
 
         def step():
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            # GPUEXT_TORCH_BE_DTYPE=fp32 trains without autocast: bf16
+            # convolutions under an MPS thread-percentage limit return
+            # non-finite outputs on the H200's driver (docs/benchmarks.md)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=os.environ.get("GPUEXT_TORCH_BE_DTYPE", "bf16") == "bf16"):
                 loss = torch.nn.functional.cross_entropy(net(data), target)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -151,8 +160,37 @@ def be(model):
         print(f"be_tick {mono_us()} {n}", flush=True)
 
 
+def finite(dtype, steps):
+    """Seeded ResNet-50 training steps: each step's loss, and whether the
+    forward pass's output was finite. The same seed gives the same numbers
+    on a whole GPU, so runs under an MPS share can be compared with one
+    without."""
+    import torchvision
+
+    torch.manual_seed(0)
+    net = torchvision.models.resnet50().cuda().to(memory_format=torch.channels_last)
+    data = torch.randn(64, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+    target = torch.randint(0, 1000, (64,), device="cuda")
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    out, bad = [], 0
+    for _ in range(steps):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            y = net(data)
+            loss = torch.nn.functional.cross_entropy(y, target)
+        if not torch.isfinite(y).all().item():
+            bad += 1
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        out.append(f"{loss.item():.3f}")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    print(f"finite dtype={dtype} sms={sms} nonfinite_steps={bad}/{steps} losses={','.join(out)}", flush=True)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "lc":
+    if len(sys.argv) == 4 and sys.argv[1] == "finite":
+        finite(sys.argv[2], int(sys.argv[3]))
+    elif len(sys.argv) == 4 and sys.argv[1] == "lc":
         lc(float(sys.argv[2]), int(sys.argv[3]))
     elif len(sys.argv) == 3 and sys.argv[1] == "be":
         be(sys.argv[2])

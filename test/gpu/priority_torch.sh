@@ -182,14 +182,14 @@ if want priority-torch; then
 		# a trainer that never got ready, or is gone, counts 0 steps: say which, and why
 		for i in "${!models[@]}"; do
 			grep -q '^be_ready' "$D/be$i.txt" 2>/dev/null ||
-				info "priority-torch run=$run scen=$scen mode=$mode be$i=${models[$i]} not ready after $((waited / 2)) s: $(tail -c 300 "$D/be$i.txt" 2>/dev/null | tr '\n' ' ')"
+				info "priority-torch run=$run scen=$scen mode=$mode be$i=${models[$i]} not ready after $((waited / 2)) s: $(grep -v 'primary context\|cuMemAlloc' "$D/be$i.txt" 2>/dev/null | tail -c 300 | tr '\n' ' ')"
 		done
 		# shellcheck disable=SC2046
 		env $(pre 1) PYTHONUNBUFFERED=1 "$PY" "$TP" lc "$T_SECONDS" "$T_PERIOD_US" >"$D/lc.txt" 2>&1
 		for i in "${!pids[@]}"; do
 			# (an exited child not yet waited for is a zombie, Z in its stat)
 			[[ $(awk '{print $3}' "/proc/${pids[$i]}/stat" 2>/dev/null) =~ ^[^Z]$ ]] ||
-				info "priority-torch run=$run scen=$scen mode=$mode be$i=${models[$i]} exited during the run: $(tail -c 300 "$D/be$i.txt" 2>/dev/null | tr '\n' ' ')"
+				info "priority-torch run=$run scen=$scen mode=$mode be$i=${models[$i]} exited during the run: $(grep -v 'primary context\|cuMemAlloc' "$D/be$i.txt" 2>/dev/null | tail -c 300 | tr '\n' ' ')"
 		done
 		for i in "${pids[@]}"; do kill -TERM "$i" 2>/dev/null; done
 		for i in "${pids[@]}"; do wait "$i" 2>/dev/null; done
@@ -209,7 +209,7 @@ if want priority-torch; then
 		fi
 		line="run=$run scen=$scen mode=$mode"
 		for k in graph_p50 graph_p99 eager_p50 eager_p99; do line="$line lc_${k}_us=$(awk -v k="lc_${k}_us" '$1 == k {print $2}' "$D/lc.txt")"; done
-		line="$line be_steps_per_s=$be"
+		line="$line be_steps_per_s=$be be_dtype=$GPUEXT_TORCH_BE_DTYPE"
 		[[ $mode == gpuext-* ]] && line="$line be_confined=$(cat "$D"/be*.txt | grep -c "CUDA_MPS_CLIENT_PRIORITY=$prio, launch gate off")/${#pids[@]}"
 		[[ $mode == gpuext-* ]] && line="$line sm=$sm prio=$prio"
 		line="$line be_ticks=$(for f in "$D"/be*.txt; do grep -c '^be_tick' "$f"; done | paste -sd,)"
@@ -218,9 +218,43 @@ if want priority-torch; then
 		for f in "$D"/*.txt; do grep -v 'dlsym\|primary context' "$f" | tail -n 40 >"$W/tplogs/$run-$scen-$mode-${f##*/}"; done
 		info "priority-torch $line"
 	}
+	# The trainers' precision: fp32 unless GPUEXT_TORCH_BE_DTYPE=bf16. Under
+	# an MPS thread-percentage limit, bf16 ResNet-50 training returns
+	# non-finite outputs on the H200's driver (the share-finite check below),
+	# and a trainer that stops on a NaN loss says nothing about throughput.
+	export GPUEXT_TORCH_BE_DTYPE=${GPUEXT_TORCH_BE_DTYPE:-fp32}
+	# share-finite: the same seeded training steps on the whole GPU and as
+	# a best-effort tenant under gpuext's share (MPS + the interposer with
+	# smPercent GPUEXT_FINITE_SM): every output finite and the last loss
+	# within 5% of the whole GPU's, per precision.
+	tprio_finite() { # dtype
+		local dt=$1 D="$W/tfinite" ref got
+		rm -rf "$D" && mkdir -p "$D/tenants/2" "$D/acct/2"
+		"$GPUEXTCTL" settings write --dir "$D/tenants/2" --tenant 2 --class best-effort --sm-percent "${GPUEXT_FINITE_SM:-40}" --mps-client-priority 1
+		ref=$("$PY" "$TP" finite "$dt" 8 2>&1 | grep '^finite')
+		tmps_start "$D/mps"
+		got=$(env LD_PRELOAD="$LIB" GPUEXT_TENANT_DIR="$D/tenants/2" GPUEXT_TENANT_ACCT="$D/acct/2" "$PY" "$TP" finite "$dt" 8 2>&1 | grep '^finite')
+		tmps_stop
+		info "priority-torch share-finite whole GPU: ${ref:-no result}"
+		info "priority-torch share-finite smPercent ${GPUEXT_FINITE_SM:-40}: ${got:-no result}"
+		if [[ -z $ref || -z $got ]]; then
+			bad "priority-torch-share-finite-$dt" "no result (whole GPU: '${ref}', share: '${got}')"
+		elif [[ $ref != *"nonfinite_steps=0/"* ]]; then
+			bad "priority-torch-share-finite-$dt" "not finite on the whole GPU either: $ref"
+		elif [[ $got != *"nonfinite_steps=0/"* ]]; then
+			bad "priority-torch-share-finite-$dt" "non-finite outputs under an MPS share of ${GPUEXT_FINITE_SM:-40}% (the driver's kernels for a partitioned GPU, not gpuext's code: the whole GPU is finite): $got"
+		elif ! awk -v a="${ref##*,}" -v b="${got##*,}" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.05 * a) }'; then
+			bad "priority-torch-share-finite-$dt" "last loss ${got##*,} under the share against ${ref##*,} on the whole GPU"
+		else
+			ok "priority-torch-share-finite-$dt"
+		fi
+	}
 	if [[ ! -x $GPUEXTCTL ]] || ! "$PY" -c 'import torch, torchvision, torch_geometric' 2>/dev/null; then
 		bad priority-torch "needs bin/gpuextctl (carry bin) and python3 with torch, torchvision, torch_geometric"
 	else
+		if [[ -n $MPS_CTL ]]; then
+			for dt in ${GPUEXT_FINITE_DTYPES:-bf16 fp32}; do tprio_finite "$dt"; done
+		fi
 		for run in $(seq 1 "$T_RUNS"); do
 			tprio_run "$run" none alone
 			for scen in $T_SCEN; do
