@@ -498,12 +498,13 @@ func TestNoHardCodedPaths(t *testing.T) {
 
 // Latency-critical launches go first: while the board says latency-critical
 // work is pending, a best-effort tenant's launch waits (bounded, counted in
-// its own usage file); a latency-critical tenant's launch never waits.
+// its own usage file) when its policy has launchGate; a latency-critical
+// tenant's launch never waits.
 func TestPriorityBoard(t *testing.T) {
 	// A long window so that the best-effort app surely launches inside it
 	// (the window is activeWindowUs, never the driver timeslice).
 	lc := newTenant(t, 12, 0, "latency-critical", func(f *admission.TenantFile) { f.ActiveWindowUS = 400000 })
-	be := newTenant(t, 13, 0, "best-effort")
+	be := newTenant(t, 13, 0, "best-effort", func(f *admission.TenantFile) { f.LaunchGate = true })
 	board := filepath.Join(t.TempDir(), "board")
 	dump := filepath.Join(lc.bin, "usage_dump")
 	publish := func(usageFiles ...string) {

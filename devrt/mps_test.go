@@ -17,10 +17,10 @@ import (
 // and CUDA_MPS_CLIENT_PRIORITY before the real cuInit, so the driver creates
 // its contexts with them, on every GPU, and its launches no longer wait on
 // the board (the SM share is the isolation); without a server it says so and
-// the launch gate stays on.
+// the launch gate stays on (the policy has launchGate).
 func TestMPSShare(t *testing.T) {
 	lc := newTenant(t, 22, 0, "latency-critical", func(f *admission.TenantFile) { f.ActiveWindowUS = 400000 })
-	be := newTenant(t, 23, 0, "best-effort", func(f *admission.TenantFile) { f.SMPercent = 40; f.MPSClientPriority = 1 })
+	be := newTenant(t, 23, 0, "best-effort", func(f *admission.TenantFile) { f.SMPercent = 40; f.MPSClientPriority = 1; f.LaunchGate = true })
 	board := filepath.Join(t.TempDir(), "board")
 	pipe := t.TempDir()
 	for _, tn := range []*tenant{lc, be} {

@@ -61,7 +61,7 @@ type PriorityPolicy struct {
 	// contexts may use (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE). The SMs left
 	// free are what lets a latency-critical tenant start at once; the shares
 	// of the best-effort tenants on one GPU should add up to well under 100.
-	// 0: not confined (the launch gate is the isolation).
+	// 0: not confined (LaunchGate, when set, is the isolation).
 	SMPercent uint32 `json:"smPercent,omitempty"`
 	// MPSClientPriority is, for a best-effort tenant on a GPU shared
 	// through an MPS server, the MPS client priority of its contexts
@@ -69,6 +69,15 @@ type PriorityPolicy struct {
 	// dispatches the blocks of normal-priority clients first). A tenant can
 	// lower it, never raise it. 0: normal.
 	MPSClientPriority uint32 `json:"mpsClientPriority,omitempty"`
+	// LaunchGate is, for a best-effort tenant, whether its launches wait
+	// while a latency-critical tenant's work is pending (the device
+	// runtime's launch gate, for hosts without MPS; under an MPS share the
+	// share is the isolation and the gate stands down). Off by default: on
+	// the H200 it held the latency-critical tail near its solo figure but
+	// left best-effort kernels 0.08 of their throughput, and PyTorch
+	// trainers, whose launches run ahead of the GPU, made no progress at
+	// all (docs/devrt.md, "The launch gate with real frameworks").
+	LaunchGate bool `json:"launchGate,omitempty"`
 }
 
 // MaxMPSClientPriority is the lowest MPS client priority CUDA knows
@@ -82,6 +91,12 @@ func (p PriorityPolicy) EffectiveMPSClientPriority() uint32 {
 		return 0
 	}
 	return p.MPSClientPriority
+}
+
+// EffectiveLaunchGate is whether the launch gate applies: only a
+// best-effort tenant waits (an override that changes the class drops it).
+func (p PriorityPolicy) EffectiveLaunchGate() bool {
+	return p.Class == BestEffort && p.LaunchGate
 }
 
 // EffectiveSMPercent is the SM share that applies: only a best-effort

@@ -47,6 +47,7 @@ func settingsWrite(args []string) error {
 	window := fs.Uint("active-window-us", 0, "latency-critical pending window (0: the default, 2ms)")
 	sm := fs.Uint("sm-percent", 0, "best-effort share of the SMs under MPS, on each GPU (0: not confined)")
 	mpsPrio := fs.Uint("mps-client-priority", 0, "best-effort MPS client priority (CUDA_MPS_CLIENT_PRIORITY): 0 normal, 1 below normal")
+	gate := fs.Bool("launch-gate", false, "best-effort: launches wait while latency-critical work is pending (hosts without MPS; off by default)")
 	probes := fs.String("probes", "", "comma-separated probe names (config.json only)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -68,11 +69,14 @@ func settingsWrite(args []string) error {
 	if *mpsPrio > policies.MaxMPSClientPriority {
 		return fmt.Errorf("settings write: mps-client-priority %d: want 0..%d", *mpsPrio, policies.MaxMPSClientPriority)
 	}
-	prio := policies.PriorityPolicy{Class: policies.PriorityClass(*class), SMPercent: uint32(*sm), MPSClientPriority: uint32(*mpsPrio)}
+	if *gate && policies.PriorityClass(*class) != policies.BestEffort {
+		return fmt.Errorf("settings write: launch-gate: only a best-effort tenant waits (class %q)", *class)
+	}
+	prio := policies.PriorityPolicy{Class: policies.PriorityClass(*class), SMPercent: uint32(*sm), MPSClientPriority: uint32(*mpsPrio), LaunchGate: *gate}
 	tf := admission.TenantFile{
 		ABIVersion: bpf.ABIVersion, TenantID: uint32(*tenant), TenantKey: fmt.Sprintf("manual/%d", *tenant), Policy: *policy,
 		Class: *class, QuotaBytes: q, TimesliceUS: uint32(*timeslice), ActiveWindowUS: uint32(*window),
-		SMPercent: prio.EffectiveSMPercent(), MPSClientPriority: prio.EffectiveMPSClientPriority(), Probes: names, ProbeKernels: []string{},
+		SMPercent: prio.EffectiveSMPercent(), MPSClientPriority: prio.EffectiveMPSClientPriority(), LaunchGate: prio.EffectiveLaunchGate(), Probes: names, ProbeKernels: []string{},
 	}
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		return err
@@ -93,7 +97,11 @@ func settingsShow(path string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	_, err = fmt.Fprintf(out, "tenant=%d quota=%d class=%d window_ns=%d sm_percent=%d mps_client_priority=%d\n",
-		s.TenantID, s.QuotaBytes, s.Class, s.ActiveWindow.Nanoseconds(), s.SMPercent, s.MPSClientPriority)
+	gate := 0
+	if s.LaunchGate {
+		gate = 1
+	}
+	_, err = fmt.Fprintf(out, "tenant=%d quota=%d class=%d window_ns=%d sm_percent=%d mps_client_priority=%d launch_gate=%d\n",
+		s.TenantID, s.QuotaBytes, s.Class, s.ActiveWindow.Nanoseconds(), s.SMPercent, s.MPSClientPriority, gate)
 	return err
 }

@@ -19,7 +19,7 @@ func TestSettingsWriteShow(t *testing.T) {
 		t.Fatal(err)
 	}
 	// the driver timeslice is not the latency-critical window: the default is
-	want := "tenant=7 quota=2147483648 class=1 window_ns=2000000 sm_percent=0 mps_client_priority=0\n"
+	want := "tenant=7 quota=2147483648 class=1 window_ns=2000000 sm_percent=0 mps_client_priority=0 launch_gate=0\n"
 	if out.String() != want {
 		t.Errorf("settings show: %q, want %q", out.String(), want)
 	}
@@ -40,7 +40,7 @@ func TestSettingsWriteMPSClientPriority(t *testing.T) {
 	if err := run([]string{"settings", "write", "--dir", dir, "--tenant", "8", "--class", "best-effort", "--sm-percent", "30", "--mps-client-priority", "1"}, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
-	want := "tenant=8 quota=0 class=2 window_ns=2000000 sm_percent=30 mps_client_priority=1\n"
+	want := "tenant=8 quota=0 class=2 window_ns=2000000 sm_percent=30 mps_client_priority=1 launch_gate=0\n"
 	var out bytes.Buffer
 	if err := run([]string{"settings", "show", dir}, &out); err != nil || out.String() != want {
 		t.Fatalf("settings show: %q (%v), want %q", out.String(), err, want)
@@ -52,5 +52,39 @@ func TestSettingsWriteMPSClientPriority(t *testing.T) {
 	out.Reset()
 	if err := run([]string{"settings", "show", dir}, &out); err != nil || out.String() != want {
 		t.Errorf("after the refused write: %q (%v), want %q unchanged", out.String(), err, want)
+	}
+}
+
+// The launch gate is off unless asked for, reaches settings.bin for a
+// best-effort tenant, and is refused by name for any other class.
+func TestSettingsWriteLaunchGate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tenant")
+	show := func() string {
+		t.Helper()
+		var out bytes.Buffer
+		if err := run([]string{"settings", "show", dir}, &out); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	if err := run([]string{"settings", "write", "--dir", dir, "--tenant", "9", "--class", "best-effort"}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := show(); !strings.HasSuffix(got, " launch_gate=0\n") {
+		t.Errorf("best-effort without --launch-gate: %q, want launch_gate=0", got)
+	}
+	if err := run([]string{"settings", "write", "--dir", dir, "--tenant", "9", "--class", "best-effort", "--launch-gate"}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	want := "tenant=9 quota=0 class=2 window_ns=2000000 sm_percent=0 mps_client_priority=0 launch_gate=1\n"
+	if got := show(); got != want {
+		t.Errorf("--launch-gate: %q, want %q", got, want)
+	}
+	err := run([]string{"settings", "write", "--dir", dir, "--tenant", "9", "--class", "standard", "--launch-gate"}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "launch-gate") || !strings.Contains(err.Error(), `"standard"`) {
+		t.Errorf("--launch-gate for a standard tenant: %v, want a refusal naming launch-gate and the class", err)
+	}
+	if got := show(); got != want {
+		t.Errorf("after the refused write: %q, want %q unchanged", got, want)
 	}
 }

@@ -56,8 +56,11 @@ func buildDevrt(t testing.TB) string {
 type tenant struct{ dir, acct string }
 
 // newTenant writes a tenant dir (admission's writer) and its accounting dir under state.
+// newTenant writes a tenant of class; a best-effort one has the launch
+// gate (launchGate), which these tests are about.
 func newTenant(t testing.TB, state string, id int, class string, windowUs int) tenant {
-	return newTenantFile(t, state, admission.TenantFile{TenantID: uint32(id), Policy: "p", Class: class, ActiveWindowUS: uint32(windowUs)})
+	return newTenantFile(t, state, admission.TenantFile{TenantID: uint32(id), Policy: "p", Class: class, ActiveWindowUS: uint32(windowUs),
+		LaunchGate: class == "best-effort"})
 }
 
 func newTenantFile(t testing.TB, state string, tf admission.TenantFile) tenant {
@@ -205,6 +208,42 @@ func TestBoardGatesBestEffort(t *testing.T) {
 	}
 	if us := launch(t, build, be, boardPath); us > 5000 {
 		t.Errorf("best-effort launch after the latency-critical tenant left took %dus", us)
+	}
+}
+
+// TestBestEffortWithoutGateNeverWaits: the launch gate is the policy's
+// choice (launchGate), off by default: a best-effort tenant without it
+// launches at once while latency-critical work is pending, and counts no
+// delayed launch; its gated neighbour on the same board waits.
+func TestBestEffortWithoutGateNeverWaits(t *testing.T) {
+	build := buildDevrt(t)
+	state := t.TempDir()
+	lc := newTenant(t, state, 1, "latency-critical", 60000)
+	free := newTenantFile(t, state, admission.TenantFile{TenantID: 2, Policy: "p", Class: "best-effort"})
+	gated := newTenant(t, state, 3, "best-effort", 0)
+	pub := openPublisher(t, state)
+	boardPath := filepath.Join(state, "board", FileName)
+
+	launch(t, build, lc, boardPath)
+	if pub.Publish() == 0 {
+		t.Fatal("board shows no latency-critical work right after a latency-critical launch")
+	}
+	if us := launch(t, build, gated, boardPath); us < 5000 {
+		t.Fatalf("gated best-effort launch while latency-critical work is pending took only %dus: the scenario did not run", us)
+	}
+	launch(t, build, lc, boardPath) // pending again
+	pub.Publish()
+	for i := 0; i < 3; i++ {
+		if us := launch(t, build, free, boardPath); us > 5000 {
+			t.Errorf("best-effort launch without launchGate took %dus while latency-critical work was pending", us)
+		}
+	}
+	u, err := ReadUsage(free.acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Launches != 3 || u.DelayedLaunches != 0 {
+		t.Errorf("best-effort tenant without launchGate: launches %d delayed %d, want 3 and 0", u.Launches, u.DelayedLaunches)
 	}
 }
 

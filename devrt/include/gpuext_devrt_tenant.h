@@ -37,6 +37,14 @@
 #define GPUEXT_DEVRT_DEFAULT_WINDOW_NS 2000000ull
 /* The lowest MPS client priority (CUDA_MPS_CLIENT_PRIORITY: 0 normal, 1 below normal). */
 #define GPUEXT_DEVRT_MPS_PRIORITY_MAX 1u
+/*
+ * flags: a best-effort tenant's launches wait on the board's latency-critical
+ * deadline (the launch gate). Off unless the policy asks for it (launchGate):
+ * it holds the latency-critical tail on hosts without MPS at a large cost to
+ * best-effort throughput, and starves framework trainers (docs/devrt.md).
+ * Ignored under an MPS share (smPercent), which is the isolation then.
+ */
+#define GPUEXT_DEVRT_TENANT_LAUNCH_GATE 1u
 /* The highest GPUEXT_DEVRT_CLASS_* value. */
 #define GPUEXT_DEVRT_CLASS_MAX GPUEXT_DEVRT_CLASS_BEST_EFFORT
 
@@ -52,7 +60,7 @@ struct gpuext_devrt_tenant {
 	/* Best-effort under MPS: CUDA_MPS_CLIENT_PRIORITY of its contexts, at most
 	 * GPUEXT_DEVRT_MPS_PRIORITY_MAX; 0: normal (MPS's default) */
 	uint32_t mps_client_priority;
-	uint32_t reserved1;        /* 0 */
+	uint32_t flags;            /* GPUEXT_DEVRT_TENANT_* bits; others are ignored (new flags take them) */
 	uint64_t reserved;         /* 0 */
 	/*
 	 * Per-device quotas (version 2): a container given GPU memory by the

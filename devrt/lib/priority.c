@@ -7,7 +7,9 @@
  * such deadline over all latency-critical tenants on the board ($GPUEXT_BOARD,
  * read-only here), each clamped to now + that tenant's window as the host
  * knows it. A best-effort process's launch waits while the board says
- * latency-critical work is pending, at most max_delay_ns, and counts the wait.
+ * latency-critical work is pending, at most max_delay_ns, and counts the wait,
+ * when its policy asks for that (launchGate; off by default: see
+ * gpuext_devrt_tenant.h) and no MPS share confines it.
  * A latency-critical process that moves its deadline when the host may not
  * read it in time writes a byte to its tenant's wake FIFO (acct.c).
  * No process writes anywhere but its own tenant's files.
@@ -57,6 +59,7 @@ static void gx_board_map(void)
  * cannot raise its own share or priority (review row 11).
  */
 static int gx_mps_confined; /* SM share in force: the launch gate stands down */
+static int gx_gated;        /* a best-effort process whose launches wait on the board */
 
 /* Keeps the tenant's own value of env when it is a number in [lo, hi], else sets policy. */
 static void gx_mps_env_clamp(const char *env, unsigned long lo, unsigned long hi, unsigned policy)
@@ -85,8 +88,9 @@ static void gx_mps_share(void)
 	 * gate stays the isolation. */
 	snprintf(ctl, sizeof(ctl), "%s/control", dir && *dir ? dir : "/tmp/nvidia-mps");
 	if (access(ctl, F_OK) != 0) {
-		gx_log("smPercent %u, mpsClientPriority %u set but no MPS server (%s): launch gate stays on",
-		       gx_cfg.sm_percent, gx_cfg.mps_client_priority, ctl);
+		gx_log("smPercent %u, mpsClientPriority %u set but no MPS server (%s): launch gate %s",
+		       gx_cfg.sm_percent, gx_cfg.mps_client_priority, ctl,
+		       gx_cfg.launch_gate ? "stays on" : "off (the policy has no launchGate): not isolated");
 		return;
 	}
 	/* The tenant may ask for a smaller share (1..policy's) or a lower
@@ -100,13 +104,16 @@ static void gx_mps_share(void)
 			 gx_cfg.mps_client_priority);
 	GX_DEBUG("best-effort under MPS: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s CUDA_MPS_CLIENT_PRIORITY=%s, launch gate %s",
 		 getenv(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE) ? getenv(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE) : "unset",
-		 getenv(GPUEXT_ENV_MPS_CLIENT_PRIORITY), gx_mps_confined ? "off" : "on");
+		 getenv(GPUEXT_ENV_MPS_CLIENT_PRIORITY), gx_mps_confined ? "off" : gx_cfg.launch_gate ? "on" : "off (no launchGate)");
 }
 
 void gx_priority_open(void)
 {
 	gx_mps_share();
-	if (gx_cfg.priority_class == GPUEXT_DEVRT_CLASS_BEST_EFFORT && gx_cfg.board_path && *gx_cfg.board_path)
+	gx_gated = gx_cfg.priority_class == GPUEXT_DEVRT_CLASS_BEST_EFFORT && gx_cfg.launch_gate && !gx_mps_confined;
+	if (gx_cfg.priority_class == GPUEXT_DEVRT_CLASS_BEST_EFFORT)
+		GX_DEBUG("best-effort: launch gate %s", gx_gated ? "on" : gx_mps_confined ? "off (MPS share)" : "off (no launchGate)");
+	if (gx_gated && gx_cfg.board_path && *gx_cfg.board_path)
 		gx_board_map();
 }
 
@@ -221,7 +228,7 @@ void gx_launch_gate(void)
 		gx_lc_launch(gx_now_ns());
 		return;
 	case GPUEXT_DEVRT_CLASS_BEST_EFFORT:
-		if (gx_mps_confined)
+		if (!gx_gated)
 			return;
 		break;
 	default:

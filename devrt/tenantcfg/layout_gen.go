@@ -24,7 +24,9 @@ const (
 	offPriorityClass      = 40
 	offSMPercent          = 44
 	offMPSClientPriority  = 48
-	offReserved           = 52
+	offFlags              = 52
+	flagLaunchGate        = 1
+	offReserved           = 56
 	offNDevices           = 64
 	offDeviceQuotaBytes   = 72
 	maxDevices            = 16
@@ -37,7 +39,8 @@ const (
 	sizePriorityClass     = 4
 	sizeSMPercent         = 4
 	sizeMPSClientPriority = 4
-	sizeReserved          = 12
+	sizeFlags             = 4
+	sizeReserved          = 8
 	sizeNDevices          = 4
 	sizeDeviceQuotaBytes  = 8
 )

@@ -41,7 +41,9 @@ int main(void)
 	OFF("offPriorityClass", priority_class);
 	OFF("offSMPercent", sm_percent);
 	OFF("offMPSClientPriority", mps_client_priority);
-	OFF("offReserved", reserved1);
+	OFF("offFlags", flags);
+	C("flagLaunchGate", GPUEXT_DEVRT_TENANT_LAUNCH_GATE);
+	OFF("offReserved", reserved);
 	OFF("offNDevices", ndevices);
 	OFF("offDeviceQuotaBytes", device_quota_bytes);
 	C("maxDevices", GPUEXT_DEVRT_MAX_DEVICES);
@@ -54,7 +56,8 @@ int main(void)
 	SIZE("sizePriorityClass", priority_class);
 	SIZE("sizeSMPercent", sm_percent);
 	SIZE("sizeMPSClientPriority", mps_client_priority);
-	C("sizeReserved", offsetof(struct gpuext_devrt_tenant, ndevices) - offsetof(struct gpuext_devrt_tenant, reserved1));
+	SIZE("sizeFlags", flags);
+	C("sizeReserved", offsetof(struct gpuext_devrt_tenant, ndevices) - offsetof(struct gpuext_devrt_tenant, reserved));
 	SIZE("sizeNDevices", ndevices);
 	SIZE("sizeDeviceQuotaBytes", device_quota_bytes[0]);
 	printf(")\n");

@@ -47,6 +47,10 @@ type Settings struct {
 	// its contexts (0 normal, MPS's default; 1 below normal). At most
 	// MaxMPSClientPriority.
 	MPSClientPriority uint32
+	// LaunchGate: a best-effort tenant's launches wait while the board says
+	// latency-critical work is pending (not under an MPS share, which is the
+	// isolation then). Off unless the policy asks for it.
+	LaunchGate bool
 	// DeviceQuotas, when not empty, is the quota of each device ordinal
 	// the process sees (0: none on that ordinal); ordinals past the list
 	// have no memory. Empty: QuotaBytes applies on every device, each on
@@ -115,6 +119,9 @@ func Encode(s Settings) ([]byte, error) {
 	put(b, offPriorityClass, sizePriorityClass, uint64(s.Class))
 	put(b, offSMPercent, sizeSMPercent, uint64(s.SMPercent))
 	put(b, offMPSClientPriority, sizeMPSClientPriority, uint64(s.MPSClientPriority))
+	if s.LaunchGate {
+		put(b, offFlags, sizeFlags, flagLaunchGate)
+	}
 	put(b, offNDevices, sizeNDevices, uint64(len(s.DeviceQuotas)))
 	for i, q := range s.DeviceQuotas {
 		put(b, offDeviceQuotaBytes+i*sizeDeviceQuotaBytes, sizeDeviceQuotaBytes, q)
@@ -124,7 +131,7 @@ func Encode(s Settings) ([]byte, error) {
 
 // Decode reads a settings file the way the interposer does: exactly Size
 // bytes, magic, version and size as the header says, values in range.
-// Reserved bytes are ignored (new fields take them).
+// Reserved bytes and unknown flag bits are ignored (new fields take them).
 func Decode(b []byte) (Settings, error) {
 	if len(b) != size {
 		return Settings{}, fmt.Errorf("%w: %d bytes, want %d", ErrInvalid, len(b), size)
@@ -150,6 +157,7 @@ func Decode(b []byte) (Settings, error) {
 		SMPercent:    uint32(get(b, offSMPercent, sizeSMPercent)),
 		// a value above uint32 cannot be: the field is 4 bytes
 		MPSClientPriority: uint32(get(b, offMPSClientPriority, sizeMPSClientPriority)),
+		LaunchGate:        get(b, offFlags, sizeFlags)&flagLaunchGate != 0,
 	}
 	n := get(b, offNDevices, sizeNDevices)
 	if n > maxDevices {

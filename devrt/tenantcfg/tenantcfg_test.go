@@ -26,6 +26,8 @@ func TestRoundTripEveryField(t *testing.T) {
 			f.SetUint(MaxMPSClientPriority)
 		case f.Kind() == reflect.Uint32 || f.Kind() == reflect.Uint64:
 			f.SetUint(1<<31 + uint64(i))
+		case f.Kind() == reflect.Bool:
+			f.SetBool(true)
 		case f.Type() == reflect.TypeOf([]uint64(nil)):
 			q := make([]uint64, MaxDevices)
 			for k := range q {
@@ -78,10 +80,11 @@ func TestDecodeRefuses(t *testing.T) {
 			t.Errorf("%s: Decode err = %v, want ErrInvalid", name, err)
 		}
 	}
-	// Reserved bytes are where new fields go: a reader ignores them.
-	b := edit(func(b []byte) []byte { b[offReserved] = 1; return b })
-	if _, err := Decode(b); err != nil {
-		t.Errorf("reserved byte set: %v", err)
+	// Reserved bytes and unknown flag bits are where new fields go: a
+	// reader ignores them.
+	b := edit(func(b []byte) []byte { b[offReserved] = 1; b[offFlags+3] = 0x80; return b })
+	if s, err := Decode(b); err != nil || s.LaunchGate {
+		t.Errorf("reserved byte and an unknown flag set: %+v, %v", s, err)
 	}
 }
 

@@ -37,10 +37,13 @@ type TenantFile struct {
 	SMPercent uint32 `json:"smPercent"`
 	// MPSClientPriority: a best-effort tenant's MPS client priority
 	// (CUDA_MPS_CLIENT_PRIORITY; 0 normal, 1 below normal).
-	MPSClientPriority uint32   `json:"mpsClientPriority"`
-	Eviction          string   `json:"eviction"`
-	Prefetch          string   `json:"prefetch"`
-	Probes            []string `json:"probes"`
+	MPSClientPriority uint32 `json:"mpsClientPriority"`
+	// LaunchGate: a best-effort tenant's launches wait on latency-critical
+	// work (the device runtime's launch gate); off unless its policy says.
+	LaunchGate bool     `json:"launchGate"`
+	Eviction   string   `json:"eviction"`
+	Prefetch   string   `json:"prefetch"`
+	Probes     []string `json:"probes"`
 	// ProbeKernels: the kernels (.entry names) the probes are limited to,
 	// as the kernel lines of probes/module.conf: the container's
 	// probe-kernels.gpuext.io narrowed by the probes' catalog kernels.
@@ -84,6 +87,7 @@ func (tf TenantFile) Settings() tenantcfg.Settings {
 		// the catalog bounds it; a hand-written config.json above the
 		// lowest is the lowest, not a file the interposer would ignore
 		MPSClientPriority: min(tf.MPSClientPriority, tenantcfg.MaxMPSClientPriority),
+		LaunchGate:        tf.LaunchGate, // the interposer gates best-effort processes only
 		DeviceQuotas:      tf.GPUQuotaBytes,
 	}
 }
@@ -146,7 +150,7 @@ func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy, pr
 	tf := TenantFile{
 		ABIVersion: abiVersion, TenantID: uint32(id), TenantKey: key, Policy: p.Name,
 		Class: string(p.Priority.Class), QuotaBytes: p.Memory.QuotaBytes, TimesliceUS: p.Priority.TimesliceUS,
-		Interleave: p.Priority.Interleave, ActiveWindowUS: p.Priority.ActiveWindowUS, SMPercent: p.Priority.EffectiveSMPercent(), MPSClientPriority: p.Priority.EffectiveMPSClientPriority(), Eviction: p.Memory.Eviction.Name, Prefetch: p.Memory.Prefetch.Name,
+		Interleave: p.Priority.Interleave, ActiveWindowUS: p.Priority.ActiveWindowUS, SMPercent: p.Priority.EffectiveSMPercent(), MPSClientPriority: p.Priority.EffectiveMPSClientPriority(), LaunchGate: p.Priority.EffectiveLaunchGate(), Eviction: p.Memory.Eviction.Name, Prefetch: p.Memory.Prefetch.Name,
 		Probes: probeNames, ProbeKernels: probeKernels, GPUs: gpus.GPUs, GPUQuotaBytes: gpus.Quotas,
 	}
 	if err := WriteTenantFiles(dir, tf); err != nil {

@@ -34,6 +34,7 @@ var settingsFrom = map[string]struct {
 	"ActiveWindowUS":    {fields: []string{"ActiveWindow"}},
 	"SMPercent":         {fields: []string{"SMPercent"}},
 	"MPSClientPriority": {fields: []string{"MPSClientPriority"}},
+	"LaunchGate":        {fields: []string{"LaunchGate"}},
 	"Eviction":          {hostOnly: "a kernel policy (gpuext_tenant_config)"},
 	"Prefetch":          {hostOnly: "a kernel policy (gpuext_tenant_config)"},
 	"Probes":            {hostOnly: "the interposer finds the compiled probes in probes/"},
@@ -68,6 +69,8 @@ func TestTenantFileFieldsReachSettings(t *testing.T) {
 			v.SetString("x")
 		case v.Kind() == reflect.Uint32, v.Kind() == reflect.Uint64:
 			v.SetUint(37)
+		case v.Kind() == reflect.Bool:
+			v.SetBool(true)
 		case v.Type() == reflect.TypeOf([]uint64(nil)):
 			v.Set(reflect.ValueOf([]uint64{37}))
 		case v.Type() == reflect.TypeOf([]int(nil)):
@@ -149,7 +152,7 @@ func TestTenantDirSettingsForCatalog(t *testing.T) {
 		}
 		want := tenantcfg.Settings{TenantID: 9, QuotaBytes: p.Memory.QuotaBytes, ActiveWindow: window,
 			Class: devrtClasses[p.Priority.Class], SMPercent: p.Priority.EffectiveSMPercent(),
-			MPSClientPriority: p.Priority.EffectiveMPSClientPriority()}
+			MPSClientPriority: p.Priority.EffectiveMPSClientPriority(), LaunchGate: p.Priority.EffectiveLaunchGate()}
 		if !reflect.DeepEqual(s, want) {
 			t.Errorf("%s: settings.bin %+v, want %+v", name, s, want)
 		}
@@ -194,5 +197,38 @@ func TestWriteTenantFilesOnlyWhenChanged(t *testing.T) {
 	b, _ := os.ReadFile(path)
 	if s, err := tenantcfg.Decode(b); err != nil || s.QuotaBytes != 2<<30 || s.Class != tenantcfg.ClassBestEffort {
 		t.Errorf("settings.bin after the change: %+v, %v", s, err)
+	}
+}
+
+// The launch gate reaches settings.bin only for a best-effort policy that
+// asks for it: the built-in batch policy does not (it starved framework
+// trainers on the H200), and an override to another class drops it.
+func TestTenantDirLaunchGate(t *testing.T) {
+	c, _ := probeCore(t, FailClosed, nil)
+	batch, ok := policies.BuiltinCatalog().Get("batch")
+	if !ok {
+		t.Fatal("no built-in batch policy")
+	}
+	gated := batch
+	gated.Priority.LaunchGate = true
+	standard := gated
+	standard.Priority.Class = policies.Standard
+	for _, tc := range []struct {
+		name string
+		p    policies.Policy
+		want bool
+	}{{"batch", batch, false}, {"batch with launchGate", gated, true}, {"launchGate, class standard", standard, false}} {
+		dir, err := c.writeTenantDir(12, "nri/ctr/gate", tc.p, nil, tenantGPUs{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, TenantSettingsFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := tenantcfg.Decode(b)
+		if err != nil || s.LaunchGate != tc.want {
+			t.Errorf("%s: settings.bin launch gate %v (%v), want %v", tc.name, s.LaunchGate, err, tc.want)
+		}
 	}
 }

@@ -189,7 +189,8 @@ prio_run() { # mode -> prints lc p50/p99 and be throughput over the lc window
 	"$GPUEXTCTL" settings write --dir "$W/prio/tenants/1" --tenant 1 --class latency-critical --active-window-us "$LC_WINDOW_US"
 	local sm=0
 	[[ $mode == mps-* ]] && sm=${mode#mps-}
-	"$GPUEXTCTL" settings write --dir "$W/prio/tenants/2" --tenant 2 --class best-effort --sm-percent "$sm"
+	# the gate is the policy's choice (launchGate); this section measures it
+	"$GPUEXTCTL" settings write --dir "$W/prio/tenants/2" --tenant 2 --class best-effort --sm-percent "$sm" --launch-gate
 	local board_pid=""
 	[[ $mode == mps* ]] && mps_start
 	if [[ $mode != alone && $mode != nopolicy ]]; then

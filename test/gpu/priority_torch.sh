@@ -158,7 +158,9 @@ if want priority-torch; then
 		fi
 		rm -rf "$D" && mkdir -p "$D/tenants/1" "$D/tenants/2" "$D/acct/1" "$D/acct/2" "$D/board"
 		"$GPUEXTCTL" settings write --dir "$D/tenants/1" --tenant 1 --class latency-critical --active-window-us 6000
-		"$GPUEXTCTL" settings write --dir "$D/tenants/2" --tenant 2 --class best-effort --sm-percent "$sm" --mps-client-priority "$prio"
+		local gate=()
+		[[ $mode == gate ]] && gate=(--launch-gate) # the gate is the policy's choice (launchGate)
+		"$GPUEXTCTL" settings write --dir "$D/tenants/2" --tenant 2 --class best-effort --sm-percent "$sm" --mps-client-priority "$prio" ${gate[@]+"${gate[@]}"}
 		[[ $mode == mps || $mode == gpuext-* ]] && tmps_start "$D/mps"
 		if [[ $mode == gate ]]; then
 			printf '{"stateDir":"%s"}\n' "$D" >"$D/gpuext.json"
