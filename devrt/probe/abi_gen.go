@@ -39,6 +39,8 @@ const (
 	dmapPerThread      = 5
 	dmapThreadSlots    = 65536
 	dmapMaxThreadSlots = 16777216
+	dmapNoRowStripes   = 64
+	dmapNoRowStripe    = 256
 	mapTypePerThread   = 1502
 	btPuts             = 501
 	btGlobaltimer      = 502

@@ -105,6 +105,8 @@ int main(void)
 	C("dmapPerThread", GPUEXT_DMAP_PER_THREAD);
 	C("dmapThreadSlots", GPUEXT_DMAP_THREAD_SLOTS);
 	C("dmapMaxThreadSlots", GPUEXT_DMAP_MAX_THREAD_SLOTS);
+	C("dmapNoRowStripes", GPUEXT_DMAP_NOROW_STRIPES);
+	C("dmapNoRowStripe", GPUEXT_DMAP_NOROW_STRIPE);
 	C("mapTypePerThread", GPUEXT_MAP_TYPE_PER_THREAD);
 #define X(go, value) C(#go, value);
 	BPFTIME(X)

@@ -11,6 +11,7 @@
 package probe
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -312,7 +313,33 @@ func (t MapType) String() string {
 const (
 	MapHdrSize   = dmapHdrSize
 	MapWarpSlots = dmapWarpSlots
+	// MapNoRowStripes and MapNoRowStripe: a per-thread map counts lookups
+	// by threads past its rows in MapNoRowStripes u64s, MapNoRowStripe
+	// bytes apart, after the rows (a warp adds to stripe %smid %
+	// MapNoRowStripes); the count is their sum (PerThreadNoRow).
+	MapNoRowStripes = dmapNoRowStripes
+	MapNoRowStripe  = dmapNoRowStripe
 )
+
+// PerThreadNoRow is the count of lookups past the rows in data, a
+// per-thread map's data (after the descriptor) of layout l: the sum of its
+// stripes, saturating.
+func PerThreadNoRow(l MapLayout, data []byte) uint64 {
+	base := uint64(l.NBuckets) * uint64(l.MaxEntries) * uint64(l.Stride)
+	var n uint64
+	for i := uint64(0); i < MapNoRowStripes; i++ {
+		off := base + i*MapNoRowStripe
+		if off+8 > uint64(len(data)) {
+			break
+		}
+		v := binary.LittleEndian.Uint64(data[off:])
+		if n+v < n {
+			return ^uint64(0)
+		}
+		n += v
+	}
+	return n
+}
 
 func round8(n uint32) uint32 { return (n + 7) &^ 7 }
 
@@ -427,7 +454,8 @@ func KernelMapLayout(t, keySize, valueSize, maxEntries uint32, extra uint64) (Ma
 
 // PerThreadLayout is the layout of a per-thread map of slots rows: row g
 // (the launch's linear thread id) holds max_entries values of round8
-// bytes; a u64 after the rows counts lookups by threads past the last row.
+// bytes; MapNoRowStripes u64s after the rows count lookups by threads past
+// the last row.
 func PerThreadLayout(keySize, valueSize, maxEntries, slots uint32) (MapLayout, error) {
 	l := MapLayout{Type: MapPerThread, KeySize: keySize, ValueSize: valueSize, MaxEntries: maxEntries, NBuckets: slots}
 	switch {
@@ -447,7 +475,7 @@ func PerThreadLayout(keySize, valueSize, maxEntries, slots uint32) (MapLayout, e
 	if row > MaxMapData/uint64(slots) {
 		return l, fmt.Errorf("per-thread map needs %d bytes in each of %d rows, more than 1 GiB", row, slots)
 	}
-	l.DataSize = row*uint64(slots) + 8
+	l.DataSize = row*uint64(slots) + (MapNoRowStripes-1)*MapNoRowStripe + 8
 	if l.DataSize > MaxMapData {
 		return l, fmt.Errorf("per-thread map needs %d bytes of device memory, more than 1 GiB", l.DataSize)
 	}

@@ -464,9 +464,13 @@ struct gpuext_probe_ctx {
  *            state 0 empty, 1 being written, 2 live, 3 deleted.
  *  PER_WARP  slots x max_entries x [value round8] (no header word); a warp
  *            uses slot (%smid * 64 + %warpid) % slots; the host sums slots.
- *  PER_THREAD slots x max_entries x [value round8], then a u64 count of
- *            lookups by threads without a slot: thread g (GPUEXT_PH_GLOBAL_THREAD_ID)
- *            owns row g when g < slots (nbuckets), else its lookup is NULL;
+ *  PER_THREAD slots x max_entries x [value round8], then
+ *            GPUEXT_DMAP_NOROW_STRIPES u64 counts, GPUEXT_DMAP_NOROW_STRIPE
+ *            bytes apart, of lookups by threads without a slot (a warp counts
+ *            in stripe %smid % STRIPES, so the warps of a launch do not all
+ *            add at one address; the host sums them): thread g
+ *            (GPUEXT_PH_GLOBAL_THREAD_ID) owns row g when g < slots
+ *            (nbuckets), else its lookup is NULL;
  *            slots = map_extra when set (at most GPUEXT_DMAP_MAX_THREAD_SLOTS),
  *            else GPUEXT_DMAP_THREAD_SLOTS.
  *  RINGBUF   [u64 head][u64 dropped][max_entries bytes]: an append log;
@@ -485,6 +489,8 @@ enum gpuext_dmap_type {
 #define GPUEXT_DMAP_WARP_SLOTS 16384 /* 256 SMs x 64 warp slots */
 #define GPUEXT_DMAP_THREAD_SLOTS 65536      /* PER_THREAD rows without map_extra */
 #define GPUEXT_DMAP_MAX_THREAD_SLOTS 16777216 /* PER_THREAD rows at most */
+#define GPUEXT_DMAP_NOROW_STRIPES 64 /* PER_THREAD: no-row counts (a power of 2) */
+#define GPUEXT_DMAP_NOROW_STRIPE 256 /* PER_THREAD: bytes from one no-row count to the next */
 /* The BTF map type of gpuext's per-thread array (BPF_MAP_TYPE_* numbers end
  * far below; bpftime's PERGPUTD_ARRAY, 1502, is the same map). */
 #define GPUEXT_MAP_TYPE_PER_THREAD 1502

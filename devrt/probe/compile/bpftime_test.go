@@ -420,6 +420,19 @@ func TestBpftimeWarpCountsExact(t *testing.T) {
 		if got := u64s(t, im); fmt.Sprint(got) != fmt.Sprint([]uint64{100 * btLaunches}) {
 			t.Errorf("%s: rows sum to %v, want [%d]", form, got, 100*btLaunches)
 		}
+		// the warps add to their SM's stripe (runGrid puts blocks on SMs
+		// 0 and 1 in turn): both stripes counted, no other
+		l := im.Layout
+		base := probe.MapHdrSize + uint64(l.NBuckets)*uint64(l.MaxEntries)*uint64(l.Stride)
+		var stripes []uint64
+		for i := uint64(0); i < probe.MapNoRowStripes; i++ {
+			if v := binary.LittleEndian.Uint64(im.Bytes[base+i*probe.MapNoRowStripe:]); v != 0 {
+				stripes = append(stripes, i)
+			}
+		}
+		if fmt.Sprint(stripes) != "[0 1]" {
+			t.Errorf("%s: counts past the rows in stripes %v, want [0 1] (the SMs of the launch)", form, stripes)
+		}
 	}
 
 	spec = bpftimeSpec(t, "ret_snoop.bpf.c")

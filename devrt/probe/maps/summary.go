@@ -157,8 +157,7 @@ func (a *Aggregate) addRows(m Map) {
 			}
 		}
 	}
-	d := m.Bytes[probe.MapHdrSize:]
-	a.NoRow = addSat(a.NoRow, binary.LittleEndian.Uint64(d[uint64(l.NBuckets)*uint64(l.MaxEntries)*uint64(l.Stride):]))
+	a.NoRow = addSat(a.NoRow, probe.PerThreadNoRow(l, m.Bytes[probe.MapHdrSize:]))
 }
 
 // perThreadSummary renders the rows of the view's fields.

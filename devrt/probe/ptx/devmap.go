@@ -262,18 +262,20 @@ func (im *Image) Update(key, value []byte, flags uint64, slot uint32) int64 {
 	return -EINVAL
 }
 
-// noRow counts a per-thread map access by a thread past the last row.
+// noRow counts a per-thread map access by a thread past the last row (in
+// the first stripe: the Go model has no SMs; the sum is what counts).
 func (im *Image) noRow() {
 	w := im.data()[uint64(im.Layout.NBuckets)*uint64(im.Layout.MaxEntries)*uint64(im.Layout.Stride):]
 	binary.LittleEndian.PutUint64(w, binary.LittleEndian.Uint64(w)+1)
 }
 
-// NoRow is the number of per-thread map accesses by threads past its rows.
+// NoRow is the number of per-thread map accesses by threads past its rows:
+// the sum of the stripes.
 func (im *Image) NoRow() uint64 {
 	if im.Layout.Type != probe.MapPerThread {
 		return 0
 	}
-	return binary.LittleEndian.Uint64(im.data()[uint64(im.Layout.NBuckets)*uint64(im.Layout.MaxEntries)*uint64(im.Layout.Stride):])
+	return probe.PerThreadNoRow(im.Layout, im.data())
 }
 
 // Delete removes key from a hash; 0 or -errno.

@@ -973,14 +973,22 @@ func (t *progTranslator) globalThreadID() {
 	t.emit("add.u64 %%t0, %%t0, %%t1")
 }
 
-// countNoRow counts, in the u64 at map + noRow, the lanes where pred
+// countNoRow counts, in the u64s from map + noRow, the lanes where pred
 // (%p1-%p3: the thread has a row, or the access is refused before) is
-// false: every lane past the last row adds to one address, so one atomic a
-// warp (warpAdd). The lanes with a row jump over it.
+// false. The lanes of a warp past the last row add to one address, so one
+// atomic a warp (warpAdd); the warps of a launch add to the stripe of their
+// SM (%smid % probe.MapNoRowStripes, probe.MapNoRowStripe bytes apart):
+// on one address, a launch of millions of threads past the rows waited on
+// about one atomic a clock there (llama.cpp's copy kernels on the H200).
+// The lanes with a row jump over it.
 func (t *progTranslator) countNoRow(noRow uint64, pred string) {
 	skip := fmt.Sprintf("$L__pc%d", noRowLabelBase+t.raw[t.cur])
 	t.emit("@%s bra %s", pred, skip)
-	t.emit("add.u64 %%t1, %%r1, %d", noRow)
+	t.emit("mov.u32 %%w1, %%smid")
+	t.emit("and.b32 %%w1, %%w1, %d", probe.MapNoRowStripes-1)
+	t.emit("mul.wide.u32 %%t1, %%w1, %d", probe.MapNoRowStripe)
+	t.emit("add.u64 %%t1, %%t1, %%r1")
+	t.emit("add.u64 %%t1, %%t1, %d", noRow)
 	t.emit("cvta.to.global.u64 %%t1, %%t1")
 	t.warpAdd("%t1", 64, 1, "")
 	fmt.Fprintf(&t.out, "%s:\n", skip)
