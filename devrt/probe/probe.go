@@ -321,12 +321,26 @@ const (
 	MapNoRowStripe  = dmapNoRowStripe
 )
 
-// PerThreadNoRow is the count of lookups past the rows in data, a
-// per-thread map's data (after the descriptor) of layout l: the sum of its
-// stripes, saturating.
-func PerThreadNoRow(l MapLayout, data []byte) uint64 {
-	base := uint64(l.NBuckets) * uint64(l.MaxEntries) * uint64(l.Stride)
-	var n uint64
+// RingStripesOffset is where, in a ring's data, its striped drop counts
+// begin: after [u64 head][u64 dropped] and the records' max_entries bytes,
+// 8-aligned. The helper library counts a record that does not fit in
+// dropped; the translator's inline check of a full ring adds for a warp to
+// the stripe of its SM (%smid % MapNoRowStripes, MapNoRowStripe bytes
+// apart). RingDropped is the sum.
+func RingStripesOffset(maxEntries uint32) uint64 { return 16 + uint64(round8(maxEntries)) }
+
+// RingDropped is the count of records a ring of layout l dropped, from its
+// data (after the descriptor): dropped plus the stripes, saturating.
+func RingDropped(l MapLayout, data []byte) uint64 {
+	if len(data) < 16 {
+		return 0
+	}
+	return addStripes(binary.LittleEndian.Uint64(data[8:]), data, RingStripesOffset(l.MaxEntries))
+}
+
+// addStripes adds to n the MapNoRowStripes u64s of data from base, those
+// data holds; saturating.
+func addStripes(n uint64, data []byte, base uint64) uint64 {
 	for i := uint64(0); i < MapNoRowStripes; i++ {
 		off := base + i*MapNoRowStripe
 		if off+8 > uint64(len(data)) {
@@ -339,6 +353,13 @@ func PerThreadNoRow(l MapLayout, data []byte) uint64 {
 		n += v
 	}
 	return n
+}
+
+// PerThreadNoRow is the count of lookups past the rows in data, a
+// per-thread map's data (after the descriptor) of layout l: the sum of its
+// stripes, saturating.
+func PerThreadNoRow(l MapLayout, data []byte) uint64 {
+	return addStripes(0, data, uint64(l.NBuckets)*uint64(l.MaxEntries)*uint64(l.Stride))
 }
 
 func round8(n uint32) uint32 { return (n + 7) &^ 7 }
@@ -412,7 +433,7 @@ func Layout(t MapType, keySize, valueSize, maxEntries uint32) (MapLayout, error)
 	case MapRingbuf:
 		l.NBuckets = maxEntries
 		l.Stride = 1
-		l.DataSize = 16 + uint64(maxEntries)
+		l.DataSize = RingStripesOffset(maxEntries) + (MapNoRowStripes-1)*MapNoRowStripe + 8
 	case MapPerThread:
 		return l, fmt.Errorf("per-thread map: use PerThreadLayout (it has a row count)")
 	default:

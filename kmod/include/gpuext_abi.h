@@ -473,9 +473,13 @@ struct gpuext_probe_ctx {
  *            (nbuckets), else its lookup is NULL;
  *            slots = map_extra when set (at most GPUEXT_DMAP_MAX_THREAD_SLOTS),
  *            else GPUEXT_DMAP_THREAD_SLOTS.
- *  RINGBUF   [u64 head][u64 dropped][max_entries bytes]: an append log;
- *            records are [u32 len][u32 0][data round8], a record that does
- *            not fit is counted in dropped.
+ *  RINGBUF   [u64 head][u64 dropped][max_entries bytes, to 8], then
+ *            GPUEXT_DMAP_NOROW_STRIPES u64 drop counts GPUEXT_DMAP_NOROW_STRIPE
+ *            bytes apart: an append log; records are [u32 len][u32 0][data
+ *            round8], a record that does not fit is counted in dropped by the
+ *            helper library, or, when a translated program sees the ring full
+ *            before calling it, by the warp in stripe %smid % STRIPES; the
+ *            host sums dropped and the stripes.
  */
 enum gpuext_dmap_type {
 	GPUEXT_DMAP_ARRAY = 1,    /* BPF_MAP_TYPE_ARRAY */

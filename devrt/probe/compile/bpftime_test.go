@@ -446,9 +446,21 @@ func TestBpftimeWarpCountsExact(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dropped := binary.LittleEndian.Uint64(im.Bytes[probe.MapHdrSize+8:])
+		dropped := probe.RingDropped(im.Layout, im.Bytes[probe.MapHdrSize:])
 		if len(ents) != keep || dropped != uint64(btThreads*btLaunches-keep) {
 			t.Errorf("%s: %d records kept, %d dropped; want %d and %d", form, len(ents), dropped, keep, btThreads*btLaunches-keep)
+		}
+		// the drops seen inline went to the stripes of the SMs (0 and 1),
+		// none to the helper's word: every call after the ring filled
+		base := probe.MapHdrSize + probe.RingStripesOffset(im.Layout.MaxEntries)
+		var stripes []uint64
+		for i := uint64(0); i < probe.MapNoRowStripes; i++ {
+			if v := binary.LittleEndian.Uint64(im.Bytes[base+i*probe.MapNoRowStripe:]); v != 0 {
+				stripes = append(stripes, i)
+			}
+		}
+		if w := binary.LittleEndian.Uint64(im.Bytes[probe.MapHdrSize+8:]); fmt.Sprint(stripes) != "[0 1]" || w != 0 {
+			t.Errorf("%s: drops in stripes %v and %d in the helper's count, want stripes [0 1] and 0", form, stripes, w)
 		}
 	}
 }

@@ -266,5 +266,5 @@ func (m Map) Ringbuf() (records [][]byte, dropped uint64, err error) {
 	for _, e := range ents {
 		records = append(records, e.Value)
 	}
-	return records, binary.LittleEndian.Uint64(m.Bytes[probe.MapHdrSize+8:]), nil
+	return records, probe.RingDropped(m.Layout, m.Bytes[probe.MapHdrSize:]), nil
 }

@@ -134,8 +134,9 @@ func Slot(smid, warpid uint32) uint32 {
 //	PER_THREAD as PER_WARP, in the row of the calling thread: slot is its
 //	         linear id in the launch (probe.HelperGlobalThreadID); a thread
 //	         with slot >= nbuckets has no row: lookup -> NULL and update ->
-//	         -E2BIG, each adding 1 to the u64 after the rows (the host
-//	         reports them). The device does it inline (no helper call).
+//	         -E2BIG, each adding 1 to the no-row count after the rows
+//	         (stripes, probe.PerThreadNoRow; the host reports them). The
+//	         device does it inline (no helper call).
 //	RINGBUF  output: rec = 8 + round8(size); pos = head; pos + rec >
 //	         max_entries -> dropped += 1, -EAGAIN (head never passes
 //	         max_entries); else head = pos + rec (the device: a CAS loop on

@@ -758,7 +758,16 @@ func (t *progTranslator) ringbufOutput() {
 	t.emit("add.u64 %%t1, %%t1, %%r0")
 	t.emit("setp.le.u64 %%p0, %%t1, %%t0")
 	t.emit("@%%p0 bra %s", call)
-	t.emit("add.u64 %%t1, %%r1, %d", probe.MapHdrSize+8)
+	// counted in the stripe of this warp's SM (probe.RingStripesOffset),
+	// after the records (%t0: max_entries): on one word, every warp of a
+	// launch queued on one address once the ring was full
+	t.emit("add.u64 %%t1, %%t0, %d", 7+16+probe.MapHdrSize)
+	t.emit("and.b64 %%t1, %%t1, -8")
+	t.emit("add.u64 %%t1, %%t1, %%r1")
+	t.emit("mov.u32 %%w1, %%smid")
+	t.emit("and.b32 %%w1, %%w1, %d", probe.MapNoRowStripes-1)
+	t.emit("mul.wide.u32 %%t2, %%w1, %d", probe.MapNoRowStripe)
+	t.emit("add.u64 %%t1, %%t1, %%t2")
 	t.emit("cvta.to.global.u64 %%t1, %%t1")
 	t.warpAdd("%t1", 64, 1, "")
 	t.emit("mov.u64 %%r0, %d", -EAGAIN)
