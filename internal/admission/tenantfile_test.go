@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/policies"
 )
@@ -134,18 +135,7 @@ func TestTenantDirSettingsForCatalog(t *testing.T) {
 		if name == "quota" {
 			p.Memory.QuotaBytes = 8 << 30
 		}
-		dir, err := c.writeTenantDir(9, "nri/ctr/"+name, p, nil, tenantGPUs{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(filepath.Join(dir, TenantSettingsFile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := tenantcfg.Decode(b)
-		if err != nil {
-			t.Fatalf("%s: settings.bin: %v", name, err)
-		}
+		dir, s := writtenSettings(t, c, 9, "nri/ctr/"+name, p)
 		window := tenantcfg.DefaultActiveWindow
 		if us := p.Priority.ActiveWindowUS; us > 0 {
 			window = time.Duration(us) * time.Microsecond
@@ -218,17 +208,27 @@ func TestTenantDirLaunchGate(t *testing.T) {
 		p    policies.Policy
 		want bool
 	}{{"batch", batch, false}, {"batch with launchGate", gated, true}, {"launchGate, class standard", standard, false}} {
-		dir, err := c.writeTenantDir(12, "nri/ctr/gate", tc.p, nil, tenantGPUs{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(filepath.Join(dir, TenantSettingsFile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := tenantcfg.Decode(b)
-		if err != nil || s.LaunchGate != tc.want {
-			t.Errorf("%s: settings.bin launch gate %v (%v), want %v", tc.name, s.LaunchGate, err, tc.want)
+		if _, s := writtenSettings(t, c, 12, "nri/ctr/gate", tc.p); s.LaunchGate != tc.want {
+			t.Errorf("%s: settings.bin launch gate %v, want %v", tc.name, s.LaunchGate, tc.want)
 		}
 	}
+}
+
+// writtenSettings writes policy p's tenant dir as admission does and
+// returns it and the settings.bin there, decoded as the interposer would.
+func writtenSettings(t *testing.T, c *Core, id bpf.TenantID, key string, p policies.Policy) (string, tenantcfg.Settings) {
+	t.Helper()
+	dir, err := c.writeTenantDir(id, key, p, nil, tenantGPUs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, TenantSettingsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := tenantcfg.Decode(b)
+	if err != nil {
+		t.Fatalf("%s: settings.bin: %v", p.Name, err)
+	}
+	return dir, s
 }
