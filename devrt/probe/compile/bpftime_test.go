@@ -227,9 +227,21 @@ func TestBpftimeRetSnoop(t *testing.T) {
 // launchlate's shape: every thread adds 1 to a histogram bin of a GPU
 // array with a plain *count += 1 (one atomic add on the device); the bins
 // sum to every thread; the dropped bpf_printk costs nothing.
+//
+// Its programs only add to the bins, so the bins get a copy per warp slot
+// (ptx.StripeArrays: on one array every warp of a launch adds to the same
+// address); the host sums the copies, and the catalog's spec is unchanged.
 func TestBpftimeLaunchBins(t *testing.T) {
 	spec := bpftimeSpec(t, "launch_bins.bpf.c")
 	b := bpftimeBundle(t, "launch-bins", spec, true)
+	if spec.Maps["lb_hist"].Type != ebpf.MapType(probe.BtMapGPUArray) {
+		t.Errorf("the probe's own spec changed: lb_hist is %v", spec.Maps["lb_hist"].Type)
+	}
+	for _, mi := range b.Manifest.Maps {
+		if mi.Name == "lb_hist" && mi.Layout.Type != probe.MapPerWarp {
+			t.Errorf("lb_hist on the device: %s, want per-warp (only added to)", mi.Layout.Type)
+		}
+	}
 	for _, form := range btForms {
 		// launched 50 us before the first block's timer
 		m := runGrid(t, b, form, 1_000_000-50_000)

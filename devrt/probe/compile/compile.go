@@ -239,6 +239,15 @@ func compileInputs(in []probeInput, lib helpers.Library) (*Bundle, error) {
 		}
 		launchTime = launchTime || p.LaunchTime || len(p.HostWrites) > 0
 	}
+	// bpftime arrays only added to get a copy per warp slot (ptx.StripeArrays),
+	// not those the host writes
+	hostWritten := map[string]bool{}
+	for _, p := range in {
+		for _, hw := range p.HostWrites {
+			hostWritten[hw.Map] = true
+		}
+	}
+	ptx.StripeArrays(merged, progs, fused, func(name string) bool { return hostWritten[name] })
 	mod, err := ptx.Translate(merged, progs, ptx.Options{Helpers: lib.PTX, FusedAdds: fused})
 	if err != nil {
 		return nil, fmt.Errorf("translate: %w", err)

@@ -5,12 +5,16 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/devrt/probe/verifier"
 )
 
 // atomicOnlyMaps returns the per-warp maps of a module whose values every
 // program touches only through atomics on the pointer an inlined lookup
-// returned (launch-count's and launch-stats' counters). A per-warp map's
-// value is the sum of its slots, and the slot (%smid*64 + %warpid) exists
+// returned (launch-count's and launch-stats' counters), or through the
+// load, add, store triples the translator makes one atomic add (fused, per
+// program: verifier.Result.FusedAdds) whose loaded and summed values the
+// program does not read afterwards. A per-warp map's value is the sum of
+// its slots, and the slot (%smid*64 + %warpid) exists
 // so that a warp may write its copy with plain stores; for a map only ever
 // updated atomically any slot gives the same sum, so the inline form takes
 // the block's linear index instead: the block index is in uniform
@@ -25,26 +29,35 @@ import (
 // copy, or as the return value disqualifies those maps. A map helper call
 // that is not an inlined lookup, and any bpf-to-bpf call, disqualifies
 // every per-warp map (its pointer or its map could be anywhere).
-func atomicOnlyMaps(spec *ebpf.CollectionSpec, progs []string) map[string]bool {
-	var warpMaps []string
+func atomicOnlyMaps(spec *ebpf.CollectionSpec, progs []string, fused map[string][]int) map[string]bool {
+	return onlyAddedTo(spec, progs, fused, func(name string, ms *ebpf.MapSpec) bool {
+		l, err := SpecLayout(ms)
+		return err == nil && l.Type == probe.MapPerWarp
+	})
+}
+
+// onlyAddedTo returns the maps of spec that want accepts (at most 64) whose
+// values progs only add to, atomically or by fused triples (atomicOnlyMaps).
+func onlyAddedTo(spec *ebpf.CollectionSpec, progs []string, fused map[string][]int, want func(string, *ebpf.MapSpec) bool) map[string]bool {
+	var cands []string
 	index := map[string]int{}
 	for name, ms := range spec.Maps {
-		if l, err := SpecLayout(ms); err == nil && l.Type == probe.MapPerWarp && len(warpMaps) < 64 {
-			index[name] = len(warpMaps)
-			warpMaps = append(warpMaps, name)
+		if len(cands) < 64 && want(name, ms) {
+			index[name] = len(cands)
+			cands = append(cands, name)
 		}
 	}
-	if len(warpMaps) == 0 {
+	if len(cands) == 0 {
 		return nil
 	}
 	var bad, used uint64
-	all := uint64(1)<<len(warpMaps) - 1
+	all := uint64(1)<<len(cands) - 1
 	for _, name := range progs {
 		ps := spec.Programs[name]
 		if ps == nil {
 			return nil
 		}
-		b, u := atomicOnlyProg(spec, ps.Instructions, index, all)
+		b, u := atomicOnlyProg(spec, ps.Instructions, index, all, fusedSet(fused[name]))
 		bad |= b
 		used |= u
 	}
@@ -57,9 +70,10 @@ func atomicOnlyMaps(spec *ebpf.CollectionSpec, progs []string) map[string]bool {
 	return out
 }
 
-// atomicOnlyProg: the per-warp maps (bit masks over index) a program
-// disqualifies and those it looks up.
-func atomicOnlyProg(spec *ebpf.CollectionSpec, insns asm.Instructions, index map[string]int, all uint64) (bad, used uint64) {
+// atomicOnlyProg: the maps of index (bit masks over it) a program
+// disqualifies and those it looks up. fused holds the raw indices of the
+// loads that begin a fused load, add, store.
+func atomicOnlyProg(spec *ebpf.CollectionSpec, insns asm.Instructions, index map[string]int, all uint64, fused map[int]bool) (bad, used uint64) {
 	ix := indexInsns(insns)
 	raw := ix.raw
 	targets := map[int]bool{}
@@ -83,7 +97,10 @@ func atomicOnlyProg(spec *ebpf.CollectionSpec, insns asm.Instructions, index map
 	funcOf := make([]int, len(insns))
 	lookups := knownLookups(spec, insns, raw, targets, funcOf)
 
-	type state [11]uint64
+	// p: the maps whose value pointer a register may hold; v: the maps
+	// whose value (the old value or the sum of a fused add) it may hold,
+	// which the program must not read: a slot's value is not the map's.
+	type state struct{ p, v [11]uint64 }
 	in := make([]*state, len(insns))
 	in[0] = &state{}
 	work := []int{0}
@@ -98,9 +115,10 @@ func atomicOnlyProg(spec *ebpf.CollectionSpec, insns asm.Instructions, index map
 			return
 		}
 		changed := false
-		for r := range s {
-			if in[j][r]|s[r] != in[j][r] {
-				in[j][r] |= s[r]
+		for r := range s.p {
+			if in[j].p[r]|s.p[r] != in[j].p[r] || in[j].v[r]|s.v[r] != in[j].v[r] {
+				in[j].p[r] |= s.p[r]
+				in[j].v[r] |= s.v[r]
 				changed = true
 			}
 		}
@@ -117,23 +135,40 @@ func atomicOnlyProg(spec *ebpf.CollectionSpec, insns asm.Instructions, index map
 		cls := op.Class()
 		reads := func(r asm.Register) uint64 {
 			if r <= asm.R9 {
-				return s[r]
+				return s.p[r] | s.v[r]
 			}
 			return 0
 		}
 		set := func(r asm.Register, v uint64) {
 			if r <= asm.R9 {
-				s[r] = v
+				s.p[r], s.v[r] = v, 0
 			}
 		}
 		next, fall := -1, true
+		if fused[raw[i]] && i+2 < len(insns) {
+			ld, add := insns[i], insns[i+1]
+			if rL, rR, ok := verifier.FusedShape(ld, add, insns[i+2]); ok {
+				// one atomic add at the loaded address; the addend must
+				// be no pointer or value of these maps, the address no value
+				if add.OpCode.Source() == asm.RegSource && add.Src != rL {
+					bad |= reads(add.Src)
+				}
+				bad |= s.v[ld.Src]
+				m := s.p[ld.Src]
+				set(rL, 0)
+				set(rR, 0)
+				s.v[rL], s.v[rR] = m, m
+				flow(i+3, s)
+				continue
+			}
+		}
 		switch {
 		case cls.IsJump() && op.JumpOp() == asm.Exit:
 			fall = false // r0 is the return value, which the dispatch ignores
 		case cls.IsJump() && op.JumpOp() == asm.Call:
 			if k, ok := lookups[i]; ok {
 				for r := asm.R1; r <= asm.R5; r++ {
-					bad |= s[r]
+					bad |= reads(r)
 				}
 				var v uint64
 				if bit, ok := index[k.mapName]; ok {
@@ -141,33 +176,43 @@ func atomicOnlyProg(spec *ebpf.CollectionSpec, insns asm.Instructions, index map
 					used |= v
 				}
 				s = state{}
-				s[asm.R0] = v
+				s.p[asm.R0] = v
 				for r := asm.R6; r <= asm.R9; r++ {
-					s[r] = in[i][r]
+					s.p[r], s.v[r] = in[i].p[r], in[i].v[r]
 				}
 				break
 			}
 			if ins.IsBuiltinCall() && pureHelper(ins.Constant) {
 				for r := 1; r <= helperArgs(ins.Constant); r++ {
-					bad |= s[r]
+					bad |= reads(asm.Register(r))
+				}
+			} else if ins.IsBuiltinCall() && btLocalHelper(ins.Constant) {
+				for r := asm.R1; r <= asm.R5; r++ {
+					bad |= reads(r)
 				}
 			} else {
 				bad = all // a map helper not inlined: its map and pointers are unknown here
 			}
 			for r := asm.R0; r <= asm.R5; r++ {
-				s[r] = 0
+				set(r, 0)
 			}
 		case cls.IsJump():
 			if op.Source() == asm.RegSource {
 				bad |= reads(ins.Dst) | reads(ins.Src)
 			} else if ins.Constant != 0 {
 				bad |= reads(ins.Dst)
+			} else {
+				bad |= s.v[ins.Dst] // a pointer may be tested for NULL, a value not read
 			}
 			next = jump[i]
 			fall = op.JumpOp() != asm.Ja
 		case cls.IsALU():
 			if op.ALUOp() == asm.Mov && op.Source() == asm.RegSource {
-				set(ins.Dst, reads(ins.Src))
+				if ins.Src <= asm.R9 && ins.Dst <= asm.R9 {
+					s.p[ins.Dst], s.v[ins.Dst] = s.p[ins.Src], s.v[ins.Src]
+				} else {
+					set(ins.Dst, 0)
+				}
 				break
 			}
 			if op.Source() == asm.RegSource {
@@ -194,8 +239,8 @@ func atomicOnlyProg(spec *ebpf.CollectionSpec, insns asm.Instructions, index map
 			}
 			switch op.AtomicOp() {
 			case asm.CmpXchg:
-				bad |= s[asm.R0]
-				s[asm.R0] = 0
+				bad |= reads(asm.R0)
+				set(asm.R0, 0)
 			case asm.FetchAdd, asm.FetchAnd, asm.FetchOr, asm.FetchXor, asm.Xchg:
 				set(ins.Src, 0)
 			}
@@ -212,4 +257,16 @@ func atomicOnlyProg(spec *ebpf.CollectionSpec, insns asm.Instructions, index map
 		}
 	}
 	return bad, used
+}
+
+// btLocalHelper: a bpftime helper the translator emits as the thread's own
+// register and stack work (its indices, the clock) or drops (printk): it
+// touches no map. Its arguments (up to five) count as reads.
+func btLocalHelper(id int64) bool {
+	switch id {
+	case probe.BtGlobaltimer, probe.BtBlockIdx, probe.BtBlockDim, probe.BtThreadIdx, probe.BtGridDim,
+		probe.BtSmID, probe.BtWarpID, probe.BtLaneID, probe.BtPuts, probe.BtTracePrintk:
+		return true
+	}
+	return false
 }

@@ -190,7 +190,7 @@ func Translate(spec *ebpf.CollectionSpec, progs []string, opt Options) (*Module,
 	for _, a := range []probe.Attach{probe.KernelEntry, probe.KernelExit} {
 		all = append(all, byAttach[a]...)
 	}
-	blockSlot := atomicOnlyMaps(spec, all)
+	blockSlot := atomicOnlyMaps(spec, all, opt.FusedAdds)
 	// The block's slot is computed once, in the entry block, into a
 	// register of the kernel the exit block reads (ptxas would read the
 	// block index again at the exit, on the exiting thread's path).
