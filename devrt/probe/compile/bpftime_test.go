@@ -255,6 +255,49 @@ func TestBpftimeLaunchBins(t *testing.T) {
 	}
 }
 
+// Only an array that the programs only add to gets a copy per warp slot:
+// one whose sum is read after the add, or whose old value a fetch returns
+// and the program reads, keeps one copy (its bins would be a slot's), and
+// so does a map the host writes (keep).
+func TestBpftimeStripeOnlyAddedArrays(t *testing.T) {
+	spec := bpftimeSpec(t, "add_only.bpf.c")
+	b := bpftimeBundle(t, "add-only", spec, false)
+	types := map[string]probe.MapType{}
+	for _, mi := range b.Manifest.Maps {
+		types[mi.Name] = mi.Layout.Type
+	}
+	want := map[string]probe.MapType{"ao_added": probe.MapPerWarp, "ao_read": probe.MapArray, "ao_fetched": probe.MapArray, "ao_flag": probe.MapPerWarp}
+	if fmt.Sprint(types) != fmt.Sprint(want) {
+		t.Errorf("device maps %v, want %v", types, want)
+	}
+	for _, form := range btForms {
+		m := runGrid(t, b, form, 0)
+		for name, n := range map[string]uint64{"ao_added": btThreads * btLaunches, "ao_read": btThreads * btLaunches, "ao_fetched": btThreads * btLaunches} {
+			if got := u64s(t, mapImage(t, b, m, name)); fmt.Sprint(got) != fmt.Sprint([]uint64{0, n, 0, 0}) {
+				t.Errorf("%s: %s %v, want [0 %d 0 0]", form, name, got, n)
+			}
+		}
+	}
+	// the same object, a host that writes ao_added: it stays an array
+	merged := &ebpf.CollectionSpec{Maps: map[string]*ebpf.MapSpec{}, Programs: spec.Programs}
+	for n, ms := range spec.Maps {
+		merged.Maps[n] = ms
+	}
+	var fused map[string][]int
+	if rep, err := verify("add-only", "add_only.bpf.o", spec); err != nil {
+		t.Fatal(err)
+	} else {
+		fused = map[string][]int{}
+		for _, r := range rep.Programs {
+			fused[r.Prog] = r.FusedAdds
+		}
+	}
+	got := ptx.StripeArrays(merged, []string{"ao_entry"}, fused, func(n string) bool { return n == "ao_added" })
+	if fmt.Sprint(got) != "[ao_flag]" || merged.Maps["ao_added"].Type != spec.Maps["ao_added"].Type {
+		t.Errorf("with ao_added written by the host: striped %v, ao_added %v", got, merged.Maps["ao_added"].Type)
+	}
+}
+
 // cuda-counter's shape: per-block start times (last writer wins) in a
 // hash, an atomic count of every thread, and a plain += of every thread's
 // time since its block's start (one atomic add).
