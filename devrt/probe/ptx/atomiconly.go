@@ -201,7 +201,7 @@ func atomicOnlyProg(spec *ebpf.CollectionSpec, insns asm.Instructions, index map
 				bad |= reads(ins.Dst) | reads(ins.Src)
 			} else if ins.Constant != 0 {
 				bad |= reads(ins.Dst)
-			} else {
+			} else if op.JumpOp() != asm.Ja {
 				bad |= s.v[ins.Dst] // a pointer may be tested for NULL, a value not read
 			}
 			next = jump[i]
