@@ -405,6 +405,9 @@ func (p Policy) Summary() string {
 	if mp := p.Priority.EffectiveMPSClientPriority(); mp > 0 {
 		fmt.Fprintf(&b, " mps-priority=%d", mp)
 	}
+	if p.Priority.EffectiveLaunchGate() {
+		b.WriteString(" launch-gate")
+	}
 	if len(p.Probes) > 0 {
 		fmt.Fprintf(&b, " probes=%s", strings.Join(p.Probes, ","))
 	}

@@ -201,3 +201,23 @@ func TestSelectErrors(t *testing.T) {
 		})
 	}
 }
+
+// The summary (gpuextctl policies, the demo's table) names the launch gate
+// where it applies: a best-effort policy that asks for it, not another class.
+func TestSummaryNamesTheLaunchGate(t *testing.T) {
+	batch, ok := BuiltinCatalog().Get("batch")
+	if !ok {
+		t.Fatal("no built-in batch")
+	}
+	if s := batch.Summary(); strings.Contains(s, "launch-gate") {
+		t.Errorf("batch without launchGate: %q", s)
+	}
+	batch.Priority.LaunchGate = true
+	if s := batch.Summary(); !strings.HasSuffix(s, " mps-priority=1 launch-gate") {
+		t.Errorf("batch with launchGate: %q, want it after mps-priority", s)
+	}
+	batch.Priority.Class = Standard
+	if s := batch.Summary(); strings.Contains(s, "launch-gate") {
+		t.Errorf("a standard policy with launchGate: %q names the gate", s)
+	}
+}
