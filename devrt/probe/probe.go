@@ -319,6 +319,9 @@ const (
 	// MapNoRowStripes); the count is their sum (PerThreadNoRow).
 	MapNoRowStripes = dmapNoRowStripes
 	MapNoRowStripe  = dmapNoRowStripe
+	// MapStripesSize is the bytes the stripes take: the last one ends 8
+	// bytes into its MapNoRowStripe.
+	MapStripesSize = (MapNoRowStripes-1)*MapNoRowStripe + 8
 )
 
 // RingStripesOffset is where, in a ring's data, its striped drop counts
@@ -433,7 +436,7 @@ func Layout(t MapType, keySize, valueSize, maxEntries uint32) (MapLayout, error)
 	case MapRingbuf:
 		l.NBuckets = maxEntries
 		l.Stride = 1
-		l.DataSize = RingStripesOffset(maxEntries) + (MapNoRowStripes-1)*MapNoRowStripe + 8
+		l.DataSize = RingStripesOffset(maxEntries) + MapStripesSize
 	case MapPerThread:
 		return l, fmt.Errorf("per-thread map: use PerThreadLayout (it has a row count)")
 	default:
@@ -496,7 +499,7 @@ func PerThreadLayout(keySize, valueSize, maxEntries, slots uint32) (MapLayout, e
 	if row > MaxMapData/uint64(slots) {
 		return l, fmt.Errorf("per-thread map needs %d bytes in each of %d rows, more than 1 GiB", row, slots)
 	}
-	l.DataSize = row*uint64(slots) + (MapNoRowStripes-1)*MapNoRowStripe + 8
+	l.DataSize = row*uint64(slots) + MapStripesSize
 	if l.DataSize > MaxMapData {
 		return l, fmt.Errorf("per-thread map needs %d bytes of device memory, more than 1 GiB", l.DataSize)
 	}

@@ -188,7 +188,7 @@ func TestLayoutBoundsSizes(t *testing.T) {
 	}{
 		{probe.MapArray, 4, 8, 1 << 26},
 		{probe.MapPerWarp, 4, 8, 8192},
-		{probe.MapRingbuf, 0, 0, 1<<30 - 16 - (probe.MapNoRowStripes-1)*probe.MapNoRowStripe - 8}, // with its drop stripes
+		{probe.MapRingbuf, 0, 0, 1<<30 - 16 - probe.MapStripesSize}, // with its drop stripes
 		{probe.MapHash, 8, 8, 1 << 24},
 	} {
 		if l, err := probe.Layout(tc.typ, tc.key, tc.val, tc.max); err != nil || l.DataSize > probe.MaxMapData {

@@ -764,9 +764,7 @@ func (t *progTranslator) ringbufOutput() {
 	t.emit("add.u64 %%t1, %%t0, %d", 7+16+probe.MapHdrSize)
 	t.emit("and.b64 %%t1, %%t1, -8")
 	t.emit("add.u64 %%t1, %%t1, %%r1")
-	t.emit("mov.u32 %%w1, %%smid")
-	t.emit("and.b32 %%w1, %%w1, %d", probe.MapNoRowStripes-1)
-	t.emit("mul.wide.u32 %%t2, %%w1, %d", probe.MapNoRowStripe)
+	t.smStripe("%t2")
 	t.emit("add.u64 %%t1, %%t1, %%t2")
 	t.emit("cvta.to.global.u64 %%t1, %%t1")
 	t.warpAdd("%t1", 64, 1, "")
@@ -993,14 +991,22 @@ func (t *progTranslator) globalThreadID() {
 func (t *progTranslator) countNoRow(noRow uint64, pred string) {
 	skip := fmt.Sprintf("$L__pc%d", noRowLabelBase+t.raw[t.cur])
 	t.emit("@%s bra %s", pred, skip)
-	t.emit("mov.u32 %%w1, %%smid")
-	t.emit("and.b32 %%w1, %%w1, %d", probe.MapNoRowStripes-1)
-	t.emit("mul.wide.u32 %%t1, %%w1, %d", probe.MapNoRowStripe)
+	t.smStripe("%t1")
 	t.emit("add.u64 %%t1, %%t1, %%r1")
 	t.emit("add.u64 %%t1, %%t1, %d", noRow)
 	t.emit("cvta.to.global.u64 %%t1, %%t1")
 	t.warpAdd("%t1", 64, 1, "")
 	fmt.Fprintf(&t.out, "%s:\n", skip)
+}
+
+// smStripe sets the .b64 register dst to the byte offset of this warp's
+// stripe among a map's striped counts (gpuext_abi.h
+// GPUEXT_DMAP_NOROW_STRIPES): %smid % probe.MapNoRowStripes, times
+// probe.MapNoRowStripe. Uses %w1.
+func (t *progTranslator) smStripe(dst string) {
+	t.emit("mov.u32 %%w1, %%smid")
+	t.emit("and.b32 %%w1, %%w1, %d", probe.MapNoRowStripes-1)
+	t.emit("mul.wide.u32 %s, %%w1, %d", dst, probe.MapNoRowStripe)
 }
 
 // noRowLabelBase numbers countNoRow's labels past any instruction's.
