@@ -292,6 +292,14 @@ func TestBpftimeStripeOnlyAddedArrays(t *testing.T) {
 			fused[r.Prog] = r.FusedAdds
 		}
 	}
+	// no fused add known: only the map added to by atomics alone is striped
+	plain := &ebpf.CollectionSpec{Maps: map[string]*ebpf.MapSpec{}, Programs: spec.Programs}
+	for n, ms := range spec.Maps {
+		plain.Maps[n] = ms
+	}
+	if got := ptx.StripeArrays(plain, []string{"ao_entry"}, nil, nil); fmt.Sprint(got) != "[ao_flag]" {
+		t.Errorf("without fused adds: striped %v, want [ao_flag] (its adds are atomics)", got)
+	}
 	got := ptx.StripeArrays(merged, []string{"ao_entry"}, fused, func(n string) bool { return n == "ao_added" })
 	if fmt.Sprint(got) != "[ao_flag]" || merged.Maps["ao_added"].Type != spec.Maps["ao_added"].Type {
 		t.Errorf("with ao_added written by the host: striped %v, ao_added %v", got, merged.Maps["ao_added"].Type)

@@ -24,12 +24,9 @@ const MaxStripedBytes = 4 << 20
 // address takes about one atomic a clock, which a launch of millions of
 // threads waits on. keep names the maps that stay as they are (the host
 // writes them: a launch-time hostWrite). The map specs are replaced by
-// copies (the catalog's stay as they are); it returns the maps it changed,
+// copies (the caller's stay as they are); it returns the maps it changed,
 // sorted.
 func StripeArrays(spec *ebpf.CollectionSpec, progs []string, fused map[string][]int, keep func(string) bool) []string {
-	if len(fused) == 0 {
-		return nil // without a fused add a bpftime array is read or written as a whole
-	}
 	striped := onlyAddedTo(spec, progs, fused, func(name string, ms *ebpf.MapSpec) bool {
 		t := uint32(ms.Type)
 		return (t == probe.BtMapGPUArray || t == probe.BtMapKernelShared) && ms.ValueSize == 8 && ms.MaxEntries > 0 &&
