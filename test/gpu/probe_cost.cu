@@ -32,6 +32,16 @@
 //                entry, blocks, blockExits)
 //   ls-exit2     the same with two red.adds at exit (blockNs, blocks): what
 //                dropping blockExits would buy
+//   ls-pack      ls-defer with one red.add at exit: (exit - entry) << 20 | 1,
+//                the block count in the low 20 bits and the time above them
+//                (a reader that keeps the count's wraps recovers both exactly)
+//   ls-clock     ls-defer with %clock64 (the SM's cycle counter) for
+//                %globaltimer: what the timer reads cost
+//   ls-clock-pack ls-pack with %clock64
+//   ls-exit-time no entry stamp; exit one red.add of %globaltimer (the add
+//                waits for the exit's timer read)
+//   ls-entry-time the entry stamp kept to the exit, where one red.add of 1
+//                does not wait for any timer read
 //   grid-floor   no per-block atomic: block 0 adds the grid's block count and
 //                the launch at its exit (counts blocks launched, not blocks
 //                that ran: the floor of any counter, not a probe we ship)
@@ -61,6 +71,13 @@ static __device__ __forceinline__ u64 gtimer(void)
 	return t;
 }
 
+static __device__ __forceinline__ u64 clk64(void)
+{
+	u64 t;
+	asm volatile("mov.u64 %0, %%clock64;" : "=l"(t));
+	return t;
+}
+
 static __device__ __forceinline__ unsigned warp_slot(void)
 {
 	unsigned sm, w;
@@ -82,9 +99,10 @@ static __device__ __forceinline__ bool leader(void)
 	return (threadIdx.x | threadIdx.y | threadIdx.z) == 0;
 }
 
-enum { V_PLAIN, V_COUNT, V_COUNT_CTA, V_COUNT_CTA_TID, V_ENTRY, V_EXIT, V_EXIT_STORE, V_STATS, V_TIMER, V_GUARD, V_LC_EXIT, V_LS_DEFER, V_LS_EXIT2, V_GRID_FLOOR, V_N };
+enum { V_PLAIN, V_COUNT, V_COUNT_CTA, V_COUNT_CTA_TID, V_ENTRY, V_EXIT, V_EXIT_STORE, V_STATS, V_TIMER, V_GUARD, V_LC_EXIT, V_LS_DEFER, V_LS_EXIT2, V_GRID_FLOOR, V_LS_PACK, V_LS_CLOCK, V_LS_CLOCK_PACK, V_LS_EXIT_TIME, V_LS_ENTRY_TIME, V_N };
 static const char *names[V_N] = {"plain", "count", "count-cta", "count-cta-tid", "entry-only", "exit-only", "exit-store", "stats", "timer-only", "guard-only",
-				 "lc-exit", "ls-defer", "ls-exit2", "grid-floor"};
+				 "lc-exit", "ls-defer", "ls-exit2", "grid-floor", "ls-pack", "ls-clock", "ls-clock-pack", "ls-exit-time",
+				 "ls-entry-time"};
 
 /* the probes' map values: launch-count 2 counters a slot, launch-stats 4 */
 __device__ u64 g_lc[SLOTS * 2];
@@ -96,13 +114,19 @@ static __device__ __forceinline__ unsigned block_linear(void)
 	return (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
 }
 
+template <int V> __device__ __forceinline__ u64 ls_time(void)
+{
+	return V == V_LS_CLOCK || V == V_LS_CLOCK_PACK ? clk64() : gtimer();
+}
+
 template <int V> __global__ void small(float *x, int n, u64 *sink)
 {
 	u64 t0 = 0;
 	unsigned bl = 0;
-	if ((V == V_LS_DEFER || V == V_LS_EXIT2) && leader()) {
+	const bool ls = V == V_LS_DEFER || V == V_LS_EXIT2 || V == V_LS_PACK || V == V_LS_CLOCK || V == V_LS_CLOCK_PACK || V == V_LS_ENTRY_TIME;
+	if (ls && leader()) {
 		bl = block_linear();
-		t0 = gtimer();
+		t0 = ls_time<V>();
 		if (bl == 0)
 			red_add(&g_ls[(bl & (SLOTS - 1)) * 4 + 0] + tid_x(), 1);
 	}
@@ -118,11 +142,21 @@ template <int V> __global__ void small(float *x, int n, u64 *sink)
 			red_add(p + 1, 1);
 			if (bl == 0)
 				red_add(p, 1);
-		} else if (V == V_LS_DEFER || V == V_LS_EXIT2) {
+		} else if (V == V_LS_EXIT_TIME) {
+			bl = block_linear();
+			red_add(&g_ls[(bl & (SLOTS - 1)) * 4] + tid_x() + 2, gtimer());
+		} else if (V == V_LS_ENTRY_TIME) {
+			red_add(&g_ls[(bl & (SLOTS - 1)) * 4] + tid_x() + 1, 1);
+			if (t0 == 12345)
+				*sink = 3; /* never: keeps the entry's read */
+		} else if (V == V_LS_PACK || V == V_LS_CLOCK_PACK) {
 			u64 *p = &g_ls[(bl & (SLOTS - 1)) * 4] + tid_x();
-			red_add(p + 2, gtimer() - t0);
+			red_add(p + 2, ((ls_time<V>() - t0) << 20) | 1);
+		} else if (ls) {
+			u64 *p = &g_ls[(bl & (SLOTS - 1)) * 4] + tid_x();
+			red_add(p + 2, ls_time<V>() - t0);
 			red_add(p + 1, 1);
-			if (V == V_LS_DEFER)
+			if (V != V_LS_EXIT2)
 				red_add(p + 3, 1);
 		} else if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) { /* V_GRID_FLOOR */
 			red_add(&g_lc[1] + tid_x(), (u64)gridDim.x * gridDim.y * gridDim.z);
@@ -164,7 +198,8 @@ template <int V> __global__ void small(float *x, int n, u64 *sink)
 typedef void (*kern)(float *, int, u64 *);
 static kern kernels[V_N] = {small<V_PLAIN>, small<V_COUNT>, small<V_COUNT_CTA>, small<V_COUNT_CTA_TID>, small<V_ENTRY>,
 			     small<V_EXIT>, small<V_EXIT_STORE>, small<V_STATS>, small<V_TIMER>, small<V_GUARD>,
-			     small<V_LC_EXIT>, small<V_LS_DEFER>, small<V_LS_EXIT2>, small<V_GRID_FLOOR>};
+			     small<V_LC_EXIT>, small<V_LS_DEFER>, small<V_LS_EXIT2>, small<V_GRID_FLOOR>,
+			     small<V_LS_PACK>, small<V_LS_CLOCK>, small<V_LS_CLOCK_PACK>, small<V_LS_EXIT_TIME>, small<V_LS_ENTRY_TIME>};
 
 static double now_s(void)
 {
