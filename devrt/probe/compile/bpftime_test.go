@@ -255,6 +255,24 @@ func TestBpftimeLaunchBins(t *testing.T) {
 	}
 }
 
+// bpf_printk is dropped on the device, and so are the stores that build
+// its format string on the stack, which every thread made before: the
+// inline entry of launch_bins stores to its stack only the lookup's key
+// (the bin), and its bins stay exact (TestBpftimeLaunchBins).
+func TestBpftimePrintkFormatNotStored(t *testing.T) {
+	b := bpftimeBundle(t, "launch-bins", bpftimeSpec(t, "launch_bins.bpf.c"), true)
+	entry := b.Inline[probe.KernelEntry]
+	var stores []string
+	for _, l := range strings.Split(entry, "\n") {
+		if strings.Contains(l, "st.local") && strings.Contains(l, "_stack") {
+			stores = append(stores, strings.TrimSpace(l))
+		}
+	}
+	if len(stores) != 1 || !strings.Contains(entry, "a stack store nothing reads: not emitted") {
+		t.Errorf("stack stores in the inline entry: %q, want the bin's alone and the format string's left out\n%s", stores, entry)
+	}
+}
+
 // Only an array that the programs only add to gets a copy per warp slot:
 // one whose sum is read after the add, or whose old value a fetch returns
 // and the program reads, keeps one copy (its bins would be a slot's), and

@@ -55,7 +55,10 @@ type progTranslator struct {
 	// emitted by such a fusion
 	fused map[int]bool
 	skip  map[int]bool
-	bt    bool // a bpftime-style program (kprobe/KERNEL): its helper numbers translate
+	// deadStore: raw indices of stores to the stack that nothing reads
+	// (deadstore.go), not emitted
+	deadStore map[int]bool
+	bt        bool // a bpftime-style program (kprobe/KERNEL): its helper numbers translate
 	// bslotName: the kernel-scope register with the block's linear index
 	// (SharedSlotReg), set in every thread that runs this program; "" =
 	// the program computes its own
@@ -213,6 +216,9 @@ func (t *progTranslator) translate(insns asm.Instructions) error {
 		}
 	}
 	sort.Ints(subs)
+	if len(subs) == 0 {
+		t.deadStore = deadStackStores(insns, raw, jumpTarget)
+	}
 	t.lookups = knownLookups(t.spec, insns, raw, targets, funcOf)
 	t.raw, t.list = raw, insns
 	if t.inline {
@@ -341,12 +347,20 @@ func (t *progTranslator) insn(ins asm.Instruction, tgt int) error {
 		if op.Mode() != asm.MemMode {
 			return fmt.Errorf("store mode %v: %w", op.Mode(), ErrUnsupported)
 		}
+		if t.deadStore[t.raw[t.cur]] {
+			t.out.WriteString("\t// a stack store nothing reads: not emitted\n")
+			return nil
+		}
 		t.emit("mov.u64 %%t0, %s", uimm(ins.Constant, 64))
 		ss, a := t.maddr(ins.Dst, ins.Offset)
 		t.emit("st%s.u%d %s, %%t0", ss, sizeBits[op.Size()], a)
 	case asm.StXClass:
 		switch op.Mode() {
 		case asm.MemMode:
+			if t.deadStore[t.raw[t.cur]] {
+				t.out.WriteString("\t// a stack store nothing reads: not emitted\n")
+				return nil
+			}
 			ss, a := t.maddr(ins.Dst, ins.Offset)
 			t.emit("st%s.u%d %s, %s", ss, sizeBits[op.Size()], a, reg(ins.Src))
 		case asm.AtomicMode:

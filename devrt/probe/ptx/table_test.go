@@ -28,6 +28,8 @@ func TestGoldenTranslationTable(t *testing.T) {
 		asm.LoadImm(asm.R3, -1<<63, asm.DWord),
 		asm.LoadMem(asm.R1, asm.RFP, -8, asm.Byte), asm.LoadMemSX(asm.R1, asm.RFP, -8, asm.Half),
 		asm.StoreMem(asm.RFP, -8, asm.R1, asm.DWord), asm.StoreImm(asm.RFP, -4, -1, asm.Word),
+		// read back: a store nothing reads is not emitted (deadstore.go)
+		asm.LoadMem(asm.R1, asm.RFP, -8, asm.DWord),
 	)
 	for _, op := range []asm.AtomicOp{asm.AddAtomic, asm.FetchAnd, asm.Xchg, asm.CmpXchg} {
 		insns = append(insns, op.Mem(asm.R2, asm.R1, asm.DWord, 8), op.Mem(asm.R2, asm.R1, asm.Word, 4))
