@@ -273,6 +273,23 @@ func TestBpftimePrintkFormatNotStored(t *testing.T) {
 	}
 }
 
+// kernelretsnoop's record, in the inline form, is written where the
+// program runs: no helper call is given the stack (which would keep the
+// record in local memory), and the record reserved with a compare-and-swap
+// (its contents: TestBpftimeRetSnoop, its drops: TestBpftimeWarpCountsExact).
+func TestBpftimeRingRecordInline(t *testing.T) {
+	b := bpftimeBundle(t, "ret-snoop", bpftimeSpec(t, "ret_snoop.bpf.c"), false)
+	exit := b.Inline[probe.KernelExit]
+	if strings.Contains(exit, "\tcall ") || !strings.Contains(exit, "atom.cas.b64") {
+		t.Errorf("the inline exit calls a helper or reserves no record:\n%s", exit)
+	}
+	for _, l := range strings.Split(exit, "\n") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "st.u64 [%__gxr") {
+			t.Errorf("a store through a register the program set (a generic stack pointer): %s", l)
+		}
+	}
+}
+
 // Only an array that the programs only add to gets a copy per warp slot:
 // one whose sum is read after the add, or whose old value a fetch returns
 // and the program reads, keeps one copy (its bins would be a slot's), and

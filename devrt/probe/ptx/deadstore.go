@@ -96,11 +96,16 @@ var noStackRead = map[int64]bool{
 	probe.BtBlockIdx: true, probe.BtBlockDim: true, probe.BtThreadIdx: true, probe.BtGridDim: true,
 }
 
-// deadStackStores returns the raw indices of the stores to the stack that
-// no instruction reads afterwards; nil when the stack's pointers cannot be
-// followed (then every store is kept). jumpTarget: each jump's raw target;
-// the program is one function.
-func deadStackStores(insns asm.Instructions, raw []int, jumpTarget []int) map[int]bool {
+// stackFlow is the two passes' view of a program (one function): each
+// instruction's successors and the registers before it (nil: unreachable).
+type stackFlow struct {
+	succ [][]int
+	in   []*stackState
+}
+
+// stackPointers runs the forward pass; nil when the stack's pointers
+// cannot be followed. jumpTarget: each jump's raw target.
+func stackPointers(insns asm.Instructions, raw []int, jumpTarget []int) *stackFlow {
 	n := len(insns)
 	if n == 0 {
 		return nil
@@ -135,22 +140,17 @@ func deadStackStores(insns asm.Instructions, raw []int, jumpTarget []int) map[in
 			succ[i] = append(succ[i], i+1)
 		}
 	}
-
-	// Forward: the registers that hold stack pointers, at each instruction.
 	in := make([]*stackState, n)
 	start := stackState{}
 	start[asm.R10] = stackVal{kind: vFP}
 	in[0] = &start
 	work := []int{0}
-	escape := false
-	for len(work) > 0 && !escape {
+	for len(work) > 0 {
 		i := work[len(work)-1]
 		work = work[:len(work)-1]
-		st := *in[i]
-		out, esc := stackStep(insns[i], st)
+		out, esc := stackStep(insns[i], *in[i])
 		if esc {
-			escape = true
-			break
+			return nil
 		}
 		for _, s := range succ[i] {
 			if in[s] == nil {
@@ -169,9 +169,33 @@ func deadStackStores(insns asm.Instructions, raw []int, jumpTarget []int) map[in
 			}
 		}
 	}
-	if escape {
+	return &stackFlow{succ: succ, in: in}
+}
+
+// fpOff: the register holds the stack pointer plus a known offset, before
+// instruction i.
+func (f *stackFlow) fpOff(i int, r asm.Register) (int64, bool) {
+	if f == nil || f.in[i] == nil || f.in[i][r].kind != vFP {
+		return 0, false
+	}
+	return f.in[i][r].v, true
+}
+
+// constant: the register holds a known constant before instruction i.
+func (f *stackFlow) constant(i int, r asm.Register) (int64, bool) {
+	if f == nil || f.in[i] == nil || f.in[i][r].kind != vConst {
+		return 0, false
+	}
+	return f.in[i][r].v, true
+}
+
+// deadStackStores returns the raw indices of the stores to the stack that
+// no instruction reads afterwards (nil when f is: then every store is kept).
+func deadStackStores(insns asm.Instructions, raw []int, f *stackFlow) map[int]bool {
+	if f == nil {
 		return nil
 	}
+	n, succ, in := len(insns), f.succ, f.in
 
 	// Backward: the stack bytes read later, before each instruction.
 	liveIn := make([]stackBytes, n)

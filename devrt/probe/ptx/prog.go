@@ -58,7 +58,10 @@ type progTranslator struct {
 	// deadStore: raw indices of stores to the stack that nothing reads
 	// (deadstore.go), not emitted
 	deadStore map[int]bool
-	bt        bool // a bpftime-style program (kprobe/KERNEL): its helper numbers translate
+	// flow: which registers hold stack pointers and constants, at each
+	// instruction (deadstore.go); nil when not followed
+	flow *stackFlow
+	bt   bool // a bpftime-style program (kprobe/KERNEL): its helper numbers translate
 	// bslotName: the kernel-scope register with the block's linear index
 	// (SharedSlotReg), set in every thread that runs this program; "" =
 	// the program computes its own
@@ -217,7 +220,8 @@ func (t *progTranslator) translate(insns asm.Instructions) error {
 	}
 	sort.Ints(subs)
 	if len(subs) == 0 {
-		t.deadStore = deadStackStores(insns, raw, jumpTarget)
+		t.flow = stackPointers(insns, raw, jumpTarget)
+		t.deadStore = deadStackStores(insns, raw, t.flow)
 	}
 	t.lookups = knownLookups(t.spec, insns, raw, targets, funcOf)
 	t.raw, t.list = raw, insns
@@ -748,20 +752,38 @@ func (t *progTranslator) helperCall(fn string, nargs int) {
 // helper's result (-EAGAIN). Without it every lane of a full ring added 1
 // to the one drop counter; head only grows, so a ring full at that read
 // stays full. Anything else (not a ring, flags, room) goes to the helper,
-// which decides as before.
-func (t *progTranslator) ringbufOutput() {
+// which decides as before, or, in the inline form when the record is a
+// known number of bytes at a known place on the stack (data and size: the
+// program's registers of those, before the call), is written inline
+// (ringRecord).
+func (t *progTranslator) ringbufOutput(data, size asm.Register) {
 	if !t.bt {
 		t.helperCall(probe.FuncRingbufOut, 4)
 		return
 	}
-	call := fmt.Sprintf("$L__pc%d", ringLabelBase+2*t.raw[t.cur])
-	done := fmt.Sprintf("$L__pc%d", ringLabelBase+2*t.raw[t.cur]+1)
+	call := fmt.Sprintf("$L__pc%d", ringLabelBase+8*t.raw[t.cur])
+	done := fmt.Sprintf("$L__pc%d", ringLabelBase+8*t.raw[t.cur]+1)
+	drop := fmt.Sprintf("$L__pc%d", ringLabelBase+8*t.raw[t.cur]+2)
+	einval := fmt.Sprintf("$L__pc%d", ringLabelBase+8*t.raw[t.cur]+3)
+	off, offOK := t.flow.fpOff(t.cur, data)
+	n, nOK := t.flow.constant(t.cur, size)
+	inline := t.inline && t.stackSym != "" && offOK && nOK && off%8 == 0 && n > 0 && off+n <= 0
 	t.out.WriteString("\t// a full ring: the drop counted once a warp, no call\n")
-	t.emit("setp.ne.u64 %%p0, %%r4, 0")
-	t.emit("@%%p0 bra %s", call)
-	t.emit("ld.u32 %%w0, [%%r1]")
-	t.emit("setp.ne.u32 %%p0, %%w0, %d", probe.MapRingbuf)
-	t.emit("@%%p0 bra %s", call)
+	if inline {
+		// what the helper refuses: flags other than NO_WAKEUP|FORCE_WAKEUP, a map not a ring
+		t.emit("and.b64 %%t0, %%r4, -4")
+		t.emit("setp.ne.u64 %%p0, %%t0, 0")
+		t.emit("@%%p0 bra %s", einval)
+		t.emit("ld.u32 %%w0, [%%r1]")
+		t.emit("setp.ne.u32 %%p0, %%w0, %d", probe.MapRingbuf)
+		t.emit("@%%p0 bra %s", einval)
+	} else {
+		t.emit("setp.ne.u64 %%p0, %%r4, 0")
+		t.emit("@%%p0 bra %s", call)
+		t.emit("ld.u32 %%w0, [%%r1]")
+		t.emit("setp.ne.u32 %%p0, %%w0, %d", probe.MapRingbuf)
+		t.emit("@%%p0 bra %s", call)
+	}
 	t.emit("ld.u32 %%w0, [%%r1+12]")
 	t.emit("cvt.u64.u32 %%t0, %%w0")
 	t.emit("add.u64 %%t1, %%r3, 15")
@@ -769,12 +791,13 @@ func (t *progTranslator) ringbufOutput() {
 	t.emit("setp.gt.u64 %%p0, %%r3, %%t0")
 	t.emit("@%%p0 add.u64 %%t1, %%t0, 1")
 	t.emit("ld.volatile.u64 %%r0, [%%r1+%d]", probe.MapHdrSize)
-	t.emit("add.u64 %%t1, %%t1, %%r0")
-	t.emit("setp.le.u64 %%p0, %%t1, %%t0")
+	t.emit("add.u64 %%t2, %%t1, %%r0")
+	t.emit("setp.le.u64 %%p0, %%t2, %%t0")
 	t.emit("@%%p0 bra %s", call)
 	// counted in the stripe of this warp's SM (probe.RingStripesOffset),
 	// after the records (%t0: max_entries): on one word, every warp of a
 	// launch queued on one address once the ring was full
+	fmt.Fprintf(&t.out, "%s:\n", drop)
 	t.emit("add.u64 %%t1, %%t0, %d", 7+16+probe.MapHdrSize)
 	t.emit("and.b64 %%t1, %%t1, -8")
 	t.emit("add.u64 %%t1, %%t1, %%r1")
@@ -785,9 +808,61 @@ func (t *progTranslator) ringbufOutput() {
 	t.emit("mov.u64 %%r0, %d", -EAGAIN)
 	t.emit("bra %s", done)
 	fmt.Fprintf(&t.out, "%s:\n", call)
-	t.helperCall(probe.FuncRingbufOut, 4)
+	if inline {
+		t.ringRecord(off, n, drop)
+		t.emit("bra %s", done)
+		fmt.Fprintf(&t.out, "%s:\n", einval)
+		t.emit("mov.u64 %%r0, %d", -EINVAL)
+	} else {
+		t.helperCall(probe.FuncRingbufOut, 4)
+	}
 	fmt.Fprintf(&t.out, "%s:\n", done)
 }
+
+// ringRecord writes the record the helper would, inline: it reserves
+// %t1 bytes (8 + the size rounded up to 8) from head (%r0 as read, %t0
+// the ring's size) with a compare-and-swap, going to drop when they no
+// longer fit; writes the record's second word 0 and its n bytes of data,
+// read from the stack at off (8-aligned); and stores the length last,
+// after a fence, as the helper does ([u32 len][u32 0][data]). With no
+// helper given a stack pointer, ptxas can keep the record in registers.
+func (t *progTranslator) ringRecord(off, n int64, drop string) {
+	loop := fmt.Sprintf("$L__pc%d", ringLabelBase+8*t.raw[t.cur]+ringLoopLabel)
+	t.out.WriteString("\t// the record written inline: reserved with a compare-and-swap on head\n")
+	fmt.Fprintf(&t.out, "%s:\n", loop)
+	t.emit("add.u64 %%t2, %%t1, %%r0")
+	t.emit("setp.gt.u64 %%p0, %%t2, %%t0")
+	t.emit("@%%p0 bra %s", drop)
+	t.emit("atom.cas.b64 %%t2, [%%r1+%d], %%r0, %%t2", probe.MapHdrSize)
+	t.emit("setp.ne.u64 %%p0, %%t2, %%r0")
+	t.emit("@%%p0 mov.u64 %%r0, %%t2")
+	t.emit("@%%p0 bra %s", loop)
+	t.emit("add.u64 %%t2, %%r1, %d", probe.MapHdrSize+16)
+	t.emit("add.u64 %%t2, %%t2, %%r0")
+	t.emit("mov.u32 %%w0, 0")
+	t.emit("st.u32 [%%t2+4], %%w0")
+	for i := int64(0); i < n; {
+		w := int64(8)
+		for i+w > n {
+			w /= 2
+		}
+		r := "%t0"
+		if w < 8 {
+			r = "%w0"
+		}
+		t.emit("ld.local.u%d %s, [%s+%d]", w*8, r, t.stackSym, StackSize+off+i)
+		t.emit("st.u%d [%%t2+%d], %s", w*8, 8+i, r)
+		i += w
+	}
+	t.emit("membar.gl")
+	t.emit("mov.u32 %%w0, %d", n)
+	t.emit("atom.exch.b32 %%w1, [%%t2], %%w0")
+	t.emit("mov.u64 %%r0, 0")
+}
+
+// ringLoopLabel: ringRecord's label, after ringbufOutput's four (each
+// call site has 8 numbers: ringLabelBase + 8*raw + k).
+const ringLoopLabel = 4
 
 // ringLabelBase numbers ringbufOutput's labels past countNoRow's.
 const ringLabelBase = 1 << 25
@@ -876,7 +951,7 @@ func (t *progTranslator) call(ins asm.Instruction, tgt int) error {
 	case probe.HelperMapDeleteElem:
 		t.helperCall(probe.FuncMapDelete, 2)
 	case probe.HelperRingbufOutput:
-		t.ringbufOutput()
+		t.ringbufOutput(asm.R2, asm.R3)
 	case probe.HelperKtimeGetNs, probe.HelperGlobaltimer:
 		t.emit("mov.u64 %%r0, %%globaltimer")
 	case probe.HelperSmpProcessorID, probe.HelperSmID:
@@ -935,6 +1010,12 @@ func (t *progTranslator) call(ins asm.Instruction, tgt int) error {
 		for i, c := range []string{"x", "y", "z"} {
 			t.emit("mov.u32 %%w0, %s.%s", sreg, c)
 			t.emit("cvt.u64.u32 %%t0, %%w0")
+			// to a known place on the stack: a .local store (ptxas keeps
+			// the value in a register when no helper gets the stack)
+			if off, ok := t.flow.fpOff(t.cur, asm.R1+asm.Register(i)); ok && t.inline && t.stackSym != "" && off%8 == 0 && off <= -8 {
+				t.emit("st.local.u64 [%s+%d], %%t0", t.stackSym, StackSize+off)
+				continue
+			}
 			t.emit("st.u64 [%s], %%t0", reg(asm.R1+asm.Register(i)))
 		}
 		t.emit("mov.u64 %%r0, 0")
@@ -947,7 +1028,7 @@ func (t *progTranslator) call(ins asm.Instruction, tgt int) error {
 		t.emit("mov.u64 %%r2, %%r4")
 		t.emit("mov.u64 %%r3, %%r5")
 		t.emit("mov.u64 %%r4, 0")
-		t.ringbufOutput()
+		t.ringbufOutput(asm.R4, asm.R5)
 	case probe.HelperBlockLinearID:
 		if t.bslotName != "" {
 			// the entry block computed it for the block slot, in this thread too (inlineAttach)

@@ -351,6 +351,12 @@ func (m *Machine) step(fr *frame, in *instr) (next int, done bool, err error) {
 		return fr.fn.labels[in.args[0]], false, nil
 	case "call":
 		return -1, false, m.call(fr, in)
+	case "membar":
+		// threads run one at a time here: every store is seen in order
+		if len(in.args) != 0 || len(in.mods) != 1 || (in.mods[0] != "cta" && in.mods[0] != "gl" && in.mods[0] != "sys") {
+			return 0, false, fmt.Errorf("membar%s", strings.Join(append([]string{""}, in.mods...), "."))
+		}
+		return -1, false, nil
 	}
 	t, err := lastType(in)
 	if err != nil {

@@ -396,6 +396,6 @@ func parseInstr(line int, t string) (*instr, error) {
 var knownOps = map[string]bool{
 	"mov": true, "cvta": true, "cvt": true, "add": true, "sub": true, "mul": true, "mad": true,
 	"div": true, "rem": true, "and": true, "or": true, "xor": true, "not": true, "neg": true,
-	"shl": true, "shr": true, "prmt": true, "activemask": true, "match": true, "shfl": true, "popc": true, "brev": true, "bfind": true, "setp": true, "bra": true, "ld": true, "st": true,
+	"shl": true, "shr": true, "prmt": true, "activemask": true, "match": true, "shfl": true, "popc": true, "brev": true, "bfind": true, "membar": true, "setp": true, "bra": true, "ld": true, "st": true,
 	"atom": true, "red": true, "call": true, "ret": true, "exit": true,
 }
