@@ -42,6 +42,12 @@
 //                waits for the exit's timer read)
 //   ls-entry-time the entry stamp kept to the exit, where one red.add of 1
 //                does not wait for any timer read
+//   ls-entry-nodiv ls-entry-time with the stamp read by every thread (no
+//                branch around it; thread 0 keeps it): is the cost the
+//                leader's branch before the body's first load?
+//   ls-late-stamp ls-entry-time with thread 0's stamp taken after the body's
+//                load is issued (not a shape a splice at entry can emit):
+//                is it where the stamp is taken?
 //   grid-floor   no per-block atomic: block 0 adds the grid's block count and
 //                the launch at its exit (counts blocks launched, not blocks
 //                that ran: the floor of any counter, not a probe we ship)
@@ -99,10 +105,10 @@ static __device__ __forceinline__ bool leader(void)
 	return (threadIdx.x | threadIdx.y | threadIdx.z) == 0;
 }
 
-enum { V_PLAIN, V_COUNT, V_COUNT_CTA, V_COUNT_CTA_TID, V_ENTRY, V_EXIT, V_EXIT_STORE, V_STATS, V_TIMER, V_GUARD, V_LC_EXIT, V_LS_DEFER, V_LS_EXIT2, V_GRID_FLOOR, V_LS_PACK, V_LS_CLOCK, V_LS_CLOCK_PACK, V_LS_EXIT_TIME, V_LS_ENTRY_TIME, V_N };
+enum { V_PLAIN, V_COUNT, V_COUNT_CTA, V_COUNT_CTA_TID, V_ENTRY, V_EXIT, V_EXIT_STORE, V_STATS, V_TIMER, V_GUARD, V_LC_EXIT, V_LS_DEFER, V_LS_EXIT2, V_GRID_FLOOR, V_LS_PACK, V_LS_CLOCK, V_LS_CLOCK_PACK, V_LS_EXIT_TIME, V_LS_ENTRY_TIME, V_LS_ENTRY_NODIV, V_LS_LATE_STAMP, V_N };
 static const char *names[V_N] = {"plain", "count", "count-cta", "count-cta-tid", "entry-only", "exit-only", "exit-store", "stats", "timer-only", "guard-only",
 				 "lc-exit", "ls-defer", "ls-exit2", "grid-floor", "ls-pack", "ls-clock", "ls-clock-pack", "ls-exit-time",
-				 "ls-entry-time"};
+				 "ls-entry-time", "ls-entry-nodiv", "ls-late-stamp"};
 
 /* the probes' map values: launch-count 2 counters a slot, launch-stats 4 */
 __device__ u64 g_lc[SLOTS * 2];
@@ -124,6 +130,10 @@ template <int V> __global__ void small(float *x, int n, u64 *sink)
 	u64 t0 = 0;
 	unsigned bl = 0;
 	const bool ls = V == V_LS_DEFER || V == V_LS_EXIT2 || V == V_LS_PACK || V == V_LS_CLOCK || V == V_LS_CLOCK_PACK || V == V_LS_ENTRY_TIME;
+	if (V == V_LS_ENTRY_NODIV) {
+		t0 = gtimer(); /* every thread: no branch around the read */
+		bl = block_linear();
+	}
 	if (ls && leader()) {
 		bl = block_linear();
 		t0 = ls_time<V>();
@@ -132,7 +142,15 @@ template <int V> __global__ void small(float *x, int n, u64 *sink)
 	}
 	if (V >= V_LC_EXIT) {
 		int i = blockIdx.x * blockDim.x + threadIdx.x;
-		if (i < n)
+		if (V == V_LS_LATE_STAMP) {
+			float xi = i < n ? x[i] : 0.f;
+			if (leader()) {
+				bl = block_linear();
+				t0 = gtimer(); /* after the load is issued, before its use */
+			}
+			if (i < n)
+				x[i] = xi * 1.0001f + 0.5f;
+		} else if (i < n)
 			x[i] = x[i] * 1.0001f + 0.5f;
 		if (!leader())
 			return;
@@ -145,7 +163,7 @@ template <int V> __global__ void small(float *x, int n, u64 *sink)
 		} else if (V == V_LS_EXIT_TIME) {
 			bl = block_linear();
 			red_add(&g_ls[(bl & (SLOTS - 1)) * 4] + tid_x() + 2, gtimer());
-		} else if (V == V_LS_ENTRY_TIME) {
+		} else if (V == V_LS_ENTRY_TIME || V == V_LS_ENTRY_NODIV || V == V_LS_LATE_STAMP) {
 			red_add(&g_ls[(bl & (SLOTS - 1)) * 4] + tid_x() + 1, 1);
 			if (t0 == 12345)
 				*sink = 3; /* never: keeps the entry's read */
@@ -199,7 +217,8 @@ typedef void (*kern)(float *, int, u64 *);
 static kern kernels[V_N] = {small<V_PLAIN>, small<V_COUNT>, small<V_COUNT_CTA>, small<V_COUNT_CTA_TID>, small<V_ENTRY>,
 			     small<V_EXIT>, small<V_EXIT_STORE>, small<V_STATS>, small<V_TIMER>, small<V_GUARD>,
 			     small<V_LC_EXIT>, small<V_LS_DEFER>, small<V_LS_EXIT2>, small<V_GRID_FLOOR>,
-			     small<V_LS_PACK>, small<V_LS_CLOCK>, small<V_LS_CLOCK_PACK>, small<V_LS_EXIT_TIME>, small<V_LS_ENTRY_TIME>};
+			     small<V_LS_PACK>, small<V_LS_CLOCK>, small<V_LS_CLOCK_PACK>, small<V_LS_EXIT_TIME>, small<V_LS_ENTRY_TIME>,
+			     small<V_LS_ENTRY_NODIV>, small<V_LS_LATE_STAMP>};
 
 static double now_s(void)
 {
