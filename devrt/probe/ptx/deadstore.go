@@ -79,14 +79,10 @@ func (s *stackBytes) any(off int64, n int64) bool {
 	return false
 }
 
-func (s *stackBytes) or(o *stackBytes) bool {
-	changed := false
+func (s *stackBytes) or(o *stackBytes) {
 	for i := range s {
-		if n := s[i] | o[i]; n != s[i] {
-			s[i], changed = n, true
-		}
+		s[i] |= o[i]
 	}
-	return changed
 }
 
 // noStackRead: helpers that read no memory through a stack pointer on the

@@ -320,6 +320,10 @@ func (t *progTranslator) subName(raw int) string { return t.fn + "__sub" + strco
 
 func (t *progTranslator) insn(ins asm.Instruction, tgt int) error {
 	op := ins.OpCode
+	if t.deadStore[t.raw[t.cur]] { // only plain stores to the stack are in it
+		t.out.WriteString("\t// a stack store nothing reads: not emitted\n")
+		return nil
+	}
 	switch cls := op.Class(); cls {
 	case asm.ALU64Class:
 		return t.alu64(ins)
@@ -351,20 +355,12 @@ func (t *progTranslator) insn(ins asm.Instruction, tgt int) error {
 		if op.Mode() != asm.MemMode {
 			return fmt.Errorf("store mode %v: %w", op.Mode(), ErrUnsupported)
 		}
-		if t.deadStore[t.raw[t.cur]] {
-			t.out.WriteString("\t// a stack store nothing reads: not emitted\n")
-			return nil
-		}
 		t.emit("mov.u64 %%t0, %s", uimm(ins.Constant, 64))
 		ss, a := t.maddr(ins.Dst, ins.Offset)
 		t.emit("st%s.u%d %s, %%t0", ss, sizeBits[op.Size()], a)
 	case asm.StXClass:
 		switch op.Mode() {
 		case asm.MemMode:
-			if t.deadStore[t.raw[t.cur]] {
-				t.out.WriteString("\t// a stack store nothing reads: not emitted\n")
-				return nil
-			}
 			ss, a := t.maddr(ins.Dst, ins.Offset)
 			t.emit("st%s.u%d %s, %s", ss, sizeBits[op.Size()], a, reg(ins.Src))
 		case asm.AtomicMode:
@@ -769,21 +765,20 @@ func (t *progTranslator) ringbufOutput(data, size asm.Register) {
 	n, nOK := t.flow.constant(t.cur, size)
 	inline := t.inline && t.stackSym != "" && offOK && nOK && off%8 == 0 && n > 0 && off+n <= 0
 	t.out.WriteString("\t// a full ring: the drop counted once a warp, no call\n")
+	// what the helper refuses (inline: flags other than NO_WAKEUP |
+	// FORCE_WAKEUP, a map not a ring) or, calling it, any flags at all
+	bad := call
 	if inline {
-		// what the helper refuses: flags other than NO_WAKEUP|FORCE_WAKEUP, a map not a ring
+		bad = einval
 		t.emit("and.b64 %%t0, %%r4, -4")
 		t.emit("setp.ne.u64 %%p0, %%t0, 0")
-		t.emit("@%%p0 bra %s", einval)
-		t.emit("ld.u32 %%w0, [%%r1]")
-		t.emit("setp.ne.u32 %%p0, %%w0, %d", probe.MapRingbuf)
-		t.emit("@%%p0 bra %s", einval)
 	} else {
 		t.emit("setp.ne.u64 %%p0, %%r4, 0")
-		t.emit("@%%p0 bra %s", call)
-		t.emit("ld.u32 %%w0, [%%r1]")
-		t.emit("setp.ne.u32 %%p0, %%w0, %d", probe.MapRingbuf)
-		t.emit("@%%p0 bra %s", call)
 	}
+	t.emit("@%%p0 bra %s", bad)
+	t.emit("ld.u32 %%w0, [%%r1]")
+	t.emit("setp.ne.u32 %%p0, %%w0, %d", probe.MapRingbuf)
+	t.emit("@%%p0 bra %s", bad)
 	t.emit("ld.u32 %%w0, [%%r1+12]")
 	t.emit("cvt.u64.u32 %%t0, %%w0")
 	t.emit("add.u64 %%t1, %%r3, 15")
