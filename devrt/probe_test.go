@@ -83,6 +83,7 @@ func TestPTXPatchGolden(t *testing.T) {
 		guard     bool     // the conf asks for the thread-0 site guard at entry
 		guardExit bool     // ... and at exit
 		inline    bool     // the conf asks for the inline form (testdata/ptx/inline_*.ptx)
+		late      string   // inline: the entry block goes right after this line (entry_late), and a copy runs at the exit
 		probed    []string // entries that must carry the probe calls
 		unprobed  []string
 		unpatched string // reason prefix when the module must stay as it is
@@ -97,6 +98,8 @@ func TestPTXPatchGolden(t *testing.T) {
 		{name: "multi_guard", input: "multi", conf: "multi_guard", guard: true, probed: []string{"_Z4fillPii", "_Z5emptyv"}, unprobed: []string{"_Z4skipPi"}, version: ".version 9.0"},
 		{name: "predret_inline", input: "predret", conf: "inline_guard", guard: true, guardExit: true, inline: true, probed: []string{"_Z5scalePfif"}, version: ".version 8.5"},
 		{name: "multi_inline", input: "multi", conf: "multi_inline", inline: true, probed: []string{"_Z4fillPii", "_Z5emptyv"}, unprobed: []string{"_Z4skipPi"}, version: ".version 9.0"},
+		// the first global load after a bounds check and before any label: the entry block follows it
+		{name: "late_inline", input: "late", conf: "inline_guard", guard: true, guardExit: true, inline: true, late: "ld.global.u32 \t%r6, [%rd4];", probed: []string{"_Z4bumpPjj"}, version: ".version 8.0"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -167,7 +170,11 @@ func TestPTXPatchGolden(t *testing.T) {
 				exitCall := "call __gpuext_probe_exit"
 				if tc.inline {
 					// the blocks instead of the calls: the template's labels, made unique per site, and the kernel id
-					if strings.Contains(b, "__gpuext_probe_") || strings.Contains(b, "@GX") || strings.Count(b, "mov.b64 %__gxd0, "+id+";") != 2 {
+					blocks := 2
+					if tc.late != "" {
+						blocks = 3 // the late entry block, its copy at the exit, the exit block
+					}
+					if strings.Contains(b, "__gpuext_probe_") || strings.Contains(b, "@GX") || strings.Count(b, "mov.b64 %__gxd0, "+id+";") != blocks {
 						t.Errorf("%s: not the inline form with kernel id %s:\n%s", e, id, b)
 					}
 					entryCall, exitCall = "$__gpuext_i", "_exit_done:"
@@ -187,6 +194,18 @@ func TestPTXPatchGolden(t *testing.T) {
 				}
 				if strings.Count(b, "ret;") != 1 || strings.Contains(b, "\texit;") {
 					t.Errorf("%s: a ret/exit escaped the exit block:\n%s", e, b)
+				}
+				if tc.late != "" {
+					// the entry block right after the load; the exit runs its copy (labels of its
+					// own) when the flag says it did not run, then the exit block
+					at := strings.Index(b, tc.late+"\n// gpuext probe: kernel entry, inline (site 0), after the first global load")
+					flagSet := strings.Index(b, "mov.u32 %__gpuext_late, 1;")
+					test := strings.Index(b, "@%__gpuext_latep bra $__gpuext_late_done;")
+					if at < 0 || flagSet < at || test < flagSet || strings.Index(b, "$__gpuext_i0x_entry_done:") < test ||
+						strings.Index(b, "$__gpuext_late_done:") < test || strings.Count(b, "bra $__gpuext_skip_entry_x;") != 1 {
+						t.Errorf("%s: not the late entry site after %q:\n%s", e, tc.late, b)
+					}
+					continue
 				}
 				// the entry call runs before the first instruction of the original body
 				callAt := strings.Index(b, "__gpuext_probe_entry")

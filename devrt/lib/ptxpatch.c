@@ -115,6 +115,10 @@ struct gx_patch {
 	struct gx_ptx_result *res;
 	int failed;
 	int site; /* the probed .entry being patched, from 0: names the inline sites */
+	size_t late_at; /* entry_late: where the entry block goes (just after that load's ';'); 0: none */
+	int late_pending; /* the entry block is still to come at late_at */
+	int late_site;    /* this body's entry block is late: the exit block runs it on the flag */
+	uint64_t late_kid;
 };
 
 static int fail(struct gx_patch *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -183,10 +187,15 @@ static int probe_this(const struct gx_ptx_opts *o, const char *name, size_t n)
 	"or.b32 " GX_GT "0, " GX_GT "0, " GX_GT "1; mov.u32 " GX_GT "1, %%tid.z; or.b32 " GX_GT "0, " GX_GT        \
 	"0, " GX_GT "1; setp.ne.u32 " GX_GP ", " GX_GT "0, 0; @" GX_GP " bra " skip ";"
 
-/* Copies t[0..n) with the inline placeholders replaced. */
-static void emit_subst(struct gx_patch *p, const char *t, size_t n, int site, uint64_t kid)
+/*
+ * Copies t[0..n) with the inline placeholders replaced. A second copy of a
+ * block in one body (copy != 0: the late entry block run at the exit) gets
+ * labels of its own: the site of a "$__gpuext_i" label is followed by "x".
+ */
+static void emit_subst_copy(struct gx_patch *p, const char *t, size_t n, int site, uint64_t kid, int copy)
 {
-	size_t ls = strlen(GX_PTX_INLINE_SITE), lk = strlen(GX_PTX_INLINE_KID);
+	static const char lab[] = "$__gpuext_i";
+	size_t ls = strlen(GX_PTX_INLINE_SITE), lk = strlen(GX_PTX_INLINE_KID), ll = sizeof(lab) - 1;
 
 	for (size_t i = 0; i < n;) {
 		const char *at = memchr(t + i, '@', n - i);
@@ -197,7 +206,9 @@ static void emit_subst(struct gx_patch *p, const char *t, size_t n, int site, ui
 		if (i >= n)
 			break;
 		if (n - i >= ls && !memcmp(t + i, GX_PTX_INLINE_SITE, ls)) {
-			out_printf(&p->out, "%d", site);
+			int is_label = i >= ll && !memcmp(t + i - ll, lab, ll);
+
+			out_printf(&p->out, "%d%s", site, copy && is_label ? "x" : "");
 			i += ls;
 		} else if (n - i >= lk && !memcmp(t + i, GX_PTX_INLINE_KID, lk)) {
 			out_printf(&p->out, "0x%016llxU", (unsigned long long)kid);
@@ -209,6 +220,11 @@ static void emit_subst(struct gx_patch *p, const char *t, size_t n, int site, ui
 	}
 	if (n && t[n - 1] != '\n')
 		out_puts(&p->out, "\n");
+}
+
+static void emit_subst(struct gx_patch *p, const char *t, size_t n, int site, uint64_t kid)
+{
+	emit_subst_copy(p, t, n, site, kid, 0);
 }
 
 /* Where a template's block starts: the first line whose first non-blank is '{'. */
@@ -228,19 +244,100 @@ static size_t template_block(const char *t, size_t n)
 	return n;
 }
 
-/* The block of a template, inside the site guard when there is one. */
-static void emit_inline(struct gx_patch *p, const char *t, size_t n, int guard, int entry, int site, uint64_t kid)
+/* The block of a template, inside the site guard when there is one (copy: emit_subst_copy). */
+static void emit_inline_copy(struct gx_patch *p, const char *t, size_t n, int guard, int entry, int site, uint64_t kid,
+			     int copy)
 {
 	size_t b = template_block(t, n);
+	const char *skip = !entry ? GX_PTX_SKIP_EXIT : copy ? GX_PTX_SKIP_ENTRY_AT_EXIT : GX_PTX_SKIP_ENTRY;
 
-	if (guard && entry)
-		out_printf(&p->out, "{ " GX_PTX_GUARD_DECL " " GX_PTX_GUARD(GX_PTX_SKIP_ENTRY) "\n");
-	else if (guard)
+	if (guard && !entry)
 		out_printf(&p->out, "{ " GX_PTX_GUARD_DECL " " GX_PTX_GUARD(GX_PTX_SKIP_EXIT) "\n");
-	emit_subst(p, t + b, n - b, site, kid);
+	else if (guard && copy)
+		out_printf(&p->out, "{ " GX_PTX_GUARD_DECL " " GX_PTX_GUARD(GX_PTX_SKIP_ENTRY_AT_EXIT) "\n");
+	else if (guard)
+		out_printf(&p->out, "{ " GX_PTX_GUARD_DECL " " GX_PTX_GUARD(GX_PTX_SKIP_ENTRY) "\n");
+	emit_subst_copy(p, t + b, n - b, site, kid, copy);
 	if (guard)
-		out_printf(&p->out, "%s: }\n", entry ? GX_PTX_SKIP_ENTRY : GX_PTX_SKIP_EXIT);
+		out_printf(&p->out, "%s: }\n", skip);
 }
+
+static void emit_inline(struct gx_patch *p, const char *t, size_t n, int guard, int entry, int site, uint64_t kid)
+{
+	emit_inline_copy(p, t, n, guard, entry, site, kid, 0);
+}
+
+/*
+ * entry_late: where the entry block goes, scanning the body from its first
+ * statement at s[i]: just after the ';' of the first statement whose opcode
+ * is ld.global* or ldu.global* (predicated or not), when only statements
+ * come before it: a label (something may branch back to it), a brace, a
+ * string or the end of the body first, or no such load within
+ * GX_LATE_MAX_STMTS statements, and it is 0 (the entry block stays at the
+ * first statement). With no label before it, the load runs at most once a
+ * thread; a thread that skips it (a forward branch, an early ret) runs the
+ * entry block at the exit instead.
+ */
+#define GX_LATE_MAX_STMTS 256
+#define GX_PTX_LATE_FLAG "%__gpuext_late" /* kernel scope: the late entry block has run (b32, 0 or 1) */
+#define GX_PTX_LATE_PRED "%__gpuext_latep"
+#define GX_PTX_LATE_DONE "$__gpuext_late_done"
+
+static size_t late_site(const char *s, size_t i, size_t n)
+{
+	for (int stmts = 0; i < n && stmts < GX_LATE_MAX_STMTS; stmts++) {
+		size_t j, k;
+		int load;
+
+		while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r' || s[i] == '\f' || s[i] == '\v'))
+			i++;
+		if (i + 1 < n && s[i] == '/' && s[i + 1] == '/') {
+			while (i < n && s[i] != '\n')
+				i++;
+			stmts--;
+			continue;
+		}
+		if (i + 1 < n && s[i] == '/' && s[i + 1] == '*') {
+			const char *end = memmem(s + i + 2, n - i - 2, "*/", 2);
+
+			if (!end)
+				return 0;
+			i = (size_t)(end - s) + 2;
+			stmts--;
+			continue;
+		}
+		if (i >= n || !s[i])
+			return 0;
+		if (s[i] == '@') { /* a guard predicate: @%p or @!%p */
+			i++;
+			if (i < n && s[i] == '!')
+				i++;
+			while (i < n && is_word(s[i]))
+				i++;
+			while (i < n && (s[i] == ' ' || s[i] == '\t'))
+				i++;
+		}
+		for (j = i; j < n && is_word(s[j]); j++)
+			;
+		if (j == i)
+			return 0; /* a brace, a string, anything not a statement */
+		for (k = j; k < n && (s[k] == ' ' || s[k] == '\t'); k++)
+			;
+		if (k < n && s[k] == ':')
+			return 0; /* a label */
+		load = (j - i >= 9 && !memcmp(s + i, "ld.global", 9)) || (j - i >= 10 && !memcmp(s + i, "ldu.global", 10));
+		for (; j < n && s[j] != ';'; j++)
+			if (s[j] == '{' || s[j] == '}' || s[j] == '"' || s[j] == '/' || !s[j])
+				return 0;
+		if (j >= n)
+			return 0;
+		if (load)
+			return j + 1;
+		i = j + 1;
+	}
+	return 0;
+}
+
 
 /* The declarations of a template (before its block), without comment and blank lines. */
 static void emit_decls(struct gx_patch *p, const char *t, size_t n, int site, uint64_t kid)
@@ -277,7 +374,21 @@ static int use_inline(const struct gx_ptx_opts *o)
 	return o->inline_entry && o->inline_exit && o->inline_entry_len && o->inline_exit_len;
 }
 
-static void emit_entry_call(struct gx_patch *p, uint64_t kid)
+/* The late entry block, at late_at: it sets the flag the exit block reads. */
+static void emit_late_entry(struct gx_patch *p)
+{
+	const struct gx_ptx_opts *o = p->o;
+	int g = inline_guard(o->inline_entry, o->inline_entry_len, o->guard_entry);
+
+	out_printf(&p->out, "\n// gpuext probe: kernel entry, inline (site %d), after the first global load%s\n", p->site,
+		   g ? ", thread 0 of the block" : "");
+	emit_inline(p, o->inline_entry, o->inline_entry_len, g, 1, p->site, p->late_kid);
+	out_puts(&p->out, "\tmov.u32 " GX_PTX_LATE_FLAG ", 1;");
+	p->late_pending = 0;
+}
+
+/* The entry site, at the body's first statement s[at]. */
+static void emit_entry_call(struct gx_patch *p, uint64_t kid, size_t at)
 {
 	const char *ind;
 	size_t nind = out_indent(&p->out, &ind);
@@ -296,6 +407,17 @@ static void emit_entry_call(struct gx_patch *p, uint64_t kid)
 			   g ? ", thread 0 of the block" : "");
 		emit_decls(p, o->inline_entry, o->inline_entry_len, p->site, kid);
 		emit_decls(p, o->inline_exit, o->inline_exit_len, p->site, kid);
+		p->late_at = o->entry_late ? late_site(p->s, at, p->n) : 0;
+		if (p->late_at) {
+			/* the block comes after the first global load (emit_late_entry) */
+			out_puts(&p->out, "\t.reg .b32 " GX_PTX_LATE_FLAG "; .reg .pred " GX_PTX_LATE_PRED "; mov.u32 " GX_PTX_LATE_FLAG
+					  ", 0; // the entry block: after the first global load\n");
+			p->late_pending = p->late_site = 1;
+			p->late_kid = kid;
+			p->res->late++;
+			out_puts(&p->out, indent);
+			return;
+		}
 		emit_inline(p, o->inline_entry, o->inline_entry_len, g, 1, p->site, kid);
 		out_puts(&p->out, indent);
 		return;
@@ -329,6 +451,15 @@ static void emit_exit_block(struct gx_patch *p, uint64_t kid)
 
 		out_printf(&p->out, GX_PTX_EXIT_LABEL ": // gpuext probe: kernel exit, inline (site %d)%s\n", p->site,
 			   g ? ", thread 0 of the block" : "");
+		if (p->late_site) {
+			/* a thread that never reached the late entry block runs it here, first */
+			int ge = inline_guard(o->inline_entry, o->inline_entry_len, o->guard_entry);
+
+			out_puts(&p->out, "\tsetp.ne.u32 " GX_PTX_LATE_PRED ", " GX_PTX_LATE_FLAG
+					  ", 0; @" GX_PTX_LATE_PRED " bra " GX_PTX_LATE_DONE "; // entry block not run yet\n");
+			emit_inline_copy(p, o->inline_entry, o->inline_entry_len, ge, 1, p->site, kid, 1);
+			out_puts(&p->out, GX_PTX_LATE_DONE ":\n");
+		}
 		emit_inline(p, o->inline_exit, o->inline_exit_len, g, 0, p->site, kid);
 		out_puts(&p->out, "\tret;\n");
 		return;
@@ -526,7 +657,7 @@ int gx_ptx_patch(const char *ptx, size_t len, const char *frag, size_t frag_len,
 					k++;
 				label = k < p.n && p.s[k] == ':';
 				if (want_call && !(depth == 1 && !label && is_decl(w, wn))) {
-					emit_entry_call(&p, kid);
+					emit_entry_call(&p, kid, (size_t)(w - p.s));
 					want_call = 0;
 				}
 				if (!label && (word_is(w, wn, "ret") || word_is(w, wn, "ret.uni") || word_is(w, wn, "exit"))) {
@@ -552,7 +683,7 @@ int gx_ptx_patch(const char *ptx, size_t len, const char *frag, size_t frag_len,
 				kid = head_kid;
 				head = HEAD_NONE;
 			} else if (in_body && want_call && stmt_start) {
-				emit_entry_call(&p, kid);
+				emit_entry_call(&p, kid, p.i - 1);
 				want_call = 0;
 			}
 			out_put(&p.out, &c, 1);
@@ -563,11 +694,15 @@ int gx_ptx_patch(const char *ptx, size_t len, const char *frag, size_t frag_len,
 			if (depth == 0)
 				return fail(&p, "parse:unbalanced-brace@line%d", line_of(&p)), free(p.out.p), -1;
 			if (in_body && want_call) {
-				emit_entry_call(&p, kid);
+				emit_entry_call(&p, kid, p.i - 1);
 				want_call = 0;
 			}
 			if (in_body && depth == 1) {
+				if (p.late_pending)
+					return fail(&p, "late-entry-site-missed@line%d", line_of(&p)), free(p.out.p), -1;
 				emit_exit_block(&p, kid);
+				p.late_at = 0;
+				p.late_site = 0;
 				p.site++;
 				res->probed++;
 				in_body = 0;
@@ -582,6 +717,8 @@ int gx_ptx_patch(const char *ptx, size_t len, const char *frag, size_t frag_len,
 			out_put(&p.out, &c, 1);
 			stmt_start = 1;
 			pred = 0;
+			if (p.late_pending && p.i == p.late_at)
+				emit_late_entry(&p);
 			break;
 		case ':':
 			out_put(&p.out, &c, 1);
@@ -589,7 +726,7 @@ int gx_ptx_patch(const char *ptx, size_t len, const char *frag, size_t frag_len,
 			break;
 		case '@':
 			if (in_body && want_call && stmt_start) {
-				emit_entry_call(&p, kid);
+				emit_entry_call(&p, kid, p.i - 1);
 				want_call = 0;
 			}
 			out_put(&p.out, &c, 1);
@@ -678,6 +815,7 @@ static int conf_parse_lines(const char *text, size_t len, struct gx_probe_conf *
 	int line = 0, version = 0, have_ptx = 0, have_target = 0;
 
 	memset(c, 0, sizeof(*c));
+	c->opts.entry_late = 1;
 	snprintf(err, errlen, "ok");
 	while (i < len && text[i]) {
 		char *tok[5], *save = NULL, *hash;
@@ -770,6 +908,8 @@ static int conf_parse_lines(const char *text, size_t len, struct gx_probe_conf *
 			c->nhostw++;
 		} else if (!strcmp(tok[0], "inline") && nt == 2) {
 			c->inline_form = atoi(tok[1]) == 1;
+		} else if (!strcmp(tok[0], "entry_late") && nt == 2) {
+			c->opts.entry_late = atoi(tok[1]) != 0;
 		} else if ((!strcmp(tok[0], "guard_entry") || !strcmp(tok[0], "guard_exit")) && nt == 2) {
 			/* an unknown value from a newer host is "none": always correct */
 			int g = !strcmp(tok[1], "thread0") ? GX_GUARD_THREAD0 : GX_GUARD_NONE;

@@ -28,6 +28,16 @@ struct gx_ptx_opts {
 	 */
 	const char *inline_entry, *inline_exit;
 	size_t inline_entry_len, inline_exit_len;
+	/*
+	 * Inline form only (module.conf "entry_late", default 1): the entry
+	 * block goes after the body's first global load when no label, brace
+	 * or end of body comes before that load (it then runs at most once a
+	 * thread), so the probe's work overlaps the load instead of delaying
+	 * it; a thread that never reaches the load (a bounds check branching
+	 * around it, an early ret) runs the entry block at the exit, before
+	 * the exit block. 0: at the body's first statement.
+	 */
+	int entry_late;
 };
 
 #define GX_PTX_INLINE_SITE "@GXSITE@"
@@ -45,6 +55,7 @@ struct gx_ptx_result {
 	char *text;        /* malloc'd, NUL-terminated patched module; NULL when unpatched */
 	size_t len;        /* strlen(text) */
 	int probed;        /* .entry bodies that got the probe calls */
+	int late;          /* of them, with the entry block after the first global load (entry_late) */
 	int entries;       /* .entry bodies in the module */
 	int target;        /* the module's sm_XX (0 if none was found) */
 	char target_text[32]; /* the module's .target token as written, e.g. "sm_90a" */
@@ -75,6 +86,7 @@ uint64_t gx_kernel_id(const char *name, size_t n);
  *   guard_entry thread0|none       (default none; an unknown value is none)
  *   guard_exit thread0|none
  *   inline 0|1                     (default 0)
+ *   entry_late 0|1                 (default 1; inline form only: see gx_ptx_opts)
  *   host_write VALUE SYMBOL OFFSET (zero or more: the interposer writes the
  *                                  u64 VALUE, launch-time before each launch
  *                                  or clock-offset at bind, at byte OFFSET
@@ -130,5 +142,6 @@ void gx_probe_conf_free(struct gx_probe_conf *c);
 #define GX_PTX_GUARD_TMP "%__gpuext_t"
 #define GX_PTX_SKIP_ENTRY "$__gpuext_skip_entry"
 #define GX_PTX_SKIP_EXIT "$__gpuext_skip_exit"
+#define GX_PTX_SKIP_ENTRY_AT_EXIT "$__gpuext_skip_entry_x" /* the entry block's guard, run at the exit */
 
 #endif /* GPUEXT_PTXPATCH_H */

@@ -142,3 +142,98 @@ func TestSplicedKernelCountsExact(t *testing.T) {
 		}
 	}
 }
+
+// The late entry site (module.conf entry_late, on by default): in
+// testdata/ptx/late.ptx the only global load follows a bounds check, so the
+// entry block goes after the load, and the threads that branch around it
+// (here whole blocks past n, thread 0 among them) run it at the exit.
+// launch-stats' counts must stay exact and the kernel's output unchanged,
+// against the same bundle with the entry block at the first statement
+// (entry_late 0), and the late form must be the one emitted by default.
+func TestSplicedLateEntryExact(t *testing.T) {
+	cli := spliceCLI(t)
+	b, err := testCompiler().Compile([]string{"launch-stats"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "probes")
+	if err := b.WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	kernel := filepath.Join("..", "..", "testdata", "ptx", "late.ptx")
+	const blocks, ntx, n = 5, 64, 100 // blocks 0 and 1 load (thread 0 too); 2, 3 and 4 branch around the load
+	const marker = "after the first global load"
+	for _, f := range []struct {
+		name, conf string
+		late       bool
+	}{
+		{"inline+guard (default)", b.Conf + b.Splice, true},
+		{"inline+guard entry_late 0", b.Conf + b.Splice + "entry_late 0\n", false},
+	} {
+		conf := filepath.Join(dir, "late.conf")
+		if err := os.WriteFile(conf, []byte(f.conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var out, stderr bytes.Buffer
+		cmd := exec.Command(cli, "-c", conf, filepath.Join(dir, probe.ModuleFile), kernel)
+		cmd.Stdout, cmd.Stderr = &out, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s: ptxpatch_cli: %v\n%s%s", f.name, err, out.String(), stderr.String())
+		}
+		patched := out.String()
+		if got := strings.Contains(patched, marker); got != f.late {
+			t.Fatalf("%s: late entry site = %v, want %v:\n%s", f.name, got, f.late, patched)
+		}
+		m, err := ptxinterp.Load(patched)
+		if err != nil {
+			t.Fatalf("%s: load: %v", f.name, err)
+		}
+		init := make([]byte, 4*blocks*ntx)
+		for i := 0; i < blocks*ntx; i++ {
+			binary.LittleEndian.PutUint32(init[4*i:], uint32(1000+i))
+		}
+		res := m.Alloc(init)
+		for bx := uint32(0); bx < blocks; bx++ {
+			for tx := uint32(0); tx < ntx; tx++ {
+				th := ptxinterp.ThreadRegs{
+					Tid: [3]uint32{tx, 0, 0}, Ctaid: [3]uint32{bx, 0, 0},
+					Ntid: [3]uint32{ntx, 1, 1}, Nctaid: [3]uint32{blocks, 1, 1},
+					LaneID: tx % 32, WarpID: 2*bx + tx/32, SMID: bx % 2,
+					Globaltimer: 1_000_000 + uint64(bx)*1000 + uint64(tx), GlobaltimerStep: 7 + uint64(bx),
+				}
+				if _, err := m.Call("_Z4bumpPjj", th, res, n); err != nil {
+					t.Fatalf("%s: block %d thread %d: %v", f.name, bx, tx, err)
+				}
+			}
+		}
+		got, _ := m.Read(res, 4*blocks*ntx)
+		for i := uint32(0); i < blocks*ntx; i++ {
+			want := 1000 + i
+			if i < n {
+				want += i
+			}
+			if v := binary.LittleEndian.Uint32(got[4*i:]); v != want {
+				t.Fatalf("%s: out[%d] = %d, want %d", f.name, i, v, want)
+			}
+		}
+		im := &ptx.Image{Layout: b.Manifest.Maps[0].Layout, Bytes: bytes.Clone(m.Global(b.Manifest.Maps[0].Symbol))}
+		ents, err := im.Entries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var counts []uint64
+		for _, e := range ents {
+			counts = append(counts, binary.LittleEndian.Uint64(e.Value))
+		}
+		// launches, blocks, block_ns, block_exits: thread 0 of every block
+		// reads the timer once for its entry (late, or at the exit for the
+		// blocks past n) and once at its exit, 7+bx apart
+		blockNs := uint64(0)
+		for bx := uint64(0); bx < blocks; bx++ {
+			blockNs += 7 + bx
+		}
+		if got, want := fmt.Sprint(counts), fmt.Sprint([]uint64{1, blocks, blockNs, blocks}); got != want {
+			t.Errorf("%s: ls_counters = %s, want %s", f.name, got, want)
+		}
+	}
+}

@@ -180,7 +180,9 @@ func getN(b []byte, n int) uint64 {
 	return binary.LittleEndian.Uint64(b)
 }
 
-// Alloc copies b into a fresh buffer and returns its generic address.
+// Alloc copies b into a fresh buffer and returns its generic address. The
+// buffer is global memory: cvta.to.global of that address, then ld.global
+// or st.global, reach the same bytes.
 func (m *Machine) Alloc(b []byte) uint64 {
 	a := allocation{addr: m.nextHeap, b: append([]byte(nil), b...)}
 	m.allocs = append(m.allocs, a)
@@ -262,6 +264,11 @@ func (m *Machine) mem(addr uint64, n int, sp space) ([]byte, error) {
 			}
 		}
 		return nil, fmt.Errorf("generic address %#x (+%d) is not mapped", addr, n)
+	}
+	if sp == spaceGlobal && addr >= genericAlloc-genericGlobal {
+		// a buffer of Alloc (global memory a host allocated) through
+		// cvta.to.global: the same bytes as at its generic address
+		return m.mem(addr+genericGlobal, n, spaceGeneric)
 	}
 	var w []byte
 	hi := uint64(0)
