@@ -48,6 +48,13 @@
 //   ls-late-stamp ls-entry-time with thread 0's stamp taken after the body's
 //                load is issued (not a shape a splice at entry can emit):
 //                is it where the stamp is taken?
+//   ls-late-full launch-stats as a splice could place it late: the entry
+//                block (thread 0: slot, stamp, block 0's launch count) put
+//                after the body's first global load, a flag for the path
+//                that skips the load (the exit then runs the entry block
+//                first), exit three red.adds as ls-defer
+//   lc-late      launch-count with its slot taken in that late entry block;
+//                the exit only adds
 //   grid-floor   no per-block atomic: block 0 adds the grid's block count and
 //                the launch at its exit (counts blocks launched, not blocks
 //                that ran: the floor of any counter, not a probe we ship)
@@ -105,10 +112,10 @@ static __device__ __forceinline__ bool leader(void)
 	return (threadIdx.x | threadIdx.y | threadIdx.z) == 0;
 }
 
-enum { V_PLAIN, V_COUNT, V_COUNT_CTA, V_COUNT_CTA_TID, V_ENTRY, V_EXIT, V_EXIT_STORE, V_STATS, V_TIMER, V_GUARD, V_LC_EXIT, V_LS_DEFER, V_LS_EXIT2, V_GRID_FLOOR, V_LS_PACK, V_LS_CLOCK, V_LS_CLOCK_PACK, V_LS_EXIT_TIME, V_LS_ENTRY_TIME, V_LS_ENTRY_NODIV, V_LS_LATE_STAMP, V_N };
+enum { V_PLAIN, V_COUNT, V_COUNT_CTA, V_COUNT_CTA_TID, V_ENTRY, V_EXIT, V_EXIT_STORE, V_STATS, V_TIMER, V_GUARD, V_LC_EXIT, V_LS_DEFER, V_LS_EXIT2, V_GRID_FLOOR, V_LS_PACK, V_LS_CLOCK, V_LS_CLOCK_PACK, V_LS_EXIT_TIME, V_LS_ENTRY_TIME, V_LS_ENTRY_NODIV, V_LS_LATE_STAMP, V_LS_LATE_FULL, V_LC_LATE, V_N };
 static const char *names[V_N] = {"plain", "count", "count-cta", "count-cta-tid", "entry-only", "exit-only", "exit-store", "stats", "timer-only", "guard-only",
 				 "lc-exit", "ls-defer", "ls-exit2", "grid-floor", "ls-pack", "ls-clock", "ls-clock-pack", "ls-exit-time",
-				 "ls-entry-time", "ls-entry-nodiv", "ls-late-stamp"};
+				 "ls-entry-time", "ls-entry-nodiv", "ls-late-stamp", "ls-late-full", "lc-late"};
 
 /* the probes' map values: launch-count 2 counters a slot, launch-stats 4 */
 __device__ u64 g_lc[SLOTS * 2];
@@ -139,6 +146,47 @@ template <int V> __global__ void small(float *x, int n, u64 *sink)
 		t0 = ls_time<V>();
 		if (bl == 0)
 			red_add(&g_ls[(bl & (SLOTS - 1)) * 4 + 0] + tid_x(), 1);
+	}
+	if (V == V_LS_LATE_FULL || V == V_LC_LATE) {
+		/* the splice's late entry: after the body's first load, on the
+		 * path that makes it; a flag for the path that does not */
+		int i = blockIdx.x * blockDim.x + threadIdx.x;
+		bool entered = false;
+		if (i < n) {
+			float xi = x[i];
+			if (leader()) {
+				bl = block_linear();
+				if (V == V_LS_LATE_FULL) {
+					t0 = gtimer();
+					if (bl == 0)
+						red_add(&g_ls[(bl & (SLOTS - 1)) * 4 + 0] + tid_x(), 1);
+				}
+			}
+			entered = true;
+			x[i] = xi * 1.0001f + 0.5f;
+		}
+		if (!leader())
+			return;
+		if (!entered) {
+			bl = block_linear();
+			if (V == V_LS_LATE_FULL) {
+				t0 = gtimer();
+				if (bl == 0)
+					red_add(&g_ls[(bl & (SLOTS - 1)) * 4 + 0] + tid_x(), 1);
+			}
+		}
+		if (V == V_LS_LATE_FULL) {
+			u64 *p = &g_ls[(bl & (SLOTS - 1)) * 4] + tid_x();
+			red_add(p + 2, gtimer() - t0);
+			red_add(p + 1, 1);
+			red_add(p + 3, 1);
+		} else {
+			u64 *p = &g_lc[(bl & (SLOTS - 1)) * 2] + tid_x();
+			red_add(p + 1, 1);
+			if (bl == 0)
+				red_add(p, 1);
+		}
+		return;
 	}
 	if (V >= V_LC_EXIT) {
 		int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -218,7 +266,7 @@ static kern kernels[V_N] = {small<V_PLAIN>, small<V_COUNT>, small<V_COUNT_CTA>, 
 			     small<V_EXIT>, small<V_EXIT_STORE>, small<V_STATS>, small<V_TIMER>, small<V_GUARD>,
 			     small<V_LC_EXIT>, small<V_LS_DEFER>, small<V_LS_EXIT2>, small<V_GRID_FLOOR>,
 			     small<V_LS_PACK>, small<V_LS_CLOCK>, small<V_LS_CLOCK_PACK>, small<V_LS_EXIT_TIME>, small<V_LS_ENTRY_TIME>,
-			     small<V_LS_ENTRY_NODIV>, small<V_LS_LATE_STAMP>};
+			     small<V_LS_ENTRY_NODIV>, small<V_LS_LATE_STAMP>, small<V_LS_LATE_FULL>, small<V_LC_LATE>};
 
 static double now_s(void)
 {

@@ -204,19 +204,23 @@ fi
 # Overhead of the entry + exit probes on a ~5 us kernel and on a 4096 x 4096
 # SGEMM: launch-count (counts only) and launch-stats (counts + two timer
 # reads); GPU time per kernel, without / with, in one run, order rotated.
-if pwant overhead && [[ -x $W/probeapps ]] && ptenant 36 launch-stats && ptenant 38 launch-count; then
+if pwant overhead && [[ -x $W/probeapps ]] && ptenant 36 launch-stats && ptenant 45 launch-stats && ptenant 38 launch-count; then
+	# 45: launch-stats with its entry block at the body's first statement
+	# (module.conf entry_late 0), beside 36's default (after the first global load)
+	echo "entry_late 0" >>"$PT/tenants/45/probes/module.conf"
 	# the interposer alone (a tenant without probes) beside them: its host-side hooks are not the probes' cost
 	mkdir -p "$PT/tenants/39" "$PT/acct/39" && chmod 1777 "$PT/acct/39"
 	"$GX" settings write --dir "$PT/tenants/39" --tenant 39 --policy gpu-test
 	for round in $(seq "${GPUEXT_PROBE_ROUNDS:-3}"); do
 		for what in "small ${GPUEXT_PROBE_SMALL_ITERS:-100000}" "gemm 4096 20"; do
 			declare -A us=()
-			order=(none 39 36 38); (( round % 4 == 2 )) && order=(39 36 38 none); (( round % 4 == 3 )) && order=(36 38 none 39); (( round % 4 == 0 )) && order=(38 none 39 36)
+			order=(none 39 36 45 38); (( round % 5 == 2 )) && order=(39 36 45 38 none); (( round % 5 == 3 )) && order=(36 45 38 none 39)
+			(( round % 5 == 4 )) && order=(45 38 none 39 36); (( round % 5 == 0 )) && order=(38 none 39 36 45)
 			for t in "${order[@]}"; do
 				if [[ $t == none ]]; then us[$t]=$("$W/probeapps" bench $what | awk '{print $2}')
 				else us[$t]=$(prun "$t" "$W/probeapps" bench $what 2>/dev/null | awk '{print $2}'); fi
 			done
-			info "probe_overhead kernel=${what%% *} round=$round without_us=${us[none]} interposer_us=${us[39]} launch_count_us=${us[38]} launch_stats_us=${us[36]} count_ratio=$(awk -v a="${us[none]}" -v b="${us[38]}" 'BEGIN{printf "%.4f", b/a}') stats_ratio=$(awk -v a="${us[none]}" -v b="${us[36]}" 'BEGIN{printf "%.4f", b/a}')"
+			info "probe_overhead kernel=${what%% *} round=$round without_us=${us[none]} interposer_us=${us[39]} launch_count_us=${us[38]} launch_stats_us=${us[36]} launch_stats_first_us=${us[45]} count_ratio=$(awk -v a="${us[none]}" -v b="${us[38]}" 'BEGIN{printf "%.4f", b/a}') stats_ratio=$(awk -v a="${us[none]}" -v b="${us[36]}" 'BEGIN{printf "%.4f", b/a}') stats_first_ratio=$(awk -v a="${us[none]}" -v b="${us[45]}" 'BEGIN{printf "%.4f", b/a}')"
 			unset us
 		done
 	done | tee "$OUT/probe-overhead.txt"
