@@ -140,7 +140,7 @@ if want priority-torch; then
 	T_RES="$OUT/priority-torch.txt"
 	: >"$T_RES"
 	tprio_run() { # run scenario mode
-		local run=$1 scen=$2 mode=$3 models=() pids=() i sm=0 prio=1 board_pid="" D="$W/tprio"
+		local run=$1 scen=$2 mode=$3 models=() pids=() i sm=0 lcsm=0 prio=1 board_pid="" D="$W/tprio"
 		case $scen in
 		cnn2) models=(resnet50 resnet50) ;;
 		gnn2) models=(gcn gcn) ;;
@@ -155,6 +155,8 @@ if want priority-torch; then
 		elif [[ $mode == gpuext-* ]]; then
 			sm=${mode#gpuext-}; sm=${sm%%-*}
 			[[ $mode == *-p0 ]] && prio=0
+			# gpuext-P-lcL: the latency-critical process capped at L% too
+			[[ $mode =~ -lc([0-9]+) ]] && lcsm=${BASH_REMATCH[1]}
 		fi
 		rm -rf "$D" && mkdir -p "$D/tenants/1" "$D/tenants/2" "$D/acct/1" "$D/acct/2" "$D/board"
 		"$GPUEXTCTL" settings write --dir "$D/tenants/1" --tenant 1 --class latency-critical --active-window-us 6000
@@ -171,6 +173,8 @@ if want priority-torch; then
 		pre() { # tenant -> the env admission would inject (policy modes only)
 			[[ $mode == gpuext-* || $mode == gate ]] || return 0
 			echo "GPUEXT_DEVRT_DEBUG=1 LD_PRELOAD=$LIB GPUEXT_TENANT_DIR=$D/tenants/$1 GPUEXT_TENANT_ACCT=$D/acct/$1 GPUEXT_BOARD=$D/board/board"
+			((lcsm > 0 && $1 == 1)) && echo "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$lcsm"
+			return 0
 		}
 		for i in "${!models[@]}"; do
 			# shellcheck disable=SC2046
@@ -213,7 +217,7 @@ if want priority-torch; then
 		for k in graph_p50 graph_p99 eager_p50 eager_p99; do line="$line lc_${k}_us=$(awk -v k="lc_${k}_us" '$1 == k {print $2}' "$D/lc.txt")"; done
 		line="$line be_steps_per_s=$be be_dtype=$GPUEXT_TORCH_BE_DTYPE"
 		[[ $mode == gpuext-* ]] && line="$line be_confined=$(cat "$D"/be*.txt | grep -c "CUDA_MPS_CLIENT_PRIORITY=$prio, launch gate off")/${#pids[@]}"
-		[[ $mode == gpuext-* ]] && line="$line sm=$sm prio=$prio"
+		[[ $mode == gpuext-* ]] && line="$line sm=$sm prio=$prio lc_sm=$lcsm"
 		line="$line be_ticks=$(for f in "$D"/be*.txt; do grep -c '^be_tick' "$f"; done | paste -sd,)"
 		echo "$line" >>"$T_RES"
 		mkdir -p "$W/tplogs"
