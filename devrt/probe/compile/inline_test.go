@@ -107,24 +107,7 @@ func TestSplicedKernelCountsExact(t *testing.T) {
 				t.Fatalf("%s: out[%d] = %d, want %d", f.name, i, got, want)
 			}
 		}
-		im := &ptx.Image{Layout: b.Manifest.Maps[0].Layout, Bytes: state["ls_counters"]}
-		ents, err := im.Entries()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var counts []uint64
-		for _, e := range ents {
-			counts = append(counts, binary.LittleEndian.Uint64(e.Value))
-		}
-		// launches, blocks, block_ns, block_exits: thread 0 of block bx reads
-		// the timer once at entry and once at exit, 7+bx apart
-		blockNs := uint64(0)
-		for bx := uint64(0); bx < blocks; bx++ {
-			blockNs += 7 + bx
-		}
-		if got, want := fmt.Sprint(counts), fmt.Sprint([]uint64{1, blocks, blockNs, blocks}); got != want {
-			t.Errorf("%s: ls_counters = %s, want %s", f.name, got, want)
-		}
+		checkLaunchStats(t, f.name, b.Manifest.Maps[0].Layout, state["ls_counters"], blocks)
 		if ref == nil {
 			ref, refForm = state, f.name
 			continue
@@ -216,24 +199,30 @@ func TestSplicedLateEntryExact(t *testing.T) {
 				t.Fatalf("%s: out[%d] = %d, want %d", f.name, i, v, want)
 			}
 		}
-		im := &ptx.Image{Layout: b.Manifest.Maps[0].Layout, Bytes: bytes.Clone(m.Global(b.Manifest.Maps[0].Symbol))}
-		ents, err := im.Entries()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var counts []uint64
-		for _, e := range ents {
-			counts = append(counts, binary.LittleEndian.Uint64(e.Value))
-		}
-		// launches, blocks, block_ns, block_exits: thread 0 of every block
-		// reads the timer once for its entry (late, or at the exit for the
-		// blocks past n) and once at its exit, 7+bx apart
-		blockNs := uint64(0)
-		for bx := uint64(0); bx < blocks; bx++ {
-			blockNs += 7 + bx
-		}
-		if got, want := fmt.Sprint(counts), fmt.Sprint([]uint64{1, blocks, blockNs, blocks}); got != want {
-			t.Errorf("%s: ls_counters = %s, want %s", f.name, got, want)
-		}
+		// thread 0 of the blocks past n reads its entry's time at the exit
+		checkLaunchStats(t, f.name, b.Manifest.Maps[0].Layout, bytes.Clone(m.Global(b.Manifest.Maps[0].Symbol)), blocks)
+	}
+}
+
+// checkLaunchStats: launch-stats' counters after one launch of blocks
+// blocks - launches, blocks, block_ns, block_exits - where thread 0 of
+// block bx read the timer once for its entry and once at its exit, 7+bx
+// apart (the interpreter's GlobaltimerStep in these tests).
+func checkLaunchStats(t *testing.T, form string, layout probe.MapLayout, img []byte, blocks uint64) {
+	t.Helper()
+	ents, err := (&ptx.Image{Layout: layout, Bytes: img}).Entries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counts []uint64
+	for _, e := range ents {
+		counts = append(counts, binary.LittleEndian.Uint64(e.Value))
+	}
+	blockNs := uint64(0)
+	for bx := uint64(0); bx < blocks; bx++ {
+		blockNs += 7 + bx
+	}
+	if got, want := fmt.Sprint(counts), fmt.Sprint([]uint64{1, blocks, blockNs, blocks}); got != want {
+		t.Errorf("%s: ls_counters = %s, want %s", form, got, want)
 	}
 }
