@@ -52,16 +52,7 @@ func TestSplicedKernelCountsExact(t *testing.T) {
 	var refForm string
 	for _, f := range forms {
 		conf := filepath.Join(dir, f.name+".conf") // next to inline_*.ptx, where the patcher looks
-		if err := os.WriteFile(conf, []byte(f.conf), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		var out, stderr bytes.Buffer
-		cmd := exec.Command(cli, "-c", conf, filepath.Join(dir, probe.ModuleFile), kernel)
-		cmd.Stdout, cmd.Stderr = &out, &stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("%s: ptxpatch_cli: %v\n%s%s", f.name, err, out.String(), stderr.String())
-		}
-		patched := out.String()
+		patched := spliceFile(t, cli, f.name, conf, f.conf, filepath.Join(dir, probe.ModuleFile), kernel)
 		inline := strings.Contains(f.name, "inline")
 		if got := strings.Contains(patched, "call __gpuext_probe_entry") || strings.Contains(patched, "call.uni __gpuext_probe_entry"); got == inline {
 			t.Errorf("%s: dispatch call in the kernel = %v", f.name, got)
@@ -154,16 +145,7 @@ func TestSplicedLateEntryExact(t *testing.T) {
 		{"inline+guard entry_late 0", b.Conf + b.Splice + "entry_late 0\n", false},
 	} {
 		conf := filepath.Join(dir, "late.conf")
-		if err := os.WriteFile(conf, []byte(f.conf), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		var out, stderr bytes.Buffer
-		cmd := exec.Command(cli, "-c", conf, filepath.Join(dir, probe.ModuleFile), kernel)
-		cmd.Stdout, cmd.Stderr = &out, &stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("%s: ptxpatch_cli: %v\n%s%s", f.name, err, out.String(), stderr.String())
-		}
-		patched := out.String()
+		patched := spliceFile(t, cli, f.name, conf, f.conf, filepath.Join(dir, probe.ModuleFile), kernel)
 		if got := strings.Contains(patched, marker); got != f.late {
 			t.Fatalf("%s: late entry site = %v, want %v:\n%s", f.name, got, f.late, patched)
 		}
@@ -225,4 +207,20 @@ func checkLaunchStats(t *testing.T, form string, layout probe.MapLayout, img []b
 	if got, want := fmt.Sprint(counts), fmt.Sprint([]uint64{1, blocks, blockNs, blocks}); got != want {
 		t.Errorf("%s: ls_counters = %s, want %s", form, got, want)
 	}
+}
+
+// spliceFile writes module.conf text to conf and splices module into
+// kernel with the interposer's patcher (ptxpatch_cli): the patched PTX.
+func spliceFile(t *testing.T, cli, form, conf, text, module, kernel string) string {
+	t.Helper()
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, stderr bytes.Buffer
+	cmd := exec.Command(cli, "-c", conf, module, kernel)
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: ptxpatch_cli: %v\n%s%s", form, err, out.String(), stderr.String())
+	}
+	return out.String()
 }
