@@ -60,12 +60,25 @@
 //                that ran: the floor of any counter, not a probe we ship)
 // Each variant runs as a CUDA graph of 1000 launches (GPU time, not the
 // host's launch rate).
+//
+// More arguments are PTX files of this program's own kernels, or of
+// probeapps.cu's, as the splice leaves them (nvcc -ptx, then ptxpatch_cli
+// with a probe's module): each is loaded with cuModuleLoadData and its plain
+// kernel (small<0>, or small_kernel) timed in the same rotation as the shapes above, named by the
+// file, so the real splice and the hand-written floor are measured side by
+// side. For each, the sums of its ls_counters / lc_counters copies are
+// printed after the run (INFO probe_cost_counts ... counts=exact|wrong):
+// blocks must be launches x 4096, launches the graph launches x 1000.
+//
+//   nvcc -O2 -arch=sm_90 -o probe_cost probe_cost.cu -lcuda && ./probe_cost 12 20000 spliced.ptx ...
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <vector>
+#include <cuda.h>
 #include <cuda_runtime.h>
+#include <string>
 
 #define SLOTS 16384
 typedef unsigned long long u64;
@@ -134,6 +147,12 @@ template <int V> __device__ __forceinline__ u64 ls_time(void)
 
 template <int V> __global__ void small(float *x, int n, u64 *sink)
 {
+	if (V == V_PLAIN) { /* probeapps.cu's small_kernel exactly: what a splice is given */
+		int i = blockIdx.x * blockDim.x + threadIdx.x;
+		if (i < n)
+			x[i] = x[i] * 1.0001f + 0.5f;
+		return;
+	}
 	u64 t0 = 0;
 	unsigned bl = 0;
 	const bool ls = V == V_LS_DEFER || V == V_LS_EXIT2 || V == V_LS_PACK || V == V_LS_CLOCK || V == V_LS_CLOCK_PACK || V == V_LS_ENTRY_TIME;
@@ -275,9 +294,29 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *b = (char *)malloc(n + 1);
+	if (fread(b, 1, n, f) != (size_t)n) {
+		fclose(f);
+		free(b);
+		return NULL;
+	}
+	b[n] = 0;
+	fclose(f);
+	return b;
+}
+
 int main(int argc, char **argv)
 {
 	int rounds = argc > 1 ? atoi(argv[1]) : 10, iters = argc > 2 ? atoi(argv[2]) : 20000;
+	int nmod = argc > 3 ? argc - 3 : 0, nv = V_N + nmod;
 	int len = 1 << 20;
 	float *d;
 	u64 *sink;
@@ -287,29 +326,81 @@ int main(int argc, char **argv)
 	cudaEvent_t e0, e1;
 	cudaEventCreate(&e0);
 	cudaEventCreate(&e1);
+	/* the spliced modules: their small<0>, loaded in the runtime's context */
+	std::vector<CUmodule> mods(nmod);
+	std::vector<CUfunction> fns(nmod);
+	std::vector<std::string> vname(nv);
+	for (int v = 0; v < V_N; v++)
+		vname[v] = names[v];
+	for (int m = 0; m < nmod; m++) {
+		char *text = slurp(argv[3 + m]);
+		CUresult r = text ? cuModuleLoadData(&mods[m], text) : CUDA_ERROR_FILE_NOT_FOUND;
+		/* this file's small<0>, or probeapps.cu's small_kernel (the same body, two parameters: the third is not read) */
+		if (r == CUDA_SUCCESS && cuModuleGetFunction(&fns[m], mods[m], "_Z5smallILi0EEvPfiPy") != CUDA_SUCCESS)
+			r = cuModuleGetFunction(&fns[m], mods[m], "_Z12small_kernelPfi");
+		if (r != CUDA_SUCCESS) {
+			const char *es = "?";
+			cuGetErrorString(r, &es);
+			printf("FAIL probe-cost: %s: %s\n", argv[3 + m], es);
+			return 1;
+		}
+		free(text);
+		std::string b = argv[3 + m];
+		vname[V_N + m] = "ptx:" + b.substr(b.find_last_of('/') + 1);
+	}
+	auto launch = [&](int v, cudaStream_t s) {
+		if (v < V_N) {
+			kernels[v]<<<len / 256, 256, 0, s>>>(d, len, sink);
+			return;
+		}
+		void *args[] = {&d, &len, &sink};
+		cuLaunchKernel(fns[v - V_N], len / 256, 1, 1, 256, 1, 1, 0, (CUstream)s, args, NULL);
+	};
 	for (double t = now_s(); now_s() - t < 0.5;) /* clocks up */
-		for (int v = 0; v < V_N; v++) {
+		for (int v = 0; v < nv; v++) {
 			for (int i = 0; i < 200; i++)
-				kernels[v]<<<len / 256, 256>>>(d, len, sink);
+				launch(v, 0);
 			cudaDeviceSynchronize();
 		}
+	/* the spliced modules' counters start from 0: the warm-up's launches are not counted */
+	auto counters = [&](int m, const char *sym, int per, u64 *sum) {
+		CUdeviceptr p;
+		size_t sz;
+		if (cuModuleGetGlobal(&p, &sz, mods[m], sym) != CUDA_SUCCESS)
+			return false;
+		std::vector<u64> h(sz / 8);
+		cuMemcpyDtoH(h.data(), p, sz);
+		for (int k = 0; k < per; k++)
+			sum[k] = 0;
+		/* a per-warp map: 32 bytes of header, then the copies, per values of 8 bytes */
+		for (size_t w = 4; w + per <= h.size(); w += per)
+			for (int k = 0; k < per; k++)
+				sum[k] += h[w + k];
+		std::vector<u64> z(sz / 8 - 4, 0); /* read and cleared */
+		cuMemcpyHtoD(p + 32, z.data(), z.size() * 8);
+		return true;
+	};
+	for (int m = 0; m < nmod; m++) {
+		u64 s[4];
+		counters(m, "__gpuext_map_ls_counters", 4, s) || counters(m, "__gpuext_map_lc_counters", 2, s);
+	}
 	/* each variant as a graph of 1000 launches: GPU time, not the host's launch rate */
 	cudaStream_t st;
 	cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-	cudaGraphExec_t ge[V_N];
-	for (int v = 0; v < V_N; v++) {
+	std::vector<cudaGraphExec_t> ge(nv);
+	for (int v = 0; v < nv; v++) {
 		cudaGraph_t g;
 		cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
 		for (int i = 0; i < 1000; i++)
-			kernels[v]<<<len / 256, 256, 0, st>>>(d, len, sink);
+			launch(v, st);
 		cudaStreamEndCapture(st, &g);
 		cudaGraphInstantiate(&ge[v], g, 0);
 	}
 	iters = (iters + 999) / 1000 * 1000;
-	std::vector<std::vector<float>> us(V_N);
+	std::vector<std::vector<float>> us(nv);
 	for (int r = 0; r < rounds; r++)
-		for (int k = 0; k < V_N; k++) {
-			int v = (k + r) % V_N; /* rotate the order */
+		for (int k = 0; k < nv; k++) {
+			int v = (k + r) % nv; /* rotate the order */
 			float ms = 0;
 			cudaEventRecord(e0, st);
 			for (int i = 0; i < iters / 1000; i++)
@@ -324,13 +415,31 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	float base = 0;
-	for (int v = 0; v < V_N; v++) {
+	for (int v = 0; v < nv; v++) {
 		std::sort(us[v].begin(), us[v].end());
 		float med = us[v][us[v].size() / 2];
 		if (v == 0)
 			base = med;
-		printf("INFO probe_cost variant=%s median_us=%.3f min_us=%.3f max_us=%.3f ratio=%.4f\n", names[v], med, us[v].front(),
+		printf("INFO probe_cost variant=%s median_us=%.3f min_us=%.3f max_us=%.3f ratio=%.4f\n", vname[v].c_str(), med, us[v].front(),
 		       us[v].back(), med / base);
 	}
-	return 0;
+	/* what the spliced modules counted: launches, blocks, exits */
+	u64 want_launches = (u64)rounds * iters;
+	int bad = 0;
+	for (int m = 0; m < nmod; m++) {
+		u64 s[4] = {0, 0, 0, 0};
+		if (counters(m, "__gpuext_map_ls_counters", 4, s)) {
+			bool ok = s[0] == want_launches && s[1] == want_launches * (len / 256) && s[3] == s[1];
+			printf("INFO probe_cost_counts variant=%s counts=%s launches=%llu blocks=%llu block_exits=%llu mean_block_ns=%.1f want_launches=%llu want_blocks=%llu\n",
+			        vname[V_N + m].c_str(), ok ? "exact" : "wrong", s[0], s[1], s[3], s[3] ? (double)s[2] / s[3] : 0.0, want_launches,
+			       want_launches * (len / 256));
+			bad += !ok;
+		} else if (counters(m, "__gpuext_map_lc_counters", 2, s)) {
+			bool ok = s[0] == want_launches && s[1] == want_launches * (len / 256);
+			printf("INFO probe_cost_counts variant=%s counts=%s launches=%llu blocks=%llu want_launches=%llu want_blocks=%llu\n",
+			       vname[V_N + m].c_str(), ok ? "exact" : "wrong", s[0], s[1], want_launches, want_launches * (len / 256));
+			bad += !ok;
+		}
+	}
+	return bad ? 1 : 0;
 }

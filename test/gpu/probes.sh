@@ -227,9 +227,28 @@ if pwant overhead && [[ -x $W/probeapps ]] && ptenant 36 launch-stats && ptenant
 	grep -h 'state=patched' "$PT/acct/36/probes/"*.status "$PT/acct/38/probes/"*.status | head -2 | sed 's/^/INFO probe_overhead status /'
 fi
 # The probe shapes by hand, in one process (test/gpu/probe_cost.cu): what
-# each piece of an entry+exit probe costs the ~5 us kernel.
-if pwant overhead && nvcc -O2 -arch=sm_90 -o "$W/probe_cost" "$REPO/test/gpu/probe_cost.cu" >>"$OUT/build-probes.log" 2>&1; then
-	"$W/probe_cost" 12 20000 | tee -a "$OUT/probe-overhead.txt"
+# each piece of an entry+exit probe costs the ~5 us kernel; beside them the
+# same kernel as the splice leaves it (probeapps.cu's PTX through
+# ptxpatch_cli with tenants 36, 45 and 38's modules: ptx:launch-stats.ptx,
+# ptx:launch-stats-first.ptx, ptx:launch-count.ptx), JIT-compiled by the
+# driver as the interposer's are, with their counts checked
+# (probe-cost-counts).
+if pwant overhead && nvcc -O2 -arch=sm_90 -o "$W/probe_cost" "$REPO/test/gpu/probe_cost.cu" -lcuda >>"$OUT/build-probes.log" 2>&1; then
+	mods=()
+	if nvcc -O2 -arch=sm_90 -ptx -o "$W/probeapps.ptx" "$REPO/test/gpu/probeapps.cu" 2>>"$OUT/build-probes.log"; then
+		for tm in 36:launch-stats 45:launch-stats-first 38:launch-count; do
+			d=$PT/tenants/${tm%%:*}/probes
+			[[ -f $d/module.conf ]] && "$W/devrt/ptxpatch_cli" -c "$d/module.conf" "$d/module.ptx" "$W/probeapps.ptx" >"$W/${tm#*:}.ptx" 2>>"$OUT/build-probes.log" &&
+				mods+=("$W/${tm#*:}.ptx")
+		done
+	fi
+	"$W/probe_cost" 12 20000 "${mods[@]}" | tee -a "$OUT/probe-overhead.txt"
+	# the spliced kernels counted every launch and block exactly
+	while read -r _ _ variant counts rest; do
+		name=${variant#variant=ptx:}
+		if [[ $counts == counts=exact ]]; then ok "probes-cost-counts-${name%.ptx}"; else bad "probes-cost-counts-${name%.ptx}" "$counts $rest"; fi
+	done < <(grep -h '^INFO probe_cost_counts' "$OUT/probe-overhead.txt")
+	(( ${#mods[@]} == 3 )) || bad probes-cost-counts "${#mods[@]} of 3 spliced modules made (build-probes.log)"
 fi
 # What the splice costs in resources: ptxas -v on the apps' PTX with and without it.
 if pwant resources && [[ -d $PT/tenants/36/probes ]] && nvcc -arch=sm_90 -ptx -o "$W/probeapps.ptx" "$REPO/test/gpu/probeapps.cu" 2>>"$OUT/build-probes.log" &&
