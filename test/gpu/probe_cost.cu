@@ -80,6 +80,8 @@
 #include <cuda_runtime.h>
 #include <string>
 
+#include "read_file.h"
+
 #define SLOTS 16384
 typedef unsigned long long u64;
 
@@ -294,25 +296,6 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *b = (char *)malloc(n + 1);
-	if (fread(b, 1, n, f) != (size_t)n) {
-		fclose(f);
-		free(b);
-		return NULL;
-	}
-	b[n] = 0;
-	fclose(f);
-	return b;
-}
-
 int main(int argc, char **argv)
 {
 	int rounds = argc > 1 ? atoi(argv[1]) : 10, iters = argc > 2 ? atoi(argv[2]) : 20000;
@@ -333,7 +316,7 @@ int main(int argc, char **argv)
 	for (int v = 0; v < V_N; v++)
 		vname[v] = names[v];
 	for (int m = 0; m < nmod; m++) {
-		char *text = slurp(argv[3 + m]);
+		char *text = read_file(argv[3 + m], NULL);
 		CUresult r = text ? cuModuleLoadData(&mods[m], text) : CUDA_ERROR_FILE_NOT_FOUND;
 		/* this file's small<0>, or probeapps.cu's small_kernel (the same body, two parameters: the third is not read) */
 		if (r == CUDA_SUCCESS && cuModuleGetFunction(&fns[m], mods[m], "_Z5smallILi0EEvPfiPy") != CUDA_SUCCESS)

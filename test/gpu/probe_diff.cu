@@ -27,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "read_file.h"
+
 #define MAX_MAPS 8
 
 struct map_expect {
@@ -46,27 +48,6 @@ struct prog {
 	int nmaps;
 	struct map_expect maps[MAX_MAPS];
 };
-
-static char *read_file(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *b = (char *)malloc(n + 1);
-	if (fread(b, 1, n, f) != (size_t)n) {
-		fclose(f);
-		free(b);
-		return NULL;
-	}
-	fclose(f);
-	b[n] = 0;
-	if (len)
-		*len = n;
-	return b;
-}
 
 static uint8_t *unhex(const char *s, size_t *len)
 {
