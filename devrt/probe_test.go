@@ -160,11 +160,19 @@ func TestPTXPatchGolden(t *testing.T) {
 						if want {
 							n = 1
 						}
-						if strings.Count(b, "@%__gpuext_g bra "+skip+";") != n || strings.Count(b, skip+":") != n {
+						// the inline form branches on the body's one thread-0 predicate, read at the entry site
+						guardPred := "%__gpuext_g"
+						if tc.inline {
+							guardPred = "%__gpuext_nt0"
+						}
+						if strings.Count(b, "@"+guardPred+" bra "+skip+";") != n || strings.Count(b, skip+":") != n {
 							t.Errorf("%s: want %d guard(s) branching to %s:\n%s", e, n, skip, b)
 						}
 					}
-				} else if strings.Contains(b, "__gpuext_g") {
+					if tc.inline && strings.Count(b, "setp.ne.u32 %__gpuext_nt0, ") != 1 {
+						t.Errorf("%s: the thread-0 predicate is not set exactly once:\n%s", e, b)
+					}
+				} else if strings.Contains(b, "__gpuext_g") || strings.Contains(b, "__gpuext_nt0") {
 					t.Errorf("%s: a guard without guard_* in module.conf:\n%s", e, b)
 				}
 				exitCall := "call __gpuext_probe_exit"

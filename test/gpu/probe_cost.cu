@@ -68,7 +68,9 @@
 // file, so the real splice and the hand-written floor are measured side by
 // side. For each, the sums of its ls_counters / lc_counters copies are
 // printed after the run (INFO probe_cost_counts ... counts=exact|wrong):
-// blocks must be launches x 4096, launches the graph launches x 1000.
+// blocks must be launches x 4096, launches the graph launches x 1000; then
+// again (variant NAME-short) after 10 launches whose upper half of blocks
+// skips the body's load entirely.
 //
 //   nvcc -O2 -arch=sm_90 -o probe_cost probe_cost.cu -lcuda && ./probe_cost 12 20000 spliced.ptx ...
 #include <algorithm>
@@ -407,22 +409,38 @@ int main(int argc, char **argv)
 		       us[v].back(), med / base);
 	}
 	/* what the spliced modules counted: launches, blocks, exits */
-	u64 want_launches = (u64)rounds * iters;
 	int bad = 0;
-	for (int m = 0; m < nmod; m++) {
+	auto report = [&](int m, const char *run, u64 want_launches) {
 		u64 s[4] = {0, 0, 0, 0};
+		u64 want_blocks = want_launches * (len / 256);
 		if (counters(m, "__gpuext_map_ls_counters", 4, s)) {
-			bool ok = s[0] == want_launches && s[1] == want_launches * (len / 256) && s[3] == s[1];
-			printf("INFO probe_cost_counts variant=%s counts=%s launches=%llu blocks=%llu block_exits=%llu mean_block_ns=%.1f want_launches=%llu want_blocks=%llu\n",
-			        vname[V_N + m].c_str(), ok ? "exact" : "wrong", s[0], s[1], s[3], s[3] ? (double)s[2] / s[3] : 0.0, want_launches,
-			       want_launches * (len / 256));
+			bool ok = s[0] == want_launches && s[1] == want_blocks && s[3] == s[1];
+			printf("INFO probe_cost_counts variant=%s%s counts=%s launches=%llu blocks=%llu block_exits=%llu mean_block_ns=%.1f want_launches=%llu want_blocks=%llu\n",
+			       vname[V_N + m].c_str(), run, ok ? "exact" : "wrong", s[0], s[1], s[3], s[3] ? (double)s[2] / s[3] : 0.0,
+			       want_launches, want_blocks);
 			bad += !ok;
 		} else if (counters(m, "__gpuext_map_lc_counters", 2, s)) {
-			bool ok = s[0] == want_launches && s[1] == want_launches * (len / 256);
-			printf("INFO probe_cost_counts variant=%s counts=%s launches=%llu blocks=%llu want_launches=%llu want_blocks=%llu\n",
-			       vname[V_N + m].c_str(), ok ? "exact" : "wrong", s[0], s[1], want_launches, want_launches * (len / 256));
+			bool ok = s[0] == want_launches && s[1] == want_blocks;
+			printf("INFO probe_cost_counts variant=%s%s counts=%s launches=%llu blocks=%llu want_launches=%llu want_blocks=%llu\n",
+			       vname[V_N + m].c_str(), run, ok ? "exact" : "wrong", s[0], s[1], want_launches, want_blocks);
 			bad += !ok;
 		}
+	};
+	for (int m = 0; m < nmod; m++)
+		report(m, "", (u64)rounds * iters);
+	/*
+	 * Then 10 launches with n short of the grid: from block 2048 on no
+	 * thread passes the bounds check, so no thread 0 reaches the body's
+	 * load, and a late entry block runs at the exit (its copy) or not at
+	 * all: every block must still be counted once.
+	 */
+	int half = len / 2 - 100;
+	for (int m = 0; m < nmod; m++) {
+		void *args[] = {&d, &half, &sink};
+		for (int i = 0; i < 10; i++)
+			cuLaunchKernel(fns[m], len / 256, 1, 1, 256, 1, 1, 0, 0, args, NULL);
+		cuCtxSynchronize();
+		report(m, "-short", 10);
 	}
 	return bad ? 1 : 0;
 }

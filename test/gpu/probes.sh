@@ -245,8 +245,8 @@ if pwant overhead && nvcc -O2 -arch=sm_90 -o "$W/probe_cost" "$REPO/test/gpu/pro
 	"$W/probe_cost" 12 20000 "${mods[@]}" | tee -a "$OUT/probe-overhead.txt"
 	# the spliced kernels counted every launch and block exactly
 	while read -r _ _ variant counts rest; do
-		name=${variant#variant=ptx:}
-		if [[ $counts == counts=exact ]]; then ok "probes-cost-counts-${name%.ptx}"; else bad "probes-cost-counts-${name%.ptx}" "$counts $rest"; fi
+		name=${variant#variant=ptx:}; name=${name/.ptx/}
+		if [[ $counts == counts=exact ]]; then ok "probes-cost-counts-$name"; else bad "probes-cost-counts-$name" "$counts $rest"; fi
 	done < <(grep -h '^INFO probe_cost_counts' "$OUT/probe-overhead.txt")
 	(( ${#mods[@]} == 3 )) || bad probes-cost-counts "${#mods[@]} of 3 spliced modules made (build-probes.log)"
 fi

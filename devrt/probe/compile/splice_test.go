@@ -67,7 +67,7 @@ func TestBundleSplicesWithTheInterposer(t *testing.T) {
 	for _, want := range []string{
 		// every catalog probe acts in thread 0 of the block (the guard), and the
 		// bundle has the inline form: the programs' blocks instead of the calls
-		"@%__gpuext_g bra $__gpuext_skip_entry;", "@%__gpuext_g bra $__gpuext_skip_exit;",
+		"@%__gpuext_nt0 bra $__gpuext_skip_entry;", "@%__gpuext_nt0 bra $__gpuext_skip_exit;",
 		"$__gpuext_i0_entry_p0_end:", "$__gpuext_i0_exit_p0_end:",
 		".visible .func " + probe.FuncEntry,
 		"__gpuext_map_ls_counters", "__gpuext_map_smh_counts", "__gpuext_map_lat_hist",
