@@ -119,7 +119,6 @@ struct gx_patch {
 	int late_pending; /* the entry block is still to come at late_at */
 	int late_site;    /* this body's entry block is late: the exit block runs it on the flag */
 	uint64_t late_kid;
-	int nt0; /* inline form: GX_PTX_NOT_T0 holds "not thread 0 of the block" for this body's guards */
 };
 
 static int fail(struct gx_patch *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -183,10 +182,12 @@ static int probe_this(const struct gx_ptx_opts *o, const char *name, size_t n)
 #define GX_GP "%%__gpuext_g" /* GX_PTX_GUARD_PRED in a printf format */
 #define GX_GT "%%__gpuext_t" /* GX_PTX_GUARD_TMP in a printf format */
 #define GX_PTX_GUARD_DECL ".reg .pred " GX_GP "; .reg .b32 " GX_GT "<2>;"
-#define GX_PTX_GUARD(skip)                                                                                    \
+/* pred = this thread is not linear id 0 of its block */
+#define GX_PTX_NOT_T0_TEST(pred)                                                                              \
 	"mov.u32 " GX_GT "0, %%tid.x; mov.u32 " GX_GT "1, %%tid.y; "                                               \
 	"or.b32 " GX_GT "0, " GX_GT "0, " GX_GT "1; mov.u32 " GX_GT "1, %%tid.z; or.b32 " GX_GT "0, " GX_GT        \
-	"0, " GX_GT "1; setp.ne.u32 " GX_GP ", " GX_GT "0, 0; @" GX_GP " bra " skip ";"
+	"0, " GX_GT "1; setp.ne.u32 " pred ", " GX_GT "0, 0;"
+#define GX_PTX_GUARD(skip) GX_PTX_NOT_T0_TEST(GX_GP) " @" GX_GP " bra " skip ";"
 
 /*
  * Copies t[0..n) with the inline placeholders replaced. A second copy of a
@@ -253,25 +254,22 @@ static size_t template_block(const char *t, size_t n)
  */
 #define GX_PTX_NOT_T0 "%%__gpuext_nt0"
 #define GX_PTX_NOT_T0_DEF                                                                                     \
-	"\t.reg .pred " GX_PTX_NOT_T0 "; { .reg .b32 " GX_GT "<2>; mov.u32 " GX_GT "0, %%tid.x; mov.u32 " GX_GT     \
-	"1, %%tid.y; or.b32 " GX_GT "0, " GX_GT "0, " GX_GT "1; mov.u32 " GX_GT "1, %%tid.z; or.b32 " GX_GT "0, "     \
-	GX_GT "0, " GX_GT "1; setp.ne.u32 " GX_PTX_NOT_T0 ", " GX_GT "0, 0; } // not thread 0 of the block\n"
+	"\t.reg .pred " GX_PTX_NOT_T0 "; { .reg .b32 " GX_GT "<2>; " GX_PTX_NOT_T0_TEST(GX_PTX_NOT_T0)                \
+	" } // not thread 0 of the block\n"
 
-/* The block of a template, inside the site guard when there is one (copy: emit_subst_copy). */
+/*
+ * The block of a template, inside the site guard when there is one (copy:
+ * emit_subst_copy). A guarded block always follows its body's entry site,
+ * which set GX_PTX_NOT_T0 (emit_entry_call).
+ */
 static void emit_inline_copy(struct gx_patch *p, const char *t, size_t n, int guard, int entry, int site, uint64_t kid,
 			     int copy)
 {
 	size_t b = template_block(t, n);
 	const char *skip = !entry ? GX_PTX_SKIP_EXIT : copy ? GX_PTX_SKIP_ENTRY_AT_EXIT : GX_PTX_SKIP_ENTRY;
 
-	if (guard && p->nt0)
+	if (guard)
 		out_printf(&p->out, "{ @" GX_PTX_NOT_T0 " bra %s;\n", skip);
-	else if (guard && !entry)
-		out_printf(&p->out, "{ " GX_PTX_GUARD_DECL " " GX_PTX_GUARD(GX_PTX_SKIP_EXIT) "\n");
-	else if (guard && copy)
-		out_printf(&p->out, "{ " GX_PTX_GUARD_DECL " " GX_PTX_GUARD(GX_PTX_SKIP_ENTRY_AT_EXIT) "\n");
-	else if (guard)
-		out_printf(&p->out, "{ " GX_PTX_GUARD_DECL " " GX_PTX_GUARD(GX_PTX_SKIP_ENTRY) "\n");
 	emit_subst_copy(p, t + b, n - b, site, kid, copy);
 	if (guard)
 		out_printf(&p->out, "%s: }\n", skip);
@@ -422,10 +420,8 @@ static void emit_entry_call(struct gx_patch *p, uint64_t kid, size_t at)
 			   g ? ", thread 0 of the block" : "");
 		emit_decls(p, o->inline_entry, o->inline_entry_len, p->site, kid);
 		emit_decls(p, o->inline_exit, o->inline_exit_len, p->site, kid);
-		if (g || inline_guard(o->inline_exit, o->inline_exit_len, o->guard_exit)) {
+		if (g || inline_guard(o->inline_exit, o->inline_exit_len, o->guard_exit))
 			out_printf(&p->out, GX_PTX_NOT_T0_DEF);
-			p->nt0 = 1;
-		}
 		p->late_at = o->entry_late ? late_site(p->s, at, p->n) : 0;
 		if (p->late_at) {
 			/* the block comes after the first global load (emit_late_entry) */
@@ -722,7 +718,6 @@ int gx_ptx_patch(const char *ptx, size_t len, const char *frag, size_t frag_len,
 				emit_exit_block(&p, kid);
 				p.late_at = 0;
 				p.late_site = 0;
-				p.nt0 = 0;
 				p.site++;
 				res->probed++;
 				in_body = 0;
