@@ -243,15 +243,19 @@ if pwant overhead && nvcc -O2 -arch=sm_90 -o "$W/probe_cost" "$REPO/test/gpu/pro
 		done
 	fi
 	"$W/probe_cost" 12 20000 "${mods[@]}" | tee -a "$OUT/probe-overhead.txt"
-	# the spliced kernels counted every launch and block exactly
+	# the spliced kernels counted every launch and block exactly: two lines
+	# per module (the timed rounds, the short launches), none missing
+	nc=0
 	while read -r _ _ variant counts rest; do
 		name=${variant#variant=ptx:}; name=${name/.ptx/}
+		nc=$((nc + 1))
 		if [[ $counts == counts=exact ]]; then ok "probes-cost-counts-$name"; else bad "probes-cost-counts-$name" "$counts $rest"; fi
 	done < <(grep -h '^INFO probe_cost_counts' "$OUT/probe-overhead.txt")
-	(( ${#mods[@]} == 3 )) || bad probes-cost-counts "${#mods[@]} of 3 spliced modules made (build-probes.log)"
+	(( ${#mods[@]} == 3 && nc == 6 )) || bad probes-cost-counts "${#mods[@]} of 3 spliced modules made, $nc of 6 count lines (build-probes.log, probe-overhead.txt)"
 fi
 # What the splice costs in resources: ptxas -v on the apps' PTX with and without it.
-if pwant resources && [[ -d $PT/tenants/36/probes ]] && nvcc -arch=sm_90 -ptx -o "$W/probeapps.ptx" "$REPO/test/gpu/probeapps.cu" 2>>"$OUT/build-probes.log" &&
+if pwant resources && [[ -d $PT/tenants/36/probes ]] &&
+	{ [[ -f $W/probeapps.ptx ]] || nvcc -O2 -arch=sm_90 -ptx -o "$W/probeapps.ptx" "$REPO/test/gpu/probeapps.cu" 2>>"$OUT/build-probes.log"; } &&
 	"$W/devrt/ptxpatch_cli" -c "$PT/tenants/36/probes/module.conf" "$PT/tenants/36/probes/module.ptx" "$W/probeapps.ptx" >"$W/probeapps.patched.ptx" 2>>"$OUT/build-probes.log"; then
 	fs="probeapps probeapps.patched"
 	if [[ -d $PT/tenants/38/probes ]] && "$W/devrt/ptxpatch_cli" -c "$PT/tenants/38/probes/module.conf" "$PT/tenants/38/probes/module.ptx" "$W/probeapps.ptx" >"$W/probeapps.count.ptx" 2>>"$OUT/build-probes.log"; then
