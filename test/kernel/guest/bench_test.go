@@ -54,11 +54,19 @@ var benchCombos = []benchCombo{
 	// directory): its stride prefetch (2 pages ahead) and its LFU list
 	// eviction, together as gpu_ext runs them.
 	{"stride-lfu", "stride-lfu", bpf.EvictionPolicy(strideLFUID), bpf.PrefetchPolicy(strideLFUID)},
+	// gpu_ext's 2Q approximation (examples/two-queue, from the lab's policy
+	// directory): 2Q eviction, hot-accesses 1 (no param: the default), with
+	// the default prefetch.
+	{"two-queue", "tree-threshold", bpf.EvictionPolicy(twoQueueID), bpf.PrefetchTreeThreshold},
 }
 
-// strideLFUID names examples/stride-lfu in a tenant config (a policy of the
-// policy directory, by its GPUEXT_POLICY_NAMED id).
-var strideLFUID = bpf.NamedPolicyID(bpf.OpsName("stride-lfu"))
+// strideLFUID and twoQueueID name examples/stride-lfu and examples/two-queue
+// in a tenant config (policies of the policy directory, by their
+// GPUEXT_POLICY_NAMED ids).
+var (
+	strideLFUID = bpf.NamedPolicyID(bpf.OpsName("stride-lfu"))
+	twoQueueID  = bpf.NamedPolicyID(bpf.OpsName("two-queue"))
+)
 
 // attachBenchPolicies attaches every policy the combinations name.
 func attachBenchPolicies(t *testing.T) {
@@ -69,6 +77,7 @@ func attachBenchPolicies(t *testing.T) {
 	}
 	dir, l := dirLoader(t)
 	attachFromDir(t, dir, l, "stride-lfu")
+	attachFromDir(t, dir, l, "two-queue")
 }
 
 // benchRand is a fixed-seed xorshift generator: the traces are the same on
