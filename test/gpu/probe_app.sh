@@ -20,6 +20,7 @@
 # Lines:
 #   INFO probe-app round=R set=S value=V
 #   INFO probe-app set=S median=V slowdown=X (median of none / median of S)
+#        round_slowdowns=MIN-MAX (each round's none / that round's S: the spread)
 #        launches=N device=N host=N patched=N (the set's tenant, gpuextctl probes)
 #   PASS/FAIL probe-app-S-observed   the set's probes ran: an image patched and a
 #                                    view counted something
@@ -101,7 +102,7 @@ else
 			id=$([[ $s == none ]] && echo none || echo $i)
 			v=$(app_run "$id")
 			info "probe-app round=$r set=$s value=$v"
-			vals[$s]+="$v "
+			vals[$s]+="${v:-x} "
 			i=$((i + 1))
 		done
 	done
@@ -116,6 +117,11 @@ def med(s):
     return statistics.median(v) if v else 0.0
 b, g = med(base), med(got)
 slow = b / g if g else float("inf")
+# the spread: each round's set against the same round's run without the interposer
+num = lambda x: float(x) if x.replace(".", "", 1).isdigit() else 0.0
+pairs = [(num(x), num(y)) for x, y in zip(base.split(), got.split()) if num(x) > 0 and num(y) > 0]
+rr = sorted(x / y for x, y in pairs)
+spread = "%.4f-%.4f" % (rr[0], rr[-1]) if rr else "-"
 rows = [x for x in json.load(open(path)) if x["tenant"] == int(tid)]
 r = rows[0] if rows else {}
 cov = r.get("coverage") or {}
@@ -125,8 +131,8 @@ counted = any(v for v in det.get("counters", {}).values()) or any(h.get("keys") 
     or any(x.get("count") or x.get("dropped") for x in det.get("records", {}).values()) \
     or any(e.get("rowsUsed") for p in det.get("perThread", {}).values() for e in p.get("entries", [])) \
     or bool(r.get("launches"))
-line = "set=%s median=%.2f slowdown=%.4f none_median=%.2f launches=%s device=%s host=%s patched=%s unpatched=%s" % (
-    name, g, slow, b, r.get("launches", "-"), cov.get("device", "-"), cov.get("host", "-"), r.get("patched", 0), r.get("unpatchedReasons", {}))
+line = "set=%s median=%.2f slowdown=%.4f round_slowdowns=%s none_median=%.2f launches=%s device=%s host=%s patched=%s unpatched=%s" % (
+    name, g, slow, spread, b, r.get("launches", "-"), cov.get("device", "-"), cov.get("host", "-"), r.get("patched", 0), r.get("unpatchedReasons", {}))
 v = []
 if name != "interposer":
     v.append("observed=%s" % ("ok" if r.get("patched") and counted else "no"))
