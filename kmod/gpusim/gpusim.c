@@ -52,7 +52,7 @@ struct gpusim_block {
 	bool backed;      /* holds a root chunk */
 	u64 alloc_seq;    /* when the chunk was allocated (arrival) */
 	u64 access_seq;   /* last touch */
-	u64 access_count; /* touches since the chunk was allocated */
+	u64 access_count; /* touches while backed, the faulting one included (gpuext_abi.h) */
 };
 
 /* Per-context counters of the memory model. */

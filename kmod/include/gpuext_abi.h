@@ -169,12 +169,21 @@ enum gpuext_hook_ret {
 	GPUEXT_RET_HANDLED = 1, /* the policy's requests stand */
 };
 
-/* One eviction candidate (a root chunk) as the driver describes it. */
+/*
+ * One eviction candidate (a root chunk) as the driver describes it.
+ *
+ * access_count counts the accesses while the chunk is resident, the one
+ * that made it resident included: a chunk brought in by a fault has 1
+ * after that fault, one made resident without an access (migrated ahead
+ * of a fault; gpusim's alloc) has 0 until it is touched.  A chunk that
+ * leaves and comes back starts again.  A driver that does not count
+ * accesses reports 0 for every chunk (the NVIDIA patch series does).
+ */
 struct gpuext_chunk_info {
 	__u64 chunk_id;     /* driver chunk id */
 	__u64 alloc_seq;    /* when the chunk became resident (arrival order) */
 	__u64 access_seq;   /* last access */
-	__u64 access_count; /* accesses since it became resident */
+	__u64 access_count; /* accesses while resident, the faulting one included (above) */
 };
 
 /*
@@ -250,7 +259,8 @@ struct gpuext_arbitrate_ctx {
 struct gpuext_block_ctx {
 	__u64 cgroup_id;      /* core */
 	__u64 chunk_id;       /* driver: the root chunk (gpusim: the VA block index) */
-	__u64 access_count;   /* driver: touches since the chunk was allocated */
+	__u64 access_count;   /* driver: counted as gpuext_chunk_info's; block_access: the touches before this one,
+			       * block_activate: the fault that made it resident included */
 	__u32 tenant_id;      /* core: 0 when the cgroup is not registered */
 	__u32 va_block;       /* driver: VA block index in the context */
 	__u32 page;           /* driver: page touched (access) or faulting (activate) */
