@@ -3,17 +3,23 @@
  * two-queue.bpf.c - a 2Q-style eviction policy, built with the gpuext SDK
  * (docs/write-a-policy.md); not one of the built-in policies.
  *
- * Chunks touched fewer than `hot-accesses` times since they became resident
- * (the tenant's eviction_param, default 1) sit in the probation queue and
- * leave first, oldest arrival first: a one-pass scan cannot push out the
- * working set.  The others sit in the protected queue and leave after them,
- * least recently used first.
+ * Chunks accessed fewer than `hot-accesses` times while resident (the
+ * tenant's eviction_param, default 2) sit in the probation queue and leave
+ * first, oldest arrival first: a one-pass scan cannot push out the working
+ * set.  The others sit in the protected queue and leave after them, least
+ * recently used first.
+ *
+ * The count is the candidate's access_count, which includes the access that
+ * faulted the chunk in (gpuext_abi.h): a chunk that arrived by a fault has
+ * 1 already, so the default 2 protects a chunk once it is used again, as
+ * 2Q promotes on a second reference.  At 1 only chunks that arrived without
+ * an access (migrated ahead of a fault; gpusim's alloc) are on probation.
  */
 #include "gpuext_policy.h"
 
 GPUEXT_POLICY_ABI;
 
-#define HOT_DEFAULT 1
+#define HOT_DEFAULT 2 /* the fault that brought it in, and one more */
 #define PROTECTED (1ULL << 63)
 
 /* The eviction key of a chunk: probation by arrival, then protected by last access. */

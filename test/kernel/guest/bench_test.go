@@ -55,7 +55,7 @@ var benchCombos = []benchCombo{
 	// eviction, together as gpu_ext runs them.
 	{"stride-lfu", "stride-lfu", bpf.EvictionPolicy(strideLFUID), bpf.PrefetchPolicy(strideLFUID)},
 	// gpu_ext's 2Q approximation (examples/two-queue, from the lab's policy
-	// directory): 2Q eviction, hot-accesses 1 (no param: the default), with
+	// directory): 2Q eviction, hot-accesses 2 (no param: the default), with
 	// the default prefetch.
 	{"two-queue", "tree-threshold", bpf.EvictionPolicy(twoQueueID), bpf.PrefetchTreeThreshold},
 }

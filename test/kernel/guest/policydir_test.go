@@ -93,15 +93,19 @@ func selectConfig(t *testing.T, annotations map[string]string) bpf.GpuextTenantC
 	return cfg
 }
 
-// The workload of the 2Q test: chunks 1 and 2 are touched once after they
-// arrive, 3, 4 and 5 arrive later and are never touched.
+// The workload of the 2Q test on the driver's chunk list (gpusim's alloc
+// and touch): an alloc is not an access, so chunks arrive with no access
+// counted.  Chunk 1 is touched twice after it arrives, chunk 2 once, 3, 4
+// and 5 never.
 //
-//	LRU (stock)         1 3 2 4 5   (by last access)
-//	2Q hot-accesses=1   3 4 5 1 2   (the untouched first, by arrival; then the touched, LRU)
-//	2Q hot-accesses=2   1 2 3 4 5   (nothing is hot yet: all by arrival)
+//	LRU (stock)                  3 2 1 4 5   (by last access)
+//	2Q hot-accesses=2 (default)  2 3 4 5 1   (touched fewer than twice first, by arrival; then 1)
+//	2Q hot-accesses=1            3 4 5 2 1   (the untouched first, by arrival; then the touched, LRU)
 func twoQueueWorkload(t *testing.T, ctx string) {
-	ctl(t, ctx, "alloc 1", "alloc 2", "touch 1", "alloc 3", "touch 2", "alloc 4", "alloc 5")
+	ctl(t, ctx, "alloc 1", "alloc 2", "touch 1", "alloc 3", "touch 2", "touch 1", "alloc 4", "alloc 5")
 }
+
+const twoQueueDefaultOrder = "2 3 4 5 1"
 
 func TestPolicyDirTwoQueueEvictionOrder(t *testing.T) {
 	requireLab(t)
@@ -116,21 +120,66 @@ func TestPolicyDirTwoQueueEvictionOrder(t *testing.T) {
 	if !listedWithID(st, "two_queue", bpf.NamedPolicyID("two_queue")) {
 		t.Fatalf("core lists %+v, want ops two_queue with id %#x", st, bpf.NamedPolicyID("two_queue"))
 	}
-	hot1, _ := tenantCgroupConfig(t, reg, "twoq-hot1", selectConfig(t, map[string]string{"eviction.gpuext.io": "two-queue"}))
-	hot2, _ := tenantCgroupConfig(t, reg, "twoq-hot2", selectConfig(t, map[string]string{"eviction.gpuext.io": "two-queue:hot-accesses=2"}))
+	def, _ := tenantCgroupConfig(t, reg, "twoq-default", selectConfig(t, map[string]string{"eviction.gpuext.io": "two-queue"}))
+	hot1, _ := tenantCgroupConfig(t, reg, "twoq-hot1", selectConfig(t, map[string]string{"eviction.gpuext.io": "two-queue:hot-accesses=1"}))
 	plain, _ := tenantCgroupConfig(t, reg, "twoq-plain", bpf.GpuextTenantConfig{AbiVersion: bpf.ABIVersion})
-	a, b, c := gpuCtx(t, "ctx-twoq-hot1", hot1), gpuCtx(t, "ctx-twoq-hot2", hot2), gpuCtx(t, "ctx-twoq-plain", plain)
+	a, b, c := gpuCtx(t, "ctx-twoq-default", def), gpuCtx(t, "ctx-twoq-hot1", hot1), gpuCtx(t, "ctx-twoq-plain", plain)
 	for _, ctx := range []string{a, b, c} {
 		twoQueueWorkload(t, ctx)
 	}
-	expect(t, "2Q hot-accesses=1 (the default)", evict(t, a), "two_queue", "3 4 5 1 2")
-	expect(t, "2Q hot-accesses=2", evict(t, b), "two_queue", "1 2 3 4 5")
-	expect(t, "tenant without a policy", evict(t, c), "stock", "1 3 2 4 5")
+	expect(t, "2Q hot-accesses=2 (the default)", evict(t, a), "two_queue", twoQueueDefaultOrder)
+	expect(t, "2Q hot-accesses=1", evict(t, b), "two_queue", "3 4 5 2 1")
+	expect(t, "tenant without a policy", evict(t, c), "stock", "3 2 1 4 5")
 
 	if err := l.Detach("two-queue"); err != nil {
 		t.Fatalf("detach: %v", err)
 	}
-	expect(t, "2Q tenant after detach", evict(t, a), "stock", "1 3 2 4 5")
+	expect(t, "2Q tenant after detach", evict(t, a), "stock", "3 2 1 4 5")
+}
+
+// 2Q on chunks that arrive by a fault, as every chunk of a real workload
+// does: the touch that faults a chunk in is its first access, so at the
+// default (2 accesses) a chunk is protected only once touched again, and a
+// one-pass scan leaves before the re-used set.  Three tenants share a
+// device of 12 chunks (4 each) and replay, phase by phase:
+//
+//	fault 0 1, touch 0 1 again, fault 2 3 (scanned once), fault 4 5, touch 4 5 again, fault 6
+//
+//	2Q default          evicted 2 3 0   (the scan by arrival; once all are hot, LRU)
+//	2Q hot-accesses=1   evicted 0 1 2   (every faulted chunk is hot: LRU)
+//	stock LRU           evicted 0 1 2
+func TestPolicyDirTwoQueueFaultedChunks(t *testing.T) {
+	requireLab(t)
+	reg := openRegistry(t)
+	deviceChunks(t, 12)
+	dir, l := dirLoader(t)
+	attachFromDir(t, dir, l, "two-queue")
+	def, _ := tenantCgroupConfig(t, reg, "twoqf-default", selectConfig(t, map[string]string{"eviction.gpuext.io": "two-queue"}))
+	hot1, _ := tenantCgroupConfig(t, reg, "twoqf-hot1", selectConfig(t, map[string]string{"eviction.gpuext.io": "two-queue:hot-accesses=1"}))
+	ctxs := []string{
+		gpuCtx(t, "ctx-twoqf-default", def),
+		gpuCtx(t, "ctx-twoqf-hot1", hot1),
+		gpuCtx(t, "ctx-twoqf-stock", mustCgroup(t, reg, "twoqf-stock", 0)),
+	}
+	for _, phase := range [][]int{{0, 1}, {0, 1}, {2, 3}, {4, 5}, {4, 5}, {6}} {
+		for _, ctx := range ctxs {
+			replay(t, ctx, touchBlocks(phase...)...)
+		}
+	}
+	for i, want := range []struct {
+		what, evicted, resident string
+		byPolicy                uint64
+	}{
+		{"2Q hot-accesses=2 (the default)", "2 3 0", "1 4 5 6", 3},
+		{"2Q hot-accesses=1", "0 1 2", "3 4 5 6", 3},
+		{"stock LRU", "0 1 2", "3 4 5 6", 0},
+	} {
+		s := readStats(t, ctxs[i])
+		if s.faults != 7 || s.evicted != want.evicted || s.resident != want.resident || s.policyEvictions != want.byPolicy {
+			t.Errorf("%s: %d faults, evicted [%s] resident [%s] (%d by the policy), want 7, [%s], [%s], %d",
+				want.what, s.faults, s.evicted, s.resident, s.policyEvictions, want.evicted, want.resident, want.byPolicy)
+		}
+	}
 }
 
 func listedWithID(st []kernelpolicy.OpsStats, ops string, id uint32) bool {
@@ -208,7 +257,7 @@ func TestPolicyDirReplace(t *testing.T) {
 	cg, _ := tenantCgroupConfig(t, reg, "twoq-replace", selectConfig(t, map[string]string{"eviction.gpuext.io": "two-queue"}))
 	ctx := gpuCtx(t, "ctx-twoq-replace", cg)
 	twoQueueWorkload(t, ctx)
-	expect(t, "before", evict(t, ctx), "two_queue", "3 4 5 1 2")
+	expect(t, "before", evict(t, ctx), "two_queue", twoQueueDefaultOrder)
 
 	p, _ := dir.Get("two-queue")
 	if _, err := l.AttachPolicy(p, kernelpolicy.AttachOptions{}); err == nil || !strings.Contains(err.Error(), "already attached") {
@@ -224,7 +273,7 @@ func TestPolicyDirReplace(t *testing.T) {
 		!strings.Contains(err.Error(), "map_value_or_null") {
 		t.Errorf("broken object: %v, want the verifier's log with broken.bpf.c lines", err)
 	}
-	expect(t, "after the refused replacement", evict(t, ctx), "two_queue", "3 4 5 1 2")
+	expect(t, "after the refused replacement", evict(t, ctx), "two_queue", twoQueueDefaultOrder)
 
 	// Atomic replacement under a running workload.
 	arrival, err := kernelpolicy.ObjectPolicy(filepath.Join(labSDKObjects, "arrival.bpf.o"), "two-queue")
@@ -296,7 +345,7 @@ func TestPolicyDirReplace(t *testing.T) {
 			t.Fatalf("eviction %d of %d during the replacement ran %q (order %s), want two_queue every time", i, len(seen), r.ops, r.order)
 		}
 		switch r.order {
-		case "3 4 5 1 2":
+		case twoQueueDefaultOrder:
 			if switched {
 				t.Errorf("eviction %d: the old object's order after the new one's", i)
 			}
