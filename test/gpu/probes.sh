@@ -77,10 +77,14 @@ for k in sys.argv[2].split("."):
     r = r.get(k) if isinstance(r, dict) else None
 print("" if r is None else (json.dumps(r) if isinstance(r, (dict, list)) else r))' "$1" "$2"
 }
-# pcheck NAME ID WANT_LAUNCHES WANT_BLOCKS
+# pcheck NAME ID WANT_LAUNCHES WANT_BLOCKS: the device probes' own counts
+# (launchesBy.device, blocksBy.device). The tenant's launches and blocks
+# also hold the host's counts of kernels no probe saw (a framework's
+# SASS-only kernels beside the app's), which the app's grid line leaves out.
 pcheck() {
-	local name=$1 id=$2 wl=$3 wb=$4 l b t p
-	l=$(pfield "$id" launches); b=$(pfield "$id" blocks); t=$(pfield "$id" sms.total); p=$(pfield "$id" patched)
+	local name=$1 id=$2 wl=$3 wb=$4 l b t p all
+	l=$(pfield "$id" launchesBy.device); b=$(pfield "$id" blocksBy.device); t=$(pfield "$id" sms.total); p=$(pfield "$id" patched)
+	all="launches $(pfield "$id" launches) blocks $(pfield "$id" blocks) with host-side $(pfield "$id" launchesBy.host) $(pfield "$id" blocksBy.host)"
 	"$GX" probes --state-dir "$PT" >"$OUT/probes-$name.txt" 2>&1
 	cat "$PT/acct/$id/probes/"*.status >>"$OUT/probes-$name.txt" 2>/dev/null
 	# the app's own grid line gave the wants (empty: it failed), and every
@@ -88,7 +92,7 @@ pcheck() {
 	if [[ -n $wl && -n $wb && $l == "$wl" && $b == "$wb" && $t == "$wb" && ${p:-0} -ge 1 ]]; then
 		ok "probes-count-$name"
 	else
-		bad "probes-count-$name" "launches=$l (want $wl) blocks=$b (want $wb) sm-total=$t patched=$p (probes-$name.txt)"
+		bad "probes-count-$name" "device-side launches=$l (want $wl) blocks=$b (want $wb) sm-total=$t patched=$p; $all (probes-$name.txt)"
 	fi
 }
 punchanged() { # NAME want got
