@@ -17,6 +17,18 @@
 # unchanged, retargeted by their descriptor to every kernel of the workload
 # or to the kernels of GPUEXT_APP_KERNELS (comma-separated .entry names).
 #
+# With GPUEXT_APP_PTX it also times the probed kernel itself, which a
+# whole-workload rate cannot resolve (llama.cpp's prefill rate moves by a
+# third between processes on the H200): GPUEXT_APP_PTX is a PTX file holding
+# the one kernel of GPUEXT_APP_KERNELS, or the app's library, whose PTX
+# images cuobjdump -xptx extracts (the one with that .entry is used);
+# GPUEXT_APP_LAUNCH="GRID BLOCK ARGS" is its launch in test/gpu/kernel_cost.c's
+# terms. The plain PTX and each set's splice of it (ptxpatch_cli with the
+# set's module) are timed side by side in one process, GPUEXT_APP_KROUNDS
+# rounds (default 12) of graphs of GPUEXT_APP_KLAUNCHES launches (1000):
+#   INFO kernel_cost file=SET.ptx kernel=K median_us=M ... ratio=R added_us=D
+#   FAIL probe-app-kernel[-SET]    the kernel could not be timed or spliced
+#
 # Lines:
 #   INFO probe-app round=R set=S value=V
 #   INFO probe-app set=S median=V slowdown=X (median of none / median of S)
@@ -147,4 +159,41 @@ PY
 		case $verdict in *overhead=ok*) ok "probe-app-$s-overhead" ;; *overhead=over*) bad "probe-app-$s-overhead" "slowdown over gpu_ext's $t: ${line//|/ }" ;; esac
 		i=$((i + 1))
 	done
+fi
+
+# The probed kernel's own GPU time, plain and spliced (GPUEXT_APP_PTX).
+if [[ -n ${GPUEXT_APP_PTX:-} && -x $GX ]]; then
+	read -r kgrid kblock kargs <<<"${GPUEXT_APP_LAUNCH:-}"
+	kptx=$GPUEXT_APP_PTX
+	if [[ -z ${GPUEXT_APP_KERNELS:-} || $GPUEXT_APP_KERNELS == *,* || -z $kargs ]]; then
+		bad probe-app-kernel "needs one kernel in GPUEXT_APP_KERNELS and GPUEXT_APP_LAUNCH=\"GRID BLOCK ARGS\""
+		kptx=
+	elif [[ $kptx != *.ptx ]]; then # a library: its PTX images, the one that defines the kernel
+		mkdir -p "$AP/ptx" && (cd "$AP/ptx" && cuobjdump -xptx all "$GPUEXT_APP_PTX" >/dev/null 2>>"$OUT/probe-app-build.log")
+		kptx=$(grep -l -F -e ".entry $GPUEXT_APP_KERNELS(" "$AP"/ptx/*.ptx 2>/dev/null | head -1)
+		[[ -n $kptx ]] || bad probe-app-kernel "no PTX image of $GPUEXT_APP_PTX defines $GPUEXT_APP_KERNELS (cuobjdump -xptx)"
+	fi
+	if [[ -z $kptx ]]; then
+		:
+	elif ! gcc -O2 -std=gnu11 -I "$REPO/devrt/lib" -o "$AP/kernel_cost" "$REPO/test/gpu/kernel_cost.c" -ldl >>"$OUT/probe-app-build.log" 2>&1; then
+		bad probe-app-kernel "gcc failed (probe-app-build.log)"
+	else
+		cp "$kptx" "$AP/plain.ptx"
+		files=("$AP/plain.ptx")
+		i=2 # the sets' tenants, as above
+		for s in $sets; do
+			d=$AP/tenants/$i/probes
+			if [[ -f $d/module.conf ]] && "$W/devrt/ptxpatch_cli" -c "$d/module.conf" "$d/module.ptx" "$AP/plain.ptx" >"$AP/$s.ptx" 2>>"$OUT/probe-app-build.log"; then
+				files+=("$AP/$s.ptx")
+			else
+				bad "probe-app-kernel-$s" "the splice left $GPUEXT_APP_KERNELS unpatched: $(head -c 200 "$AP/$s.ptx") (probe-app-build.log)"
+			fi
+			i=$((i + 1))
+		done
+		"$AP/kernel_cost" "${GPUEXT_APP_KROUNDS:-12}" "${GPUEXT_APP_KLAUNCHES:-1000}" "$GPUEXT_APP_KERNELS" "$kgrid" "$kblock" "$kargs" \
+			"${files[@]}" >"$OUT/probe-app-kernel.txt" 2>&1
+		rc=$?
+		grep -E '^INFO kernel_cost' "$OUT/probe-app-kernel.txt"
+		[[ $rc == 0 ]] || bad probe-app-kernel "kernel_cost exited $rc: $(tail -c 300 "$OUT/probe-app-kernel.txt")"
+	fi
 fi

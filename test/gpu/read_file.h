@@ -1,5 +1,5 @@
 // read_file.h - a whole file into a NUL-terminated buffer, for the GPU test
-// programs that load PTX text (probe_diff.cu, probe_cost.cu).
+// programs that load PTX text (probe_diff.cu, probe_cost.cu, kernel_cost.c).
 #pragma once
 #include <stdio.h>
 #include <stdlib.h>
