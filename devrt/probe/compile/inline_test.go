@@ -125,15 +125,7 @@ func TestSplicedKernelCountsExact(t *testing.T) {
 // against the same bundle with the entry block at the first statement
 // (entry_late 0), and the late form must be the one emitted by default.
 func TestSplicedLateEntryExact(t *testing.T) {
-	cli := spliceCLI(t)
-	b, err := testCompiler().Compile([]string{"launch-stats"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), "probes")
-	if err := b.WriteDir(dir); err != nil {
-		t.Fatal(err)
-	}
+	cli, b, dir := launchStatsBundle(t)
 	kernel := filepath.Join("..", "..", "testdata", "ptx", "late.ptx")
 	const blocks, ntx, n = 5, 64, 100 // blocks 0 and 1 load (thread 0 too); 2, 3 and 4 branch around the load
 	const marker = "after the first global load"
@@ -207,6 +199,22 @@ func checkLaunchStats(t *testing.T, form string, layout probe.MapLayout, img []b
 	if got, want := fmt.Sprint(counts), fmt.Sprint([]uint64{1, blocks, blockNs, blocks}); got != want {
 		t.Errorf("%s: ls_counters = %s, want %s", form, got, want)
 	}
+}
+
+// launchStatsBundle: the interposer's patcher (ptxpatch_cli), launch-stats
+// compiled, and the directory its bundle is written to.
+func launchStatsBundle(t *testing.T) (cli string, b *Bundle, dir string) {
+	t.Helper()
+	cli = spliceCLI(t)
+	b, err := testCompiler().Compile([]string{"launch-stats"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir = filepath.Join(t.TempDir(), "probes")
+	if err := b.WriteDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	return cli, b, dir
 }
 
 // spliceFile writes module.conf text to conf and splices module into

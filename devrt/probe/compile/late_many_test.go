@@ -19,15 +19,7 @@ import (
 // image, with the blocks past n branching around the load (thread 0 of the
 // last block too), and the kernels compute what they compute unspliced.
 func TestSplicedLateEntryManyKernels(t *testing.T) {
-	cli := spliceCLI(t)
-	b, err := testCompiler().Compile([]string{"launch-stats"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), "probes")
-	if err := b.WriteDir(dir); err != nil {
-		t.Fatal(err)
-	}
+	cli, b, dir := launchStatsBundle(t)
 	kernel := filepath.Join("..", "..", "testdata", "ptx", "torchext_int.ptx")
 	patched := spliceFile(t, cli, "inline", filepath.Join(dir, "t.conf"), b.Conf+b.Splice, filepath.Join(dir, probe.ModuleFile), kernel)
 	if got := bytes.Count([]byte(patched), []byte("after the first global load, thread 0")); got != 3 {
