@@ -183,6 +183,30 @@ func TestHostLaunchesLatency(t *testing.T) {
 		t.Errorf("histogram holds %d, calibration %d ns", hist, tab.LatCalibNs)
 	}
 
+	// a probe set that names its kernels times only those: a kernel outside
+	// the list is counted, and no event is recorded after its launches
+	// (launchlate on one llama.cpp kernel had put an event after every
+	// other launch of the prefill)
+	listed := probeTenant(t, 46, true)
+	listed.launchTimeOn()
+	conf := filepath.Join(listed.dir, "probes", "module.conf")
+	b, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(conf, append(b, "kernel some_other_kernel\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = listed.runImages([]string{"FAKECUDA_KERNEL_US=3000"}, "lib", sass, "launchk", "0", "1", "5")
+	f, tab = r.hostLaunches(t)
+	row = rowNamed(t, tab.Kernels, "fake_i0_k1")
+	if !f.Latency || row.Launches != 5 || row.LatCount != 0 || tab.LatSkipped != 0 {
+		t.Errorf("a kernel outside the list: flag %v, row %+v, skipped %d: want 5 launches, none timed", f.Latency, row, tab.LatSkipped)
+	}
+	if n := countPrefix(listed.driverCalls(r.pid), "cuEventCreate"); n > 2 {
+		t.Errorf("%d events created for launches of a kernel outside the list, want at most the 2 epochs", n)
+	}
+
 	pending := probeTenant(t, 45, true)
 	pending.launchTimeOn()
 	r = pending.runImages([]string{"FAKECUDA_EVENT_PENDING=1"}, "lib", sass, "launchk", "0", "1", "100")

@@ -13,8 +13,8 @@ import (
 // test/gpu/kernel_cost.c, the probed-kernel timer that make gpu-test's
 // probe-app runs on the H200, against the fake libcuda: it builds with gcc,
 // names a bad argument or a missing kernel, and runs its whole path
-// (module load, graph capture, events, the report) on the fake's one
-// kernel, so the H200 call is not the first time it runs.
+// (module load, graph capture, events, the report, the launch-time writes'
+// stream rows) on the fake's one kernel, so the H200 call is not the first time it runs.
 func TestKernelCostHarness(t *testing.T) {
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
@@ -46,7 +46,9 @@ func TestKernelCostHarness(t *testing.T) {
 		want     []string
 	}{
 		{"runs", []string{"3", "10", clock, "4x2", "32", "b1024,i32:5,i64:7,f32:1e-5", plain, spliced}, 0,
-			[]string{"INFO kernel_cost file=plain.ptx kernel=" + clock, "ratio=1.0000 added_us=0.000", "INFO kernel_cost file=spliced.ptx"}},
+			[]string{"INFO kernel_cost file=plain.ptx kernel=" + clock, "ratio=1.0000 added_us=0.000", "INFO kernel_cost file=spliced.ptx",
+				// the launch-time writes' rows, each variant
+				"INFO kernel_cost stream=launch writes=0 kernel=" + clock, "stream=write writes=1", "stream=write writes=2"}},
 		{"bad argument", []string{"3", "10", clock, "4", "32", "b1024,x:3", plain}, 1, []string{`argument 2 "x:3": want bN, i32:V, i64:V or f32:V`}},
 		{"empty buffer", []string{"3", "10", clock, "4", "32", "b0", plain}, 1, []string{`argument 1 "b0": want bN, N bytes > 0`}},
 		{"missing kernel", []string{"3", "10", clock, "4", "32", "b8", other}, 1, []string{"FAIL kernel_cost: " + clock + ":"}},

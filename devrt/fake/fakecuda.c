@@ -1102,11 +1102,33 @@ FAKE_API CUresult cuFuncGetModule(CUmodule *mod, CUfunction f)
 	return r;
 }
 
+/*
+ * A module's global gets the value; an allocation has no memory behind it
+ * here; anything else is refused, and so is any flag: the H200's driver
+ * (580) answers CUDA_ERROR_INVALID_VALUE to the _v2 call with
+ * CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER (1).
+ */
 FAKE_API CUresult cuStreamWriteValue64_v2(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned int flags)
 {
+	struct fake_global *g;
+	CUresult r = CUDA_ERROR_INVALID_VALUE;
+
 	pthread_mutex_lock(&fake_mu);
-	memcpy((void *)(uintptr_t)addr, &value, 8);
+	if (flags) {
+		/* refused */
+	} else if (fake_image_at(addr, &g)) {
+		memcpy((void *)(uintptr_t)addr, &value, 8);
+		r = CUDA_SUCCESS;
+	} else {
+		for (int i = 0; i < 4096 && r != CUDA_SUCCESS; i++)
+			if (fake_allocs[i].ptr && addr >= fake_allocs[i].ptr && addr + 8 <= fake_allocs[i].ptr + fake_allocs[i].size)
+				r = CUDA_SUCCESS;
+	}
 	pthread_mutex_unlock(&fake_mu);
+	if (r != CUDA_SUCCESS) {
+		fake_log("cuStreamWriteValue64_v2 dst=0x%llx unknown rc=%d", addr, r);
+		return r;
+	}
 	fake_log("cuStreamWriteValue64_v2 dst=%s value=%llu flags=%u stream=%p", fake_global_at(addr),
 		 (unsigned long long)value, flags, (void *)s);
 	return CUDA_SUCCESS;

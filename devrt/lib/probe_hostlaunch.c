@@ -8,8 +8,8 @@
  * or "host" when the image could not be patched (with the image's reason:
  * sass-only, ptx-newer-than-device, compressed-ptx, jit-failed...) or the
  * kernel is not in the probed list. With launch times on (launch-latency),
- * a host-measured launch also gets an event recorded after it on its own
- * stream; its completion, read without waiting (cuEventQuery), against an
+ * a host-measured launch of a probed kernel (in the list, or any kernel when
+ * there is no list) also gets an event recorded after it on its own stream; its completion, read without waiting (cuEventQuery), against an
  * epoch event calibrated on the interposer's own stream, gives the launch's
  * latency from the launch call to the kernel's completion. At most
  * GX_HL_EVENTS events per context are in flight; a launch that finds none
@@ -91,6 +91,7 @@ struct gx_hl_kernel {
 	_Atomic uint32_t max_threads;
 	_Atomic uint32_t grid[3], block[3];
 	_Atomic uint64_t lat_count, lat_sum, lat_min, lat_max;
+	int listed; /* in the probed-kernel list (or there is none): set before measured */
 };
 
 /* what an unpatched image's launches are measured with: its status reason */
@@ -254,6 +255,7 @@ static void gx_hl_classify(struct gx_hl_kernel *k)
 	}
 	if (!name)
 		name = "(unnamed)";
+	k->listed = gx_hl_listed(name);
 	k->name_len = (uint32_t)strnlen(name, 1u << 20);
 	k->kernel_id = gx_fnv(name);
 	gx_copy_text(k->name, sizeof(k->name), name);
@@ -263,7 +265,7 @@ static void gx_hl_classify(struct gx_hl_kernel *k)
 
 		if (im->handle == handle || (mod && im->ctx_module == mod)) {
 			k->image = (uint32_t)im->index;
-			if (gx_hl_listed(name))
+			if (k->listed)
 				measured = GPUEXT_DEVRT_MEASURED_DEVICE, reason = "ok";
 			else
 				reason = GX_HL_NOT_LISTED;
@@ -581,9 +583,16 @@ void gx_hl_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned 
 		pthread_mutex_unlock(&gx_probe_mu);
 	}
 	if (gx_hl.latency) {
-		if (atomic_load_explicit(&k->measured, memory_order_acquire) == GPUEXT_DEVRT_MEASURED_HOST)
+		/*
+		 * Only a probed kernel (listed, or every kernel when nothing is)
+		 * gets an event: a set that probes one kernel with launch times
+		 * must not cost an event on every other kernel's launch.
+		 */
+		uint32_t m = atomic_load_explicit(&k->measured, memory_order_acquire);
+
+		if (m == GPUEXT_DEVRT_MEASURED_HOST && k->listed)
 			gx_hl_latency(k, stream, t_launch);
-		else if (!atomic_load_explicit(&k->measured, memory_order_acquire))
+		else if (!m)
 			atomic_fetch_add(&gx_hl.lat_skipped, 1);
 	}
 }

@@ -16,7 +16,18 @@
  * comma-separated: bN (a device buffer of N bytes, zeroed), i32:V, i64:V,
  * f32:V. Prints, per file, "INFO kernel_cost file=NAME median_us=M
  * min_us=A max_us=B ratio=R added_us=D" (ratio and added time against the
- * first file), or "FAIL kernel_cost: ..." and exits 1. Needs only libcuda
+ * first file), or "FAIL kernel_cost: ..." and exits 1.
+ *
+ * Then the host path of a launch time (probe_launch.c: before each launch
+ * of a probed image with launch times, the interposer writes the time with
+ * cuStreamWriteValue64 on the launch's stream, once for the image and once
+ * per hostWrite): the plain kernel launched LAUNCHES times on a stream,
+ * without graphs, then the same launches each preceded by 1 and by 2 such
+ * writes (the _v2 call takes no flag but 0 on the H200's driver), rotated
+ * over ROUNDS rounds: "INFO kernel_cost stream=NAME writes=W median_us=M min_us=A
+ * max_us=B host_us=H added_us=D" (GPU time per launch from events; host_us
+ * the launching thread's time per launch; added_us against stream=launch).
+ * Needs only libcuda
  * (dlopen), so it builds with gcc: gcc -O2 -I devrt/lib -o kernel_cost
  * test/gpu/kernel_cost.c -ldl
  */
@@ -25,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_min.h"
 #include "read_file.h"
@@ -55,6 +67,7 @@ static struct {
 	CUresult (*cuEventSynchronize)(CUevent);
 	CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
 	CUresult (*cuCtxSynchronize)(void);
+	CUresult (*cuStreamWriteValue64_v2)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
 	CUresult (*cuGetErrorString)(CUresult, const char **);
 } cu;
 
@@ -87,7 +100,7 @@ static int resolve(void)
 		SYM(cuModuleGetFunction), SYM(cuMemAlloc_v2), SYM(cuMemsetD8_v2), SYM(cuLaunchKernel), SYM(cuStreamCreate),
 		SYM(cuStreamBeginCapture_v2), SYM(cuStreamEndCapture), SYM(cuGraphInstantiateWithFlags), SYM(cuGraphLaunch),
 		SYM(cuEventCreate), SYM(cuEventRecord), SYM(cuEventSynchronize), SYM(cuEventElapsedTime), SYM(cuCtxSynchronize),
-		SYM(cuGetErrorString),
+		SYM(cuStreamWriteValue64_v2), SYM(cuGetErrorString),
 #undef SYM
 	};
 
@@ -184,6 +197,76 @@ static int cmp_float(const void *x, const void *y)
 	return (a > b) - (a < b);
 }
 
+
+static double now_us(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+
+/*
+ * The launch-time writes' cost on the launch path (the header): plain
+ * stream launches against launches preceded by W writes of the host's
+ * time, in one rotation.
+ */
+static int stream_writes(int rounds, int launches, const char *kernel, CUfunction fn, const unsigned grid[3],
+			 const unsigned block[3], struct args *a, CUstream st, CUevent e0, CUevent e1)
+{
+	static const struct {
+		const char *name;
+		int writes;
+	} v[] = {
+		{"launch", 0},
+		{"write", 1},
+		{"write", 2},
+	};
+	enum { NV = sizeof(v) / sizeof(v[0]) };
+	static float us[NV][1000], host[NV][1000];
+	CUdeviceptr slot;
+	float base = 0;
+
+	CHECK(cu.cuMemAlloc_v2(&slot, 16), "cuMemAlloc (launch-time slots)");
+	for (int r = 0; r < rounds; r++)
+		for (int k = 0; k < NV; k++) {
+			int j = (k + r) % NV;
+			float ms = 0;
+			double h0;
+
+			CHECK(cu.cuCtxSynchronize(), "stream round");
+			h0 = now_us();
+			CHECK(cu.cuEventRecord(e0, st), "cuEventRecord");
+			for (int i = 0; i < launches; i++) {
+				for (int w = 0; w < v[j].writes; w++)
+					CHECK(cu.cuStreamWriteValue64_v2(st, slot + 8 * w, (cuuint64_t)i, 0),
+					      "cuStreamWriteValue64");
+				CHECK(cu.cuLaunchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, st, a->ptr,
+							NULL),
+				      "cuLaunchKernel (stream)");
+			}
+			CHECK(cu.cuEventRecord(e1, st), "cuEventRecord");
+			host[j][r] = (float)((now_us() - h0) / launches);
+			CHECK(cu.cuEventSynchronize(e1), "cuEventSynchronize");
+			CHECK(cu.cuEventElapsedTime(&ms, e0, e1), "cuEventElapsedTime");
+			us[j][r] = ms * 1000.f / launches;
+		}
+	for (int j = 0; j < NV; j++) {
+		float med;
+
+		qsort(us[j], rounds, sizeof(float), cmp_float);
+		qsort(host[j], rounds, sizeof(float), cmp_float);
+		med = us[j][rounds / 2];
+		if (j == 0)
+			base = med;
+		printf("INFO kernel_cost stream=%s writes=%d kernel=%s median_us=%.3f min_us=%.3f max_us=%.3f "
+		       "host_us=%.3f added_us=%.3f\n",
+		       v[j].name, v[j].writes, kernel, med, us[j][0], us[j][rounds - 1], host[j][rounds / 2],
+		       med - base);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	unsigned grid[3], block[3];
@@ -266,5 +349,5 @@ int main(int argc, char **argv)
 		       name ? name + 1 : argv[7 + f], argv[3], med, us[f][0], us[f][rounds - 1], base > 0 ? med / base : 0.0,
 		       med - base);
 	}
-	return 0;
+	return stream_writes(rounds, launches, argv[3], fn[0], grid, block, &a, st, e0, e1);
 }
