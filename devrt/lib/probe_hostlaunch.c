@@ -9,7 +9,8 @@
  * sass-only, ptx-newer-than-device, compressed-ptx, jit-failed...) or the
  * kernel is not in the probed list. With launch times on (launch-latency),
  * a host-measured launch of a probed kernel (in the list, or any kernel when
- * there is no list) also gets an event recorded after it on its own stream; its completion, read without waiting (cuEventQuery), against an
+ * there is no list) also gets an event recorded after it on its own stream;
+ * its completion, read without waiting (cuEventQuery), against an
  * epoch event calibrated on the interposer's own stream, gives the launch's
  * latency from the launch call to the kernel's completion. At most
  * GX_HL_EVENTS events per context are in flight; a launch that finds none

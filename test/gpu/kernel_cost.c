@@ -24,12 +24,12 @@
  * per hostWrite): the plain kernel launched LAUNCHES times on a stream,
  * without graphs, then the same launches each preceded by 1 and by 2 such
  * writes (the _v2 call takes no flag but 0 on the H200's driver), rotated
- * over ROUNDS rounds: "INFO kernel_cost stream=NAME writes=W median_us=M min_us=A
- * max_us=B host_us=H added_us=D" (GPU time per launch from events; host_us
+ * over ROUNDS rounds: "INFO kernel_cost stream=NAME writes=W median_us=M
+ * min_us=A max_us=B host_us=H added_us=D" (GPU time per launch from events; host_us
  * the launching thread's time per launch; added_us against stream=launch).
- * Needs only libcuda
- * (dlopen), so it builds with gcc: gcc -O2 -I devrt/lib -o kernel_cost
- * test/gpu/kernel_cost.c -ldl
+ *
+ * Needs only libcuda (dlopen), so it builds with gcc:
+ * gcc -O2 -I devrt/lib -o kernel_cost test/gpu/kernel_cost.c -ldl
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -196,7 +196,6 @@ static int cmp_float(const void *x, const void *y)
 
 	return (a > b) - (a < b);
 }
-
 
 static double now_us(void)
 {
