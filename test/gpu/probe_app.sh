@@ -27,6 +27,9 @@
 # set's module) are timed side by side in one process, GPUEXT_APP_KROUNDS
 # rounds (default 12) of graphs of GPUEXT_APP_KLAUNCHES launches (1000):
 #   INFO kernel_cost file=SET.ptx kernel=K median_us=M ... ratio=R added_us=D
+#   INFO kernel_cost stream=launch|write writes=W ... host_us=H added_us=D
+#        (the plain kernel launched on a stream after 0, 1 or 2 launch-time
+#        writes, what a set with launch times adds to each probed launch)
 #   FAIL probe-app-kernel[-SET]    the kernel could not be timed or spliced
 #
 # Lines:
