@@ -197,6 +197,13 @@ static int cmp_float(const void *x, const void *y)
 	return (a > b) - (a < b);
 }
 
+/* sorts v[0..n) and returns its median (v[0] and v[n-1] are then the range) */
+static float sorted_median(float *v, int n)
+{
+	qsort(v, n, sizeof(float), cmp_float);
+	return v[n / 2];
+}
+
 static double now_us(void)
 {
 	struct timespec t;
@@ -253,14 +260,12 @@ static int stream_writes(int rounds, int launches, const char *kernel, CUfunctio
 	for (int j = 0; j < NV; j++) {
 		float med;
 
-		qsort(us[j], rounds, sizeof(float), cmp_float);
-		qsort(host[j], rounds, sizeof(float), cmp_float);
-		med = us[j][rounds / 2];
+		med = sorted_median(us[j], rounds);
 		if (j == 0)
 			base = med;
 		printf("INFO kernel_cost stream=%s writes=%d kernel=%s median_us=%.3f min_us=%.3f max_us=%.3f "
 		       "host_us=%.3f added_us=%.3f\n",
-		       v[j].name, v[j].writes, kernel, med, us[j][0], us[j][rounds - 1], host[j][rounds / 2],
+		       v[j].name, v[j].writes, kernel, med, us[j][0], us[j][rounds - 1], sorted_median(host[j], rounds),
 		       med - base);
 	}
 	return 0;
@@ -340,8 +345,7 @@ int main(int argc, char **argv)
 		const char *name = strrchr(argv[7 + f], '/');
 		float med;
 
-		qsort(us[f], rounds, sizeof(float), cmp_float);
-		med = us[f][rounds / 2];
+		med = sorted_median(us[f], rounds);
 		if (f == 0)
 			base = med;
 		printf("INFO kernel_cost file=%s kernel=%s median_us=%.3f min_us=%.3f max_us=%.3f ratio=%.4f added_us=%.3f\n",
