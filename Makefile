@@ -13,7 +13,7 @@ export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 GOTEST_FLAGS ?= -count=1 -timeout 45m
 
 STATIC_BINS := gpuext-nri-plugin gpuext-oci-hook gpuext-runc
-.PHONY: help deps generate build image chart-lint test test-unit test-e2e demo demo-k8s bench kernel-test gpu-prep gpu-test lint clean
+.PHONY: help deps generate build image chart-lint test test-unit test-e2e demo demo-k8s bench kernel-test gpu-prep gpu-test gpu-node-prep gpu-node lint clean
 
 help: ## list targets
 	@grep -hE '^[a-z][a-z0-9-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -109,6 +109,12 @@ gpu-prep: build ## here, as root (needs Go and BPF_PROG_TEST_RUN): what gpu-test
 
 gpu-test: ## on the GPU machine (not CI, no Go there; carry bin/ and out/gpu from gpu-prep): the device runtime and device probes with real CUDA apps; one PASS/FAIL line per check
 	@bash test/gpu/gpu-test.sh
+
+gpu-node-prep: deps build ## here, as root: what gpu-node carries, into out/gpu-node (containerd, crictl, runc, nvidia-ctk, the gpuext binaries, the lab images; ~40 MiB)
+	@bash test/gpu-node/prep.sh
+
+gpu-node: ## on the GPU machine (carry out/gpu-node from gpu-node-prep): containerd + NRI + CDI + runc + MPS + the agent, containers from annotations with real frameworks; one PASS/FAIL line per check
+	@bash test/gpu-node/gpu-node.sh
 
 lint: ## gofmt, go vet, generated files up to date
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }

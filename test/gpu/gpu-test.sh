@@ -285,11 +285,19 @@ fi
 # cgroup, registered as a tenant by the OCI hook (the state runc would pass
 # it), shows up in gpuext-gpuview (NVML) with its device memory and tenant.
 if want gpuview; then
-	HOOK=$REPO/bin/gpuext-oci-hook GV=$REPO/bin/gpuext-gpuview
-	if [[ -x $HOOK && -x $GV && -x $W/apps_static ]]; then
+	# The hook is a client of the host agent (docs/host-agent.md): start one
+	# as operators do, with the command line of deploy/systemd/gpuext-agent.service.
+	HOOK=$REPO/bin/gpuext-oci-hook GV=$REPO/bin/gpuext-gpuview AGENT=$REPO/bin/gpuext-nri-plugin
+	if [[ -x $HOOK && -x $GV && -x $AGENT && -x $W/apps_static ]]; then
 		G=$W/gv; rm -rf "$G"; mkdir -p "$G/bundle" "$G/state"
 		mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null
-		printf '{"pinDir":"/sys/fs/bpf/gpuext-gputest","stateDir":"%s","devrtDir":"%s","logFile":"%s"}\n' "$G/state" "$W/devrt" "$OUT/gpuview-hook.log" >"$G/config.json"
+		printf '{"pinDir":"/sys/fs/bpf/gpuext-gputest","stateDir":"%s","devrtDir":"%s","logFile":"%s","agentSocket":"%s"}\n' "$G/state" "$W/devrt" "$OUT/gpuview-hook.log" "$G/agent/agent.sock" >"$G/config.json"
+		exec_start=$(sed -n 's/^ExecStart=//p' "$REPO/deploy/systemd/gpuext-agent.service")
+		exec_start=${exec_start/\/usr\/local\/bin\/gpuext-nri-plugin/$AGENT}
+		# shellcheck disable=SC2086 # the unit's command line, split as systemd does
+		${exec_start/\/etc\/gpuext\/config.json/$G/config.json} >>"$OUT/gpuview-agent.log" 2>&1 &
+		agent_pid=$!
+		for _ in $(seq 50); do [[ -S $G/agent/agent.sock ]] && break; sleep 0.1; done
 		CG=$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)/gpuext-gputest; mkdir -p "$CG"
 		printf '{"ociVersion":"1.0.2","annotations":{"policy.gpuext.io":"batch"},"linux":{"cgroupsPath":"/gpuext-gputest"},"process":{"args":["apps"],"cwd":"/"},"root":{"path":"/"}}\n' >"$G/bundle/config.json"
 		sh -c "echo \$\$ > $CG/cgroup.procs && exec $W/apps_static alloc $((2 * GiB)) hold" >"$OUT/gpuview-holder.txt" 2>&1 &
@@ -308,9 +316,10 @@ sys.exit(0 if rows and rows[0]["tenant"] != 0 and rows[0].get("policy") == "batc
 		fi
 		kill "$gpid" 2>/dev/null; wait "$gpid" 2>/dev/null
 		printf '{"ociVersion":"1.0.2","id":"gputest","status":"stopped","pid":0,"bundle":"%s"}' "$G/bundle" | "$HOOK" --config "$G/config.json" poststop >>"$OUT/gpuview-hook.log" 2>&1
+		kill "$agent_pid" 2>/dev/null; wait "$agent_pid" 2>/dev/null
 		rmdir "$CG" 2>/dev/null; rm -rf /sys/fs/bpf/gpuext-gputest
 	else
-		bad gpuview-tenant-mapping "needs bin/gpuext-oci-hook, bin/gpuext-gpuview (make build here, carry bin)"
+		bad gpuview-tenant-mapping "needs bin/gpuext-oci-hook, bin/gpuext-gpuview, bin/gpuext-nri-plugin (make build here, carry bin)"
 	fi
 fi
 

@@ -9,6 +9,13 @@
 #   $LAB_DIR/images/pause-oci.tar     OCI archive localhost/gpuext-pause:lab, the
 #                                     CRI sandbox image (a shell that sleeps)
 #   $LAB_DIR/images/rootfs.tar        plain rootfs tar (docker import, podman import)
+#   $LAB_DIR/images/hostfs-oci.tar    OCI archive localhost/gpuext-hostfs:lab: no
+#                                     programs, only the directories and usr-merge
+#                                     links a container needs to run the host's
+#                                     /usr and /opt mounted read-only (the GPU
+#                                     node's containers, test/gpu-node); /lib64
+#                                     and /bin are real, writable directories, so
+#                                     that CDI can mount the driver's files there
 #
 # Needs only coreutils, tar and /bin/busybox (package busybox-static).
 # Env: GPUEXT_LAB_DIR, GPUEXT_LAB_BUSYBOX (default: the static busybox from PATH).
@@ -85,8 +92,8 @@ build_oci() {
 	rm -rf "$layout"
 	mkdir -p "$layout"
 	local layer_digest layer_size config_digest config_size manifest_digest manifest_size
-	layer_digest="$(put_blob "$layout" "$WORK/rootfs.tar")"
-	layer_size="$(size "$WORK/rootfs.tar")"
+	layer_digest="$(put_blob "$layout" "${LAYER:-$WORK/rootfs.tar}")"
+	layer_size="$(size "${LAYER:-$WORK/rootfs.tar}")"
 
 	printf '{"created":"1970-01-01T00:00:00Z","architecture":"%s","os":"linux","config":{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],"Cmd":%s,"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]},"history":[{"created":"1970-01-01T00:00:00Z","created_by":"test/lab/image.sh"}]}' \
 		"$ARCH" "$(json_array "$@")" "$layer_digest" > "$WORK/config.json"
@@ -112,7 +119,18 @@ build_oci "$LAB_IMAGE" "$OUT/busybox-oci.tar" /bin/sh
 # The sandbox ("pause") process: a shell that sleeps and exits on SIGTERM.
 build_oci "$LAB_PAUSE_IMAGE" "$OUT/pause-oci.tar" \
 	/bin/sh -c "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait; done"
+# The GPU node's image: the host's /usr and /opt are mounted over it.
+HOSTFS="$WORK/hostfs"
+mkdir -p "$HOSTFS"/{bin,lib,lib64,usr,opt,etc,proc,sys,dev,tmp,root,run,var/tmp,work,res}
+chmod 1777 "$HOSTFS/tmp" "$HOSTFS/var/tmp"
+ln -s usr/sbin "$HOSTFS/sbin"
+ln -s /usr/lib/x86_64-linux-gnu "$HOSTFS/lib/x86_64-linux-gnu"
+ln -s /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$HOSTFS/lib64/ld-linux-x86-64.so.2"
+for b in sh bash env true sleep cat ls; do ln -s "/usr/bin/$b" "$HOSTFS/bin/$b"; done
+cp "$ROOTFS/etc/passwd" "$ROOTFS/etc/group" "$ROOTFS/etc/hostname" "$ROOTFS/etc/resolv.conf" "$ROOTFS/etc/hosts" "$HOSTFS/etc/"
+tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$HOSTFS" -cf "$WORK/hostfs.tar" .
+LAYER="$WORK/hostfs.tar" build_oci "$LAB_HOSTFS_IMAGE" "$OUT/hostfs-oci.tar" /bin/sh
 mv "$WORK/rootfs.tar" "$OUT/rootfs.tar"
 rm -rf "$WORK"
 
-lab_log "images: $OUT/busybox-oci.tar ($LAB_IMAGE), $OUT/pause-oci.tar ($LAB_PAUSE_IMAGE), $OUT/rootfs.tar"
+lab_log "images: $OUT/busybox-oci.tar ($LAB_IMAGE), $OUT/pause-oci.tar ($LAB_PAUSE_IMAGE), $OUT/hostfs-oci.tar ($LAB_HOSTFS_IMAGE), $OUT/rootfs.tar"

@@ -23,6 +23,7 @@ LAB_CRICTL_VERSION="v1.37.0"
 # Image names used by every runtime in the lab.
 LAB_IMAGE="localhost/gpuext-busybox:lab"
 LAB_PAUSE_IMAGE="localhost/gpuext-pause:lab"
+LAB_HOSTFS_IMAGE="localhost/gpuext-hostfs:lab"
 
 # Debian's docker.io puts a newer client in /usr/local/bin on some hosts;
 # that one negotiates down the API of dockerd 20.10. Always use Debian's.
