@@ -104,15 +104,18 @@ mps_stop() { echo quit | CUDA_MPS_PIPE_DIRECTORY=$MPS_PIPE nvidia-cuda-mps-contr
 # ---- 4. The agent: its config and its systemd unit's command line -------------
 mkdir -p /etc/gpuext /var/log/gpuext
 AGENT_LOG=/var/log/gpuext/agent.log
-cat >/etc/gpuext/config.json <<JSON
+agent_config() { # [nomps]: the node's config; nomps leaves MPS out (the overhead section's third mode)
+	local mps=""
+	[[ ${1:-} == nomps ]] || mps=$(printf ',\n  "mpsPipeDirectory": "%s",\n  "mpsShmDirectory": "/dev/shm"' "$MPS_PIPE")
+	cat >/etc/gpuext/config.json <<JSON
 {
   "failMode": "fail-open",
   "logFile": "$AGENT_LOG",
-  "metricsAddress": "127.0.0.1:9464",
-  "mpsPipeDirectory": "$MPS_PIPE",
-  "mpsShmDirectory": "/dev/shm"
+  "metricsAddress": "127.0.0.1:9464"$mps
 }
 JSON
+}
+agent_config
 cp /etc/gpuext/config.json "$OUT/agent-config.json"
 export GPUEXT_CONFIG=/etc/gpuext/config.json # what gpuextctl reads
 for b in gpuext-nri-plugin gpuextctl gpuext-gpuview; do install -m 0755 "$W/bin/$b" /usr/local/bin/$b; done
@@ -340,23 +343,34 @@ if want overhead; then
 		crictl rm -f "$id" >/dev/null 2>&1
 	}
 	agent_off() { kill -TERM "$AGENT_PID"; wait "$AGENT_PID" 2>/dev/null; sleep 1; }
+	# modes: on (the node's config: MPS client), off (agent stopped: no
+	# tenant), nomps (the agent without mpsPipeDirectory: the interposer alone)
+	read -r -a OMODES <<<"${GPUEXT_NODE_OVERHEAD_MODES:-on off}"
+	cur=on
 	for r in $(seq "$ROUNDS"); do
-		for mode in on off; do
-			# interleave: odd rounds agent first, even rounds without first
-			m=$mode; ((r % 2 == 0)) && { [[ $mode == on ]] && m=off || m=on; }
-			if [[ $m == off ]]; then agent_off; else kill -0 "$AGENT_PID" 2>/dev/null || agent_start; fi
-			for i in 1 2 3 4 5; do echo "$m $(cs_once)"; done >>"$OUT/overhead-create.txt"
-			echo "$m resnet $(bench_once resnet)" >>"$OUT/overhead-frameworks.txt"
-			echo "$m generate $(bench_once generate)" >>"$OUT/overhead-frameworks.txt"
+		for k in "${!OMODES[@]}"; do
+			# interleave: each round starts one mode later
+			m=${OMODES[$(((k + r - 1) % ${#OMODES[@]}))]}
+			if [[ $m == off ]]; then agent_off
+			elif [[ $m != "$cur" ]] || ! kill -0 "$AGENT_PID" 2>/dev/null; then
+				kill -0 "$AGENT_PID" 2>/dev/null && agent_off
+				agent_config "$m"; agent_start
+			fi
+			[[ $m != off ]] && cur=$m
+			[[ ${GPUEXT_NODE_CREATE:-1} == 1 ]] && for i in 1 2 3 4 5; do echo "$m $(cs_once)"; done >>"$OUT/overhead-create.txt"
+			for f in ${GPUEXT_NODE_BENCH:-resnet generate}; do echo "$m $f $(bench_once "$f")" >>"$OUT/overhead-frameworks.txt"; done
 		done
 	done
-	kill -0 "$AGENT_PID" 2>/dev/null || agent_start
+	if [[ $cur != on ]] || ! kill -0 "$AGENT_PID" 2>/dev/null; then kill -0 "$AGENT_PID" 2>/dev/null && agent_off; agent_config; agent_start; fi
 	med() { sort -n | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+	if [[ ${GPUEXT_NODE_CREATE:-1} == 1 ]]; then
 	con=$(awk '$1 == "on" {print $2}' "$OUT/overhead-create.txt" | med); coff=$(awk '$1 == "off" {print $2}' "$OUT/overhead-create.txt" | med)
 	info "create+start median ms: with agent $con, without $coff ($ROUNDS rounds x 5, interleaved)"
 	if awk -v a="$con" -v b="$coff" 'BEGIN {exit !(b > 0 && a / b <= 1.05)}'; then ok "overhead-create-start ($(awk -v a="$con" -v b="$coff" 'BEGIN {printf "%.3f", a / b}'))"
 	else bad overhead-create-start "with/without = $con/$coff ms (target <= 1.05)"; fi
-	for f in resnet generate; do
+	fi
+	for f in ${GPUEXT_NODE_BENCH:-resnet generate}; do
+		[[ " ${OMODES[*]} " == *" nomps "* ]] && info "$f median per s without MPS (the interposer alone): $(awk -v f=$f '$1 == "nomps" && $2 == f {print $3}' "$OUT/overhead-frameworks.txt" | med)"
 		on=$(awk -v f=$f '$1 == "on" && $2 == f {print $3}' "$OUT/overhead-frameworks.txt" | med)
 		off=$(awk -v f=$f '$1 == "off" && $2 == f {print $3}' "$OUT/overhead-frameworks.txt" | med)
 		info "$f median per s: with gpuext $on, without $off ($ROUNDS rounds, interleaved)"

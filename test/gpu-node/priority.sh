@@ -38,8 +38,12 @@ prio_run() { # RUN SCEN MODE
 	local waited=0 ready
 	while ((${#ids[@]} > 0 && waited < 240)); do
 		ready=0
-		for i in "${ids[@]}"; do clogs "$i" | grep -q '^be_ready' && ready=$((ready + 1)); done
-		((ready == ${#ids[@]})) && break
+		local gone=0
+		for i in "${ids[@]}"; do
+			clogs "$i" | grep -q '^be_ready' && ready=$((ready + 1))
+			[[ $(cstate "$i") == CONTAINER_EXITED ]] && gone=$((gone + 1))
+		done
+		((ready == ${#ids[@]} || gone > 0)) && break
 		sleep 0.5; waited=$((waited + 1))
 	done
 	lc=$(run_ctr "$ppod" lc '{"policy.gpuext.io": "latency-critical"}' "$d" python3 /work/gpu/prio_torch.py lc "$P_SECONDS" "$P_PERIOD_US")
