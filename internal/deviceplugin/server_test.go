@@ -1,13 +1,13 @@
 package deviceplugin
 
 // The plugin over its real gRPC unix socket, against a kubelet side that
-// the test runs: the registration service on <kubeletDir>/device-plugins/kubelet.sock,
-// which, as the kubelet's device manager does, dials the endpoint a plugin
-// registers and reads its options and its ListAndWatch stream.
+// the test runs (deviceplugintest.Kubelet): the registration service on
+// <kubeletDir>/device-plugins/kubelet.sock, which, as the kubelet's device
+// manager does, dials the endpoint a plugin registers and reads its options
+// and its ListAndWatch stream.
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,9 +16,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -29,81 +27,8 @@ import (
 
 func kubeletDir(t *testing.T) string { return deviceplugintest.KubeletDir(t) }
 
-// registered is what the test kubelet learned from one registration.
-type registered struct {
-	req     *pluginapi.RegisterRequest
-	options *pluginapi.DevicePluginOptions
-	devices []*pluginapi.Device
-	client  pluginapi.DevicePluginClient
-}
-
-// testKubelet is the kubelet's side of Register.
-type testKubelet struct {
-	pluginapi.UnimplementedRegistrationServer
-	dir string
-	srv *grpc.Server
-	got chan registered
-	t   *testing.T
-}
-
-func startKubelet(t *testing.T, dir string) *testKubelet {
-	t.Helper()
-	sock := filepath.Join(dir, "device-plugins", "kubelet.sock")
-	_ = os.Remove(sock)
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := &testKubelet{dir: dir, srv: grpc.NewServer(), got: make(chan registered, 4), t: t}
-	pluginapi.RegisterRegistrationServer(k.srv, k)
-	go func() { _ = k.srv.Serve(l) }()
-	t.Cleanup(k.srv.Stop)
-	return k
-}
-
-func (k *testKubelet) Register(_ context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
-	go k.connect(req) // the kubelet answers first, then dials the plugin
-	return &pluginapi.Empty{}, nil
-}
-
-func (k *testKubelet) connect(req *pluginapi.RegisterRequest) {
-	conn, err := grpc.NewClient("unix://"+filepath.Join(k.dir, "device-plugins", req.GetEndpoint()),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		k.t.Error(err)
-		return
-	}
-	k.t.Cleanup(func() { conn.Close() })
-	c := pluginapi.NewDevicePluginClient(conn)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	opts, err := c.GetDevicePluginOptions(ctx, &pluginapi.Empty{})
-	if err != nil {
-		k.t.Error(err)
-		return
-	}
-	stream, err := c.ListAndWatch(context.Background(), &pluginapi.Empty{})
-	if err != nil {
-		k.t.Error(err)
-		return
-	}
-	resp, err := stream.Recv()
-	if err != nil {
-		k.t.Error(err)
-		return
-	}
-	k.got <- registered{req: req, options: opts, devices: resp.GetDevices(), client: c}
-}
-
-func (k *testKubelet) wait(t *testing.T) registered {
-	t.Helper()
-	select {
-	case r := <-k.got:
-		return r
-	case <-time.After(15 * time.Second):
-		t.Fatal("the plugin did not register within 15s")
-	}
-	return registered{}
+func startKubelet(t *testing.T, dir string) *deviceplugintest.Kubelet {
+	return deviceplugintest.StartKubelet(t, dir)
 }
 
 func runPlugin(t *testing.T, dir string, cfg pools.Config) *Plugin {
@@ -129,16 +54,16 @@ func TestRegistersAndListsOneDevicePerUnit(t *testing.T) {
 	dir := kubeletDir(t)
 	k := startKubelet(t, dir)
 	runPlugin(t, dir, twoGPUs)
-	r := k.wait(t)
-	if r.req.GetVersion() != "v1beta1" || r.req.GetResourceName() != "gpuext.io/gpu-memory" || r.req.GetEndpoint() != pools.SocketName ||
-		!r.req.GetOptions().GetGetPreferredAllocationAvailable() || !r.options.GetGetPreferredAllocationAvailable() || r.options.GetPreStartRequired() {
-		t.Fatalf("registration %+v, options %+v", r.req, r.options)
+	r := k.Wait(t)
+	if r.Request.GetVersion() != "v1beta1" || r.Request.GetResourceName() != "gpuext.io/gpu-memory" || r.Request.GetEndpoint() != pools.SocketName ||
+		!r.Request.GetOptions().GetGetPreferredAllocationAvailable() || !r.Options.GetGetPreferredAllocationAvailable() || r.Options.GetPreStartRequired() {
+		t.Fatalf("registration %+v, options %+v", r.Request, r.Options)
 	}
-	if len(r.devices) != 48+80 {
-		t.Fatalf("%d devices, want 128 (48GiB + 80GiB in 1GiB units)", len(r.devices))
+	if len(r.Devices) != 48+80 {
+		t.Fatalf("%d devices, want 128 (48GiB + 80GiB in 1GiB units)", len(r.Devices))
 	}
 	var names []string
-	for _, d := range r.devices {
+	for _, d := range r.Devices {
 		if d.GetHealth() != pluginapi.Healthy {
 			t.Fatalf("device %v not healthy", d)
 		}
@@ -150,7 +75,7 @@ func TestRegistersAndListsOneDevicePerUnit(t *testing.T) {
 
 	ctx := context.Background()
 	// Allocate binds the container to the GPU of its units
-	resp, err := r.client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+	resp, err := r.Client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
 		{DevicesIds: []string{"gpu1-m003", "gpu1-m004"}}, {DevicesIds: []string{"gpu0-m000", "gpu1-m000"}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -162,14 +87,14 @@ func TestRegistersAndListsOneDevicePerUnit(t *testing.T) {
 	if env1["CUDA_VISIBLE_DEVICES"] != "0,1" {
 		t.Fatalf("env of units on gpu0 and gpu1: %v", env1)
 	}
-	_, err = r.client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+	_, err = r.Client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
 		{DevicesIds: []string{"gpu1-m080"}}}})
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `"gpu1-m080" is not a device of this node`) {
 		t.Fatalf("a device the plugin never listed: %v", err)
 	}
 
 	// preferred allocation packs on one GPU
-	pref, err := r.client.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{
+	pref, err := r.Client.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{
 		{AvailableDeviceIDs: names, AllocationSize: 40}, {AvailableDeviceIDs: names, AllocationSize: 60}}})
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +105,7 @@ func TestRegistersAndListsOneDevicePerUnit(t *testing.T) {
 	if got := pref.GetContainerResponses()[1].GetDeviceIDs(); !slices.Equal(got, ids(1, 0, 60)) {
 		t.Fatalf("60 units: %v, want gpu1's first 60", got)
 	}
-	if _, err := r.client.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: []string{"gpu0-m000"}}); err != nil {
+	if _, err := r.Client.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: []string{"gpu0-m000"}}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -191,29 +116,29 @@ func TestRegistersAgainWhenTheKubeletRestarts(t *testing.T) {
 	dir := kubeletDir(t)
 	k := startKubelet(t, dir)
 	runPlugin(t, dir, pools.Config{Unit: "256MiB", GPUs: []pools.GPUConfig{{Memory: "2GiB", UUID: "GPU-0a"}}})
-	first := k.wait(t)
-	if len(first.devices) != 8 {
-		t.Fatalf("%d devices, want 8 (2GiB in 256MiB units)", len(first.devices))
+	first := k.Wait(t)
+	if len(first.Devices) != 8 {
+		t.Fatalf("%d devices, want 8 (2GiB in 256MiB units)", len(first.Devices))
 	}
-	k.srv.Stop()
+	k.Stop()
 	for _, f := range []string{"kubelet.sock", pools.SocketName} { // what the kubelet's device manager does at start
 		_ = os.Remove(filepath.Join(dir, "device-plugins", f))
 	}
 	k2 := startKubelet(t, dir)
-	again := k2.wait(t)
-	if again.req.GetResourceName() != "gpuext.io/gpu-memory" || len(again.devices) != 8 {
-		t.Fatalf("second registration: %+v, %d devices", again.req, len(again.devices))
+	again := k2.Wait(t)
+	if again.Request.GetResourceName() != "gpuext.io/gpu-memory" || len(again.Devices) != 8 {
+		t.Fatalf("second registration: %+v, %d devices", again.Request, len(again.Devices))
 	}
-	resp, err := again.client.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+	resp, err := again.Client.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
 		{DevicesIds: []string{"gpu0-m007"}}}})
 	if err != nil || resp.GetContainerResponses()[0].GetEnvs()["CUDA_VISIBLE_DEVICES"] != "GPU-0a" {
 		t.Fatalf("allocate after re-registration: %v, %v", resp, err)
 	}
 	// only the kubelet.sock replaced (the plugin's socket left in place): registers again too
-	k2.srv.Stop()
+	k2.Stop()
 	_ = os.Remove(filepath.Join(dir, "device-plugins", "kubelet.sock"))
 	k3 := startKubelet(t, dir)
-	k3.wait(t)
+	k3.Wait(t)
 }
 
 // Without a kubelet the plugin keeps trying, and registers once one is there.
@@ -222,7 +147,7 @@ func TestRegistersWhenTheKubeletComesLater(t *testing.T) {
 	runPlugin(t, dir, twoGPUs)
 	time.Sleep(300 * time.Millisecond)
 	k := startKubelet(t, dir)
-	if r := k.wait(t); len(r.devices) != 128 {
-		t.Fatalf("%d devices", len(r.devices))
+	if r := k.Wait(t); len(r.Devices) != 128 {
+		t.Fatalf("%d devices", len(r.Devices))
 	}
 }
