@@ -8,6 +8,8 @@ package deviceplugin
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -74,18 +76,22 @@ func TestRegistersAndListsOneDevicePerUnit(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	// Allocate binds the container to the GPU of its units
+	// Allocate binds each container to the GPUs of its units: their CDI
+	// names (NVIDIA's, by index, by default) and no host index in the env
 	resp, err := r.Client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
 		{DevicesIds: []string{"gpu1-m003", "gpu1-m004"}}, {DevicesIds: []string{"gpu0-m000", "gpu1-m000"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	env0, env1 := resp.GetContainerResponses()[0].GetEnvs(), resp.GetContainerResponses()[1].GetEnvs()
-	if env0["CUDA_VISIBLE_DEVICES"] != "1" || env0["NVIDIA_VISIBLE_DEVICES"] != "1" || env0["CUDA_DEVICE_ORDER"] != "PCI_BUS_ID" {
-		t.Fatalf("env of 2 units on gpu1: %v", env0)
+	c0, c1 := resp.GetContainerResponses()[0], resp.GetContainerResponses()[1]
+	if got := cdiNames(c0); !slices.Equal(got, []string{"nvidia.com/gpu=1"}) {
+		t.Fatalf("CDI devices of 2 units on gpu1: %q", got)
 	}
-	if env1["CUDA_VISIBLE_DEVICES"] != "0,1" {
-		t.Fatalf("env of units on gpu0 and gpu1: %v", env1)
+	if got := cdiNames(c1); !slices.Equal(got, []string{"nvidia.com/gpu=0", "nvidia.com/gpu=1"}) {
+		t.Fatalf("CDI devices of units on gpu0 and gpu1: %q", got)
+	}
+	if env := c0.GetEnvs(); !maps.Equal(env, map[string]string{"NVIDIA_VISIBLE_DEVICES": "void", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}) {
+		t.Fatalf("env of 2 units on gpu1 (no UUIDs known): %v", env)
 	}
 	_, err = r.Client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
 		{DevicesIds: []string{"gpu1-m080"}}}})
@@ -149,5 +155,69 @@ func TestRegistersWhenTheKubeletComesLater(t *testing.T) {
 	k := startKubelet(t, dir)
 	if r := k.Wait(t); len(r.Devices) != 128 {
 		t.Fatalf("%d devices", len(r.Devices))
+	}
+}
+
+func cdiNames(r *pluginapi.ContainerAllocateResponse) []string {
+	var out []string
+	for _, d := range r.GetCdiDevices() {
+		out = append(out, d.GetName())
+	}
+	return out
+}
+
+// Allocate's answer for each CDI setting, as the kubelet receives it: the
+// CDI devices it passes to the runtime and the env it sets.
+func TestAllocateResponse(t *testing.T) {
+	off := false
+	uuids := []pools.GPUConfig{{Memory: "4GiB", UUID: "GPU-0a"}, {Memory: "4GiB", UUID: "GPU-1b"}}
+	plain := []pools.GPUConfig{{Memory: "4GiB"}, {Memory: "4GiB"}}
+	for _, tc := range []struct {
+		name string
+		cfg  pools.Config
+		cdi  []string
+		env  map[string]string
+	}{
+		{"default, UUIDs known", pools.Config{GPUs: uuids}, []string{"nvidia.com/gpu=1"},
+			map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-1b", "NVIDIA_VISIBLE_DEVICES": "void", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}},
+		{"default, no UUIDs", pools.Config{GPUs: plain}, []string{"nvidia.com/gpu=1"},
+			map[string]string{"NVIDIA_VISIBLE_DEVICES": "void", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}},
+		{"by uuid", pools.Config{GPUs: uuids, CDI: &pools.CDIConfig{DeviceNameStrategy: "uuid"}}, []string{"nvidia.com/gpu=GPU-1b"},
+			map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-1b", "NVIDIA_VISIBLE_DEVICES": "void", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}},
+		{"another kind", pools.Config{GPUs: plain, CDI: &pools.CDIConfig{Kind: "example.com/gpu"}}, []string{"example.com/gpu=1"},
+			map[string]string{"NVIDIA_VISIBLE_DEVICES": "void", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}},
+		{"off: the env fallback", pools.Config{GPUs: plain, CDI: &pools.CDIConfig{Enabled: &off}}, nil,
+			map[string]string{"CUDA_VISIBLE_DEVICES": "1", "NVIDIA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := kubeletDir(t)
+			k := startKubelet(t, dir)
+			runPlugin(t, dir, tc.cfg)
+			r := k.Wait(t)
+			resp, err := r.Client.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+				{DevicesIds: []string{"gpu1-m000", "gpu1-m003"}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := resp.GetContainerResponses()[0]
+			if got := cdiNames(c); !slices.Equal(got, tc.cdi) {
+				t.Errorf("CDI devices %q, want %q", got, tc.cdi)
+			}
+			if !maps.Equal(c.GetEnvs(), tc.env) {
+				t.Errorf("env %v, want %v", c.GetEnvs(), tc.env)
+			}
+			if len(c.GetMounts()) != 0 || len(c.GetDevices()) != 0 || len(c.GetAnnotations()) != 0 {
+				t.Errorf("mounts %v, devices %v, annotations %v: the runtime's CDI resolution gives those", c.GetMounts(), c.GetDevices(), c.GetAnnotations())
+			}
+		})
+	}
+}
+
+// A plugin whose CDI names are UUIDs refuses GPUs it cannot name.
+func TestNewRefusesUUIDNamesWithoutUUIDs(t *testing.T) {
+	s := spec(t, pools.Config{CDI: &pools.CDIConfig{DeviceNameStrategy: "uuid"}}) // GPUs from NVML, later
+	s.GPUs = []pools.GPU{{Index: 0, UUID: "GPU-0a", Memory: 1 << 30}, {Index: 1, Memory: 1 << 30}}
+	if _, err := New(s, nil); !errors.Is(err, pools.ErrConfig) || !strings.Contains(err.Error(), `devicePlugin.cdi.deviceNameStrategy "uuid": GPU 1 has no UUID`) {
+		t.Fatalf("New: %v", err)
 	}
 }
