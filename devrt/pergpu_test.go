@@ -54,6 +54,19 @@ func TestQuotaOnTheGPUItWasGiven(t *testing.T) {
 	wantLines(t, lines, "alloc 536870912 ok", "alloc 1048576 CUDA_ERROR_OUT_OF_MEMORY")
 }
 
+// A container given host GPU 1 through CDI has that GPU's device nodes
+// only: CUDA numbers it 0 (FAKECUDA_DEVICES=1, no CUDA_VISIBLE_DEVICES, as
+// the device plugin sets none without UUIDs). The tenant's quotas are per
+// device ordinal in the order of its host GPUs, so host GPU 1's quota is
+// ordinal 0's, the GPU the container sees.
+func TestQuotaOnTheOnlyGPUOfACDIContainer(t *testing.T) {
+	tn := gpuTenant(t, 15, []int{1}, []uint64{2 * gib}, "")
+	tn.extra = []string{"FAKECUDA_DEVICES=1", fmt.Sprintf("FAKECUDA_TOTAL_BYTES=%d", 8*gib), "CUDA_DEVICE_ORDER=PCI_BUS_ID"}
+	lines, _ := tn.run("app_linked", "info", "alloc", "2GiB", "alloc", "1MiB")
+	wantLines(t, lines, fmt.Sprintf("info free=%d total=%d", 2*gib, 2*gib), "alloc 2147483648 ok",
+		"alloc 1048576 CUDA_ERROR_OUT_OF_MEMORY")
+}
+
 // Two GPUs with their own quotas: what one GPU has left is not usable on
 // the other, and the usage file counts each ordinal on its own.
 func TestQuotaPerGPU(t *testing.T) {

@@ -76,6 +76,7 @@ kubeletDir: $GPUEXT_K8S_KUBELET_ROOT
 devicePlugin:
   enabled: true
   gpus: [{memory: 8GiB}]
+  cdi: {enabled: false}   # no GPU here, so no CDI spec to resolve nvidia.com/gpu names in
 EOF
 "$CLUSTER" helm install gpuext "$REPO/deploy/helm/gpuext" -n gpuext-system --create-namespace -f "$WORK/values.yaml" --wait --timeout 3m
 installed=1

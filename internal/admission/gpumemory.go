@@ -26,8 +26,12 @@ type GPUMemory struct {
 	// Resource is the extended resource (gpuext.io/gpu-memory), for messages.
 	Resource string
 	// GPUs: the memory on each GPU, in GPU index order, which is the order
-	// of the container's device ordinals (the device plugin lists its GPUs
-	// in that order in CUDA_VISIBLE_DEVICES).
+	// of the container's device ordinals: the quotas are per ordinal, never
+	// per host index. With CDI devices the container has its GPUs' device
+	// nodes only and CUDA numbers them from 0 in PCI bus order (the device
+	// plugin sets CUDA_DEVICE_ORDER=PCI_BUS_ID, and UUIDs, never indices, in
+	// CUDA_VISIBLE_DEVICES): host GPU 1 alone is ordinal 0. With the env
+	// fallback, CUDA_VISIBLE_DEVICES lists the GPUs in the same order.
 	GPUs []GPUShare
 	// ContainerGPUs are the GPU indices of the container's own devices.
 	ContainerGPUs []int

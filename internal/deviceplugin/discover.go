@@ -53,7 +53,8 @@ func Discover(ctx context.Context, s pools.Spec) (pools.Spec, error) {
 }
 
 // withDiscovered takes gpuext-gpuview's JSON: indices 0..n-1 in order, at
-// most pools.MaxGPUs, each at least one unit.
+// most pools.MaxGPUs, each at least one unit, each with a UUID when the
+// CDI names are UUIDs.
 func withDiscovered(s pools.Spec, data []byte) (pools.Spec, error) {
 	if len(data) > MaxGpuviewOutput {
 		return s, fmt.Errorf("%w: more than %d bytes", ErrDiscover, MaxGpuviewOutput)
@@ -81,7 +82,11 @@ func withDiscovered(s pools.Spec, data []byte) (pools.Spec, error) {
 		}
 		s.GPUs = append(s.GPUs, pools.GPU{Index: i, UUID: g.UUID, Memory: g.MemoryBytes})
 	}
-	return s, s.CheckDevices()
+	if err := s.CheckDevices(); err != nil {
+		return s, err
+	}
+	// cdi.deviceNameStrategy "uuid" on GPUs NVML reported without one
+	return s, s.CheckCDI()
 }
 
 // GpuviewPath is the gpuext-gpuview binary to run: configured (the config's

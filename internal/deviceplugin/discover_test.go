@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/gpuext/gpuext/internal/deviceplugin/pools"
@@ -35,5 +36,14 @@ func TestDiscoveredGPUs(t *testing.T) {
 		if _, err := withDiscovered(s, []byte(bad)); !errors.Is(err, ErrDiscover) {
 			t.Errorf("%s: err = %v", bad, err)
 		}
+	}
+	// CDI names by UUID: NVML must report each GPU's
+	byUUID := spec(t, pools.Config{CDI: &pools.CDIConfig{DeviceNameStrategy: "uuid"}})
+	if got, err := withDiscovered(byUUID, []byte(`[{"index":0,"uuid":"GPU-a1","memoryBytes":1073741824}]`)); err != nil || got.GPUs[0].UUID != "GPU-a1" {
+		t.Fatalf("by uuid, with one: %+v, %v", got.GPUs, err)
+	}
+	_, err = withDiscovered(byUUID, []byte(`[{"index":0,"uuid":"GPU-a1","memoryBytes":1073741824},{"index":1,"memoryBytes":1073741824}]`))
+	if !errors.Is(err, pools.ErrConfig) || !strings.Contains(err.Error(), `devicePlugin.cdi.deviceNameStrategy "uuid": GPU 1 has no UUID`) {
+		t.Fatalf("by uuid, GPU 1 without: %v", err)
 	}
 }

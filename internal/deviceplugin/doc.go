@@ -15,8 +15,10 @@
 //     static and has no cgo);
 //   - the plugin (server.go): its gRPC socket in the kubelet's
 //     device-plugins directory, registration, ListAndWatch, packing a
-//     container's units on one GPU (GetPreferredAllocation), the visible
-//     devices of Allocate, and registering again when the kubelet restarts;
+//     container's units on one GPU (GetPreferredAllocation), the CDI
+//     device names and env of Allocate (the runtime gives the container
+//     those GPUs' device nodes and driver files from the node's CDI spec),
+//     and registering again when the kubelet restarts;
 //   - the trusted answer to "what did the scheduler give this container"
 //     (podresources.go): the kubelet's pod-resources API, asked at
 //     admission; internal/admission turns the answer into the tenant's

@@ -47,6 +47,9 @@ func New(spec pools.Spec, log *logrus.Entry) (*Plugin, error) {
 	if err := spec.CheckDevices(); err != nil {
 		return nil, err
 	}
+	if err := spec.CheckCDI(); err != nil {
+		return nil, err
+	}
 	if log == nil {
 		log = logrus.NewEntry(logrus.StandardLogger())
 	}
@@ -279,8 +282,11 @@ func (s *service) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefe
 	return resp, nil
 }
 
-// Allocate binds each container to the GPUs of its devices: the visible
-// devices env. The quota comes later, at admission, from the kubelet's
+// Allocate binds each container to the GPUs of its devices: their CDI
+// device names, which the runtime resolves in the node's CDI spec (the
+// device nodes and driver files of those GPUs only), and the env that goes
+// with them (pools.Spec.AllocateEnv); with CDI off, the visible devices env
+// alone. The quota comes later, at admission, from the kubelet's
 // pod-resources record of the same devices.
 func (s *service) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	resp := &pluginapi.AllocateResponse{}
@@ -292,8 +298,19 @@ func (s *service) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*
 		if len(shares) == 0 {
 			return nil, status.Error(codes.InvalidArgument, "no devices to allocate")
 		}
-		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Envs: s.p.spec.VisibleEnv(shares)})
+		names, err := s.p.spec.CDIDevices(shares)
+		if err != nil {
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
+		cr := &pluginapi.ContainerAllocateResponse{Envs: s.p.spec.AllocateEnv(shares)}
+		for _, n := range names {
+			cr.CdiDevices = append(cr.CdiDevices, &pluginapi.CDIDevice{Name: n})
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, cr)
 		fields := logrus.Fields{"devices": len(c.GetDevicesIds()), "gpus": sharesText(shares)}
+		if len(names) > 0 {
+			fields["cdiDevices"] = strings.Join(names, ",")
+		}
 		s.p.log.WithFields(fields).Info("device plugin: allocated")
 	}
 	return resp, nil

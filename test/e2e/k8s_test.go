@@ -225,7 +225,8 @@ func k8sTenants(t *testing.T, pinDir string) (map[string]bpf.Tenant, map[string]
 // TestK8sChartGPUMemory is issue 15's story on a real cluster, through helm
 // and kubectl only: the chart's DaemonSet runs the agent (the image built
 // here, imported with ctr) as containerd's NRI plugin and device plugin; the
-// node advertises gpuext.io/gpu-memory from the config (8 GiB, no GPU here);
+// node advertises gpuext.io/gpu-memory from the config (8 GiB, no GPU here,
+// so no CDI spec either: the device plugin gives the env, cdi.enabled false);
 // a pod's request becomes its tenant's quota (an annotation lowers it), with
 // the env and mounts injected and its cgroup in the registry; a pod that
 // does not fit stays Pending with the scheduler's Insufficient event and
@@ -272,6 +273,7 @@ kubeletDir: %s
 devicePlugin:
   enabled: true
   gpus: [{memory: 8GiB}]
+  cdi: {enabled: false}
 `, name, tag, c.NRISocket, pinDir, stateDir, filepath.Join(work, "devrt"), filepath.Join(work, "sock", "agent.sock"), c.KubeletRoot)), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # cri.sh: run one-container pods on the lab containerd through CRI (so NRI sees them).
 #
-#   test/lab/cri.sh run [-p KEY=VAL]... [-a KEY=VAL]... [-l KEY=VAL]... [-r HANDLER] NAME SCRIPT
+#   test/lab/cri.sh run [-p KEY=VAL]... [-a KEY=VAL]... [-l KEY=VAL]... [-e KEY=VAL]... [-d CDI]... [-r HANDLER] NAME SCRIPT
 #       Create pod NAME (host network, cgroup parent /kubepods/besteffort/pod<uid>)
 #       and container NAME running `sh -c SCRIPT`, start it, print "POD_ID CTR_ID".
 #       -p: pod annotation, -a: container annotation, -l: container label,
-#       -r: CRI runtime handler (e.g. gpuext, see GPUEXT_RUNC_WRAPPER in containerd.sh).
+#       -e: container env, -d: CDI device (vendor/class=name, CRI CDI_devices, as
+#       the kubelet passes a device plugin's), -r: CRI runtime handler (e.g.
+#       gpuext, see GPUEXT_RUNC_WRAPPER in containerd.sh).
 #   test/lab/cri.sh logs CTR_ID        container output so far
 #   test/lab/cri.sh wait CTR_ID [SECS] wait until the container exited, print its exit code
 #   test/lab/cri.sh pid CTR_ID         host pid of the container's init process
 #   test/lab/cri.sh rm POD_ID          stop and remove the pod and its containers
-#   test/lab/cri.sh render NAME UID SCRIPT    print the pod.json and ctr.json it would use
+#   test/lab/cri.sh render [FLAGS] NAME UID SCRIPT   print the pod.json and ctr.json run would use
 #
 # The pod spec is test/lab/testdata/pod.json, the container spec ctr.json.
 # Container logs: $LAB_DIR/containerd/pods/NAME/NAME.log.
@@ -72,7 +74,36 @@ add_map_entries() {
 	printf '%s' "$out"
 }
 
-POD_ANN=() CTR_ANN=() CTR_LABELS=() HANDLER=""
+POD_ANN=() CTR_ANN=() CTR_LABELS=() CTR_ENV=() CTR_CDI=() HANDLER=""
+
+# insert_before TEXT MARKER INSERT: TEXT with INSERT put before its first MARKER.
+insert_before() {
+	local text="$1" marker="$2" ins="$3"
+	[[ "$text" == *"$marker"* ]] || lab_die "template has no $marker"
+	printf '%s' "${text%%"$marker"*}$ins$marker${text#*"$marker"}"
+}
+
+# add_envs TEXT KV...: put {"key": k, "value": v} first into the "envs" list.
+add_envs() {
+	local text="$1"; shift
+	(( $# > 0 )) || { printf '%s' "$text"; return; }
+	local kv entries=""
+	for kv in "$@"; do
+		entries+="{ \"key\": \"$(json_string "${kv%%=*}")\", \"value\": \"$(json_string "${kv#*=}")\" },"$'\n'"    "
+	done
+	insert_before "$text" '{ "key": "GPUEXT_LAB"' "$entries"
+}
+
+# add_cdi TEXT NAME...: the container's CDI_devices (none: the field is left out).
+add_cdi() {
+	local text="$1"; shift
+	(( $# > 0 )) || { printf '%s' "$text"; return; }
+	local name list=""
+	for name in "$@"; do
+		list+="${list:+, }{ \"name\": \"$(json_string "$name")\" }"
+	done
+	insert_before "$text" '"log_path":' "\"CDI_devices\": [$list],"$'\n'"  "
+}
 
 render_pod() {
 	local name="$1" uid="$2" t
@@ -90,17 +121,21 @@ render_ctr() {
 	t="${t//@IMAGE@/"$GPUEXT_LAB_IMAGE"}"
 	t="${t//@SCRIPT@/"$(json_string "$script")"}"
 	t="$(add_map_entries "$t" annotations ${CTR_ANN[@]+"${CTR_ANN[@]}"})"
+	t="$(add_envs "$t" ${CTR_ENV[@]+"${CTR_ENV[@]}"})"
+	t="$(add_cdi "$t" ${CTR_CDI[@]+"${CTR_CDI[@]}"})"
 	add_map_entries "$t" labels ${CTR_LABELS[@]+"${CTR_LABELS[@]}"}
 }
 
 parse_flags() {
 	local opt
 	OPTIND=1
-	while getopts "p:a:l:r:" opt; do
+	while getopts "p:a:l:e:d:r:" opt; do
 		case "$opt" in
 			p) POD_ANN+=("$OPTARG") ;;
 			a) CTR_ANN+=("$OPTARG") ;;
 			l) CTR_LABELS+=("$OPTARG") ;;
+			e) CTR_ENV+=("$OPTARG") ;;
+			d) CTR_CDI+=("$OPTARG") ;;
 			r) HANDLER="$OPTARG" ;;
 			*) exit 2 ;;
 		esac
@@ -110,7 +145,7 @@ parse_flags() {
 cmd_run() {
 	parse_flags "$@"
 	shift $((OPTIND - 1))
-	(( $# == 2 )) || lab_die "usage: cri.sh run [-p K=V] [-a K=V] [-l K=V] [-r HANDLER] NAME SCRIPT"
+	(( $# == 2 )) || lab_die "usage: cri.sh run [-p K=V] [-a K=V] [-l K=V] [-e K=V] [-d CDI] [-r HANDLER] NAME SCRIPT"
 	local name="$1" script="$2" uid tmp pod ctr
 	uid="$(cat /proc/sys/kernel/random/uuid)"
 	tmp="$(mktemp -d)"
@@ -150,6 +185,8 @@ case "${1:-}" in
 		;;
 	render)
 		shift
+		parse_flags "$@"
+		shift $((OPTIND - 1))
 		render_pod "$1" "$2"
 		render_ctr "$1" "$3"
 		;;

@@ -173,7 +173,12 @@ type PodOptions struct {
 	PodAnnotations map[string]string // pod-level annotations (e.g. policy.gpuext.io/pod)
 	Annotations    map[string]string // container annotations
 	Labels         map[string]string // container labels
-	RuntimeHandler string            // CRI runtime handler; "" for runc
+	Env            map[string]string // container env (before the template's GPUEXT_LAB=1)
+	// CDIDevices are the container's CRI CDI devices (vendor/class=name),
+	// as the kubelet passes those of a device plugin's Allocate; containerd
+	// resolves them in CDIDir.
+	CDIDevices     []string
+	RuntimeHandler string // CRI runtime handler; "" for runc
 }
 
 // Pod is a one-container pod created through CRI.
@@ -188,6 +193,18 @@ type Pod struct {
 // starts it, and removes the pod in t.Cleanup.
 func (c *Containerd) RunPod(t testing.TB, name, script string, opts PodOptions) *Pod {
 	t.Helper()
+	p, err := c.RunPodErr(t, name, script, opts)
+	if err != nil {
+		t.Fatalf("%v\ncontainerd log tail:\n%s", err, Tail(c.Log, 20))
+	}
+	return p
+}
+
+// RunPodErr is RunPod for a container the runtime may refuse: the error
+// holds what cri.sh (crictl) said. The pod is removed in t.Cleanup, or
+// with the containerd when its container was never created.
+func (c *Containerd) RunPodErr(t testing.TB, name, script string, opts PodOptions) (*Pod, error) {
+	t.Helper()
 	var args []string
 	for _, kv := range sortedPairs(opts.PodAnnotations) {
 		args = append(args, "-p", kv)
@@ -198,21 +215,27 @@ func (c *Containerd) RunPod(t testing.TB, name, script string, opts PodOptions) 
 	for _, kv := range sortedPairs(opts.Labels) {
 		args = append(args, "-l", kv)
 	}
+	for _, kv := range sortedPairs(opts.Env) {
+		args = append(args, "-e", kv)
+	}
+	for _, d := range opts.CDIDevices {
+		args = append(args, "-d", d)
+	}
 	if opts.RuntimeHandler != "" {
 		args = append(args, "-r", opts.RuntimeHandler)
 	}
 	args = append([]string{"run"}, append(args, name, script)...)
 	out, err := c.script(context.Background(), "cri.sh", args...)
 	if err != nil {
-		t.Fatalf("cri.sh run %s: %v\n%s\ncontainerd log tail:\n%s", name, err, out, Tail(c.Log, 20))
+		return nil, fmt.Errorf("cri.sh run %s: %w\n%s", name, err, out)
 	}
 	f := strings.Fields(out)
 	if len(f) != 2 {
-		t.Fatalf("cri.sh run %s: unexpected output %q", name, out)
+		return nil, fmt.Errorf("cri.sh run %s: unexpected output %q", name, out)
 	}
 	p := &Pod{c: c, Name: name, ID: f[0], ContainerID: f[1]}
 	t.Cleanup(func() { _, _ = c.script(context.Background(), "cri.sh", "rm", p.ID) })
-	return p
+	return p, nil
 }
 
 // Wait waits until the container exited and returns its exit code.

@@ -1,7 +1,3 @@
-// Package deviceplugintest serves the kubelet's pod-resources API
-// (k8s.io/kubelet podresources v1, the real service definition) on a unix
-// socket, for tests of what admission learns from it: the kubelet's side of
-// the question "which devices did this container get". Test tooling only.
 package deviceplugintest
 
 import (

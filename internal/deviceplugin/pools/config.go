@@ -47,6 +47,9 @@ type Config struct {
 	// Gpuview is the gpuext-gpuview binary that reports the GPUs from NVML
 	// when GPUs is empty (default: gpuext-gpuview beside the agent, else on PATH).
 	Gpuview string `json:"gpuview,omitempty"`
+	// CDI is how Allocate names the GPUs as CDI devices (CDIConfig); absent:
+	// on, with the names of NVIDIA's generated spec.
+	CDI *CDIConfig `json:"cdi,omitempty"`
 }
 
 // GPUConfig is one GPU of Config.GPUs.
@@ -54,8 +57,9 @@ type GPUConfig struct {
 	// Memory is the GPU's memory to share out ("141GiB").
 	Memory string `json:"memory"`
 	// UUID is the GPU's UUID ("GPU-..."), optional: with it, Allocate names
-	// the GPU by UUID in CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES,
-	// which also holds where the NVIDIA container toolkit renumbers devices.
+	// the GPU by UUID in CUDA_VISIBLE_DEVICES (and, CDI off, in
+	// NVIDIA_VISIBLE_DEVICES), which holds where the container's GPUs are
+	// renumbered from 0; cdi.deviceNameStrategy "uuid" needs it.
 	UUID string `json:"uuid,omitempty"`
 }
 
@@ -73,6 +77,7 @@ type Spec struct {
 	KubeletDir string
 	GPUs       []GPU // empty until discovered (Config.GPUs empty)
 	Gpuview    string
+	CDI        CDISpec
 }
 
 // ErrConfig is wrapped by every error of Validate.
@@ -104,6 +109,9 @@ func (c Config) Validate() (Spec, error) {
 		return Spec{}, configErr("unit", unit, fmt.Sprintf("want a multiple of 1MiB of at least %s", policies.FormatSize(MinUnit)))
 	}
 	s.Unit = n
+	if s.CDI, err = c.CDI.validate(); err != nil {
+		return Spec{}, err
+	}
 	if s.KubeletDir == "" {
 		s.KubeletDir = DefaultKubeletDir
 	}
@@ -128,6 +136,9 @@ func (c Config) Validate() (Spec, error) {
 		s.GPUs = append(s.GPUs, GPU{Index: i, UUID: g.UUID, Memory: m})
 	}
 	if err := s.CheckDevices(); err != nil {
+		return Spec{}, err
+	}
+	if err := s.CheckCDI(); err != nil {
 		return Spec{}, err
 	}
 	return s, nil

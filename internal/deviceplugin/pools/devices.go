@@ -208,31 +208,19 @@ func pick(byGPU map[int][]DeviceID, ok func(int) bool, need int) int {
 	return best
 }
 
-// VisibleEnv is the env that binds a container to the GPUs of its shares,
-// in GPU index order (its device ordinals): UUIDs where the node's GPUs
-// have them, else NVML indices with CUDA_DEVICE_ORDER=PCI_BUS_ID, so
-// CUDA's ordinals follow NVML's.
+// VisibleEnv is the env that binds a container to the GPUs of its shares
+// when CDI is off (AllocateEnv), in GPU index order (its device ordinals):
+// UUIDs where the node's GPUs have them, else NVML indices with
+// CUDA_DEVICE_ORDER=PCI_BUS_ID, so CUDA's ordinals follow NVML's.
 func (s Spec) VisibleEnv(shares []Share) map[string]string {
-	names := make([]string, 0, len(shares))
-	byUUID := true
-	for _, sh := range shares {
-		if g, ok := s.GPU(sh.GPU); ok && g.UUID != "" {
-			names = append(names, g.UUID)
-		} else {
-			byUUID = false
-			break
-		}
+	if uuids, ok := s.uuids(shares); ok {
+		list := strings.Join(uuids, ",")
+		return map[string]string{EnvCUDAVisibleDevices: list, EnvNVIDIAVisibleDevices: list}
 	}
-	if !byUUID {
-		names = names[:0]
-		for _, sh := range shares {
-			names = append(names, strconv.Itoa(sh.GPU))
-		}
+	names := make([]string, 0, len(shares))
+	for _, sh := range shares {
+		names = append(names, strconv.Itoa(sh.GPU))
 	}
 	list := strings.Join(names, ",")
-	env := map[string]string{EnvCUDAVisibleDevices: list, EnvNVIDIAVisibleDevices: list}
-	if !byUUID {
-		env[EnvCUDADeviceOrder] = "PCI_BUS_ID"
-	}
-	return env
+	return map[string]string{EnvCUDAVisibleDevices: list, EnvNVIDIAVisibleDevices: list, EnvCUDADeviceOrder: "PCI_BUS_ID"}
 }
