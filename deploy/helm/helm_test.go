@@ -269,7 +269,9 @@ func checkHostPaths(t *testing.T, r rendered, nriSocket, propagation string) {
 	}
 	agentProp := map[string]string{"Bidirectional": "HostToContainer", "None": "None"}[propagation]
 	same(a, bpffsDir(cfg.PinDir), agentProp)
-	same(a, cfg.StateDir, "")
+	// the tenants' accounting dirs are tmpfs mounts the agent makes: the
+	// runtime, on the node, must bind-mount those, not the empty dirs below
+	same(a, cfg.StateDir, "Bidirectional")
 	same(a, filepath.Dir(cfg.AgentSocket), "")
 	same(s, bpffsDir(cfg.PinDir), propagation)
 	same(s, cfg.DevrtDir, "")

@@ -204,7 +204,11 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 	if err != nil {
 		return Decision{}, c.undoReserve(info, err)
 	}
-	acct, err := c.makeAcctDir(id)
+	rec, err := c.reg.TenantRecord(id)
+	if err != nil {
+		return Decision{}, c.undoReserve(info, fmt.Errorf("tenant %d: %w", id, err))
+	}
+	acct, err := c.makeAcctDir(id, rec.Created)
 	if err != nil {
 		return Decision{}, c.undoReserve(info, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/cgroup/cgrouptest"
 	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/privtest"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -31,6 +32,14 @@ type coreLab struct {
 
 func newCoreLab(t *testing.T, mode admission.FailMode) *coreLab {
 	t.Helper()
+	return newCoreLabIn(t, mode, t.TempDir())
+}
+
+// newCoreLabIn is newCoreLab with the state dir given (a small tmpfs, as
+// the host's /run is).
+func newCoreLabIn(t *testing.T, mode admission.FailMode, stateDir string) *coreLab {
+	t.Helper()
+	privtest.UnmountUnder(t, stateDir) // the tenants' accounting dirs
 	reg, _ := bpftest.Registry(t)
 	res, err := cgroup.NewResolver("/")
 	if err != nil {
@@ -38,7 +47,7 @@ func newCoreLab(t *testing.T, mode admission.FailMode) *coreLab {
 	}
 	lg := logrus.New()
 	lg.SetOutput(&strings.Builder{})
-	l := &coreLab{reg: reg, res: res, stateDir: t.TempDir()}
+	l := &coreLab{reg: reg, res: res, stateDir: stateDir}
 	l.core, err = admission.New(admission.Config{FailMode: mode, StateDir: l.stateDir, DevrtDir: t.TempDir()}, reg,
 		policies.BuiltinCatalog(), nil, res, logrus.NewEntry(lg))
 	if err != nil {

@@ -30,6 +30,15 @@ func CleanNode(pinDir, stateDir string) (removed []string, err error) {
 			errs = append(errs, fmt.Errorf("clean node: refusing to empty %q", dir))
 			continue
 		}
+		if dir == stateDir {
+			// the tenants' accounting dirs are tmpfs mounts (makeAcctDir)
+			ents, _ := os.ReadDir(filepath.Join(dir, stateAcct))
+			for _, e := range ents {
+				if err := removeAcctDir(filepath.Join(dir, stateAcct, e.Name())); err != nil {
+					errs = append(errs, fmt.Errorf("clean node: %w", err))
+				}
+			}
+		}
 		n, err := emptyDir(dir)
 		if err != nil {
 			errs = append(errs, err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/privtest"
 	"github.com/gpuext/gpuext/test/lab"
 )
 
@@ -40,6 +41,7 @@ func startCtdLab(t *testing.T, failMode string, extra ...map[string]string) *ctd
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(work) })
+	privtest.UnmountUnder(t, work) // the tenants' accounting dirs, before the removal
 	bin := filepath.Join(work, "gpuext-nri-plugin")
 	build := exec.Command("go", "build", "-o", bin, "./nri-plugin")
 	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
