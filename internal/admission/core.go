@@ -3,6 +3,7 @@ package admission
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"time"
@@ -55,6 +56,8 @@ type Core struct {
 	// gpuMem answers what GPU memory the scheduler gave a Kubernetes
 	// container (SetGPUMemory; nil: no device plugin, no request).
 	gpuMem GPUMemorySource
+	// decisionKey authenticates the decisions Admit makes (Decision.MAC).
+	decisionKey []byte
 }
 
 // New returns a Core. constraints may be nil (everything allowed).
@@ -76,6 +79,11 @@ func New(cfg Config, reg *bpf.Registry, catalog *policies.Catalog, constraints *
 	if err := os.MkdirAll(c.boardDir(), 0o755); err != nil {
 		return nil, fmt.Errorf("board dir: %w", err)
 	}
+	key, err := loadDecisionKey(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	c.decisionKey = key
 	c.reg, c.catalog, c.constraints, c.resolver, c.log = reg, catalog, constraints, resolver, log
 	c.compileProbes = compile.CompileKernels
 	if pc := catalog.Algorithms().Probes; pc != probes.Builtin() {
@@ -110,9 +118,12 @@ func (c *Core) Admit(info ContainerInfo) (d Decision, err error) {
 		"namespace": info.PodNamespace})
 	d, err = c.admit(info, log)
 	if err != nil {
-		return c.failed(info, log, "admit", err)
+		d, err = c.failed(info, log, "admit", err)
 	}
-	return d, nil
+	if err == nil {
+		d.MAC = decisionMAC(c.decisionKey, info.ID, d)
+	}
+	return d, err
 }
 
 // failed applies the fail mode to an error of admission or registration.
@@ -317,7 +328,9 @@ func (c *Core) checkDecision(info ContainerInfo, d Decision) (bpf.Tenant, error)
 }
 
 // RegisterOCI is the OCI hook's registration at createRuntime. It applies
-// the decision the runc wrapper wrote into config.json (AnnotationDecision).
+// the decision the runc wrapper wrote into config.json (AnnotationDecision),
+// once its MAC shows the agent made it for this container; any other is
+// forged (ErrDecisionForged), refused in strict mode and logged.
 // A container without one was not created through the wrapper (podman's
 // hooks.d, a hook added to config.json by hand): the hook is then the only
 // gpuext step, and Admit decides here, once (it writes the tenant
@@ -325,9 +338,24 @@ func (c *Core) checkDecision(info ContainerInfo, d Decision) (bpf.Tenant, error)
 func (c *Core) RegisterOCI(info ContainerInfo) (Decision, cgroup.Cgroup, error) {
 	d, ok, err := DecodeDecision(info.Annotations)
 	if err != nil {
-		log := c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name})
-		fd, ferr := c.failed(info, log, "register", err)
-		return fd, cgroup.Cgroup{}, ferr
+		err = fmt.Errorf("%w: %w", ErrDecisionForged, err) // malformed: not the agent's either
+	} else if ok {
+		err = c.verifyDecision(info.ID, d)
+	}
+	if err != nil {
+		// A decision the agent did not make (a {"skipped":true} would skip
+		// strict mode and the constraints): strict refuses the container;
+		// fail-open admits it as if the annotation were not there.
+		log := c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name, "annotation": AnnotationDecision})
+		if c.cfg.FailMode == FailClosed {
+			fd, ferr := c.failed(info, log, "register", err)
+			return fd, cgroup.Cgroup{}, ferr
+		}
+		log.WithError(err).WithField("failMode", c.cfg.FailMode).
+			Error("forged decision annotation ignored: the container is admitted as if it had none")
+		ok = false
+		info.Annotations = maps.Clone(info.Annotations)
+		delete(info.Annotations, AnnotationDecision) // not a selection key
 	}
 	if !ok {
 		if d, err = c.Admit(info); err != nil {
