@@ -161,11 +161,13 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 	}
 	sel, reqErr := c.selectPolicy(info)
 	var gpus tenantGPUs
+	floor := false // fail-open: the GPU memory is the least the scheduler can have given (gpuMemoryOrFloor)
 	if reqErr == nil {
-		gm, err := c.gpuMemory(info, sel)
+		gm, fl, err := c.gpuMemoryOrFloor(info, sel, log)
 		if err != nil {
 			return Decision{}, err
 		}
+		floor = fl
 		gpus, reqErr = applyGPUMemory(&sel, gm)
 	}
 	if reqErr == nil && sel.Tenant == "pod" {
@@ -186,7 +188,7 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 		// the default policy keeps the GPU memory the scheduler gave the
 		// container as its quota: fail-open never lifts the request
 		var err error
-		if gpus, err = c.gpuQuota(info, &sel); err != nil {
+		if gpus, floor, err = c.gpuQuota(info, &sel, log); err != nil {
 			return Decision{}, err
 		}
 	}
@@ -198,7 +200,8 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 		return Decision{}, err
 	}
 	key := tenantKey(info, sel)
-	cfg := tenantConfig(sel.Policy, reqErr != nil)
+	failedOpen := reqErr != nil || floor
+	cfg := tenantConfig(sel.Policy, failedOpen)
 	digest := configDigest(sel.Policy.Name, cfg)
 	unlock, err := c.lockState(false)
 	if err != nil {
@@ -210,7 +213,7 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 		return Decision{}, fmt.Errorf("reserve tenant %q: %w", key, err)
 	}
 	d := Decision{Tenant: id, TenantKey: key, Policy: sel.Policy, ConfigDigest: digest, RequestErr: reqErr,
-		FailedOpen: reqErr != nil}
+		FailedOpen: failedOpen}
 	dir, err := c.writeTenantDir(id, key, sel.Policy, bundle, gpus)
 	if err != nil {
 		return Decision{}, c.undoReserve(info, err)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/policies"
 )
@@ -19,6 +21,14 @@ type GPUMemorySource interface {
 	// pod's (each device counted once over the pod's containers). A
 	// container or pod that holds none of the resource has no GPUs.
 	GPUMemory(info ContainerInfo, wholePod bool) (GPUMemory, error)
+}
+
+// GPUMemoryFloor is what a GPUMemorySource may also say: the least GPU
+// memory the scheduler can have given a container, when GPUMemory fails
+// (ok false: nothing says it was given any). Fail-open keeps a container at
+// it rather than letting it run unlimited (gpuMemoryOrFloor).
+type GPUMemoryFloor interface {
+	GPUMemoryFloor(info ContainerInfo) (gm GPUMemory, ok bool)
 }
 
 // GPUMemory is the GPU memory a container or pod was given.
@@ -66,14 +76,38 @@ func (c *Core) gpuMemory(info ContainerInfo, sel policies.Selection) (GPUMemory,
 	return gm, nil
 }
 
-// gpuQuota is gpuMemory then applyGPUMemory: the GPU memory the scheduler
-// gave the container becomes the selection's quota on each GPU.
-func (c *Core) gpuQuota(info ContainerInfo, sel *policies.Selection) (tenantGPUs, error) {
-	gm, err := c.gpuMemory(info, *sel)
-	if err != nil {
-		return tenantGPUs{}, err
+// gpuMemoryOrFloor is gpuMemory, except that in fail-open mode a lookup
+// that fails (the kubelet down, a pod listed twice with other devices)
+// never lifts what the scheduler reserved: a container the source's floor
+// says was given GPU memory keeps that floor as its quota on each of its
+// GPUs (floor true), logged. Strict mode, or no floor: the error.
+func (c *Core) gpuMemoryOrFloor(info ContainerInfo, sel policies.Selection, log *logrus.Entry) (gm GPUMemory, floor bool, err error) {
+	gm, err = c.gpuMemory(info, sel)
+	if err == nil || c.cfg.FailMode == FailClosed {
+		return gm, false, err
 	}
-	return applyGPUMemory(sel, gm)
+	src, ok := c.gpuMem.(GPUMemoryFloor)
+	if !ok {
+		return gm, false, err
+	}
+	fl, ok := src.GPUMemoryFloor(info)
+	if !ok {
+		return gm, false, err
+	}
+	log.WithError(err).WithFields(logrus.Fields{"failMode": c.cfg.FailMode, "gpus": fl.indices(), "gpuQuotaBytes": fl.GPUs}).
+		Warn("GPU memory the scheduler gave the container is not known: fail-open keeps it at the least it can have been given on each of its GPUs, never unlimited")
+	return fl, true, nil
+}
+
+// gpuQuota is gpuMemoryOrFloor then applyGPUMemory: the GPU memory the
+// scheduler gave the container becomes the selection's quota on each GPU.
+func (c *Core) gpuQuota(info ContainerInfo, sel *policies.Selection, log *logrus.Entry) (tenantGPUs, bool, error) {
+	gm, floor, err := c.gpuMemoryOrFloor(info, *sel, log)
+	if err != nil {
+		return tenantGPUs{}, false, err
+	}
+	t, err := applyGPUMemory(sel, gm)
+	return t, floor, err
 }
 
 // tenantGPUs is the per-GPU part of a tenant: the host GPU index and the

@@ -242,3 +242,51 @@ func TestNoKubeletIsAnInternalError(t *testing.T) {
 		t.Fatalf("fail-open: %+v %v, want a skipped decision", d, err)
 	}
 }
+
+// TestFailOpenKeepsTheReservation: a pod owner can make the kubelet list
+// a pod twice (force-delete it and make it again under the same name); the
+// lookup then fails, and fail-open let the container run with no quota at
+// all. A container the scheduler gave GPU memory (its device plugin env
+// names the GPUs) is never unlimited: fail-open keeps it at the least it
+// can have been given on each of its GPUs; strict refuses it. Listings that
+// agree are no doubt at all.
+func TestFailOpenKeepsTheReservation(t *testing.T) {
+	allocated := []string{"CUDA_VISIBLE_DEVICES=1", "NVIDIA_VISIBLE_DEVICES=1", "CUDA_DEVICE_ORDER=PCI_BUS_ID"}
+	info := podInfo("trainer", nil)
+	info.Env = append([]string{"PATH=/bin"}, allocated...)
+
+	l := newGPULab(t, admission.FailOpen, false)
+	l.kubelet.SetPods( // the old pod, terminating, and the new one
+		deviceplugintest.Pod("ml", "train", map[string]map[string][]string{"trainer": {resource: units(1, 0, 8)}}),
+		deviceplugintest.Pod("ml", "train", map[string]map[string][]string{"trainer": {resource: units(1, 8, 10)}}))
+	d, err := l.core.Admit(info)
+	if err != nil || d.Skipped || !d.FailedOpen {
+		t.Fatalf("fail-open, pod listed twice: %+v %v; want a fail-open decision that is not skipped", d, err)
+	}
+	wantQuota(t, l, d, []int{1}, []uint64{1 * gib}) // one unit: the least a grant can be
+
+	// the kubelet down: the same
+	l = newGPULab(t, admission.FailOpen, true)
+	if d, err = l.core.Admit(info); err != nil || d.Skipped {
+		t.Fatalf("fail-open, no kubelet: %+v %v; want the container kept at its floor", d, err)
+	}
+	wantQuota(t, l, d, []int{1}, []uint64{1 * gib})
+
+	// strict: refused
+	l = newGPULab(t, admission.FailClosed, false)
+	l.kubelet.SetPods(
+		deviceplugintest.Pod("ml", "train", map[string]map[string][]string{"trainer": {resource: units(1, 0, 8)}}),
+		deviceplugintest.Pod("ml", "train", map[string]map[string][]string{"trainer": {resource: units(1, 8, 10)}}))
+	if _, err := l.core.Admit(info); !errors.Is(err, admission.ErrRefused) || !strings.Contains(err.Error(), "listed 2 times") {
+		t.Fatalf("strict, pod listed twice: %v; want a refusal saying so", err)
+	}
+
+	// two listings with the same devices: the grant itself
+	l = newGPULab(t, admission.FailClosed, false)
+	same := deviceplugintest.Pod("ml", "train", map[string]map[string][]string{"trainer": {resource: units(1, 0, 3)}})
+	l.kubelet.SetPods(same, same)
+	if d, err = l.core.Admit(info); err != nil {
+		t.Fatal(err)
+	}
+	wantQuota(t, l, d, []int{1}, []uint64{3 * gib})
+}

@@ -103,7 +103,11 @@ func (c *Core) setPolicy(pc PolicyChange, log *logrus.Entry) (Decision, error) {
 	} else {
 		sel.Tenant = policies.TenantContainer
 	}
-	gpus, err := c.gpuQuota(info, &sel)
+	gm, err := c.gpuMemory(info, sel) // refused on error, whatever the fail mode
+	if err != nil {
+		return Decision{}, err
+	}
+	gpus, err := applyGPUMemory(&sel, gm)
 	if err != nil {
 		return Decision{}, err
 	}
