@@ -115,6 +115,10 @@ func (c *Core) gpuQuota(info ContainerInfo, sel *policies.Selection, log *logrus
 type tenantGPUs struct {
 	GPUs   []int
 	Quotas []uint64
+	// Granted is what the scheduler gave on each GPU (the quota's
+	// ceiling), kept in config.json so that a policy change keeps it
+	// (grantedGPUMemory).
+	Granted []uint64
 }
 
 // applyGPUMemory makes the request the tenant's quota on each GPU it was
@@ -147,11 +151,41 @@ func applyGPUMemory(sel *policies.Selection, gm GPUMemory) (tenantGPUs, error) {
 		}
 		t.GPUs = append(t.GPUs, s.GPU)
 		t.Quotas = append(t.Quotas, q)
+		t.Granted = append(t.Granted, s.Bytes)
 		most = max(most, q)
 	}
 	sel.Policy.Memory.QuotaBytes = most
 	sel.Policy.Memory.Quota = policies.FormatSize(most)
 	return t, nil
+}
+
+// grantedGPUMemory is the GPU memory the scheduler gave tenant id, as
+// admission wrote it into the tenant's config.json (the host's file): a
+// running container's grant does not change, so a policy change keeps it
+// from there rather than asking the kubelet again by names the registry
+// holds cut to its field size. A tenant written before gpuMemoryBytes
+// existed keeps its quotas as the ceiling.
+func (c *Core) grantedGPUMemory(id bpf.TenantID) (GPUMemory, error) {
+	data, err := os.ReadFile(filepath.Join(c.tenantDir(id), TenantConfigFile))
+	if err != nil {
+		return GPUMemory{}, fmt.Errorf("tenant %d: the GPU memory it was given: %w", id, err)
+	}
+	var tf TenantFile
+	if err := json.Unmarshal(data, &tf); err != nil {
+		return GPUMemory{}, fmt.Errorf("tenant %d config.json: %w", id, err)
+	}
+	granted := tf.GPUMemoryBytes
+	if len(granted) == 0 {
+		granted = tf.GPUQuotaBytes
+	}
+	if len(granted) != len(tf.GPUs) {
+		return GPUMemory{}, fmt.Errorf("tenant %d config.json: %d GPUs, %d grants", id, len(tf.GPUs), len(granted))
+	}
+	gm := GPUMemory{Resource: "gpu memory", ContainerGPUs: tf.GPUs}
+	for i, g := range tf.GPUs {
+		gm.GPUs = append(gm.GPUs, GPUShare{GPU: g, Bytes: granted[i]})
+	}
+	return gm, nil
 }
 
 // samePodGPUs refuses a container whose per-GPU quotas differ from those

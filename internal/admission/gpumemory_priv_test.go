@@ -20,6 +20,7 @@ import (
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/bpf/bpftest"
 	"github.com/gpuext/gpuext/cgroup"
+	"github.com/gpuext/gpuext/cgroup/cgrouptest"
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/deviceplugin"
@@ -289,4 +290,57 @@ func TestFailOpenKeepsTheReservation(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantQuota(t, l, d, []int{1}, []uint64{3 * gib})
+}
+
+// TestSetPolicyKeepsTheReservation: set-policy rebuilt the container from
+// the registry, whose pod names are cut to 63 bytes (Kubernetes allows
+// 253): the kubelet lookup found nothing and "set-policy default" dropped
+// the scheduler's per-GPU quota to unlimited. The tenant keeps what it was
+// given, for any valid pod name, and a quota may still lower it.
+func TestSetPolicyKeepsTheReservation(t *testing.T) {
+	l := newGPULab(t, admission.FailClosed, false)
+	long := strings.Repeat("p", 200) // a valid pod name, longer than the registry keeps
+	l.kubelet.SetPods(deviceplugintest.Pod("ml", long, map[string]map[string][]string{"trainer": {resource: units(1, 0, 6)}}))
+	cg, _ := cgrouptest.New(t)
+	info := admission.ContainerInfo{ID: "id-trainer", Name: "trainer", PodName: long, PodNamespace: "ml", PodUID: "uid-long",
+		Runtime: bpf.RuntimeNRI, CgroupsPath: cgroupsPath(t, cg), PodAnnotations: map[string]string{"policy.gpuext.io/pod": "batch"}}
+	d, err := l.core.Admit(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.core.Register(info, d); err != nil {
+		t.Fatal(err)
+	}
+	wantQuota(t, l, d, []int{1}, []uint64{6 * gib})
+
+	nd, err := l.core.SetPolicy(admission.PolicyChange{Tenant: d.TenantKey, Policy: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantQuota(t, l, nd, []int{1}, []uint64{6 * gib}) // not unlimited
+
+	// lowered, then back to the policy: the grant, not the lowered quota, is the ceiling
+	if nd, err = l.core.SetPolicy(admission.PolicyChange{Tenant: d.TenantKey, Policy: "quota", Params: map[string]string{"quota": "2GiB"}}); err != nil {
+		t.Fatal(err)
+	}
+	wantQuota(t, l, nd, []int{1}, []uint64{2 * gib})
+	if nd, err = l.core.SetPolicy(admission.PolicyChange{Tenant: d.TenantKey, Policy: "default"}); err != nil {
+		t.Fatal(err)
+	}
+	wantQuota(t, l, nd, []int{1}, []uint64{6 * gib})
+	// and never above it
+	_, err = l.core.SetPolicy(admission.PolicyChange{Tenant: d.TenantKey, Policy: "quota", Params: map[string]string{"quota": "16GiB"}})
+	if err == nil || !strings.Contains(err.Error(), "a quota may lower the request, never raise it") {
+		t.Fatalf("set-policy above the grant: %v", err)
+	}
+}
+
+// cgroupsPath is a cgroup directory's path relative to the v2 root.
+func cgroupsPath(t *testing.T, dir string) string {
+	t.Helper()
+	res, err := cgroup.NewResolver("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "/" + strings.TrimPrefix(strings.TrimPrefix(dir, res.V2Root()), "/")
 }

@@ -103,7 +103,10 @@ func (c *Core) setPolicy(pc PolicyChange, log *logrus.Entry) (Decision, error) {
 	} else {
 		sel.Tenant = policies.TenantContainer
 	}
-	gm, err := c.gpuMemory(info, sel) // refused on error, whatever the fail mode
+	// The GPU memory the scheduler gave the running tenant, as admission
+	// recorded it: not asked again by the registry's names, which are cut
+	// to 63 bytes (a longer pod name found nothing, and the quota went).
+	gm, err := c.grantedGPUMemory(t.ID)
 	if err != nil {
 		return Decision{}, err
 	}
