@@ -402,6 +402,22 @@ func TestChartDefaults(t *testing.T) {
 	}
 }
 
+// TestChartMetricsDefaultIsNodeLocal: metrics turned on with the chart's
+// defaults bind the node's loopback. The agent runs on the host network,
+// where NetworkPolicy does not apply, and the endpoint has no
+// authentication and names pods: 0.0.0.0 served it to every network the
+// node is on.
+func TestChartMetricsDefaultIsNodeLocal(t *testing.T) {
+	r := render(t, "--set", "metrics.enabled=true")
+	if got := r.cfg.MetricsAddress; got != "127.0.0.1:9464" {
+		t.Errorf("metrics.enabled=true alone: metricsAddress %q, want 127.0.0.1:9464 (the node only)", got)
+	}
+	// another address is the operator's explicit choice
+	if r := render(t, "--set", "metrics.enabled=true", "--set", "metrics.bindAddress=10.0.0.5"); r.cfg.MetricsAddress != "10.0.0.5:9464" {
+		t.Errorf("metrics.bindAddress=10.0.0.5: metricsAddress %q", r.cfg.MetricsAddress)
+	}
+}
+
 func TestChartOtherValues(t *testing.T) {
 	values := filepath.Join(here(), "testdata", "lab-values.yaml")
 	r := render(t, "--values", values)
