@@ -49,10 +49,10 @@ type Server struct {
 // The socket's directory is the agent's own (ownSocketDir): made 0700
 // when it is missing, taken when it is empty (what the kubelet's
 // DirectoryOrCreate makes) or already root's alone, and an error naming it
-// otherwise: a shared directory (/tmp, /run) is never chmodded. Only a
-// stale socket of a killed agent is replaced: anything else at path (a
-// file, a link, a directory, a socket another process serves) is an error
-// naming it, and is left alone. The socket is 0600.
+// otherwise: a shared directory (/tmp, /run) is never chmodded. Only an
+// earlier agent's socket is replaced: anything else at path (a file, a
+// link, a directory) is an error naming it, and is left alone. The socket
+// is 0600.
 func Listen(path string, core func() (Core, error), log *logrus.Entry) (*Server, error) {
 	if err := ownSocketDir(filepath.Dir(path)); err != nil {
 		return nil, err
@@ -132,8 +132,9 @@ func ownSocketDir(dir string) error {
 	return nil
 }
 
-// removeStaleSocket removes the socket of an agent that died at path; a
-// socket that answers, or anything that is not a socket, is an error.
+// removeStaleSocket removes an earlier agent's socket at path (one that
+// died, or a rolling update's old pod, which serves on until it exits);
+// anything that is not a socket is an error.
 func removeStaleSocket(path string) error {
 	fi, err := os.Lstat(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -144,10 +145,6 @@ func removeStaleSocket(path string) error {
 	}
 	if fi.Mode().Type() != fs.ModeSocket {
 		return fmt.Errorf("agent socket %s: there is a %s there, not a socket: not removed", path, typeName(fi.Mode()))
-	}
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
-		return fmt.Errorf("agent socket %s: another process serves it (a second agent?)", path)
 	}
 	if err := os.Remove(path); err != nil {
 		return fmt.Errorf("agent socket: remove stale %s: %w", path, err)

@@ -55,18 +55,16 @@ func TestListenNeverTakesWhatIsNotItsOwn(t *testing.T) {
 		t.Fatalf("the file at the socket path: %q %v; want it untouched", b, err)
 	}
 
-	// a socket another process serves
-	live := filepath.Join(root, "live", "agent.sock")
-	if err := os.MkdirAll(filepath.Dir(live), 0o700); err != nil {
+	// a directory at the socket path
+	dirAt := filepath.Join(root, "dir", "agent.sock")
+	if err := os.MkdirAll(filepath.Join(dirAt, "keep"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("unix", live)
-	if err != nil {
-		t.Fatal(err)
+	if _, err := listen(t, dirAt); err == nil || !strings.Contains(err.Error(), dirAt) {
+		t.Fatalf("Listen over a directory: %v; want an error naming %s", err, dirAt)
 	}
-	defer ln.Close()
-	if _, err := listen(t, live); err == nil || !strings.Contains(err.Error(), live) {
-		t.Fatalf("Listen over a served socket: %v; want an error naming %s", err, live)
+	if _, err := os.Stat(filepath.Join(dirAt, "keep")); err != nil {
+		t.Fatalf("the directory at the socket path lost its contents: %v", err)
 	}
 
 	// a shared directory (as /tmp is): refused, mode kept
@@ -102,8 +100,8 @@ func TestListenNeverTakesWhatIsNotItsOwn(t *testing.T) {
 }
 
 // TestListenOwnDir: a missing dir is made 0700, an empty one (the kubelet's
-// DirectoryOrCreate, 0755) becomes 0700, and a dead agent's socket is
-// replaced.
+// DirectoryOrCreate, 0755) becomes 0700, and an earlier agent's socket is
+// replaced (a dead one, or a rolling update's old pod still serving).
 func TestListenOwnDir(t *testing.T) {
 	root := sockDir(t)
 	made := filepath.Join(root, "made", "agent.sock")
@@ -139,4 +137,8 @@ func TestListenOwnDir(t *testing.T) {
 		t.Fatalf("the new socket does not answer: %v", err)
 	}
 	c.Close()
+	// the old agent of a rolling update still serves: the new one takes the path
+	if _, err := listen(t, sock); err != nil {
+		t.Fatalf("Listen over an earlier agent's served socket: %v", err)
+	}
 }
