@@ -271,7 +271,8 @@ func checkHostPaths(t *testing.T, r rendered, nriSocket, propagation string) {
 	same(a, bpffsDir(cfg.PinDir), agentProp)
 	// the tenants' accounting dirs are tmpfs mounts the agent makes: the
 	// runtime, on the node, must bind-mount those, not the empty dirs below
-	same(a, cfg.StateDir, "Bidirectional")
+	// (None on nodes whose mounts are private, as for bpffs)
+	same(a, cfg.StateDir, propagation)
 	same(a, filepath.Dir(cfg.AgentSocket), "")
 	same(s, bpffsDir(cfg.PinDir), propagation)
 	same(s, cfg.DevrtDir, "")

@@ -3,11 +3,15 @@ package admission_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/internal/admission"
@@ -155,5 +159,74 @@ func TestReusedTenantIDStartsEmpty(t *testing.T) {
 			names = append(names, e.Name())
 		}
 		t.Fatalf("new tenant's acct dir holds %s (%v); want it empty", strings.Join(names, ","), err)
+	}
+}
+
+// TestAcctDirWhereMountsDoNotReachTheNode: an agent whose mounts stay in
+// its own mount namespace (a container whose state dir has no Bidirectional
+// propagation) would hand the runtime the empty dir below its tmpfs: the
+// tenant would write where the agent never reads. The agent sees that and
+// makes a plain dir the node sees, with a warning; a second container of
+// the same tenant shares it.
+func TestAcctDirWhereMountsDoNotReachTheNode(t *testing.T) {
+	// the host's /proc as the agent container has it (hostRoot): its "1"
+	// is this test process, whose main thread stays in the host's mounts
+	hostRoot := t.TempDir()
+	if err := os.Mkdir(filepath.Join(hostRoot, "proc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(fmt.Sprintf("/proc/%d", os.Getpid()), filepath.Join(hostRoot, "proc", "1")); err != nil {
+		t.Fatal(err)
+	}
+	l := newCoreLabIn(t, admission.FailClosed, t.TempDir(), func(c *admission.Config) { c.HostRoot = hostRoot })
+	pod := func(id string) admission.ContainerInfo {
+		return admission.ContainerInfo{ID: id, Name: id, PodName: "p", PodNamespace: "ns", PodUID: "uid-p", Runtime: bpf.RuntimeNRI,
+			PodAnnotations: map[string]string{"tenant.gpuext.io/pod": "pod"}}
+	}
+	type result struct {
+		d   admission.Decision
+		err error
+	}
+	done := make(chan result)
+	go func() {
+		// this thread only: a mount namespace of its own, as an agent
+		// container's; the thread ends with the goroutine (never unlocked)
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			done <- result{err: err}
+			return
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			done <- result{err: err}
+			return
+		}
+		d, err := l.core.Admit(pod("a"))
+		if err == nil {
+			_, err = l.core.Admit(pod("b"))
+		}
+		done <- result{d, err}
+	}()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	acct := admission.AcctDir(l.stateDir, uint64(r.d.Tenant)) // as the node sees it (this thread's namespace is the host's)
+	fi, err := os.Stat(acct)
+	if err != nil || fi.Mode()&os.ModePerm != 0o777 || fi.Mode()&os.ModeSticky == 0 {
+		t.Fatalf("acct dir on the node: %v %v; want a world-writable sticky dir", fi, err)
+	}
+	if err := os.WriteFile(filepath.Join(acct, "usage"), []byte("x"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(l.log.String(), "NOT bounded") {
+		t.Fatalf("no warning that acct dirs are not bounded:\n%s", l.log)
+	}
+	// the pod's second container (admitted above) shares the dir; admitting
+	// again keeps what the tenant wrote
+	if _, err := l.core.Admit(pod("c")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(acct, "usage")); err != nil || string(b) != "x" {
+		t.Fatalf("a pod tenant's acct dir after another admission: %q %v; want what it wrote", b, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -32,6 +33,11 @@ type Config struct {
 	// and CUDA_MPS_PIPE_DIRECTORY, so its CUDA contexts are MPS clients and a
 	// best-effort tenant's smPercent can confine it (docs/injection.md).
 	MPSPipeDir string
+	// HostRoot is where the host's /proc is (the config's hostRoot; "" is
+	// "/"): makeAcctDir checks there that the tmpfs it mounts is the one
+	// the node's runtime will bind (an agent in a container whose state dir
+	// does not propagate mounts to the node).
+	HostRoot string
 	// MPSShmDir, when set, is mounted at /dev/shm in every tenant container:
 	// the shared memory the MPS server and its clients exchange through,
 	// for containers that have their own IPC namespace.
@@ -58,6 +64,8 @@ type Core struct {
 	gpuMem GPUMemorySource
 	// decisionKey authenticates the decisions Admit makes (Decision.MAC).
 	decisionKey []byte
+	// unboundedAcct warns once that acct dirs cannot be bounded here.
+	unboundedAcct sync.Once
 }
 
 // New returns a Core. constraints may be nil (everything allowed).

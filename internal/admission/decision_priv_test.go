@@ -38,7 +38,7 @@ func newCoreLab(t *testing.T, mode admission.FailMode) *coreLab {
 
 // newCoreLabIn is newCoreLab with the state dir given (a small tmpfs, as
 // the host's /run is).
-func newCoreLabIn(t *testing.T, mode admission.FailMode, stateDir string) *coreLab {
+func newCoreLabIn(t *testing.T, mode admission.FailMode, stateDir string, tune ...func(*admission.Config)) *coreLab {
 	t.Helper()
 	privtest.UnmountUnder(t, stateDir) // the tenants' accounting dirs
 	reg, _ := bpftest.Registry(t)
@@ -49,8 +49,11 @@ func newCoreLabIn(t *testing.T, mode admission.FailMode, stateDir string) *coreL
 	lg := logrus.New()
 	l := &coreLab{reg: reg, res: res, stateDir: stateDir, log: &strings.Builder{}}
 	lg.SetOutput(l.log)
-	l.core, err = admission.New(admission.Config{FailMode: mode, StateDir: l.stateDir, DevrtDir: t.TempDir()}, reg,
-		policies.BuiltinCatalog(), nil, res, logrus.NewEntry(lg))
+	cfg := admission.Config{FailMode: mode, StateDir: l.stateDir, DevrtDir: t.TempDir()}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	l.core, err = admission.New(cfg, reg, policies.BuiltinCatalog(), nil, res, logrus.NewEntry(lg))
 	if err != nil {
 		t.Fatal(err)
 	}

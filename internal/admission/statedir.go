@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuext/gpuext/bpf"
@@ -97,7 +98,9 @@ func (c *Core) makeAcctDir(id bpf.TenantID, created time.Time) (string, error) {
 	stampPath := filepath.Join(owners, strconv.FormatUint(uint64(id), 10))
 	stamp := strconv.FormatInt(created.UnixNano(), 10)
 	if have, err := os.ReadFile(stampPath); err == nil && string(have) == stamp {
-		if mounted, err := isMountPoint(dir); err == nil && mounted {
+		// the stamp is written last: the dir is whole (a tmpfs, or the
+		// plain dir of a node the mount does not reach)
+		if fi, err := os.Lstat(dir); err == nil && fi.IsDir() {
 			return dir, nil
 		}
 	}
@@ -119,10 +122,42 @@ func (c *Core) makeAcctDir(id bpf.TenantID, created time.Time) (string, error) {
 		_ = os.Remove(dir)
 		return "", fmt.Errorf("tenant accounting dir %s: mount a tmpfs of %d bytes: %w", dir, AcctDirBytes, err)
 	}
+	if !c.reachesNode(dir) {
+		// The node's runtime would bind the empty dir below the mount: a
+		// plain dir is what the tenant and the agent can share here.
+		_ = unix.Unmount(dir, unix.MNT_DETACH)
+		c.unboundedAcct.Do(func() {
+			c.log.WithFields(logrus.Fields{"stateDir": c.cfg.StateDir, "acctDir": dir}).
+				Warn("tenant acct dirs are NOT bounded: a tmpfs the agent mounts under the state dir does not reach the node " +
+					"(an agent container whose state dir has no Bidirectional mount propagation); plain directories are used")
+		})
+		if err := os.Chmod(dir, 0o777|fs.ModeSticky); err != nil {
+			return "", fmt.Errorf("tenant accounting dir: %w", err)
+		}
+	}
 	if err := atomicfile.Write(stampPath, []byte(stamp), 0o600); err != nil {
 		return "", fmt.Errorf("tenant accounting dir: %w", err)
 	}
 	return dir, nil
+}
+
+// reachesNode says whether dir, just mounted, is what the node's runtime
+// sees at that path: the same file in the mount namespace of the host's
+// init (HostRoot/proc/1/root). When that cannot be looked at, the mount is
+// trusted.
+func (c *Core) reachesNode(dir string) bool {
+	root := c.cfg.HostRoot
+	if root == "" {
+		root = "/"
+	}
+	var here, there unix.Stat_t
+	if err := unix.Stat(filepath.Join(root, "proc", "1", "root", dir), &there); err != nil {
+		return true
+	}
+	if err := unix.Stat(dir, &here); err != nil {
+		return false
+	}
+	return here.Dev == there.Dev && here.Ino == there.Ino
 }
 
 // removeAcctDir unmounts dir (every mount stacked on it; containers keep
@@ -138,18 +173,6 @@ func removeAcctDir(dir string) error {
 		}
 	}
 	return os.RemoveAll(dir)
-}
-
-// isMountPoint: dir is on another filesystem than its parent.
-func isMountPoint(dir string) (bool, error) {
-	var st, parent unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return false, err
-	}
-	if err := unix.Lstat(filepath.Dir(dir), &parent); err != nil {
-		return false, err
-	}
-	return st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Dev != parent.Dev, nil
 }
 
 func (c *Core) tenantDir(id bpf.TenantID) string { return TenantDir(c.cfg.StateDir, uint64(id)) }

@@ -350,7 +350,7 @@ func (c Config) OpenCore(log *logrus.Entry) (*admission.Core, *bpf.Registry, err
 		log.WithFields(logrus.Fields{"mountpoint": m, "pinDir": c.PinDir}).Info("no bpf filesystem was mounted: mounted one")
 	}
 	core, err := admission.New(admission.Config{FailMode: mode, StateDir: c.StateDir, DevrtDir: c.DevrtDir,
-		MPSPipeDir: c.MPSPipeDirectory, MPSShmDir: c.MPSShmDirectory},
+		HostRoot: c.HostRoot, MPSPipeDir: c.MPSPipeDirectory, MPSShmDir: c.MPSShmDirectory},
 		reg, cat, cons, res, log)
 	if err != nil {
 		reg.Close()

@@ -263,6 +263,7 @@ func TestK8sChartGPUMemory(t *testing.T) {
 	if err := os.WriteFile(values, []byte(fmt.Sprintf(`image: {name: %s, tag: %s, pullPolicy: Never}
 nri: {socket: %s}
 bpffs: {mountPropagation: None}
+state: {mountPropagation: None}
 config:
   failMode: strict
   logLevel: debug
