@@ -23,7 +23,7 @@ $cc $cflags -shared -fvisibility=hidden -Wl,-Bsymbolic-functions -Wl,-soname,lib
 	-o "$out/libgpuext-devrt.so" \
 	"$src/lib/devrt.c" "$src/lib/settings.c" "$src/lib/resolve.c" "$src/lib/lookup.c" "$src/lib/wrappers.c" \
 	"$src/lib/acct.c" "$src/lib/priority.c" \
-	"$src/lib/probe_load.c" "$src/lib/probe_bind.c" "$src/lib/probe_clock.c" "$src/lib/probe_copyout.c" \
+	"$src/lib/probe_load.c" "$src/lib/probe_files.c" "$src/lib/probe_bind.c" "$src/lib/probe_clock.c" "$src/lib/probe_copyout.c" \
 	"$src/lib/probe_ctx.c" "$src/lib/probe_launch.c" "$src/lib/probe_hostlaunch.c" \
 	"$src/lib/ptxpatch.c" "$src/lib/fatbin.c" -ldl -lpthread
 # shellcheck disable=SC2086

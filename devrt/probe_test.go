@@ -935,20 +935,39 @@ func TestProbesRealNvccFatbin(t *testing.T) {
 }
 
 // Containers of a pod share the tenant's probes directory but each has its
-// own pid 1: two such processes keep separate status and maps files. Needs
-// root (unshare).
+// own pid 1: two such processes, alive at once, keep separate status and
+// maps files (a process that is gone has its files removed by the next
+// one: probe_files_test.go). Needs root (unshare).
 func TestProbesPidNamespacesKeepSeparateFiles(t *testing.T) {
 	privtest.RequireRoot(t)
 	fb := writeTemp(t, "app.fatbin", fatbin(sassEntry(90), ptxEntry(t, "vecadd.ptx", 90)))
 	tn := probeTenant(t, 29, true)
-	for i := 1; i <= 2; i++ {
-		c := exec.Command("unshare", "--pid", "--fork", "--kill-child", filepath.Join(tn.bin, "fake", "app_image"), "lib", fb, "launch", fmt.Sprint(i))
+	dir := filepath.Join(tn.acct, "probes")
+	pidOne := func(steps ...string) *exec.Cmd {
+		c := exec.Command("unshare", append([]string{"--pid", "--fork", "--kill-child", filepath.Join(tn.bin, "fake", "app_image"), "lib", fb}, steps...)...)
 		c.Env = tn.env()
-		if out, err := c.CombinedOutput(); err != nil {
-			t.Fatalf("%v\n%s", err, out)
+		return c
+	}
+	first := pidOne("launch", "1", "sleep", "2500") // still alive while the second runs
+	var firstOut bytes.Buffer
+	first.Stdout, first.Stderr = &firstOut, &firstOut
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(dir, "1.status")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first process wrote no 1.status")
 		}
 	}
-	dir := filepath.Join(tn.acct, "probes")
+	if out, err := pidOne("launch", "2").CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if err := first.Wait(); err != nil {
+		t.Fatalf("%v\n%s", err, firstOut.String())
+	}
 	for _, key := range []int{1, 1 + 1<<22} {
 		if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("%d.status", key))); err != nil {
 			t.Errorf("status of key %d: %v", key, err)

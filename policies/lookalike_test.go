@@ -49,6 +49,11 @@ func TestLookalikeKeysAreErrors(t *testing.T) {
 		{"leading space", " policy.gpuext.io", `" policy.gpuext.io"`, "spaces"},
 		{"upper case", "Policy.GPUEXT.io", `"Policy.GPUEXT.io"`, "upper case"},
 		{"quota, Cyrillic a", "quot\u0430.gpuext.io", `"quot\u0430.gpuext.io"`, "non-ASCII letters"},
+		// control characters are what a NUL-terminated reader would stop at
+		{"NUL after", "policy.gpuext.io\x00", `"policy.gpuext.io\x00"`, "control characters"},
+		{"NUL inside", "policy.gpu\x00ext.io", `"policy.gpu\x00ext.io"`, "control characters"},
+		{"tab after", "policy.gpuext.io\t", `"policy.gpuext.io\t"`, "control characters"},
+		{"DEL after", "policy.gpuext.io\x7f", `"policy.gpuext.io\x7f"`, "control characters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			real, _, _ := strings.Cut(foldKey(tc.key), "/")

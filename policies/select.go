@@ -93,8 +93,8 @@ const (
 // parseKey splits a key of the gpuext.io domain into its base key and scope.
 // ours is false for keys of other domains. scope is "", "pod" or
 // "container.NAME". A key that only looks like one of the domain (foldKey:
-// Cyrillic or fullwidth letters, invisible characters, a trailing dot, upper
-// case) is ours and an error naming the key it looks like: ignoring it would
+// Cyrillic or fullwidth letters, invisible or control characters, a
+// trailing dot, upper case) is ours and an error naming the key it looks like: ignoring it would
 // silently drop the user's request.
 func parseKey(key string) (base, scope string, ours bool, err error) {
 	prefix, scope, slash := strings.Cut(key, "/")
@@ -146,12 +146,15 @@ func keyHint(k string) string {
 // forms to ASCII, Cyrillic, Greek and other letters that look Latin to
 // their Latin twins, other dots and slashes to '.' and '/'; it drops
 // invisible characters (zero-width, bidi marks, soft hyphen, byte order
-// mark: Unicode's format class) and white space, and lower-cases.
+// mark: Unicode's format class), ASCII control characters (a NUL, where a
+// C reader would end the key) and white space, and lower-cases.
 func foldKey(k string) string {
 	var b strings.Builder
 	b.Grow(len(k))
 	for _, r := range k {
 		switch {
+		case r < ' ' || r == 0x7f: // NUL and the other ASCII controls: invisible too
+			continue
 		case r < utf8.RuneSelf:
 		case r >= 0xFF01 && r <= 0xFF5E: // fullwidth ASCII
 			r -= 0xFF01 - '!'
@@ -195,6 +198,9 @@ func lookalikeWhy(k string) string {
 	var why []string
 	if strings.ContainsFunc(k, func(r rune) bool { return unicode.Is(unicode.Cf, r) || unicode.IsSpace(r) }) {
 		why = append(why, "invisible characters or spaces")
+	}
+	if strings.ContainsFunc(k, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		why = append(why, "control characters")
 	}
 	if strings.ContainsFunc(k, func(r rune) bool { return r >= utf8.RuneSelf && !unicode.Is(unicode.Cf, r) && !unicode.IsSpace(r) }) {
 		why = append(why, "non-ASCII letters")

@@ -269,7 +269,10 @@ func checkHostPaths(t *testing.T, r rendered, nriSocket, propagation string) {
 	}
 	agentProp := map[string]string{"Bidirectional": "HostToContainer", "None": "None"}[propagation]
 	same(a, bpffsDir(cfg.PinDir), agentProp)
-	same(a, cfg.StateDir, "")
+	// the tenants' accounting dirs are tmpfs mounts the agent makes: the
+	// runtime, on the node, must bind-mount those, not the empty dirs below
+	// (None on nodes whose mounts are private, as for bpffs)
+	same(a, cfg.StateDir, propagation)
 	same(a, filepath.Dir(cfg.AgentSocket), "")
 	same(s, bpffsDir(cfg.PinDir), propagation)
 	same(s, cfg.DevrtDir, "")
@@ -397,6 +400,22 @@ func TestChartDefaults(t *testing.T) {
 	}
 	if len(r.agent.Ports) != 0 || r.daemonSet.Spec.Template.Metadata.Annotations["prometheus.io/scrape"] != "" {
 		t.Errorf("metrics off by default, but ports %v, annotations %v", r.agent.Ports, r.daemonSet.Spec.Template.Metadata.Annotations)
+	}
+}
+
+// TestChartMetricsDefaultIsNodeLocal: metrics turned on with the chart's
+// defaults bind the node's loopback. The agent runs on the host network,
+// where NetworkPolicy does not apply, and the endpoint has no
+// authentication and names pods: 0.0.0.0 served it to every network the
+// node is on.
+func TestChartMetricsDefaultIsNodeLocal(t *testing.T) {
+	r := render(t, "--set", "metrics.enabled=true")
+	if got := r.cfg.MetricsAddress; got != "127.0.0.1:9464" {
+		t.Errorf("metrics.enabled=true alone: metricsAddress %q, want 127.0.0.1:9464 (the node only)", got)
+	}
+	// another address is the operator's explicit choice
+	if r := render(t, "--set", "metrics.enabled=true", "--set", "metrics.bindAddress=10.0.0.5"); r.cfg.MetricsAddress != "10.0.0.5:9464" {
+		t.Errorf("metrics.bindAddress=10.0.0.5: metricsAddress %q", r.cfg.MetricsAddress)
 	}
 }
 

@@ -2,7 +2,8 @@
  * probe_load.c - device probes in the interposer (docs/device-probes.md,
  * "Device probes in the interposer"): the tenant's bundle and each image's
  * patched load. The other jobs are in probe_bind.c, probe_clock.c,
- * probe_copyout.c, probe_ctx.c and probe_launch.c (see probe_state.h).
+ * probe_copyout.c, probe_ctx.c, probe_files.c and probe_launch.c (see
+ * probe_state.h).
  *
  * When the tenant directory holds probes/module.ptx and probes/module.conf
  * (written by the host), every image the application loads is inspected
@@ -11,7 +12,7 @@
  * compressed PTX that cannot be unpacked, target too low, JIT failure -
  * loads the caller's image unchanged; the reason goes to the status file
  * $GPUEXT_TENANT_ACCT/probes/<pid>.status, one line per image (<pid>: the
- * process's key, see gx_key).
+ * process's key, see gx_key in probe_files.c).
  *
  * After a patched load, in a context: the map symbols and
  * __gpuext_tenant_id are looked up (cuLibraryGetGlobal /
@@ -65,43 +66,6 @@ static char *gx_read_file_at(int dirfd, const char *name, size_t *len)
 	buf[n] = 0;
 	*len = n;
 	return buf;
-}
-
-/*
- * The number naming this process's files. Containers of a pod share the
- * directory but not a pid namespace (each has a pid 1), and a restarted
- * process may reuse a pid: the first free name among pid, pid + 1 << 22,
- * pid + 2 << 22, ... is claimed with O_EXCL (pids are below 1 << 22).
- */
-int gx_key(void)
-{
-	int key = atomic_load(&gx_pr.key), expected = 0, created = 0;
-	char path[PATH_MAX + 32];
-
-	if (key)
-		return key;
-	if (!gx_pr.dir[0])
-		return (int)getpid();
-	for (int n = 0; n < 256; n++) {
-		int fd;
-
-		key = (int)getpid() + (n << 22);
-		snprintf(path, sizeof(path), "%s/%d.status", gx_pr.dir, key);
-		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-		if (fd < 0 && errno == EEXIST)
-			continue;
-		if (fd >= 0) {
-			close(fd);
-			created = 1;
-		}
-		break; /* claimed, or an error the writes will meet too */
-	}
-	if (!atomic_compare_exchange_strong(&gx_pr.key, &expected, key)) {
-		if (created)
-			unlink(path); /* another thread claimed one first: give ours back */
-		return expected;
-	}
-	return key;
 }
 
 void gx_status(const char *fmt, ...)

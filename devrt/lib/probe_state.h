@@ -12,8 +12,10 @@
  *   probe_ctx.c      contexts and images that end: last copies, unbinding
  *   probe_launch.c   the launch path: late binds, a library's other contexts, launch times
  *   probe_hostlaunch.c  every launch counted host-side, per kernel, with how it is observed (<pid>.launches)
+ *   probe_files.c    the process's key (its files' names), claimed under a lock it holds for life; the
+ *                    files of processes that are gone removed
  *
- * All locks are process-private.
+ * All locks are process-private, but for the liveness lock of probe_files.c.
  */
 #ifndef GPUEXT_PROBE_STATE_H
 #define GPUEXT_PROBE_STATE_H
@@ -138,8 +140,9 @@ struct gx_probe_state {
 extern struct gx_probe_state gx_pr;
 extern pthread_mutex_t gx_probe_mu; /* process-private: images, files, thread */
 
-/* probe_load.c */
+/* probe_files.c */
 int gx_key(void);
+/* probe_load.c */
 void gx_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* probe_bind.c */
 int gx_capture_relax(void);

@@ -3,8 +3,10 @@ package admission
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -31,6 +33,11 @@ type Config struct {
 	// and CUDA_MPS_PIPE_DIRECTORY, so its CUDA contexts are MPS clients and a
 	// best-effort tenant's smPercent can confine it (docs/injection.md).
 	MPSPipeDir string
+	// HostRoot is where the host's /proc is (the config's hostRoot; "" is
+	// "/"): makeAcctDir checks there that the tmpfs it mounts is the one
+	// the node's runtime will bind (an agent in a container whose state dir
+	// does not propagate mounts to the node).
+	HostRoot string
 	// MPSShmDir, when set, is mounted at /dev/shm in every tenant container:
 	// the shared memory the MPS server and its clients exchange through,
 	// for containers that have their own IPC namespace.
@@ -55,6 +62,10 @@ type Core struct {
 	// gpuMem answers what GPU memory the scheduler gave a Kubernetes
 	// container (SetGPUMemory; nil: no device plugin, no request).
 	gpuMem GPUMemorySource
+	// decisionKey authenticates the decisions Admit makes (Decision.MAC).
+	decisionKey []byte
+	// unboundedAcct warns once that acct dirs cannot be bounded here.
+	unboundedAcct sync.Once
 }
 
 // New returns a Core. constraints may be nil (everything allowed).
@@ -76,6 +87,11 @@ func New(cfg Config, reg *bpf.Registry, catalog *policies.Catalog, constraints *
 	if err := os.MkdirAll(c.boardDir(), 0o755); err != nil {
 		return nil, fmt.Errorf("board dir: %w", err)
 	}
+	key, err := loadDecisionKey(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	c.decisionKey = key
 	c.reg, c.catalog, c.constraints, c.resolver, c.log = reg, catalog, constraints, resolver, log
 	c.compileProbes = compile.CompileKernels
 	if pc := catalog.Algorithms().Probes; pc != probes.Builtin() {
@@ -110,9 +126,12 @@ func (c *Core) Admit(info ContainerInfo) (d Decision, err error) {
 		"namespace": info.PodNamespace})
 	d, err = c.admit(info, log)
 	if err != nil {
-		return c.failed(info, log, "admit", err)
+		d, err = c.failed(info, log, "admit", err)
 	}
-	return d, nil
+	if err == nil {
+		d.MAC = decisionMAC(c.decisionKey, info.ID, d)
+	}
+	return d, err
 }
 
 // failed applies the fail mode to an error of admission or registration.
@@ -150,11 +169,13 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 	}
 	sel, reqErr := c.selectPolicy(info)
 	var gpus tenantGPUs
+	floor := false // fail-open: the GPU memory is the least the scheduler can have given (gpuMemoryOrFloor)
 	if reqErr == nil {
-		gm, err := c.gpuMemory(info, sel)
+		gm, fl, err := c.gpuMemoryOrFloor(info, sel, log)
 		if err != nil {
 			return Decision{}, err
 		}
+		floor = fl
 		gpus, reqErr = applyGPUMemory(&sel, gm)
 	}
 	if reqErr == nil && sel.Tenant == "pod" {
@@ -175,7 +196,7 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 		// the default policy keeps the GPU memory the scheduler gave the
 		// container as its quota: fail-open never lifts the request
 		var err error
-		if gpus, err = c.gpuQuota(info, &sel); err != nil {
+		if gpus, floor, err = c.gpuQuota(info, &sel, log); err != nil {
 			return Decision{}, err
 		}
 	}
@@ -187,7 +208,8 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 		return Decision{}, err
 	}
 	key := tenantKey(info, sel)
-	cfg := tenantConfig(sel.Policy, reqErr != nil)
+	failedOpen := reqErr != nil || floor
+	cfg := tenantConfig(sel.Policy, failedOpen)
 	digest := configDigest(sel.Policy.Name, cfg)
 	unlock, err := c.lockState(false)
 	if err != nil {
@@ -199,12 +221,16 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 		return Decision{}, fmt.Errorf("reserve tenant %q: %w", key, err)
 	}
 	d := Decision{Tenant: id, TenantKey: key, Policy: sel.Policy, ConfigDigest: digest, RequestErr: reqErr,
-		FailedOpen: reqErr != nil}
+		FailedOpen: failedOpen}
 	dir, err := c.writeTenantDir(id, key, sel.Policy, bundle, gpus)
 	if err != nil {
 		return Decision{}, c.undoReserve(info, err)
 	}
-	acct, err := c.makeAcctDir(id)
+	rec, err := c.reg.TenantRecord(id)
+	if err != nil {
+		return Decision{}, c.undoReserve(info, fmt.Errorf("tenant %d: %w", id, err))
+	}
+	acct, err := c.makeAcctDir(id, rec.Created)
 	if err != nil {
 		return Decision{}, c.undoReserve(info, err)
 	}
@@ -313,7 +339,9 @@ func (c *Core) checkDecision(info ContainerInfo, d Decision) (bpf.Tenant, error)
 }
 
 // RegisterOCI is the OCI hook's registration at createRuntime. It applies
-// the decision the runc wrapper wrote into config.json (AnnotationDecision).
+// the decision the runc wrapper wrote into config.json (AnnotationDecision),
+// once its MAC shows the agent made it for this container; any other is
+// forged (ErrDecisionForged), refused in strict mode and logged.
 // A container without one was not created through the wrapper (podman's
 // hooks.d, a hook added to config.json by hand): the hook is then the only
 // gpuext step, and Admit decides here, once (it writes the tenant
@@ -321,9 +349,24 @@ func (c *Core) checkDecision(info ContainerInfo, d Decision) (bpf.Tenant, error)
 func (c *Core) RegisterOCI(info ContainerInfo) (Decision, cgroup.Cgroup, error) {
 	d, ok, err := DecodeDecision(info.Annotations)
 	if err != nil {
-		log := c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name})
-		fd, ferr := c.failed(info, log, "register", err)
-		return fd, cgroup.Cgroup{}, ferr
+		err = fmt.Errorf("%w: %w", ErrDecisionForged, err) // malformed: not the agent's either
+	} else if ok {
+		err = c.verifyDecision(info.ID, d)
+	}
+	if err != nil {
+		// A decision the agent did not make (a {"skipped":true} would skip
+		// strict mode and the constraints): strict refuses the container;
+		// fail-open admits it as if the annotation were not there.
+		log := c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name, "annotation": AnnotationDecision})
+		if c.cfg.FailMode == FailClosed {
+			fd, ferr := c.failed(info, log, "register", err)
+			return fd, cgroup.Cgroup{}, ferr
+		}
+		log.WithError(err).WithField("failMode", c.cfg.FailMode).
+			Error("forged decision annotation ignored: the container is admitted as if it had none")
+		ok = false
+		info.Annotations = maps.Clone(info.Annotations)
+		delete(info.Annotations, AnnotationDecision) // not a selection key
 	}
 	if !ok {
 		if d, err = c.Admit(info); err != nil {

@@ -40,6 +40,11 @@ type Decision struct {
 	// Err is the error a skipped decision was made for.
 	Err       error
 	Injection Injection
+	// MAC authenticates the decision for its container (Core.Admit sets
+	// it): only a core holding the state dir's decision key can make one,
+	// so a decision annotation that a container's creator wrote is told
+	// apart from the agent's (Core.RegisterOCI).
+	MAC string
 }
 
 // AnnotationDecision is the config.json annotation that carries a
@@ -54,6 +59,7 @@ type decisionRecord struct {
 	Digest     string `json:"configDigest"`
 	FailedOpen bool   `json:"failedOpen,omitempty"`
 	Skipped    bool   `json:"skipped,omitempty"`
+	MAC        string `json:"mac,omitempty"`
 }
 
 // maxDecisionSize bounds the annotation: it is read from a config.json that
@@ -63,7 +69,7 @@ const maxDecisionSize = 1024
 // Encode is the decision's annotation value.
 func (d Decision) Encode() string {
 	b, _ := json.Marshal(decisionRecord{Tenant: uint32(d.Tenant), TenantKey: d.TenantKey, Policy: d.Policy.Name,
-		Digest: d.ConfigDigest, FailedOpen: d.FailedOpen, Skipped: d.Skipped})
+		Digest: d.ConfigDigest, FailedOpen: d.FailedOpen, Skipped: d.Skipped, MAC: d.MAC})
 	return string(b)
 }
 
@@ -88,7 +94,7 @@ func DecodeDecision(annotations map[string]string) (d Decision, ok bool, err err
 		return Decision{}, true, fmt.Errorf("annotation %s: tenant, tenantKey and configDigest are required", AnnotationDecision)
 	}
 	return Decision{Tenant: bpf.TenantID(r.Tenant), TenantKey: r.TenantKey, Policy: policies.Policy{Name: r.Policy},
-		ConfigDigest: r.Digest, FailedOpen: r.FailedOpen, Skipped: r.Skipped}, true, nil
+		ConfigDigest: r.Digest, FailedOpen: r.FailedOpen, Skipped: r.Skipped, MAC: r.MAC}, true, nil
 }
 
 // configDigest identifies a reserved tenant config: the policy name and the
@@ -116,6 +122,13 @@ const (
 	KindInternal ErrorKind = "internal"
 )
 
+// ErrDecisionForged: a decision annotation that the agent did not make for
+// this container (no MAC, or one that does not verify): written by whoever
+// created the container, or copied from another one. It is a bad request
+// (KindRequest): strict refuses the container, fail-open admits it as if
+// the annotation were not there.
+var ErrDecisionForged = errors.New("decision not made by the gpuext agent for this container")
+
 // ErrDecisionMismatch: a stored decision no longer matches the registry
 // (or names another container's tenant).
 var ErrDecisionMismatch = errors.New("decision does not match the registry")
@@ -125,7 +138,7 @@ func KindOf(err error) ErrorKind {
 	switch {
 	case errors.Is(err, policies.ErrForbidden):
 		return KindConstraint
-	case errors.Is(err, errRequest), errors.Is(err, policies.ErrUnknownPolicy), errors.Is(err, policies.ErrBadSize),
+	case errors.Is(err, errRequest), errors.Is(err, ErrDecisionForged), errors.Is(err, policies.ErrUnknownPolicy), errors.Is(err, policies.ErrBadSize),
 		errors.Is(err, policies.ErrBadValue), errors.Is(err, policies.ErrUnknownKey), errors.Is(err, policies.ErrMissingParam):
 		return KindRequest
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/cgroup/cgrouptest"
 	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/privtest"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -27,20 +28,32 @@ type coreLab struct {
 	stateDir string
 	parent   string // a test cgroup (v2 dir)
 	rel      string // its path relative to the v2 root
+	log      *strings.Builder
 }
 
 func newCoreLab(t *testing.T, mode admission.FailMode) *coreLab {
 	t.Helper()
+	return newCoreLabIn(t, mode, t.TempDir())
+}
+
+// newCoreLabIn is newCoreLab with the state dir given (a small tmpfs, as
+// the host's /run is).
+func newCoreLabIn(t *testing.T, mode admission.FailMode, stateDir string, tune ...func(*admission.Config)) *coreLab {
+	t.Helper()
+	privtest.UnmountUnder(t, stateDir) // the tenants' accounting dirs
 	reg, _ := bpftest.Registry(t)
 	res, err := cgroup.NewResolver("/")
 	if err != nil {
 		t.Fatal(err)
 	}
 	lg := logrus.New()
-	lg.SetOutput(&strings.Builder{})
-	l := &coreLab{reg: reg, res: res, stateDir: t.TempDir()}
-	l.core, err = admission.New(admission.Config{FailMode: mode, StateDir: l.stateDir, DevrtDir: t.TempDir()}, reg,
-		policies.BuiltinCatalog(), nil, res, logrus.NewEntry(lg))
+	l := &coreLab{reg: reg, res: res, stateDir: stateDir, log: &strings.Builder{}}
+	lg.SetOutput(l.log)
+	cfg := admission.Config{FailMode: mode, StateDir: l.stateDir, DevrtDir: t.TempDir()}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	l.core, err = admission.New(cfg, reg, policies.BuiltinCatalog(), nil, res, logrus.NewEntry(lg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,8 +110,8 @@ func TestRegisterAppliesTheDecision(t *testing.T) {
 	other.ID = "c2"
 	other.CgroupsPath = l.cgroup(t, "c2")
 	_, _, err = l.core.RegisterOCI(other)
-	if !errors.Is(err, admission.ErrDecisionMismatch) || !strings.Contains(err.Error(), `"oci/ctr/c1"`) {
-		t.Fatalf("forged decision: %v; want a mismatch naming the decision's key", err)
+	if !errors.Is(err, admission.ErrDecisionForged) || !strings.Contains(err.Error(), `"oci/ctr/c1"`) {
+		t.Fatalf("copied decision: %v; want a forged decision naming the decision's key", err)
 	}
 	// A malformed annotation is an error of its own (strict: refused).
 	other.Annotations = map[string]string{admission.AnnotationDecision: `{"tenant":1,"x":2}`}
@@ -111,6 +124,56 @@ func TestRegisterAppliesTheDecision(t *testing.T) {
 // tenant asking for another quota neither changes the pod's tenant nor
 // joins it: strict refuses it naming tenant.gpuext.io; fail-open gives it
 // the default policy in a tenant of its own.
+// TestForgedDecisionRefused: on the hook-only path (podman's hooks.d, no
+// wrapper) a decision annotation is whatever the container's creator wrote:
+// {"skipped":true} skipped admission, strict mode and the constraints. Only
+// a decision whose MAC shows the agent made it for this container is
+// applied; any other is refused in strict mode, and in fail-open mode the
+// container is admitted as if it had none; both are logged.
+func TestForgedDecisionRefused(t *testing.T) {
+	forged := map[string]string{
+		"skipped":   `{"skipped":true}`,
+		"malformed": `{"tenant":1,"x":2}`,
+		"unsigned":  `{"tenant":1,"tenantKey":"oci/pod/prod/p/uid","policy":"latency-critical","configDigest":"0123456789abcdef01234567"}`,
+		"bad mac":   `{"skipped":true,"mac":"00"}`,
+	}
+	for name, ann := range forged {
+		t.Run(name, func(t *testing.T) {
+			// strict: refused, the error names the annotation; nothing registered
+			l := newCoreLab(t, admission.FailClosed)
+			info := admission.ContainerInfo{ID: "c1", Name: "c1", Runtime: bpf.RuntimeOCIHook, CgroupsPath: l.cgroup(t, "c1"),
+				Annotations: map[string]string{admission.AnnotationDecision: ann, "policy.gpuext.io": "batch"}}
+			_, _, err := l.core.RegisterOCI(info)
+			if !errors.Is(err, admission.ErrRefused) || !errors.Is(err, admission.ErrDecisionForged) ||
+				!strings.Contains(err.Error(), admission.AnnotationDecision) {
+				t.Fatalf("strict, forged decision: %v; want a refusal naming %s", err, admission.AnnotationDecision)
+			}
+			if ts, _ := l.reg.List(); len(ts) != 0 {
+				t.Fatalf("strict: a refused container left tenants %+v", ts)
+			}
+			if !strings.Contains(l.log.String(), admission.AnnotationDecision) {
+				t.Fatalf("strict: the refusal is not logged with the annotation:\n%s", l.log)
+			}
+
+			// fail-open: the container gets what its own keys ask, as if the
+			// annotation were not there (not skipped), and it is logged
+			l = newCoreLab(t, admission.FailOpen)
+			info.CgroupsPath = l.cgroup(t, "c1")
+			d, cg, err := l.core.RegisterOCI(info)
+			if err != nil || d.Skipped {
+				t.Fatalf("fail-open, forged decision: %+v %v; want the container admitted", d, err)
+			}
+			tn, err := l.reg.Lookup(cg.ID)
+			if err != nil || tn.Policy != "batch" {
+				t.Fatalf("fail-open: registered %+v (%v); want the container's own policy batch", tn, err)
+			}
+			if !strings.Contains(l.log.String(), "forged decision annotation ignored") {
+				t.Fatalf("fail-open: the forged annotation is not logged:\n%s", l.log)
+			}
+		})
+	}
+}
+
 func TestPodTenantRefusesPerContainerSettings(t *testing.T) {
 	for _, mode := range []admission.FailMode{admission.FailClosed, admission.FailOpen} {
 		t.Run(string(mode), func(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/policies"
 )
@@ -19,6 +21,14 @@ type GPUMemorySource interface {
 	// pod's (each device counted once over the pod's containers). A
 	// container or pod that holds none of the resource has no GPUs.
 	GPUMemory(info ContainerInfo, wholePod bool) (GPUMemory, error)
+}
+
+// GPUMemoryFloor is what a GPUMemorySource may also say: the least GPU
+// memory the scheduler can have given a container, when GPUMemory fails
+// (ok false: nothing says it was given any). Fail-open keeps a container at
+// it rather than letting it run unlimited (gpuMemoryOrFloor).
+type GPUMemoryFloor interface {
+	GPUMemoryFloor(info ContainerInfo) (gm GPUMemory, ok bool)
 }
 
 // GPUMemory is the GPU memory a container or pod was given.
@@ -70,14 +80,38 @@ func (c *Core) gpuMemory(info ContainerInfo, sel policies.Selection) (GPUMemory,
 	return gm, nil
 }
 
-// gpuQuota is gpuMemory then applyGPUMemory: the GPU memory the scheduler
-// gave the container becomes the selection's quota on each GPU.
-func (c *Core) gpuQuota(info ContainerInfo, sel *policies.Selection) (tenantGPUs, error) {
-	gm, err := c.gpuMemory(info, *sel)
-	if err != nil {
-		return tenantGPUs{}, err
+// gpuMemoryOrFloor is gpuMemory, except that in fail-open mode a lookup
+// that fails (the kubelet down, a pod listed twice with other devices)
+// never lifts what the scheduler reserved: a container the source's floor
+// says was given GPU memory keeps that floor as its quota on each of its
+// GPUs (floor true), logged. Strict mode, or no floor: the error.
+func (c *Core) gpuMemoryOrFloor(info ContainerInfo, sel policies.Selection, log *logrus.Entry) (gm GPUMemory, floor bool, err error) {
+	gm, err = c.gpuMemory(info, sel)
+	if err == nil || c.cfg.FailMode == FailClosed {
+		return gm, false, err
 	}
-	return applyGPUMemory(sel, gm)
+	src, ok := c.gpuMem.(GPUMemoryFloor)
+	if !ok {
+		return gm, false, err
+	}
+	fl, ok := src.GPUMemoryFloor(info)
+	if !ok {
+		return gm, false, err
+	}
+	log.WithError(err).WithFields(logrus.Fields{"failMode": c.cfg.FailMode, "gpus": fl.indices(), "gpuQuotaBytes": fl.GPUs}).
+		Warn("GPU memory the scheduler gave the container is not known: fail-open keeps it at the least it can have been given on each of its GPUs, never unlimited")
+	return fl, true, nil
+}
+
+// gpuQuota is gpuMemoryOrFloor then applyGPUMemory: the GPU memory the
+// scheduler gave the container becomes the selection's quota on each GPU.
+func (c *Core) gpuQuota(info ContainerInfo, sel *policies.Selection, log *logrus.Entry) (tenantGPUs, bool, error) {
+	gm, floor, err := c.gpuMemoryOrFloor(info, *sel, log)
+	if err != nil {
+		return tenantGPUs{}, false, err
+	}
+	t, err := applyGPUMemory(sel, gm)
+	return t, floor, err
 }
 
 // tenantGPUs is the per-GPU part of a tenant: the host GPU index and the
@@ -85,6 +119,10 @@ func (c *Core) gpuQuota(info ContainerInfo, sel *policies.Selection) (tenantGPUs
 type tenantGPUs struct {
 	GPUs   []int
 	Quotas []uint64
+	// Granted is what the scheduler gave on each GPU (the quota's
+	// ceiling), kept in config.json so that a policy change keeps it
+	// (grantedGPUMemory).
+	Granted []uint64
 }
 
 // applyGPUMemory makes the request the tenant's quota on each GPU it was
@@ -117,11 +155,41 @@ func applyGPUMemory(sel *policies.Selection, gm GPUMemory) (tenantGPUs, error) {
 		}
 		t.GPUs = append(t.GPUs, s.GPU)
 		t.Quotas = append(t.Quotas, q)
+		t.Granted = append(t.Granted, s.Bytes)
 		most = max(most, q)
 	}
 	sel.Policy.Memory.QuotaBytes = most
 	sel.Policy.Memory.Quota = policies.FormatSize(most)
 	return t, nil
+}
+
+// grantedGPUMemory is the GPU memory the scheduler gave tenant id, as
+// admission wrote it into the tenant's config.json (the host's file): a
+// running container's grant does not change, so a policy change keeps it
+// from there rather than asking the kubelet again by names the registry
+// holds cut to its field size. A tenant written before gpuMemoryBytes
+// existed keeps its quotas as the ceiling.
+func (c *Core) grantedGPUMemory(id bpf.TenantID) (GPUMemory, error) {
+	data, err := os.ReadFile(filepath.Join(c.tenantDir(id), TenantConfigFile))
+	if err != nil {
+		return GPUMemory{}, fmt.Errorf("tenant %d: the GPU memory it was given: %w", id, err)
+	}
+	var tf TenantFile
+	if err := json.Unmarshal(data, &tf); err != nil {
+		return GPUMemory{}, fmt.Errorf("tenant %d config.json: %w", id, err)
+	}
+	granted := tf.GPUMemoryBytes
+	if len(granted) == 0 {
+		granted = tf.GPUQuotaBytes
+	}
+	if len(granted) != len(tf.GPUs) {
+		return GPUMemory{}, fmt.Errorf("tenant %d config.json: %d GPUs, %d grants", id, len(tf.GPUs), len(granted))
+	}
+	gm := GPUMemory{Resource: "gpu memory", ContainerGPUs: tf.GPUs}
+	for i, g := range tf.GPUs {
+		gm.GPUs = append(gm.GPUs, GPUShare{GPU: g, Bytes: granted[i]})
+	}
+	return gm, nil
 }
 
 // samePodGPUs refuses a container whose per-GPU quotas differ from those

@@ -20,11 +20,13 @@ import (
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/bpf/bpftest"
 	"github.com/gpuext/gpuext/cgroup"
+	"github.com/gpuext/gpuext/cgroup/cgrouptest"
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/deviceplugin"
 	"github.com/gpuext/gpuext/internal/deviceplugin/deviceplugintest"
 	"github.com/gpuext/gpuext/internal/deviceplugin/pools"
+	"github.com/gpuext/gpuext/internal/privtest"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -48,6 +50,7 @@ func newGPULab(t *testing.T, mode admission.FailMode, noKubelet bool) *gpuLab {
 	}
 	dir := deviceplugintest.KubeletDir(t)
 	l := &gpuLab{stateDir: t.TempDir()}
+	privtest.UnmountUnder(t, l.stateDir)
 	if !noKubelet {
 		l.kubelet = deviceplugintest.ServePodResources(t, dir)
 	}
@@ -239,4 +242,105 @@ func TestNoKubeletIsAnInternalError(t *testing.T) {
 	if err != nil || !d.Skipped || !errors.Is(d.Err, deviceplugin.ErrPodResources) {
 		t.Fatalf("fail-open: %+v %v, want a skipped decision", d, err)
 	}
+}
+
+// TestFailOpenKeepsTheReservation: a pod owner can make the kubelet list
+// a pod twice (force-delete it and make it again under the same name); the
+// lookup then fails, and fail-open let the container run with no quota at
+// all. A container the scheduler gave GPU memory (its device plugin env
+// names the GPUs) is never unlimited: fail-open keeps it at the least it
+// can have been given on each of its GPUs; strict refuses it. Listings that
+// agree are no doubt at all.
+func TestFailOpenKeepsTheReservation(t *testing.T) {
+	allocated := []string{"CUDA_VISIBLE_DEVICES=1", "NVIDIA_VISIBLE_DEVICES=1", "CUDA_DEVICE_ORDER=PCI_BUS_ID"}
+	info := podInfo("trainer", nil)
+	info.Env = append([]string{"PATH=/bin"}, allocated...)
+
+	l := newGPULab(t, admission.FailOpen, false)
+	l.kubelet.SetPods( // the old pod, terminating, and the new one
+		deviceplugintest.Pod("ml", "train", map[string]map[string][]string{"trainer": {resource: units(1, 0, 8)}}),
+		deviceplugintest.Pod("ml", "train", map[string]map[string][]string{"trainer": {resource: units(1, 8, 10)}}))
+	d, err := l.core.Admit(info)
+	if err != nil || d.Skipped || !d.FailedOpen {
+		t.Fatalf("fail-open, pod listed twice: %+v %v; want a fail-open decision that is not skipped", d, err)
+	}
+	wantQuota(t, l, d, []int{1}, []uint64{1 * gib}) // one unit: the least a grant can be
+
+	// the kubelet down: the same
+	l = newGPULab(t, admission.FailOpen, true)
+	if d, err = l.core.Admit(info); err != nil || d.Skipped {
+		t.Fatalf("fail-open, no kubelet: %+v %v; want the container kept at its floor", d, err)
+	}
+	wantQuota(t, l, d, []int{1}, []uint64{1 * gib})
+
+	// strict: refused
+	l = newGPULab(t, admission.FailClosed, false)
+	l.kubelet.SetPods(
+		deviceplugintest.Pod("ml", "train", map[string]map[string][]string{"trainer": {resource: units(1, 0, 8)}}),
+		deviceplugintest.Pod("ml", "train", map[string]map[string][]string{"trainer": {resource: units(1, 8, 10)}}))
+	if _, err := l.core.Admit(info); !errors.Is(err, admission.ErrRefused) || !strings.Contains(err.Error(), "listed 2 times") {
+		t.Fatalf("strict, pod listed twice: %v; want a refusal saying so", err)
+	}
+
+	// two listings with the same devices: the grant itself
+	l = newGPULab(t, admission.FailClosed, false)
+	same := deviceplugintest.Pod("ml", "train", map[string]map[string][]string{"trainer": {resource: units(1, 0, 3)}})
+	l.kubelet.SetPods(same, same)
+	if d, err = l.core.Admit(info); err != nil {
+		t.Fatal(err)
+	}
+	wantQuota(t, l, d, []int{1}, []uint64{3 * gib})
+}
+
+// TestSetPolicyKeepsTheReservation: set-policy rebuilt the container from
+// the registry, whose pod names are cut to 63 bytes (Kubernetes allows
+// 253): the kubelet lookup found nothing and "set-policy default" dropped
+// the scheduler's per-GPU quota to unlimited. The tenant keeps what it was
+// given, for any valid pod name, and a quota may still lower it.
+func TestSetPolicyKeepsTheReservation(t *testing.T) {
+	l := newGPULab(t, admission.FailClosed, false)
+	long := strings.Repeat("p", 200) // a valid pod name, longer than the registry keeps
+	l.kubelet.SetPods(deviceplugintest.Pod("ml", long, map[string]map[string][]string{"trainer": {resource: units(1, 0, 6)}}))
+	cg, _ := cgrouptest.New(t)
+	info := admission.ContainerInfo{ID: "id-trainer", Name: "trainer", PodName: long, PodNamespace: "ml", PodUID: "uid-long",
+		Runtime: bpf.RuntimeNRI, CgroupsPath: cgroupsPath(t, cg), PodAnnotations: map[string]string{"policy.gpuext.io/pod": "batch"}}
+	d, err := l.core.Admit(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.core.Register(info, d); err != nil {
+		t.Fatal(err)
+	}
+	wantQuota(t, l, d, []int{1}, []uint64{6 * gib})
+
+	nd, err := l.core.SetPolicy(admission.PolicyChange{Tenant: d.TenantKey, Policy: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantQuota(t, l, nd, []int{1}, []uint64{6 * gib}) // not unlimited
+
+	// lowered, then back to the policy: the grant, not the lowered quota, is the ceiling
+	if nd, err = l.core.SetPolicy(admission.PolicyChange{Tenant: d.TenantKey, Policy: "quota", Params: map[string]string{"quota": "2GiB"}}); err != nil {
+		t.Fatal(err)
+	}
+	wantQuota(t, l, nd, []int{1}, []uint64{2 * gib})
+	if nd, err = l.core.SetPolicy(admission.PolicyChange{Tenant: d.TenantKey, Policy: "default"}); err != nil {
+		t.Fatal(err)
+	}
+	wantQuota(t, l, nd, []int{1}, []uint64{6 * gib})
+	// and never above it
+	_, err = l.core.SetPolicy(admission.PolicyChange{Tenant: d.TenantKey, Policy: "quota", Params: map[string]string{"quota": "16GiB"}})
+	if err == nil || !strings.Contains(err.Error(), "a quota may lower the request, never raise it") {
+		t.Fatalf("set-policy above the grant: %v", err)
+	}
+}
+
+// cgroupsPath is a cgroup directory's path relative to the v2 root.
+func cgroupsPath(t *testing.T, dir string) string {
+	t.Helper()
+	res, err := cgroup.NewResolver("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "/" + strings.TrimPrefix(strings.TrimPrefix(dir, res.V2Root()), "/")
 }

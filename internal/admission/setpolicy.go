@@ -103,7 +103,14 @@ func (c *Core) setPolicy(pc PolicyChange, log *logrus.Entry) (Decision, error) {
 	} else {
 		sel.Tenant = policies.TenantContainer
 	}
-	gpus, err := c.gpuQuota(info, &sel)
+	// The GPU memory the scheduler gave the running tenant, as admission
+	// recorded it: not asked again by the registry's names, which are cut
+	// to 63 bytes (a longer pod name found nothing, and the quota went).
+	gm, err := c.grantedGPUMemory(t.ID)
+	if err != nil {
+		return Decision{}, err
+	}
+	gpus, err := applyGPUMemory(&sel, gm)
 	if err != nil {
 		return Decision{}, err
 	}

@@ -55,6 +55,9 @@ type TenantFile struct {
 	// Empty: QuotaBytes applies on every GPU.
 	GPUs          []int    `json:"gpus,omitempty"`
 	GPUQuotaBytes []uint64 `json:"gpuQuotaBytes,omitempty"`
+	// GPUMemoryBytes: what the scheduler gave on each of GPUs, the
+	// ceiling of GPUQuotaBytes; a policy change keeps it.
+	GPUMemoryBytes []uint64 `json:"gpuMemoryBytes,omitempty"`
 }
 
 // The catalog's class names as the device runtime's classes
@@ -151,7 +154,7 @@ func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy, pr
 		ABIVersion: abiVersion, TenantID: uint32(id), TenantKey: key, Policy: p.Name,
 		Class: string(p.Priority.Class), QuotaBytes: p.Memory.QuotaBytes, TimesliceUS: p.Priority.TimesliceUS,
 		Interleave: p.Priority.Interleave, ActiveWindowUS: p.Priority.ActiveWindowUS, SMPercent: p.Priority.EffectiveSMPercent(), MPSClientPriority: p.Priority.EffectiveMPSClientPriority(), LaunchGate: p.Priority.EffectiveLaunchGate(), Eviction: p.Memory.Eviction.Name, Prefetch: p.Memory.Prefetch.Name,
-		Probes: probeNames, ProbeKernels: probeKernels, GPUs: gpus.GPUs, GPUQuotaBytes: gpus.Quotas,
+		Probes: probeNames, ProbeKernels: probeKernels, GPUs: gpus.GPUs, GPUQuotaBytes: gpus.Quotas, GPUMemoryBytes: gpus.Granted,
 	}
 	if err := WriteTenantFiles(dir, tf); err != nil {
 		return "", err

@@ -42,6 +42,7 @@ var settingsFrom = map[string]struct {
 	"ProbeKernels":      {hostOnly: "the interposer reads the kernel list from probes/module.conf"},
 	"GPUs":              {hostOnly: "host GPU indices: the interposer sees device ordinals, in this order"},
 	"GPUQuotaBytes":     {fields: []string{"DeviceQuotas"}},
+	"GPUMemoryBytes":    {hostOnly: "the scheduler's grant, the quotas' ceiling: a policy change keeps it; the interposer enforces GPUQuotaBytes"},
 }
 
 // TestTenantFileFieldsReachSettings changes one TenantFile field at a time

@@ -18,7 +18,9 @@ import (
 // mapped; they lose their policy.
 //
 // A directory that is a mount point (a hostPath volume, a bpffs mounted on
-// the pin dir) is emptied and left in place. Symbolic links, which tenants
+// the pin dir) is emptied and left in place. A dir reached through a
+// symbolic link, or a system one, is refused (ownDir): the cleanup never
+// leaves the agent's own dirs. Symbolic links, which tenants
 // can create in their accounting directories, are removed, never followed.
 func CleanNode(pinDir, stateDir string) (removed []string, err error) {
 	var errs []error
@@ -26,9 +28,18 @@ func CleanNode(pinDir, stateDir string) (removed []string, err error) {
 		if dir == "" {
 			continue
 		}
-		if !filepath.IsAbs(dir) || filepath.Clean(dir) == "/" || filepath.Clean(dir) == "/sys/fs/bpf" {
-			errs = append(errs, fmt.Errorf("clean node: refusing to empty %q", dir))
+		if err := ownDir(dir); err != nil {
+			errs = append(errs, fmt.Errorf("clean node: refusing to empty %q: %w", dir, err))
 			continue
+		}
+		if dir == stateDir {
+			// the tenants' accounting dirs are tmpfs mounts (makeAcctDir)
+			ents, _ := os.ReadDir(filepath.Join(dir, stateAcct))
+			for _, e := range ents {
+				if err := removeAcctDir(filepath.Join(dir, stateAcct, e.Name())); err != nil {
+					errs = append(errs, fmt.Errorf("clean node: %w", err))
+				}
+			}
 		}
 		n, err := emptyDir(dir)
 		if err != nil {
@@ -42,6 +53,30 @@ func CleanNode(pinDir, stateDir string) (removed []string, err error) {
 		}
 	}
 	return removed, errors.Join(errs...)
+}
+
+// ownDir says why dir is not one the agent may empty: a relative path, the
+// root or the bpf filesystem's, or a path through a symbolic link (a pin dir
+// linked to /sys/fs/bpf would empty every program's pins there).
+func ownDir(dir string) error {
+	if !filepath.IsAbs(dir) {
+		return errors.New("not an absolute path")
+	}
+	clean := filepath.Clean(dir)
+	real, err := filepath.EvalSymlinks(clean)
+	if errors.Is(err, os.ErrNotExist) {
+		real, err = clean, nil // nothing to empty
+	}
+	if err != nil {
+		return err
+	}
+	if real != clean {
+		return fmt.Errorf("it leads through a symbolic link to %s, which is not the agent's to empty", real)
+	}
+	if clean == "/" || clean == "/sys/fs/bpf" || clean == "/sys/fs" || clean == "/sys" || clean == "/run" {
+		return errors.New("a system directory")
+	}
+	return nil
 }
 
 // emptyDir removes every entry of dir (lstat-based: links are unlinked).

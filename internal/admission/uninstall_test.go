@@ -3,6 +3,7 @@ package admission
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -47,5 +48,39 @@ func TestCleanNodeRefusesRoots(t *testing.T) {
 		if _, err := CleanNode(d, ""); err == nil {
 			t.Errorf("CleanNode(%q) emptied it", d)
 		}
+	}
+}
+
+// TestCleanNodeStaysInItsOwnDirs: a pin dir or state dir that is a link
+// (to the bpffs root, to a host dir) is refused with an error naming it,
+// and what the link points at keeps every file.
+func TestCleanNodeStaysInItsOwnDirs(t *testing.T) {
+	root := t.TempDir()
+	host := filepath.Join(root, "bpffs-root") // stands for /sys/fs/bpf: other programs' pins
+	if err := os.MkdirAll(filepath.Join(host, "cilium"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(host, "cilium", "map"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pin := filepath.Join(root, "gpuext-pins")
+	if err := os.Symlink(host, pin); err != nil {
+		t.Fatal(err)
+	}
+	linkedParent := filepath.Join(root, "via")
+	if err := os.Symlink(host, linkedParent); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{pin, filepath.Join(linkedParent, "cilium")} {
+		_, err := CleanNode(dir, "")
+		if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "symbolic link") {
+			t.Errorf("CleanNode(%s): %v; want a refusal naming it and the link", dir, err)
+		}
+		if _, err := CleanNode("", dir); err == nil {
+			t.Errorf("CleanNode(state %s) emptied it", dir)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(host, "cilium", "map")); err != nil {
+		t.Fatalf("the link's target lost its files: %v", err)
 	}
 }

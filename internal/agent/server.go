@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -41,20 +42,23 @@ type Server struct {
 	srv  *http.Server
 }
 
-// Listen creates the socket at path (its directory 0700, the socket 0600;
-// a stale socket of a killed agent is replaced) and returns a server that
-// hands every request to the core core returns (the NRI plugin's current
-// one: it changes when containerd reconfigures the plugin).
+// Listen creates the socket at path and returns a server that hands every
+// request to the core core returns (the NRI plugin's current one: it
+// changes when containerd reconfigures the plugin).
+//
+// The socket's directory is the agent's own (ownSocketDir): made 0700
+// when it is missing, taken when it is empty (what the kubelet's
+// DirectoryOrCreate makes) or already root's alone, and an error naming it
+// otherwise: a shared directory (/tmp, /run) is never chmodded. Only an
+// earlier agent's socket is replaced: anything else at path (a file, a
+// link, a directory) is an error naming it, and is left alone. The socket
+// is 0600.
 func Listen(path string, core func() (Core, error), log *logrus.Entry) (*Server, error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("agent socket dir: %w", err)
+	if err := ownSocketDir(filepath.Dir(path)); err != nil {
+		return nil, err
 	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("agent socket dir: %w", err)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("agent socket: remove stale %s: %w", path, err)
+	if err := removeStaleSocket(path); err != nil {
+		return nil, err
 	}
 	old := syscall.Umask(0o177)
 	ln, err := net.Listen("unix", path)
@@ -82,6 +86,86 @@ func (s *Server) Serve() error {
 		return nil
 	}
 	return err
+}
+
+// ownSocketDir makes dir the agent's own socket directory, or says why it
+// is not one.
+func ownSocketDir(dir string) error {
+	err := os.Mkdir(dir, 0o700)
+	if errors.Is(err, fs.ErrNotExist) { // its parent is missing too
+		err = os.MkdirAll(dir, 0o700)
+	}
+	if err == nil {
+		return nil // made here: the agent's
+	}
+	if !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("agent socket dir %s: %w", dir, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return fmt.Errorf("agent socket dir %s: %w", dir, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("agent socket dir %s: not a directory (a link or a file): the agent needs a directory of its own", dir)
+	}
+	if st.Uid != uint32(os.Geteuid()) {
+		return fmt.Errorf("agent socket dir %s: owned by uid %d, not the agent's (%d): the agent needs a directory of its own",
+			dir, st.Uid, os.Geteuid())
+	}
+	if st.Mode&0o777 == 0o700 {
+		return nil
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("agent socket dir %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		if e.Type()&fs.ModeSocket == 0 {
+			return fmt.Errorf("agent socket dir %s: mode %04o and it holds %q: a shared directory, which the agent does not chmod; "+
+				"give agentSocket a directory of its own (default %s)", dir, st.Mode&0o7777, e.Name(), "/run/gpuext-agent/agent.sock")
+		}
+	}
+	// empty (sockets aside): a directory made for the agent
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("agent socket dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// removeStaleSocket removes an earlier agent's socket at path (one that
+// died, or a rolling update's old pod, which serves on until it exits);
+// anything that is not a socket is an error.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("agent socket %s: %w", path, err)
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("agent socket %s: there is a %s there, not a socket: not removed", path, typeName(fi.Mode()))
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("agent socket: remove stale %s: %w", path, err)
+	}
+	return nil
+}
+
+func typeName(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "regular file"
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeSymlink != 0:
+		return "symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "file of type " + m.Type().String()
 }
 
 // Close stops the server and removes the socket.

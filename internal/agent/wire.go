@@ -56,11 +56,12 @@ type wireDecision struct {
 	RequestErr   string              `json:"requestError,omitempty"`
 	Err          string              `json:"error,omitempty"`
 	Injection    admission.Injection `json:"injection"`
+	MAC          string              `json:"mac,omitempty"`
 }
 
 func toWire(d admission.Decision) *wireDecision {
 	w := &wireDecision{Tenant: uint32(d.Tenant), TenantKey: d.TenantKey, Policy: d.Policy.Name,
-		ConfigDigest: d.ConfigDigest, FailedOpen: d.FailedOpen, Skipped: d.Skipped, Injection: d.Injection}
+		ConfigDigest: d.ConfigDigest, FailedOpen: d.FailedOpen, Skipped: d.Skipped, Injection: d.Injection, MAC: d.MAC}
 	if d.RequestErr != nil {
 		w.RequestErr = d.RequestErr.Error()
 	}
@@ -72,7 +73,7 @@ func toWire(d admission.Decision) *wireDecision {
 
 func fromWire(w *wireDecision) admission.Decision {
 	d := admission.Decision{Tenant: bpf.TenantID(w.Tenant), TenantKey: w.TenantKey, Policy: policies.Policy{Name: w.Policy},
-		ConfigDigest: w.ConfigDigest, FailedOpen: w.FailedOpen, Skipped: w.Skipped, Injection: w.Injection}
+		ConfigDigest: w.ConfigDigest, FailedOpen: w.FailedOpen, Skipped: w.Skipped, Injection: w.Injection, MAC: w.MAC}
 	if w.RequestErr != "" {
 		d.RequestErr = errors.New(w.RequestErr)
 	}

@@ -125,11 +125,11 @@ func metricsListen(v string) (string, error) {
 	if strings.ContainsAny(v, ":[]") {
 		var err error
 		if host, port, err = net.SplitHostPort(v); err != nil {
-			return "", fmt.Errorf("want IP:PORT, localhost:PORT or a port alone: %w", err)
+			return "", errors.New("want IP:PORT, localhost:PORT or a port alone") // its error repeats v
 		}
 	}
 	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 || port != strconv.FormatUint(n, 10) {
-		return "", fmt.Errorf("port %q: want a decimal number from 1 to 65535", port)
+		return "", fmt.Errorf("port %s: want a decimal number from 1 to 65535", shown(port))
 	}
 	switch {
 	case host == "":
@@ -138,7 +138,7 @@ func metricsListen(v string) (string, error) {
 	default:
 		ip, err := netip.ParseAddr(host)
 		if err != nil || ip.Zone() != "" {
-			return "", fmt.Errorf("host %q: want an IP address or localhost, not a name to resolve", host)
+			return "", fmt.Errorf("host %s: want an IP address or localhost, not a name to resolve", shown(host))
 		}
 	}
 	return net.JoinHostPort(host, port), nil
@@ -193,41 +193,57 @@ func decodeInto(cfg *Config, data []byte, name string) error {
 		return fmt.Errorf("config %s: %w", name, err)
 	}
 	if _, err := admission.ParseFailMode(cfg.FailMode); err != nil {
-		return fmt.Errorf("config %s: %w", name, err)
+		return fmt.Errorf("config %s: failMode %s: want %q or %q", name, shown(cfg.FailMode), admission.FailOpen, admission.FailClosed)
 	}
 	if _, err := logrus.ParseLevel(cfg.LogLevel); err != nil {
-		return fmt.Errorf("config %s: logLevel %q: %w", name, cfg.LogLevel, err)
+		return fmt.Errorf("config %s: logLevel %s: want panic, fatal, error, warn, info, debug or trace", name, shown(cfg.LogLevel))
 	}
 	for key, v := range map[string]string{"reconcileInterval": cfg.ReconcileInterval, "reconcileGrace": cfg.ReconcileGrace} {
 		if d, err := time.ParseDuration(v); err != nil || d < 0 {
-			return fmt.Errorf("config %s: %s %q: want a non-negative Go duration such as \"30s\"", name, key, v)
+			return fmt.Errorf("config %s: %s %s: want a non-negative Go duration such as \"30s\"", name, key, shown(v))
 		}
 	}
-	// mounted into every tenant container: a relative path would resolve
-	// against whatever directory the runtime runs in
-	if !filepath.IsAbs(cfg.AgentSocket) {
-		return fmt.Errorf("config %s: agentSocket %q: must be an absolute path", name, cfg.AgentSocket)
+	// Paths every component resolves the same way, wherever it runs: a
+	// relative one would resolve against whatever directory the runtime,
+	// the hook or the agent runs in (and the socket is mounted into every
+	// tenant container). Required ones must be set.
+	for _, p := range []struct {
+		key, v   string
+		required bool
+	}{
+		{"pinDir", cfg.PinDir, true}, {"stateDir", cfg.StateDir, true}, {"devrtDir", cfg.DevrtDir, true},
+		{"agentSocket", cfg.AgentSocket, true}, {"hostRoot", cfg.HostRoot, true},
+		{"catalogDir", cfg.CatalogDir, false}, {"kernelPolicyDir", cfg.KernelPolicyDir, false},
+		{"probeDir", cfg.ProbeDir, false}, {"constraintsFile", cfg.ConstraintsFile, false},
+		{"logFile", cfg.LogFile, false}, {"dockerDataRoot", cfg.DockerDataRoot, false},
+		{"hookPath", cfg.HookPath, false},
+		{"mpsPipeDirectory", cfg.MPSPipeDirectory, false}, {"mpsShmDirectory", cfg.MPSShmDirectory, false},
+	} {
+		if (p.v != "" || p.required) && !filepath.IsAbs(p.v) {
+			return fmt.Errorf("config %s: %s %s: must be an absolute path", name, p.key, shown(p.v))
+		}
 	}
 	if _, err := metricsListen(cfg.MetricsAddress); err != nil {
-		return fmt.Errorf("config %s: metricsAddress %q: %w", name, cfg.MetricsAddress, err)
+		return fmt.Errorf("config %s: metricsAddress %s: %w", name, shown(cfg.MetricsAddress), err)
 	}
 	if cfg.DevicePlugin != nil {
 		if _, err := cfg.DevicePlugin.Validate(); err != nil {
 			return fmt.Errorf("config %s: %w", name, err)
 		}
 	}
-	if v := cfg.KernelPolicyDir; v != "" && !filepath.IsAbs(v) {
-		return fmt.Errorf("config %s: kernelPolicyDir %q: must be an absolute path", name, v)
-	}
-	if v := cfg.ProbeDir; v != "" && !filepath.IsAbs(v) {
-		return fmt.Errorf("config %s: probeDir %q: must be an absolute path", name, v)
-	}
-	for key, v := range map[string]string{"mpsPipeDirectory": cfg.MPSPipeDirectory, "mpsShmDirectory": cfg.MPSShmDirectory} {
-		if v != "" && !filepath.IsAbs(v) {
-			return fmt.Errorf("config %s: %s %q: must be an absolute host path", name, key, v)
-		}
-	}
 	return nil
+}
+
+// maxShown is how much of a bad value an error quotes: a config value can
+// be as long as the file, and an error that repeats it floods the log.
+const maxShown = 64
+
+// shown is v quoted, cut to maxShown bytes (with its length said).
+func shown(v string) string {
+	if len(v) <= maxShown {
+		return strconv.Quote(v)
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(strings.ToValidUTF8(v[:maxShown], "")), len(v))
 }
 
 // Load reads a config file; an empty path gives the defaults.
@@ -334,7 +350,7 @@ func (c Config) OpenCore(log *logrus.Entry) (*admission.Core, *bpf.Registry, err
 		log.WithFields(logrus.Fields{"mountpoint": m, "pinDir": c.PinDir}).Info("no bpf filesystem was mounted: mounted one")
 	}
 	core, err := admission.New(admission.Config{FailMode: mode, StateDir: c.StateDir, DevrtDir: c.DevrtDir,
-		MPSPipeDir: c.MPSPipeDirectory, MPSShmDir: c.MPSShmDirectory},
+		HostRoot: c.HostRoot, MPSPipeDir: c.MPSPipeDirectory, MPSShmDir: c.MPSShmDirectory},
 		reg, cat, cons, res, log)
 	if err != nil {
 		reg.Close()

@@ -49,3 +49,37 @@ func TestOverlayKeepsBase(t *testing.T) {
 		t.Errorf("Overlay = %+v", got)
 	}
 }
+
+// TestPathsMustBeAbsolute: a relative (or, where required, empty) path
+// would resolve against whatever directory the agent, the hook or the
+// runtime runs in; each is an error naming its key.
+func TestPathsMustBeAbsolute(t *testing.T) {
+	for _, key := range []string{"pinDir", "stateDir", "devrtDir", "agentSocket", "hostRoot", "catalogDir",
+		"kernelPolicyDir", "probeDir", "constraintsFile", "logFile", "dockerDataRoot", "hookPath",
+		"mpsPipeDirectory", "mpsShmDirectory"} {
+		_, err := Parse([]byte(`{"`+key+`":"run/gpuext"}`), "test.json")
+		if err == nil || !strings.Contains(err.Error(), key+` "run/gpuext"`) || !strings.Contains(err.Error(), "absolute") {
+			t.Errorf("%s relative: %v; want an error naming the key and saying absolute", key, err)
+		}
+	}
+	for _, key := range []string{"pinDir", "stateDir", "devrtDir", "hostRoot"} {
+		if _, err := Parse([]byte(`{"`+key+`":""}`), "test.json"); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s empty: %v; want an error naming the key", key, err)
+		}
+	}
+}
+
+// TestErrorsQuoteBoundedValues: a 100 KB value gives an error of a line,
+// not one twice its size, still naming the key and the value's start.
+func TestErrorsQuoteBoundedValues(t *testing.T) {
+	big := strings.Repeat("x", 100<<10)
+	for _, key := range []string{"logLevel", "failMode", "reconcileInterval", "stateDir", "metricsAddress"} {
+		_, err := Parse([]byte(`{"`+key+`":"`+big+`"}`), "test.json")
+		if err == nil {
+			t.Fatalf("%s: a 100 KB value accepted", key)
+		}
+		if msg := err.Error(); len(msg) > 512 || !strings.Contains(msg, key+` "xxxx`) || !strings.Contains(msg, "102400 bytes") {
+			t.Errorf("%s: error of %d bytes (%.200s); want under 512, naming the key, the value's start and its length", key, len(msg), msg)
+		}
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -59,7 +61,8 @@ func (r *PodResources) Close() error { return r.conn.Close() }
 // GPUMemory is the memory of the resource the kubelet allocated to the
 // container (wholePod: to any container of its pod, each device once),
 // per GPU. A pod the kubelet does not list (made through CRI by hand) has
-// none. Devices of the resource that are not the node's are an error: the
+// none. A pod listed twice (one terminating) is answered when both
+// listings hold the same devices, and an error otherwise. Devices of the resource that are not the node's are an error: the
 // plugin never advertised them.
 func (r *PodResources) GPUMemory(info admission.ContainerInfo, wholePod bool) (admission.GPUMemory, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.Timeout)
@@ -72,21 +75,39 @@ func (r *PodResources) GPUMemory(info admission.ContainerInfo, wholePod bool) (a
 }
 
 func (r *PodResources) fromList(resp *podresourcesapi.ListPodResourcesResponse, info admission.ContainerInfo, wholePod bool) (admission.GPUMemory, error) {
-	gm := admission.GPUMemory{Resource: r.spec.Resource}
-	var pod *podresourcesapi.PodResources
+	var found []admission.GPUMemory
 	for _, p := range resp.GetPodResources() {
 		if p.GetNamespace() != info.PodNamespace || p.GetName() != info.PodName {
 			continue
 		}
-		if pod != nil {
-			// two pods of one name (one terminating): which devices are this one's is not known
-			return gm, fmt.Errorf("%w: pod %s/%s is listed twice", ErrPodResources, info.PodNamespace, info.PodName)
+		gm, err := r.podMemory(p, info, wholePod)
+		if err != nil {
+			return admission.GPUMemory{Resource: r.spec.Resource}, err
 		}
-		pod = p
+		found = append(found, gm)
 	}
-	if pod == nil {
-		return gm, nil
+	switch {
+	case len(found) == 0:
+		return admission.GPUMemory{Resource: r.spec.Resource}, nil
+	case len(found) > 1 && !slices.ContainsFunc(found[1:], func(g admission.GPUMemory) bool { return !sameMemory(g, found[0]) }):
+		return found[0], nil // listed twice (one terminating), the same devices: no doubt
+	case len(found) > 1:
+		// two pods of one name with other devices (one terminating, a pod
+		// force-deleted and made again): which are this one's is not known
+		return admission.GPUMemory{Resource: r.spec.Resource}, fmt.Errorf("%w: pod %s/%s is listed %d times with other %s devices",
+			ErrPodResources, info.PodNamespace, info.PodName, len(found), r.spec.Resource)
 	}
+	return found[0], nil
+}
+
+func sameMemory(a, b admission.GPUMemory) bool {
+	return slices.Equal(a.GPUs, b.GPUs) && slices.Equal(a.ContainerGPUs, b.ContainerGPUs)
+}
+
+// podMemory is the memory of the resource one listed pod holds for the
+// container (wholePod: for any of its containers).
+func (r *PodResources) podMemory(pod *podresourcesapi.PodResources, info admission.ContainerInfo, wholePod bool) (admission.GPUMemory, error) {
+	gm := admission.GPUMemory{Resource: r.spec.Resource}
 	var own, all []string
 	for _, c := range pod.GetContainers() {
 		for _, d := range c.GetDevices() {
@@ -119,4 +140,46 @@ func (r *PodResources) fromList(resp *podresourcesapi.ListPodResourcesResponse, 
 	}
 	slices.Sort(gm.ContainerGPUs)
 	return gm, nil
+}
+
+// GPUMemoryFloor is the least GPU memory the scheduler can have given the
+// container, for when the kubelet cannot say how much (admission, fail-open):
+// one unit on each of the node's GPUs its visible-devices env names. That
+// env is what Allocate set (pools.Spec.VisibleEnv; the kubelet puts a device
+// plugin's env over the pod's own), so a container given the resource
+// always has it; a pod that writes it without the resource only narrows
+// itself. ok is false when the env names none of the node's GPUs.
+func (r *PodResources) GPUMemoryFloor(info admission.ContainerInfo) (admission.GPUMemory, bool) {
+	var list string
+	for _, key := range []string{pools.EnvCUDAVisibleDevices, pools.EnvNVIDIAVisibleDevices} {
+		for _, kv := range info.Env { // the last one wins, as in the process
+			if v, ok := strings.CutPrefix(kv, key+"="); ok {
+				list = v
+			}
+		}
+		if list != "" {
+			break
+		}
+	}
+	gm := admission.GPUMemory{Resource: r.spec.Resource}
+	seen := map[int]bool{}
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		for _, g := range r.spec.GPUs {
+			if (g.UUID != "" && name == g.UUID) || name == strconv.Itoa(g.Index) {
+				if !seen[g.Index] {
+					seen[g.Index] = true
+					gm.GPUs = append(gm.GPUs, admission.GPUShare{GPU: g.Index, Bytes: r.spec.Unit})
+				}
+			}
+		}
+	}
+	if len(gm.GPUs) == 0 {
+		return gm, false
+	}
+	slices.SortFunc(gm.GPUs, func(a, b admission.GPUShare) int { return a.GPU - b.GPU })
+	for _, s := range gm.GPUs {
+		gm.ContainerGPUs = append(gm.ContainerGPUs, s.GPU)
+	}
+	return gm, true
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gpuext/gpuext/internal/admission"
@@ -57,9 +58,17 @@ func TestPodResourcesGPUMemory(t *testing.T) {
 	if _, err := r.GPUMemory(info, false); !errors.Is(err, ErrPodResources) || !errors.Is(err, pools.ErrDeviceID) {
 		t.Fatalf("a device the node does not have: %v", err)
 	}
-	srv.SetPods(deviceplugintest.Pod("ml", "train", nil), deviceplugintest.Pod("ml", "train", nil))
-	if _, err := r.GPUMemory(info, false); !errors.Is(err, ErrPodResources) {
-		t.Fatalf("a pod listed twice: %v", err)
+	// a pod listed twice (one terminating): an error when the listings
+	// differ, the answer when they hold the same devices
+	srv.SetPods(deviceplugintest.Pod("ml", "train", map[string]map[string][]string{"trainer": {res: {"gpu1-m000"}}}),
+		deviceplugintest.Pod("ml", "train", map[string]map[string][]string{"trainer": {res: {"gpu1-m001", "gpu1-m002"}}}))
+	if _, err := r.GPUMemory(info, false); !errors.Is(err, ErrPodResources) || !strings.Contains(err.Error(), "listed 2 times") {
+		t.Fatalf("a pod listed twice with other devices: %v", err)
+	}
+	twice := deviceplugintest.Pod("ml", "train", map[string]map[string][]string{"trainer": {res: {"gpu1-m001", "gpu1-m002"}}})
+	srv.SetPods(twice, twice)
+	if gm, err := r.GPUMemory(info, false); err != nil || fmt.Sprint(gm.GPUs) != "[{1 2147483648}]" {
+		t.Fatalf("a pod listed twice with the same devices: %v %v", gm.GPUs, err)
 	}
 	gone := spec(t, pools.Config{KubeletDir: filepath.Join(dir, "none"), GPUs: []pools.GPUConfig{{Memory: "8GiB"}}})
 	r2, err := NewPodResources(gone)
@@ -84,4 +93,29 @@ func orEmptyInts(s []int) []int {
 		return []int{}
 	}
 	return s
+}
+
+// The floor fail-open keeps a container at when the kubelet cannot say how
+// much it was given: one unit on each node GPU its visible-devices env
+// (Allocate's) names, by UUID or by index; nothing for names of no GPU here.
+func TestGPUMemoryFloor(t *testing.T) {
+	dir := t.TempDir()
+	sp := spec(t, pools.Config{KubeletDir: dir, Unit: "512MiB", GPUs: []pools.GPUConfig{{Memory: "8GiB", UUID: "GPU-0a"}, {Memory: "8GiB", UUID: "GPU-1b"}}})
+	r, err := NewPodResources(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for env, want := range map[string]string{
+		"CUDA_VISIBLE_DEVICES=GPU-1b,GPU-0a": "[{0 536870912} {1 536870912}] true",
+		"NVIDIA_VISIBLE_DEVICES=GPU-1b":      "[{1 536870912}] true",
+		"CUDA_VISIBLE_DEVICES=1":             "[{1 536870912}] true",
+		"CUDA_VISIBLE_DEVICES=GPU-ff":        "[] false",
+		"PATH=/bin":                          "[] false",
+	} {
+		gm, ok := r.GPUMemoryFloor(admission.ContainerInfo{Env: []string{env}})
+		if got := fmt.Sprintf("%v %v", orEmpty(gm.GPUs), ok); got != want {
+			t.Errorf("%s: %s, want %s", env, got, want)
+		}
+	}
 }

@@ -38,6 +38,7 @@ type Watcher struct {
 
 	deleted atomic.Bool
 	seen    atomic.Bool
+	uid     atomic.Value // string: the UID of the DaemonSet first seen
 }
 
 // ParseOwner splits "NAMESPACE/NAME" and checks both are DNS-1123 names,
@@ -89,23 +90,38 @@ func InCluster(namespace, name string, log *logrus.Entry) (*Watcher, error) {
 	}, nil
 }
 
-// Deleted reports whether the DaemonSet was seen deleted (or being
-// deleted) after it was seen to exist.
+// Deleted reports whether the DaemonSet is, as last seen, deleted (or
+// being deleted) after it was seen to exist. A DaemonSet made again under
+// the name (a re-apply after kubectl delete --cascade=orphan, a forced
+// replace) resets it: the agent's pods are adopted by it.
 func (w *Watcher) Deleted() bool { return w.deleted.Load() }
 
-// Run watches until ctx ends or the DaemonSet is deleted.
+// setDeleted records what the watch saw, and logs a change.
+func (w *Watcher) setDeleted(deleted bool, uid string) {
+	if first, _ := w.uid.Load().(string); first == "" && uid != "" {
+		w.uid.Store(uid)
+	}
+	if w.deleted.Swap(deleted) == deleted {
+		return
+	}
+	l := w.Log.WithFields(logrus.Fields{"daemonset": w.Namespace + "/" + w.Name, "uid": uid})
+	if deleted {
+		l.Info("owner daemonset deleted: the node is cleaned when the agent exits, unless it is made again before")
+	} else {
+		l.Info("owner daemonset made again (a re-apply): the node keeps its tenants")
+	}
+}
+
+// Run watches until ctx ends, through deletions: a DaemonSet deleted and
+// made again under the name is not an uninstall.
 func (w *Watcher) Run(ctx context.Context) {
 	retry := w.Retry
 	if retry <= 0 {
 		retry = 2 * time.Second
 	}
-	for ctx.Err() == nil && !w.deleted.Load() {
+	for ctx.Err() == nil {
 		if err := w.once(ctx); err != nil && ctx.Err() == nil {
 			w.Log.WithError(err).WithField("daemonset", w.Namespace+"/"+w.Name).Warn("owner watch: retrying")
-		}
-		if w.deleted.Load() {
-			w.Log.WithField("daemonset", w.Namespace+"/"+w.Name).Info("owner daemonset deleted: the node is cleaned when the agent exits")
-			return
 		}
 		select {
 		case <-ctx.Done():
@@ -114,24 +130,32 @@ func (w *Watcher) Run(ctx context.Context) {
 	}
 }
 
-// Confirm asks the API once more, at exit, when the watch has not (yet)
-// seen a deletion: a DaemonSet that was seen and is now gone, or carries a
-// deletion timestamp, was deleted. Any other answer (a refusal once the
-// uninstall deleted the RoleBinding, no server) leaves the node as it is.
+// Confirm asks the API once more, at exit: the uninstall is only what is
+// still true then. A DaemonSet seen before that is now gone, or carries a
+// deletion timestamp, was deleted; one that exists without one was not,
+// whatever the watch saw before (a re-apply after kubectl delete
+// --cascade=orphan, a forced replace: a new UID, which adopts the agent's
+// pods). When the API does not answer the question (no server; a refusal
+// once the uninstall deleted the RoleBinding), what the watch last saw
+// decides; a DaemonSet never seen is never deleted.
 func (w *Watcher) Confirm(ctx context.Context) bool {
-	if w.deleted.Load() || !w.seen.Load() {
-		return w.deleted.Load()
+	if !w.seen.Load() {
+		return false
 	}
 	resp, err := w.do(ctx, fmt.Sprintf("%s/apis/apps/v1/namespaces/%s/daemonsets/%s", w.Server, url.PathEscape(w.Namespace), url.PathEscape(w.Name)))
 	if err != nil {
-		return false
+		return w.deleted.Load()
 	}
 	var obj object
 	switch err := decodeStatus(resp, &obj); {
 	case errors.Is(err, errNotFound):
-		w.deleted.Store(true)
-	case err == nil && obj.Metadata.DeletionTimestamp != nil:
-		w.deleted.Store(true)
+		w.setDeleted(true, "")
+	case err == nil:
+		if first, _ := w.uid.Load().(string); first != "" && obj.Metadata.UID != "" && obj.Metadata.UID != first {
+			w.Log.WithFields(logrus.Fields{"daemonset": w.Namespace + "/" + w.Name, "uid": obj.Metadata.UID, "firstUID": first}).
+				Info("owner daemonset was made again since the agent started: not an uninstall")
+		}
+		w.setDeleted(obj.Metadata.DeletionTimestamp != nil, obj.Metadata.UID)
 	}
 	return w.deleted.Load()
 }
@@ -140,6 +164,7 @@ func (w *Watcher) Confirm(ctx context.Context) bool {
 type object struct {
 	Metadata struct {
 		Name              string  `json:"name"`
+		UID               string  `json:"uid"`
 		ResourceVersion   string  `json:"resourceVersion"`
 		DeletionTimestamp *string `json:"deletionTimestamp"`
 	} `json:"metadata"`
@@ -158,18 +183,15 @@ func (w *Watcher) once(ctx context.Context) error {
 	switch {
 	case errors.Is(err, errNotFound):
 		if w.seen.Load() {
-			w.deleted.Store(true)
-			return nil
+			w.setDeleted(true, "")
+			return nil // looked at again after Retry: it may be made again
 		}
 		return fmt.Errorf("daemonset %s/%s not found: --owner-daemonset names another object", w.Namespace, w.Name)
 	case err != nil:
 		return err
 	}
 	w.seen.Store(true)
-	if obj.Metadata.DeletionTimestamp != nil {
-		w.deleted.Store(true)
-		return nil
-	}
+	w.setDeleted(obj.Metadata.DeletionTimestamp != nil, obj.Metadata.UID)
 	q := url.Values{"watch": {"1"}, "fieldSelector": {"metadata.name=" + w.Name}, "resourceVersion": {obj.Metadata.ResourceVersion}}
 	resp, err = w.do(ctx, base+"?"+q.Encode())
 	if err != nil {
@@ -191,14 +213,15 @@ func (w *Watcher) once(ctx context.Context) error {
 			}
 			return fmt.Errorf("owner watch stream: %w", err)
 		}
-		switch {
-		case ev.Type == "DELETED" && ev.Object.Metadata.Name == w.Name:
-			w.deleted.Store(true)
-			return nil
-		case ev.Type == "MODIFIED" && ev.Object.Metadata.DeletionTimestamp != nil:
-			w.deleted.Store(true)
-			return nil
-		case ev.Type == "ERROR":
+		if ev.Object.Metadata.Name != w.Name && ev.Type != "ERROR" {
+			continue
+		}
+		switch ev.Type {
+		case "DELETED":
+			w.setDeleted(true, ev.Object.Metadata.UID)
+		case "ADDED", "MODIFIED":
+			w.setDeleted(ev.Object.Metadata.DeletionTimestamp != nil, ev.Object.Metadata.UID)
+		case "ERROR":
 			return nil // e.g. 410 Gone: GET again for a fresh version
 		}
 	}

@@ -19,6 +19,7 @@ type apiServer struct {
 	getCode atomic.Int32 // when not 0: the GET's status
 	events  chan string  // lines the watch stream sends; closed: EOF
 	token   string
+	uid     atomic.Value // string: the DaemonSet's metadata.uid
 }
 
 func (a *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -58,7 +59,8 @@ func (a *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"kind":"Status","message":"not found"}`, http.StatusNotFound)
 		return
 	}
-	fmt.Fprint(w, `{"metadata":{"name":"gpuext","resourceVersion":"42"}}`)
+	uid, _ := a.uid.Load().(string)
+	fmt.Fprintf(w, `{"metadata":{"name":"gpuext","uid":%q,"resourceVersion":"42"}}`, uid)
 }
 
 func newWatcher(t *testing.T, a *apiServer) *Watcher {
@@ -166,6 +168,61 @@ func TestConfirmRefusedKeepsTenants(t *testing.T) {
 	a.exists.Store(false)
 	if !w.Confirm(context.Background()) {
 		t.Fatal("404 of a DaemonSet seen before: not counted as deleted")
+	}
+}
+
+// TestReappliedDaemonSetKeepsTenants: kubectl delete --cascade=orphan then
+// a re-apply, or a forced replace, deletes the DaemonSet and makes it again
+// (another UID, which adopts the agent's pods). The mark of the deletion
+// reset when it came back, and at exit only a deletion still true then
+// cleans the node. Before, the first deletion seen was an uninstall for
+// good: the agent's next exit removed every pin and tenant dir.
+func TestReappliedDaemonSetKeepsTenants(t *testing.T) {
+	a := &apiServer{events: make(chan string, 4)}
+	a.exists.Store(true)
+	a.uid.Store("uid-1")
+	w := newWatcher(t, a)
+	ctx, cancel := context.WithCancel(context.Background())
+	go w.Run(ctx)
+	waitUntil(t, "DaemonSet seen", w.seen.Load)
+
+	// orphan delete, then re-apply: seen by the open watch
+	a.exists.Store(false)
+	a.events <- `{"type":"DELETED","object":{"metadata":{"name":"gpuext","uid":"uid-1","resourceVersion":"44"}}}`
+	waitUntil(t, "DELETED seen", w.Deleted)
+	a.uid.Store("uid-2")
+	a.exists.Store(true)
+	a.events <- `{"type":"ADDED","object":{"metadata":{"name":"gpuext","uid":"uid-2","resourceVersion":"45"}}}`
+	waitUntil(t, "the re-created DaemonSet seen", func() bool { return !w.Deleted() })
+	if w.Confirm(context.Background()) {
+		t.Fatal("exit after a re-apply counted as an uninstall: the node would lose its tenants")
+	}
+
+	// a forced replace while the agent exits: the watch saw the deletion,
+	// the API at exit has the new DaemonSet
+	a.exists.Store(false)
+	a.events <- `{"type":"DELETED","object":{"metadata":{"name":"gpuext","uid":"uid-2","resourceVersion":"46"}}}`
+	waitUntil(t, "DELETED seen", w.Deleted)
+	cancel()
+	a.uid.Store("uid-3")
+	a.exists.Store(true)
+	if w.Confirm(context.Background()) {
+		t.Fatal("exit during a forced replace counted as an uninstall")
+	}
+
+	// the uninstall itself: deleted, and the RoleBinding with it (403 at
+	// exit): what the watch saw last decides
+	w2 := newWatcher(t, a)
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	go w2.Run(ctx2)
+	waitUntil(t, "DaemonSet seen", w2.seen.Load)
+	a.exists.Store(false)
+	a.events <- `{"type":"DELETED","object":{"metadata":{"name":"gpuext","uid":"uid-3","resourceVersion":"47"}}}`
+	waitUntil(t, "DELETED seen", w2.Deleted)
+	a.getCode.Store(http.StatusForbidden)
+	if !w2.Confirm(context.Background()) {
+		t.Fatal("an uninstall (deleted, then refused at exit) was not counted")
 	}
 }
 

@@ -1,14 +1,17 @@
 package metrics
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/devrt/probe/launches"
 )
 
-// maxCoverageSeries bounds the reason label values of one tenant (the
-// reasons come from files the tenant writes): past it, the rest of a class
-// is reason="(other-reasons)".
+// maxCoverageSeries bounds the reason label values of one tenant over its
+// life (the reasons come from files the tenant writes): past it, the rest
+// of a class is reason="(other-reasons)".
 const maxCoverageSeries = 32
 
 var (
@@ -30,21 +33,80 @@ var (
 		"Host-measured launches that went without a latency (no free event: at most 64 in flight per context; an event error).")
 )
 
+// launchReasons remembers, per tenant, the reason label values its launch
+// series have shown: a tenant that writes new reasons at every scrape would
+// otherwise make maxCoverageSeries new series each time, without bound over
+// time. Once a tenant has shown its share, a new reason is
+// reason="(other-reasons)" for as long as the tenant lives.
+type launchReasons struct {
+	mu   sync.Mutex
+	seen map[tenantGen]map[launchKey]bool
+}
+
+// tenantGen is one tenant: an id and when it was reserved (a reused id is
+// another tenant, with a budget of its own).
+type tenantGen struct {
+	id      bpf.TenantID
+	created int64
+}
+
+type launchKey struct {
+	m      launches.Measured
+	reason string
+}
+
+const otherReasons = "(other-reasons)"
+
+// of returns tenant t's shown reasons (the caller holds mu).
+func (r *launchReasons) of(t bpf.Tenant) map[launchKey]bool {
+	if r.seen == nil {
+		r.seen = map[tenantGen]map[launchKey]bool{}
+	}
+	g := tenantGen{t.ID, t.Created.UnixNano()}
+	if r.seen[g] == nil {
+		r.seen[g] = map[launchKey]bool{}
+	}
+	return r.seen[g]
+}
+
+// keep forgets the tenants not in live.
+func (r *launchReasons) keep(live []bpf.Tenant) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	alive := make(map[tenantGen]bool, len(live))
+	for _, t := range live {
+		alive[tenantGen{t.ID, t.Created.UnixNano()}] = true
+	}
+	for g := range r.seen {
+		if !alive[g] {
+			delete(r.seen, g)
+		}
+	}
+}
+
 // probeLaunches shows the tenant's launch table (devrt/probe/launches):
 // its coverage by class and reason, blocks, and the host-measured latency.
-func probeLaunches(ch chan<- prometheus.Metric, tab *launches.Table, lv []string) {
+// seen is the reasons the tenant has shown before (launchReasons), updated.
+func probeLaunches(ch chan<- prometheus.Metric, tab *launches.Table, lv []string, seen map[launchKey]bool) {
 	if tab == nil {
 		return
 	}
-	type key struct {
-		m      launches.Measured
-		reason string
+	named := 0
+	for k := range seen {
+		if k.reason != otherReasons {
+			named++
+		}
 	}
-	series := map[key]uint64{}
-	for i, c := range tab.Coverage { // the most launches first
-		k := key{c.Measured, labelValue(c.Reason)}
-		if i >= maxCoverageSeries-len(launches.Measures) {
-			k.reason = "(other-reasons)"
+	series := map[launchKey]uint64{}
+	for _, c := range tab.Coverage { // the most launches first
+		k := launchKey{c.Measured, labelValue(c.Reason)}
+		if !seen[k] {
+			if named < maxCoverageSeries-len(launches.Measures) {
+				seen[k] = true
+				named++
+			} else {
+				k.reason = otherReasons
+			}
 		}
 		series[k] = satAdd(series[k], c.Launches)
 	}

@@ -5,6 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/devrt/probe/launches"
@@ -58,5 +61,63 @@ func TestProbeLaunchSeries(t *testing.T) {
 	}
 	if v, ok := value(fams, "gpuext_tenant_probe_launches_total", 9, "measured=host", "reason=(other-reasons)"); !ok || v == 0 {
 		t.Errorf("no (other-reasons) series: %v", series(fams, "gpuext_tenant_probe_launches_total"))
+	}
+}
+
+// A tenant that writes new reasons before every scrape made 32 new series
+// each time (581 in 20 scrapes): the reasons it shows are bounded over its
+// life, not per scrape; a new tenant of the same id gets a budget of its own.
+func TestProbeLaunchReasonsBoundedOverTime(t *testing.T) {
+	state := t.TempDir()
+	probeTenant(t, state, 9, 1)
+	acct := filepath.Join(admission.AcctDir(state, 9), admission.AcctProbesDir)
+	ten := tenant(9, "ns", "pod", "latency-critical", 0, "app")
+	ten.Created = time.Unix(100, 0)
+	reg := &fakeRegistry{tenants: []bpf.Tenant{ten}}
+	r := prometheus.NewRegistry()
+	r.MustRegister(NewTenantCollector(reg, state, nil))
+	reasons := map[string]bool{}
+	gather := func(round int) {
+		t.Helper()
+		f := &launches.File{PID: 300}
+		for i := 0; i < launches.MaxCoverage; i++ {
+			f.Coverage = append(f.Coverage, launches.Coverage{Measured: launches.Host,
+				Reason: fmt.Sprintf("round-%d-reason-%d", round, i), Kernels: 1, Launches: 1})
+		}
+		if err := os.WriteFile(filepath.Join(acct, "300.launches"), launches.Encode(f), 0o666); err != nil {
+			t.Fatal(err)
+		}
+		fams, err := r.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, fam := range fams {
+			if fam.GetName() != "gpuext_tenant_probe_launches_total" {
+				continue
+			}
+			for _, m := range fam.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "reason" {
+						reasons[l.GetValue()] = true
+					}
+				}
+			}
+		}
+	}
+	for round := range 20 {
+		gather(round)
+	}
+	if len(reasons) > maxCoverageSeries {
+		t.Fatalf("one tenant made %d reason series in 20 scrapes, at most %d over its life", len(reasons), maxCoverageSeries)
+	}
+	if !reasons["(other-reasons)"] {
+		t.Fatalf("no (other-reasons) series")
+	}
+	// the id reused by a new tenant: its own reasons are shown
+	reg.tenants[0].Created = time.Unix(200, 0)
+	clear(reasons)
+	gather(99)
+	if !reasons["round-99-reason-0"] {
+		t.Fatalf("a new tenant of the same id shows none of its reasons: %v", reasons)
 	}
 }

@@ -67,6 +67,8 @@ type TenantCollector struct {
 	// (the agent's current core's: built in and its probe directory);
 	// nil, or a nil answer, is the built-in catalog.
 	probeCat atomic.Pointer[func() *probes.Catalog]
+	// reasons: the launch reasons each tenant has shown (probeLaunches).
+	reasons launchReasons
 }
 
 // SetProbeCatalog makes the probe series render through the catalog f
@@ -221,6 +223,7 @@ func (c *TenantCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	c.first.Store(next)
+	c.reasons.keep(all)
 	if c.nvml != nil {
 		collectNVML(ch, c.nvml, all, list)
 	}
@@ -308,7 +311,9 @@ func (c *TenantCollector) probes(ch chan<- prometheus.Metric, t bpf.Tenant, lv [
 	ch <- gauge(descProbeImages, float64(ten.Patched), append(lv, "patched")...)
 	ch <- gauge(descProbeImages, float64(ten.Unpatched), append(lv, "unpatched")...)
 	ch <- gauge(descProbeSkipped, float64(len(ten.Skipped)), lv...)
-	probeLaunches(ch, ten.Launches, lv)
+	c.reasons.mu.Lock()
+	probeLaunches(ch, ten.Launches, lv, c.reasons.of(t))
+	c.reasons.mu.Unlock()
 	cat := c.probeCatalog()
 	for _, s := range maps.Summarize(ten, cat, manifest.Probes) {
 		name := labelValue(s.Name)

@@ -3,6 +3,7 @@ package plugin_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -427,5 +428,28 @@ func assertRegistry(t testing.TB, cfg config.Config, alive map[string]live) {
 	}
 	if len(seen) != len(alive) {
 		t.Fatalf("registry holds %d containers, %d are live", len(seen), len(alive))
+	}
+}
+
+// TestAgentWithoutItsAPIExits: an agent that cannot serve its API (its
+// socket dir cannot be made) does not run on without it: Configure fails
+// with an error naming the socket, and the agent exits with it.
+func TestAgentWithoutItsAPIExits(t *testing.T) {
+	f := newFixture(t)
+	notADir := filepath.Join(filepath.Dir(f.cfg.AgentSocket), "file")
+	if err := os.MkdirAll(filepath.Dir(notADir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.cfg.AgentSocket = filepath.Join(notADir, "agent.sock")
+	lg := logrus.New()
+	lg.SetOutput(io.Discard)
+	p := plugin.New(f.cfg, logrus.NewEntry(lg))
+	defer p.Shutdown(context.Background())
+	_, err := p.Configure(context.Background(), "", "none", "")
+	if err == nil || !strings.Contains(err.Error(), f.cfg.AgentSocket) {
+		t.Fatalf("Configure with an agent socket that cannot be served: %v; want an error naming %s", err, f.cfg.AgentSocket)
 	}
 }

@@ -98,16 +98,17 @@ func (p *Plugin) startMetrics(cfg config.Config) {
 }
 
 // startAPI serves the agent API (internal/agent) for the OCI paths, once:
-// it hands each request to the core of the moment.
-func (p *Plugin) startAPI(cfg config.Config) {
+// it hands each request to the core of the moment. An agent that cannot
+// serve it does not run on without it (the runc wrapper and the hooks would
+// apply their fail mode to every container, unseen): the error names the
+// socket and Configure returns it, so the agent exits.
+func (p *Plugin) startAPI(cfg config.Config) error {
 	if p.api != nil {
-		return
+		return nil
 	}
 	srv, err := agent.Listen(cfg.AgentSocket, func() (agent.Core, error) { return p.admission() }, p.log)
 	if err != nil {
-		p.log.WithError(err).WithField("socket", cfg.AgentSocket).
-			Error("agent API not served: the runc wrapper and OCI hooks apply their fail mode")
-		return
+		return fmt.Errorf("agent API on %s (agentSocket): %w", cfg.AgentSocket, err)
 	}
 	p.api = srv
 	go func() {
@@ -116,6 +117,7 @@ func (p *Plugin) startAPI(cfg config.Config) {
 		}
 	}()
 	p.log.WithField("socket", cfg.AgentSocket).Info("serving the agent API")
+	return nil
 }
 
 // startReconcile runs the periodic reconcile: the agent, not an operator
@@ -223,8 +225,12 @@ func (p *Plugin) Configure(_ context.Context, cfgData, runtime, version string) 
 	p.core, p.reg = core, reg
 	p.startBoard(cfg)
 	p.startReconcile(cfg, core)
-	p.startAPI(cfg)
+	err = p.startAPI(cfg)
 	p.mu.Unlock()
+	if err != nil {
+		p.log.WithError(err).WithField("socket", cfg.AgentSocket).Error("agent API not served: exiting")
+		return 0, err
+	}
 	p.log.WithFields(logrus.Fields{"runtime": runtime, "version": version, "failMode": cfg.FailMode,
 		"pinDir": cfg.PinDir, "stateDir": cfg.StateDir}).Info("configured")
 	mask := api.MustParseEventMask("CreateContainer", "StartContainer", "RemoveContainer")

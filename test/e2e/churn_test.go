@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,7 +38,10 @@ type churnContainer struct {
 // the containers then go away, a third of those without their poststop (as
 // after a runc crash). After two reconcile intervals: no tenant id without a
 // live cgroup (leak), no entry whose cgroup is gone (stale), and every live
-// tenant's directories still there.
+// tenant's directories still there. Meanwhile one tenant fills its acct dir
+// (it stops at its own bound) and every tenant writes its key there; a
+// second round of containers on the freed ids is admitted beside the full
+// tenant, and no tenant reads an earlier tenant's acct dir.
 func TestChurnWithKills(t *testing.T) {
 	ociRequirePrivileged(t, "go")
 	const n = 1000
@@ -93,6 +98,34 @@ func TestChurnWithKills(t *testing.T) {
 	})
 	t.Logf("%d createRuntime hooks in %v, %d of them SIGKILLed", n, time.Since(start).Round(time.Millisecond), hooksKilled.Load())
 
+	// Every tenant writes who it is into its acct dir: a later tenant of a
+	// reused id must never read it. One tenant fills its dir: it stops at
+	// its own bound, and the rest of the run (poststops, reconcile, new
+	// admissions) must not notice.
+	reg := l.Registry(t)
+	first, err := reg.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	filled := false
+	for _, tn := range first {
+		acct := admission.AcctDir(l.StateDir, uint64(tn.ID))
+		err := os.WriteFile(filepath.Join(acct, "owner"), []byte(tn.Key), 0o666)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // reserved by a hook or agent killed before it made the dir: reconcile releases it
+		}
+		if err != nil {
+			t.Fatalf("tenant %d cannot write its acct dir: %v", tn.ID, err)
+		}
+		if !filled {
+			filled = true
+			n, err := fillDir(acct)
+			if !errors.Is(err, syscall.ENOSPC) || n > admission.AcctDirBytes {
+				t.Fatalf("tenant %d wrote %d bytes into its acct dir (%v), want ENOSPC by %d", tn.ID, n, err, admission.AcctDirBytes)
+			}
+		}
+	}
+
 	// Half the containers end; a third of those never get their poststop.
 	var withPoststop []*churnContainer
 	for i, c := range ctrs {
@@ -110,7 +143,6 @@ func TestChurnWithKills(t *testing.T) {
 		}
 	}
 	run(withPoststop, "poststop", nil)
-	reg := l.Registry(t)
 	liveIDs := map[string]bool{}
 	for _, c := range ctrs {
 		liveIDs[c.id] = c.live
@@ -160,6 +192,55 @@ func TestChurnWithKills(t *testing.T) {
 	if !l.LogContains("reconciled") {
 		t.Errorf("the agent never reconciled anything")
 	}
+
+	// A second round on the freed ids, beside the full tenant: admissions
+	// keep working, and no tenant reads another one's acct dir.
+	second := newChurnContainers(t, filepath.Join(l.Dir, "b2"), "churn2", n/2)
+	run(second, "createRuntime", nil)
+	list, err = reg.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	registered := map[string]bool{}
+	for _, tn := range list {
+		for _, cg := range tn.Cgroups {
+			registered[cg.ContainerID] = true
+		}
+		b, err := os.ReadFile(filepath.Join(admission.AcctDir(l.StateDir, uint64(tn.ID)), "owner"))
+		if err == nil && string(b) != tn.Key {
+			t.Errorf("tenant %d (%s) reads the acct dir of an earlier tenant of its id (%s)", tn.ID, tn.Key, b)
+		}
+	}
+	secondRegistered := 0
+	for _, c := range second {
+		if registered[c.id] {
+			secondRegistered++
+		}
+	}
+	t.Logf("second round beside a full tenant: %d of %d registered", secondRegistered, len(second))
+	if secondRegistered < len(second)*7/10 {
+		t.Fatalf("beside a full tenant only %d of %d new containers registered", secondRegistered, len(second))
+	}
+}
+
+// fillDir writes into dir until its filesystem says no; it returns how
+// many bytes that took and the error that stopped it.
+func fillDir(dir string) (int64, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "fill"), os.O_WRONLY|os.O_CREATE, 0o666)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	var n int64
+	for n < 1<<30 {
+		m, err := f.Write(buf)
+		n += int64(m)
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // newChurnContainers makes n containers as a runtime would show them to the

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/privtest"
 	"github.com/gpuext/gpuext/test/lab"
 )
 
@@ -34,12 +35,20 @@ type ctdLab struct {
 // 50-gpuext.conf, and starts containerd.
 func startCtdLab(t *testing.T, failMode string, extra ...map[string]string) *ctdLab {
 	t.Helper()
+	return startCtdLabWith(t, lab.ContainerdOptions{}, failMode, extra...)
+}
+
+// startCtdLabWith is startCtdLab with containerd options (opts.BeforeStart
+// is the lab's own).
+func startCtdLabWith(t *testing.T, opts lab.ContainerdOptions, failMode string, extra ...map[string]string) *ctdLab {
+	t.Helper()
 	root := lab.RepoRoot()
 	work, err := os.MkdirTemp("", "gpuext-ctd-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(work) })
+	privtest.UnmountUnder(t, work) // the tenants' accounting dirs, before the removal
 	bin := filepath.Join(work, "gpuext-nri-plugin")
 	build := exec.Command("go", "build", "-o", bin, "./nri-plugin")
 	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
@@ -61,7 +70,7 @@ func startCtdLab(t *testing.T, failMode string, extra ...map[string]string) *ctd
 			cfg[k] = v
 		}
 	}
-	l.Containerd = lab.StartContainerd(t, lab.ContainerdOptions{BeforeStart: func(c *lab.Containerd) {
+	opts.BeforeStart = func(c *lab.Containerd) {
 		data, _ := json.Marshal(cfg)
 		if err := os.WriteFile(filepath.Join(c.PluginConfigDir, "50-gpuext.conf"), data, 0o644); err != nil {
 			t.Fatal(err)
@@ -73,7 +82,8 @@ func startCtdLab(t *testing.T, failMode string, extra ...map[string]string) *ctd
 		if err := os.WriteFile(filepath.Join(c.PluginDir, "50-gpuext"), data, 0o755); err != nil {
 			t.Fatal(err)
 		}
-	}})
+	}
+	l.Containerd = lab.StartContainerd(t, opts)
 	l.image = l.Env["GPUEXT_LAB_IMAGE"]
 	// The plugin is started by containerd; wait until it has configured.
 	waitFor(t, 20*time.Second, "plugin configured", func() bool { return strings.Contains(readFile(l.logFile), `"configured"`) })
@@ -448,4 +458,67 @@ func TestContainerdStrictRefuses(t *testing.T) {
 	}
 	good := pod.start(t, "good", map[string]string{"policy.gpuext.io": "vector-search"}, nil, nil)
 	assertSees(t, l, good, "vector-search", 0, preloadLib)
+}
+
+// TestContainerdRequiredPluginWhileAgentIsDown: NRI's default validator
+// (containerd's default_validator, enable = true) refuses a container whose
+// pod names gpuext in required-plugins.noderesource.dev while the gpuext
+// plugin is not connected: containerd itself refuses it, the agent being
+// down. With the agent up it starts under its policy; a pod that does not
+// require gpuext (a fail-open node's) starts without it while it is down.
+func TestContainerdRequiredPluginWhileAgentIsDown(t *testing.T) {
+	l := startCtdLabWith(t, lab.ContainerdOptions{NRIValidator: true}, "strict")
+	require := map[string]string{"required-plugins.noderesource.dev": `["gpuext"]`}
+	pod := l.runPod(t, "required", require)
+	up := pod.start(t, "up", map[string]string{"policy.gpuext.io": "batch"}, nil, nil)
+	assertSees(t, l, up, "batch", 0, preloadLib)
+
+	// the agent goes down: the plugin containerd started, by its path
+	killPluginProcess(t, filepath.Join(l.PluginDir, "50-gpuext"))
+	var err error
+	waitFor(t, 20*time.Second, "containerd refusing the required plugin's pod", func() bool {
+		var id string
+		id, err = pod.create(t, fmt.Sprintf("down-%d", time.Now().UnixNano()), map[string]string{"policy.gpuext.io": "batch"}, nil, nil)
+		if err == nil {
+			l.Crictl(t, "rm", "-f", id) // made before containerd saw the plugin go
+			return false
+		}
+		return true
+	})
+	// crictl quotes the runtime's message: required plugin \"gpuext\" not present
+	if msg := strings.ReplaceAll(err.Error(), `\"`, `"`); !strings.Contains(msg, `required plugin "gpuext" not present`) {
+		t.Fatalf("with the agent down: %v; want containerd's refusal naming the required plugin", err)
+	}
+	other := l.runPod(t, "not-required", nil)
+	if _, err := other.create(t, "free", map[string]string{"policy.gpuext.io": "batch"}, nil, nil); err != nil {
+		t.Fatalf("a pod that does not require gpuext, agent down: %v", err)
+	}
+}
+
+// killPluginProcess SIGKILLs the process running the executable exe (the
+// NRI plugin containerd started from its plugin dir) and waits for it to go.
+func killPluginProcess(t *testing.T, exe string) {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if p, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err != nil || p != exe {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "plugin process gone", func() bool {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			return err != nil || strings.Contains(string(b), ") Z ")
+		})
+		return
+	}
+	t.Fatalf("no process runs %s", exe)
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/privtest"
 	"github.com/gpuext/gpuext/test/k8s/k8slab"
 	"github.com/gpuext/gpuext/test/lab"
 )
@@ -248,6 +249,7 @@ func TestK8sChartGPUMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(work) })
+	privtest.UnmountUnder(t, work) // the tenants' accounting dirs, before the removal
 	pinDir := fmt.Sprintf("/sys/fs/bpf/gpuext-k8se2e-%d", time.Now().UnixNano())
 	t.Cleanup(func() { os.RemoveAll(pinDir) })
 	stateDir := filepath.Join(work, "state")
@@ -262,6 +264,7 @@ func TestK8sChartGPUMemory(t *testing.T) {
 	if err := os.WriteFile(values, []byte(fmt.Sprintf(`image: {name: %s, tag: %s, pullPolicy: Never}
 nri: {socket: %s}
 bpffs: {mountPropagation: None}
+state: {mountPropagation: None}
 config:
   failMode: strict
   logLevel: debug

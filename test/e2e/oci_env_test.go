@@ -109,6 +109,7 @@ func ociNewLab(t *testing.T) *ociLab {
 			t.Errorf("remove work dir: %v", err)
 		}
 	})
+	privtest.UnmountUnder(t, dir) // the tenants' accounting dirs, before the removal
 	l.build(t)
 	l.devrt(t)
 	l.WriteConfig(t, "fail-open", nil)

@@ -21,6 +21,9 @@
 #   GPUEXT_LAB_BIN        where install-deps.sh put containerd/crictl (default $REPO/.cache/bin)
 #   GPUEXT_LAB_RUNC       runc binary for the default runtime (default: runc from PATH)
 #   GPUEXT_RUNC_WRAPPER   if set, adds CRI runtime handler "gpuext" running this binary as runc
+#   GPUEXT_LAB_NRI_VALIDATOR  if set, turns on NRI's default validator: pods annotated
+#                         required-plugins.noderesource.dev are refused while a plugin they
+#                         name is not connected (docs/host-agent.md, "A mandatory plugin")
 #   GPUEXT_LAB_LOG_LEVEL  containerd log level (default info)
 set -euo pipefail
 # shellcheck source=test/lab/lib.sh
@@ -107,6 +110,14 @@ imports = []
     plugin_config_path = "$CTD_NRI_CONF_DIR"
     plugin_registration_timeout = "5s"
     plugin_request_timeout = "2s"
+EOT
+		if [[ -n "${GPUEXT_LAB_NRI_VALIDATOR:-}" ]]; then
+			cat <<EOT
+    [plugins.'io.containerd.nri.v1.nri'.default_validator]
+      enable = true
+EOT
+		fi
+		cat <<EOT
 
   [plugins.'io.containerd.shim.v1.manager']
     socket_dir = "$CTD_SHIM_DIR"

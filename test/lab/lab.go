@@ -71,6 +71,11 @@ type ContainerdOptions struct {
 	// BeforeStart runs after the work dir exists and before containerd
 	// starts: e.g. install a plugin into PluginDir.
 	BeforeStart func(c *Containerd)
+	// NRIValidator turns on NRI's default validator (containerd's
+	// default_validator): a pod annotated
+	// required-plugins.noderesource.dev is refused while a plugin it names
+	// is not connected.
+	NRIValidator bool
 }
 
 // StartContainerd starts a containerd with CRI and NRI in a fresh work dir
@@ -92,6 +97,9 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	c.baseEnv = append(os.Environ(), "GPUEXT_LAB_DIR="+dir)
 	if opts.RuncWrapper != "" {
 		c.baseEnv = append(c.baseEnv, "GPUEXT_RUNC_WRAPPER="+opts.RuncWrapper)
+	}
+	if opts.NRIValidator {
+		c.baseEnv = append(c.baseEnv, "GPUEXT_LAB_NRI_VALIDATOR=1")
 	}
 	out, err := c.script(context.Background(), "containerd.sh", "env")
 	if err != nil {
