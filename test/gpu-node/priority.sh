@@ -52,6 +52,13 @@ prio_run() { # RUN SCEN MODE
 	i=0
 	for c in "${ids[@]}"; do clogs "$c" | grep -v 'primary context\|cuMemAlloc' >"$d/be$i.txt"; i=$((i + 1)); done
 	crictl stopp "$ppod" >/dev/null 2>&1; crictl rmp -f "$ppod" >/dev/null 2>&1
+	# A client that connects while the MPS server still cleans up after
+	# killed clients is refused ("CUDA-capable device(s) is/are busy or
+	# unavailable", seen on the H100): wait until the server is gone.
+	for _ in $(seq 50); do
+		[[ -z $(echo get_server_list | CUDA_MPS_PIPE_DIRECTORY=$MPS_PIPE timeout 5 nvidia-cuda-mps-control 2>/dev/null) ]] && break
+		sleep 0.2
+	done
 	local w0 w1 be=0 line k
 	read -r w0 w1 < <(awk '/^lc_window_us/ {print $2, $3}' "$d/lc.txt")
 	if [[ -z $w0 ]]; then

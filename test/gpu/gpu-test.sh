@@ -281,6 +281,9 @@ if want mps-control || want priority-torch; then
 	# shellcheck source=test/gpu/priority_torch.sh
 	source "$REPO/test/gpu/priority_torch.sh"
 fi
+# 5c. A best-effort tenant cannot change the MPS daemon or its own share (section mps-control).
+# shellcheck source=test/gpu/mps_tenant.sh
+source "$REPO/test/gpu/mps_tenant.sh"
 # 7. gpuext-gpuview end to end on the GPU host: a CUDA process in its own
 # cgroup, registered as a tenant by the OCI hook (the state runc would pass
 # it), shows up in gpuext-gpuview (NVML) with its device memory and tenant.
