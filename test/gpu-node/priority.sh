@@ -54,9 +54,14 @@ prio_run() { # RUN SCEN MODE
 	crictl stopp "$ppod" >/dev/null 2>&1; crictl rmp -f "$ppod" >/dev/null 2>&1
 	# A client that connects while the MPS server still cleans up after
 	# killed clients is refused ("CUDA-capable device(s) is/are busy or
-	# unavailable", seen on the H100): wait until the server is gone.
+	# unavailable", seen on the H100): wait until no server lists a client
+	# (the server itself stays up between pods).
+	local mps s busy
+	mps() { echo "$*" | CUDA_MPS_PIPE_DIRECTORY=$MPS_PIPE timeout 5 nvidia-cuda-mps-control 2>/dev/null; }
 	for _ in $(seq 50); do
-		[[ -z $(echo get_server_list | CUDA_MPS_PIPE_DIRECTORY=$MPS_PIPE timeout 5 nvidia-cuda-mps-control 2>/dev/null) ]] && break
+		busy=0
+		for s in $(mps get_server_list); do [[ -n $(mps get_client_list "$s") ]] && busy=1; done
+		((busy == 0)) && break
 		sleep 0.2
 	done
 	local w0 w1 be=0 line k
