@@ -4,7 +4,8 @@
  * FAKENVML_USED_BYTES are in use. Enough for the device runtime's NVML
  * memory-info clamp to be tested. Device i's handle is 0x4000 + i.
  * FAKENVML_PROCESSES lists the compute processes gpuext-gpuview reads,
- * "GPU:PID:BYTES" separated by commas; device i's UUID is GPU-fake-<i>.
+ * "GPU:PID:BYTES" separated by commas; device i's UUID is GPU-00000000-0000-0000-0000-fa4e0000000<i>
+ * (shaped like a real one, so discovery's UUID check holds).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,7 +92,7 @@ FAKE_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigne
 
 	if (!uuid || nvmlDeviceGetIndex(device, &i) != NVML_SUCCESS)
 		return 2;
-	if ((unsigned int)snprintf(uuid, length, "GPU-fake-%u", i) >= length)
+	if ((unsigned int)snprintf(uuid, length, "GPU-00000000-0000-0000-0000-fa4e%08x", i) >= length)
 		return 7; /* NVML_ERROR_INSUFFICIENT_SIZE */
 	return NVML_SUCCESS;
 }
