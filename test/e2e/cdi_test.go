@@ -23,6 +23,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/deviceplugin"
 	"github.com/gpuext/gpuext/internal/deviceplugin/deviceplugintest"
 	"github.com/gpuext/gpuext/internal/deviceplugin/pools"
@@ -201,5 +202,46 @@ func TestContainerdResolvesTheDevicePluginsCDINames(t *testing.T) {
 	_, err := c.RunPodErr(t, "cdi-unknown-kind", "true", lab.PodOptions{CDIDevices: names, Env: env})
 	if err == nil || !strings.Contains(err.Error(), "unresolvable CDI devices example.com/gpu=1") {
 		t.Fatalf("a CDI device no spec names: err = %v, want containerd's unresolvable CDI devices", err)
+	}
+}
+
+// TestContainerdAdmitsACDIGPUContainer: the NRI path with a GPU that CDI
+// injects. A container given host GPU 1 by the device plugin's CDI name and
+// asking for a gpuext policy and quota by annotation (the container's key
+// over the lab pod's policy.gpuext.io/pod) gets both: the spec's device node
+// and env from containerd, and gpuext's admission (a tenant in the registry
+// with the quota, the device runtime preloaded, its tenant dir mounted),
+// with the plugin in strict mode, so that any error would refuse it. The
+// GPU node run of the same path: make gpu-node (docs/gpu-node.md).
+func TestContainerdAdmitsACDIGPUContainer(t *testing.T) {
+	l := startCtdLab(t, "strict")
+	writeFakeNVIDIASpec(t, l.Dir, l.CDIDir)
+	names, env := allocate(t, nil)
+	script := cdiProbeScript + `
+[ -f /run/gpuext/tenant/config.json ] && echo "tenant-config present"
+echo "== end"; exec sleep 600`
+	p := l.RunPod(t, "cdi-nri", script, lab.PodOptions{CDIDevices: names, Env: env,
+		Annotations: map[string]string{"policy.gpuext.io/container.cdi-nri": "quota", "quota.gpuext.io": "4GiB"}})
+	waitFor(t, 30*time.Second, "the container's output", func() bool { return strings.Contains(p.Logs(t), "== end") })
+	out := p.Logs(t)
+	for _, line := range []string{"chardev /dev/nvidia1", "writable /dev/nvidia1", "driver " + labDriverText, "tenant-config present"} {
+		if !slices.Contains(strings.Split(out, "\n"), line) {
+			t.Errorf("no line %q in what the container printed:\n%s\nplugin log:\n%s", line, out, readFile(l.logFile))
+		}
+	}
+	seen := p.Env(t)
+	if seen["GPUEXT_LAB_CDI_SPEC"] != "fake-nvidia" {
+		t.Errorf("the CDI spec's env did not reach the container: GPUEXT_LAB_CDI_SPEC=%q", seen["GPUEXT_LAB_CDI_SPEC"])
+	}
+	if !strings.HasSuffix(seen["LD_PRELOAD"], admission.DevrtLibrary) || seen[admission.EnvTenantID] == "" {
+		t.Errorf("gpuext's injection missing beside CDI's: LD_PRELOAD=%q %s=%q", seen["LD_PRELOAD"], admission.EnvTenantID, seen[admission.EnvTenantID])
+	}
+	tn, _, ok := tenantOf(t, l.registry(t), p.ContainerID)
+	if !ok {
+		t.Fatalf("container %s is not in the registry; plugin log:\n%s", p.ContainerID, readFile(l.logFile))
+	}
+	if tn.Policy != "quota" || tn.Config.QuotaBytes != 4<<30 || seen[admission.EnvTenantID] != strconv.Itoa(int(tn.ID)) {
+		t.Errorf("registry: tenant %d policy %q quota %d; the container saw tenant %q; want quota, 4GiB and the same id",
+			tn.ID, tn.Policy, tn.Config.QuotaBytes, seen[admission.EnvTenantID])
 	}
 }
