@@ -69,10 +69,33 @@ PY
 	} >"$R" 2>&1
 
 	local dflt1 srvpct1 alive=no list1
+	srvpct1=$(host get_active_thread_percentage "$srv")
+	# 3. The same command from a tenant that is not root (uid 65534, as a
+	# container with a user set or a user namespace runs): through a view
+	# it can reach, it must see the server (else the check proves nothing)
+	# and must not move its share. The root tenant's result is kept apart.
+	local nv nr_list nr_pct
+	nv=$(mktemp -d /tmp/gpuext-mpsview.XXXX) && chmod 0755 "$nv" && ln "$D/pipe/control" "$nv/control"
+	host set_active_thread_percentage "$srv" 50 >/dev/null
+	nonroot_ctl() { echo "$*" | setpriv --reuid=65534 --regid=65534 --clear-groups env CUDA_MPS_PIPE_DIRECTORY="$nv" timeout 10 "$ctl" 2>&1; }
+	{
+		echo "== as uid 65534 through a view of the control socket: get_server_list"; nr_list=$(nonroot_ctl get_server_list); echo "$nr_list"
+		echo "== as uid 65534: set_active_thread_percentage $srv 10"; nonroot_ctl set_active_thread_percentage "$srv" 10
+	} >>"$R" 2>&1
+	nr_pct=$(host get_active_thread_percentage "$srv")
+	echo "== host after the uid 65534 tenant: server $srv at $nr_pct%" >>"$R"
+	rm -rf "$nv"
+	unset -f nonroot_ctl
+	if ! grep -qw "$srv" <<<"$nr_list"; then
+		bad mps-tenant-nonroot-server-share "uid 65534 could not reach the daemon through the view (get_server_list: '$(head -c 200 <<<"$nr_list")'): the check proves nothing (mps-tenant.txt)"
+	elif [[ $nr_pct == 50.0 ]]; then
+		ok "mps-tenant-nonroot-server-share (uid 65534 sees server $srv but cannot move its share: 50.0%)"
+	else
+		bad mps-tenant-nonroot-server-share "uid 65534 moved server $srv from 50.0% to $nr_pct% (mps-tenant.txt)"
+	fi
 	list1=$(host get_server_list)
 	[[ -n $list1 ]] && alive=yes
 	dflt1=$(host get_default_active_thread_percentage)
-	srvpct1=$(host get_active_thread_percentage "$srv")
 	{
 		echo "== host after: default $dflt1%, server $srv at $srvpct1%, servers: $list1"
 		echo "== server log (tail)"; tail -n 20 "$D/log/server.log"
