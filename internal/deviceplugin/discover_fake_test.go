@@ -2,12 +2,10 @@ package deviceplugin
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/gpuext/gpuext/internal/deviceplugin/pools"
+	"github.com/gpuext/gpuext/internal/gpuview/gpuviewtest"
 )
 
 // TestDiscoverOverFakeNVML runs the agent's real discovery chain where no
@@ -17,21 +15,8 @@ import (
 // of 24 GiB with their UUIDs. On the GPU machine the same chain met the
 // H100's NVML (make gpu-node, docs/gpu-node.md).
 func TestDiscoverOverFakeNVML(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	work := t.TempDir()
-	if out, err := exec.Command("sh", filepath.Join(root, "devrt", "build.sh"), filepath.Join(work, "devrt")).CombinedOutput(); err != nil {
-		t.Fatalf("devrt/build.sh: %v\n%s", err, out)
-	}
-	bin := filepath.Join(work, "gpuext-gpuview")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/gpuext-gpuview")
-	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=1")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build gpuext-gpuview: %v\n%s", err, out)
-	}
-	t.Setenv("LD_LIBRARY_PATH", filepath.Join(work, "devrt", "fake"))
+	bin, fake := gpuviewtest.BuildOverFake(t)
+	t.Setenv("LD_LIBRARY_PATH", fake)
 	t.Setenv("FAKECUDA_DEVICES", "2")
 	t.Setenv("FAKECUDA_TOTAL_BYTES", "25769803776")
 

@@ -3,7 +3,6 @@ package metrics
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup/cgrouptest"
+	"github.com/gpuext/gpuext/internal/gpuview/gpuviewtest"
 )
 
 // TestNVMLOverFakeDriver runs the real chain where no GPU is: the agent's
@@ -21,26 +21,14 @@ import (
 func TestNVMLOverFakeDriver(t *testing.T) {
 	dir, id := cgrouptest.New(t)
 	cmd := cgrouptest.RunIn(t, dir, "sleep", "30")
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin, fake := gpuviewtest.BuildOverFake(t)
 	work := t.TempDir()
-	if out, err := exec.Command("sh", filepath.Join(root, "devrt", "build.sh"), filepath.Join(work, "devrt")).CombinedOutput(); err != nil {
-		t.Fatalf("devrt/build.sh: %v\n%s", err, out)
-	}
-	bin := filepath.Join(work, "gpuext-gpuview")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/gpuext-gpuview")
-	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=1")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build gpuext-gpuview: %v\n%s", err, out)
-	}
 	cfg := filepath.Join(work, "config.json") // no registry there: gpuext-gpuview lists processes only
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, `{"pinDir": %q}`, filepath.Join(work, "no-registry")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("GPUEXT_CONFIG", cfg)
-	t.Setenv("LD_LIBRARY_PATH", filepath.Join(work, "devrt", "fake"))
+	t.Setenv("LD_LIBRARY_PATH", fake)
 	t.Setenv("FAKECUDA_DEVICES", "2")
 	t.Setenv("FAKENVML_PROCESSES", fmt.Sprintf("1:%d:3221225472,1:%d:1048576", cmd.Process.Pid, os.Getpid()))
 

@@ -18,6 +18,8 @@ P_SECONDS=${GPUEXT_NODE_PRIO_SECONDS:-8}
 P_PERIOD_US=${GPUEXT_NODE_PRIO_PERIOD_US:-5000}
 P_SCEN=${GPUEXT_NODE_PRIO_SCEN:-be2 be4}
 P_RES=$OUT/priority.txt
+# shellcheck source=test/gpu/prio_figures.sh
+source "$REPO/test/gpu/prio_figures.sh"
 : >"$P_RES"
 prio_models() { case $1 in be2) echo resnet50 resnet50 ;; be4) echo resnet50 resnet50 gcn gcn ;; *) echo "" ;; esac; }
 prio_run() { # RUN SCEN MODE
@@ -64,21 +66,12 @@ prio_run() { # RUN SCEN MODE
 		((busy == 0)) && break
 		sleep 0.2
 	done
-	local w0 w1 be=0 line k
-	read -r w0 w1 < <(awk '/^lc_window_us/ {print $2, $3}' "$d/lc.txt")
-	if [[ -z $w0 ]]; then
+	local figs line
+	if ! figs=$(prio_figures "$d"); then
 		info "priority run=$run scen=$scen mode=$mode: no latency-critical result: $(tail -3 "$d/lc.txt" | tr '\n' ' ')"
 		return
 	fi
-	if ((${#ids[@]} > 0)); then
-		be=$(for f in "$d"/be*.txt; do
-			awk -v a="$w0" -v b="$w1" '/^be_tick/ { if (!t0 || $2 <= a) {t0 = $2; n0 = $3} if ($2 <= b) {t1 = $2; n1 = $3} }
-				END {if (t1 > t0) printf "%.3f\n", (n1 - n0) / ((t1 - t0) / 1e6); else print 0}' "$f"
-		done | awk '{s += $1} END {printf "%.2f", s}')
-	fi
-	line="run=$run scen=$scen mode=$mode"
-	for k in graph_p50 graph_p99 eager_p50 eager_p99; do line="$line lc_${k}_us=$(awk -v k="lc_${k}_us" '$1 == k {print $2}' "$d/lc.txt")"; done
-	line="$line be_steps_per_s=$be be_ready=${ready:-0}/${#ids[@]}"
+	line="run=$run scen=$scen mode=$mode $figs be_ready=${ready:-0}/${#ids[@]}"
 	echo "$line" >>"$P_RES"
 	info "priority $line"
 }

@@ -5,6 +5,8 @@
 # shellcheck shell=bash
 MPS_CTL=${MPS_CTL:-$(command -v nvidia-cuda-mps-control || true)}
 GPUEXTCTL="$REPO/bin/gpuextctl"
+# shellcheck source=test/gpu/prio_figures.sh
+source "$REPO/test/gpu/prio_figures.sh"
 
 # An MPS control daemon of our own, in $1 (pipe/ and log/ below it).
 tmps_start() {
@@ -201,21 +203,12 @@ if want priority-torch; then
 		for i in "${pids[@]}"; do wait "$i" 2>/dev/null; done
 		[[ -n $board_pid ]] && kill "$board_pid" 2>/dev/null
 		[[ $mode == mps || $mode == gpuext-* ]] && tmps_stop
-		local w0 w1 be=0 line
-		read -r w0 w1 < <(awk '/^lc_window_us/ {print $2, $3}' "$D/lc.txt")
-		if [[ -z $w0 ]]; then
+		local figs line
+		if ! figs=$(prio_figures "$D"); then
 			bad "priority-torch-$scen-$mode" "run $run: no latency-critical result: $(tail -3 "$D/lc.txt" | tr '\n' ' ')"
 			return
 		fi
-		if ((${#pids[@]} > 0)); then
-			be=$(for f in "$D"/be*.txt; do
-				awk -v a="$w0" -v b="$w1" '/^be_tick/ { if (!t0 || $2 <= a) {t0 = $2; n0 = $3} if ($2 <= b) {t1 = $2; n1 = $3} }
-					END {if (t1 > t0) printf "%.3f\n", (n1 - n0) / ((t1 - t0) / 1e6); else print 0}' "$f"
-			done | awk '{s += $1} END {printf "%.2f", s}')
-		fi
-		line="run=$run scen=$scen mode=$mode"
-		for k in graph_p50 graph_p99 eager_p50 eager_p99; do line="$line lc_${k}_us=$(awk -v k="lc_${k}_us" '$1 == k {print $2}' "$D/lc.txt")"; done
-		line="$line be_steps_per_s=$be be_dtype=$GPUEXT_TORCH_BE_DTYPE"
+		line="run=$run scen=$scen mode=$mode $figs be_dtype=$GPUEXT_TORCH_BE_DTYPE"
 		[[ $mode == gpuext-* ]] && line="$line be_confined=$(cat "$D"/be*.txt | grep -c "CUDA_MPS_CLIENT_PRIORITY=$prio, launch gate off")/${#pids[@]}"
 		[[ $mode == gpuext-* ]] && line="$line sm=$sm prio=$prio lc_sm=$lcsm"
 		line="$line be_ticks=$(for f in "$D"/be*.txt; do grep -c '^be_tick' "$f"; done | paste -sd,)"
