@@ -52,6 +52,7 @@ struct gpuext_ctx {
 	struct list_head node; /* gpuext_ctxs */
 	const struct gpuext_migrate_ops *migrate; /* set once by the driver, or NULL */
 	void *migrate_priv;
+	struct rcu_head rcu; /* a context without migrate ops is freed after an SRCU grace period */
 };
 
 /* Every live context, for bpf_gpuext_migrate_range (it sleeps: SRCU readers). */
@@ -668,6 +669,11 @@ struct gpuext_ctx *gpuext_ctx_create(void)
 }
 EXPORT_SYMBOL_GPL(gpuext_ctx_create);
 
+static void gpuext_ctx_free_srcu(struct rcu_head *rcu)
+{
+	kfree(container_of(rcu, struct gpuext_ctx, rcu));
+}
+
 void gpuext_ctx_destroy(struct gpuext_ctx *gctx)
 {
 	if (!gctx)
@@ -675,9 +681,23 @@ void gpuext_ctx_destroy(struct gpuext_ctx *gctx)
 	mutex_lock(&gpuext_ctxs_lock);
 	list_del_rcu(&gctx->node);
 	mutex_unlock(&gpuext_ctxs_lock);
-	/* No migration of this context still runs once this returns. */
-	synchronize_srcu(&gpuext_ctx_srcu);
-	kfree(gctx);
+	if (smp_load_acquire(&gctx->migrate)) {
+		/*
+		 * A migratable context (a UVM VA space, destroyed where it may
+		 * sleep, under no GPU lock): its driver frees what the ops use
+		 * once this returns, so wait until no migration runs.
+		 */
+		synchronize_srcu(&gpuext_ctx_srcu);
+		kfree(gctx);
+		return;
+	}
+	/*
+	 * No migrate ops (an RM channel group, destroyed under RM's GPU lock,
+	 * which a migration elsewhere may need): never wait for migrations.
+	 * A migrate request's list walk may still be looking at this entry
+	 * (its id, node and migrate); free it once those readers are gone.
+	 */
+	call_srcu(&gpuext_ctx_srcu, &gctx->rcu, gpuext_ctx_free_srcu);
 }
 EXPORT_SYMBOL_GPL(gpuext_ctx_destroy);
 
@@ -1148,6 +1168,8 @@ static void __exit gpuext_exit(void)
 	/* Attached struct_ops maps hold a reference on this module: none are left. */
 	debugfs_remove_recursive(gpuext_debugfs);
 	gpuext_set_registry(NULL);
+	/* Contexts without migrate ops freed by call_srcu: run their callbacks before the text goes. */
+	srcu_barrier(&gpuext_ctx_srcu);
 }
 
 module_init(gpuext_init);
