@@ -17,6 +17,7 @@
  * next to this file.
  */
 #include <linux/debugfs.h>
+#include <linux/delay.h>
 #include <linux/kernel.h>
 #include <linux/ktime.h>
 #include <linux/list.h>
@@ -103,6 +104,8 @@ static DEFINE_MUTEX(gpusim_lock); /* contexts, their chunks and the clock */
 static LIST_HEAD(gpusim_ctxs);
 static u64 gpusim_clock;
 static struct dentry *gpusim_debugfs;
+/* debugfs migrate_delay_ms: each migration first sleeps this long (not holding gpusim_lock), for tests. */
+static u32 gpusim_migrate_delay_ms;
 static u32 gpusim_dev_chunks = GPUSIM_DEFAULT_CHUNKS; /* device memory in root chunks */
 static u32 gpusim_dev_used;
 static u64 gpusim_arbitrated; /* evictions whose context the system ops picked */
@@ -486,8 +489,11 @@ static int gpusim_migrate(void *priv, u64 va_block, u32 first, u32 last)
 	struct gpusim_ctx *c = priv;
 	struct gpusim_block *blk;
 	u32 p, in = 0;
+	u32 delay = READ_ONCE(gpusim_migrate_delay_ms);
 	int ret = 0;
 
+	if (delay) /* a slow migration: the core's SRCU read section stays open */
+		msleep(min(delay, 10000U));
 	mutex_lock(&gpusim_lock);
 	if (c->dead) {
 		ret = -ENOENT;
@@ -737,7 +743,12 @@ static const struct file_operations gpusim_info_fops = {
 
 /* ---- top-level ctl --------------------------------------------------- */
 
-static int gpusim_create(const char *name)
+/*
+ * A context; with migrate false it has no migrate ops (like an RM channel
+ * group), so bpf_gpuext_migrate_range refuses it and its destroy does not
+ * wait for migrations.
+ */
+static int gpusim_create(const char *name, bool migrate)
 {
 	struct gpusim_ctx *c;
 
@@ -755,7 +766,8 @@ static int gpusim_create(const char *name)
 	}
 	strscpy(c->name, name, sizeof(c->name));
 	strscpy(c->result, "ops none\norder\n", sizeof(c->result));
-	gpuext_ctx_set_migrate(c->gctx, &gpusim_migrate_ops, c);
+	if (migrate)
+		gpuext_ctx_set_migrate(c->gctx, &gpusim_migrate_ops, c);
 	c->dir = debugfs_create_dir(c->name, gpusim_debugfs);
 	debugfs_create_file("ctl", 0200, c->dir, c, &gpusim_ctx_ctl_fops);
 	debugfs_create_file("evict", 0400, c->dir, c, &gpusim_evict_fops);
@@ -787,7 +799,7 @@ static void gpusim_free_ctx(struct gpusim_ctx *c)
 
 static ssize_t gpusim_ctl_write(struct file *f, const char __user *ubuf, size_t len, loff_t *ppos)
 {
-	char buf[64], cmd[16], name[GPUSIM_NAME_LEN];
+	char buf[64], cmd[24], name[GPUSIM_NAME_LEN]; /* cmd: "create-nomigrate" is 16 */
 	struct gpusim_ctx *c = NULL;
 	int err;
 
@@ -796,7 +808,7 @@ static ssize_t gpusim_ctl_write(struct file *f, const char __user *ubuf, size_t 
 	if (copy_from_user(buf, ubuf, len))
 		return -EFAULT;
 	buf[len] = 0;
-	if (sscanf(buf, "%15s %31s", cmd, name) != 2)
+	if (sscanf(buf, "%23s %31s", cmd, name) != 2)
 		return -EINVAL;
 	mutex_lock(&gpusim_lock);
 	if (!strcmp(cmd, "mem")) {
@@ -810,7 +822,9 @@ static ssize_t gpusim_ctl_write(struct file *f, const char __user *ubuf, size_t 
 		if (!err)
 			gpusim_dev_chunks = n;
 	} else if (!strcmp(cmd, "create")) {
-		err = gpusim_create(name);
+		err = gpusim_create(name, true);
+	} else if (!strcmp(cmd, "create-nomigrate")) {
+		err = gpusim_create(name, false);
 	} else if (!strcmp(cmd, "destroy")) {
 		c = gpusim_find(name);
 		err = c ? 0 : -ENOENT;
@@ -836,6 +850,7 @@ static int __init gpusim_init(void)
 	debugfs_create_file("ctl", 0200, gpusim_debugfs, NULL, &gpusim_ctl_fops);
 	debugfs_create_file("device", 0400, gpusim_debugfs, NULL, &gpusim_device_fops);
 	debugfs_create_file("tenants", 0400, gpusim_debugfs, NULL, &gpusim_tenants_fops);
+	debugfs_create_u32("migrate_delay_ms", 0600, gpusim_debugfs, &gpusim_migrate_delay_ms);
 	gpusim_runlist_init(gpusim_debugfs);
 	pr_info("gpusim: loaded\n");
 	return 0;
