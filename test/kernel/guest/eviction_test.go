@@ -90,7 +90,14 @@ func tenantCgroupConfig(t *testing.T, reg *bpf.Registry, name string, cfg bpf.Gp
 // core attributes it to that cgroup.
 func gpuCtx(t *testing.T, name, cgDir string) string {
 	t.Helper()
-	script := fmt.Sprintf("echo $$ > %s/cgroup.procs && echo 'create %s' > %s/ctl", cgDir, name, gpusimDir)
+	return gpuCtxCmd(t, "create", name, cgDir)
+}
+
+// gpuCtxCmd is gpuCtx with gpusim's create command: "create" or
+// "create-nomigrate" (a context without migrate ops, like an RM channel group).
+func gpuCtxCmd(t *testing.T, create, name, cgDir string) string {
+	t.Helper()
+	script := fmt.Sprintf("echo $$ > %s/cgroup.procs && echo '%s %s' > %s/ctl", cgDir, create, name, gpusimDir)
 	if out, err := exec.Command("/bin/sh", "-c", script).CombinedOutput(); err != nil {
 		t.Fatalf("create gpu context %s: %v: %s", name, err, out)
 	}

@@ -270,3 +270,126 @@ func TestPreemptBestEffortTSG(t *testing.T) {
 		pol.Close()
 	}
 }
+
+// migrateDelay sets gpusim's migrate_delay_ms (each migration sleeps that
+// long first, inside the core's SRCU read section); 0 again at cleanup.
+func migrateDelay(t *testing.T, ms int) {
+	t.Helper()
+	if err := os.WriteFile(gpusimDir+"/migrate_delay_ms", []byte(fmt.Sprint(ms)), 0); err != nil {
+		t.Fatalf("migrate_delay_ms %d: %v", ms, err)
+	}
+	t.Cleanup(func() { os.WriteFile(gpusimDir+"/migrate_delay_ms", []byte("0"), 0) })
+}
+
+// destroyCtx destroys a gpusim context and says how long the write took.
+func destroyCtx(t *testing.T, name string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if err := os.WriteFile(gpusimDir+"/ctl", []byte("destroy "+name), 0); err != nil {
+		t.Fatalf("destroy %s: %v", name, err)
+	}
+	return time.Since(start)
+}
+
+// A context without migrate ops (an RM channel group: NVIDIA destroys it
+// under RM's GPU lock, which a migration may need) is destroyed without
+// waiting for migrations of other contexts: while xblock's migration of
+// another context sleeps 1.5 s in gpusim, destroying the no-migrate context
+// returns at once and the migration is still running; destroying a
+// migratable context (a UVM VA space) then waits until that migration has
+// returned.  A migration a policy asks for a no-migrate context is refused,
+// and create/destroy cycles of both kinds keep working.
+func TestNoMigrateContextDestroyDoesNotWaitForMigrations(t *testing.T) {
+	requireLab(t)
+	reg := openRegistry(t)
+	deviceChunks(t, 64)
+	spec, err := loadXblock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := kernelpolicy.AttachSpec("xblock", spec, "xblock_ops")
+	if err != nil {
+		t.Fatalf("attach xblock: %v", err)
+	}
+	defer pol.Close()
+	results, ok := pol.Map("xblock_results")
+	if !ok {
+		t.Fatal("no xblock_results map")
+	}
+	result := func(slot uint32) uint64 {
+		var v uint64
+		if err := results.Lookup(slot, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	waitResult := func(what string, want uint64) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for result(0) < want && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if got := result(0); got < want {
+			t.Fatalf("%s: xblock made %d migrate requests, want %d", what, got, want)
+		}
+	}
+	cg := mustCgroup(t, reg, "nomig", bpf.NamedPolicyID("xblock"))
+
+	// A fault in a no-migrate context: xblock asks to migrate blocks 1..4 of it, all refused.
+	nm := gpuCtxCmd(t, "create-nomigrate", "ctx-nomig-refused", cg)
+	_, _, refused0 := migrateCounters(t)
+	replay(t, nm, "touch 0 0")
+	waitResult("no-migrate context", 4)
+	for deadline := time.Now().Add(time.Second); result(2) < 4 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond) // xblock counts a refusal after the request
+	}
+	_, _, refused := migrateCounters(t)
+	if s := readStats(t, nm); s.migrations != 0 || result(2) != 4 || refused-refused0 != 4 {
+		t.Errorf("no-migrate context: %d migrations served, xblock refused %d, core refused %d; want 0, 4, 4",
+			s.migrations, result(2), refused-refused0)
+	}
+
+	// A slow migration of a migratable context, in flight while the others are destroyed.
+	mig := gpuCtx(t, "ctx-nomig-slow", cg)
+	gpuCtxCmd(t, "create-nomigrate", "ctx-nomig-victim", cg)
+	gpuCtx(t, "ctx-nomig-va", cg)
+	migrateDelay(t, 1500)
+	calls0, _, _ := migrateCounters(t)
+	replay(t, mig, "touch 0 0") // xblock queues the migration of blocks 1..4
+	deadline := time.Now().Add(5 * time.Second)
+	for calls, _, _ := migrateCounters(t); calls == calls0 && time.Now().Before(deadline); calls, _, _ = migrateCounters(t) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if calls, _, _ := migrateCounters(t); calls == calls0 {
+		t.Fatal("xblock's migration never started")
+	}
+	took := destroyCtx(t, "ctx-nomig-victim")
+	inFlight := readStatsQuiet(t, mig).migrations == 0
+	t.Logf("no-migrate destroy took %v; the migration still in flight after it: %v", took, inFlight)
+	if took > time.Second || !inFlight {
+		t.Errorf("destroying a no-migrate context during a 1.5 s migration took %v (migration still running after: %v), want under 1s while it runs",
+			took, inFlight)
+	}
+	took = destroyCtx(t, "ctx-nomig-va")
+	served := readStatsQuiet(t, mig).migrations
+	t.Logf("migratable destroy took %v; migrations served by then: %d", took, served)
+	if served == 0 {
+		t.Errorf("destroying a migratable context returned after %v with the migration in flight, want it to wait", took)
+	}
+	os.WriteFile(gpusimDir+"/migrate_delay_ms", []byte("0"), 0)
+	waitResult("slow migration", 8)
+	if s := readStats(t, mig); s.migrations != 4 {
+		t.Errorf("slow context: %d migrations served, want 4", s.migrations)
+	}
+
+	// Cycles of both kinds, then a fault in a fresh one of each.
+	for i := 0; i < 20; i++ {
+		for _, create := range []string{"create", "create-nomigrate"} {
+			name := fmt.Sprintf("ctx-nomig-cycle-%d", i)
+			gpuCtxCmd(t, create, name, cg)
+			replay(t, filepath.Join(gpusimDir, name), "touch 0 0")
+			destroyCtx(t, name)
+		}
+	}
+	waitResult("cycles", 8+2*20*4)
+}
