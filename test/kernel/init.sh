@@ -26,6 +26,21 @@ if [ $rc = 0 ]; then
 	cd /tmp && HOME=/tmp /lab/guest.test -test.v -test.count=1 ${GPUEXT_KERNEL_TEST_RUN:+-test.run=$GPUEXT_KERNEL_TEST_RUN} -test.timeout=${GPUEXT_KERNEL_TEST_TIMEOUT:-10m} 2>&1
 	rc=$?
 fi
+if [ $rc = 0 ]; then
+	# Unload both after the tests: gpusim destroys what contexts are left and
+	# gpuext's exit waits for the contexts it frees by call_srcu
+	# (srcu_barrier).  BPF objects drop their module reference
+	# asynchronously, so gpuext's rmmod is retried a while.
+	rm -rf /sys/fs/bpf/* 2>/dev/null
+	rmmod gpusim || { echo "KERNEL-LAB rmmod gpusim failed"; rc=1; }
+	n=0
+	until [ $rc != 0 ] || rmmod gpuext 2>/dev/null; do
+		n=$((n + 1))
+		if [ $n -ge 20 ]; then rmmod gpuext; echo "KERNEL-LAB rmmod gpuext failed"; rc=1; fi
+		sleep 1
+	done
+	[ $rc = 0 ] && echo "KERNEL-LAB rmmod gpusim gpuext ok"
+fi
 dmesg | grep -E 'gpuext|gpusim|BUG|WARNING' | sed 's/^/dmesg: /'
 if [ $rc = 0 ]; then echo "KERNEL-LAB PASS"; else echo "KERNEL-LAB FAIL rc=$rc"; fi
 # qemu exits with (byte << 1) | 1: 1 for pass, 3 for fail.
