@@ -42,7 +42,18 @@ type Config struct {
 	// the shared memory the MPS server and its clients exchange through,
 	// for containers that have their own IPC namespace.
 	MPSShmDir string
+	// MPSRootTenants says whether a tenant whose process may be the host's
+	// root becomes an MPS client: MPSRootAllow ("" too) gives it the control
+	// socket and logs that it can change the server's share; MPSRootDeny
+	// does not (the tenant runs as a plain, time-sliced client).
+	MPSRootTenants string
 }
+
+// The values of Config.MPSRootTenants (the config file's mpsRootTenants).
+const (
+	MPSRootAllow = "allow"
+	MPSRootDeny  = "deny"
+)
 
 // Core is the admission core. It is safe for concurrent use, and several
 // processes may run one at a time against the same registry.

@@ -38,25 +38,31 @@ func (c *Core) injection(info ContainerInfo, id bpf.TenantID, tenantDir, acctDir
 	if d := c.cfg.MPSPipeDir; d != "" {
 		// Only the client socket, not the directory: measured on the H200
 		// (test/gpu mps-control), a CUDA client needs "control" alone, and
-		// through it the daemon refuses every command that changes it
-		// (set_*, quit: they need "control_privileged", which stays on the
-		// host); read-only queries (get_server_list) still answer.
+		// through it the daemon refuses the commands that change its
+		// defaults and quit (they need "control_privileged", which stays on
+		// the host); read-only queries (get_server_list) still answer. But
+		// from root it takes set_active_thread_percentage of a running
+		// server (H100, mps-tenant-daemon-settings): mpsRootTenants.
 		sock := d + "/" + MPSClientSocket
 		if fi, err := os.Lstat(sock); err != nil || fi.Mode().Type() != fs.ModeSocket {
 			// A bind mount of a missing source fails the container in the
 			// runtime with an error that does not say why: start it as a
 			// plain (time-sliced) client instead, and say so.
-			log := c.log
-			if log == nil {
-				log = logrus.NewEntry(logrus.StandardLogger())
-			}
+			log := c.mpsLog()
 			why := "not a socket"
 			if err != nil {
 				why = err.Error()
 			}
 			log.WithFields(logrus.Fields{"container": info.Name, "tenant": id, "mpsPipeDirectory": d, "socket": sock, "reason": why}).
 				Warn("no MPS control daemon socket: the container is not an MPS client (start nvidia-cuda-mps-control -d before GPU containers)")
+		} else if info.User.HostRoot() && c.cfg.MPSRootTenants == MPSRootDeny {
+			c.mpsLog().WithFields(logrus.Fields{"container": info.Name, "tenant": id, "uid": info.User.UID, "userKnown": info.User.Known}).
+				Warn("the container may run as the host's root: not an MPS client (mpsRootTenants: deny), since root can change a running MPS server's share through the control socket; run it as a non-root user to give it its SM share")
 		} else {
+			if info.User.HostRoot() {
+				c.mpsLog().WithFields(logrus.Fields{"container": info.Name, "tenant": id, "uid": info.User.UID, "userKnown": info.User.Known}).
+					Warn("an MPS client that may run as the host's root: it can change a running MPS server's share, its neighbours' too (run it as a non-root user, or set mpsRootTenants: deny)")
+			}
 			inj.Mounts = append(inj.Mounts, Mount{Source: sock, Destination: sock,
 				Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"}})
 			inj.Env = append(inj.Env, EnvVar{Key: EnvMPSPipeDir, Value: d})
@@ -98,4 +104,12 @@ func lookupEnv(env []string, key string) string {
 		}
 	}
 	return v
+}
+
+// mpsLog is the logger of the MPS injection's warnings.
+func (c *Core) mpsLog() *logrus.Entry {
+	if c.log == nil {
+		return logrus.NewEntry(logrus.StandardLogger())
+	}
+	return c.log
 }

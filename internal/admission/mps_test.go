@@ -86,6 +86,33 @@ func TestInjectionMPS(t *testing.T) {
 		t.Errorf("/dev/shm mount = %+v", m)
 	}
 
+	// mpsRootTenants: who gets the control socket. Root can change a running
+	// server's share through it (make gpu-test, mps-tenant-daemon-settings),
+	// a non-root user cannot (mps-tenant-nonroot-server-share).
+	nonRoot := ContainerInfo{User: ProcessUser{Known: true, UID: 1000}}
+	nsRoot := ContainerInfo{User: ProcessUser{Known: true, UserNS: true}}
+	hostRoot := ContainerInfo{User: ProcessUser{Known: true}}
+	for _, tc := range []struct {
+		mode  string
+		info  ContainerInfo
+		what  string
+		wants bool
+	}{
+		{"", hostRoot, "root, default (allow)", true},
+		{MPSRootAllow, hostRoot, "root, allow", true},
+		{MPSRootDeny, hostRoot, "root, deny", false},
+		{MPSRootDeny, ContainerInfo{}, "user not known, deny", false},
+		{MPSRootDeny, nonRoot, "uid 1000, deny", true},
+		{MPSRootDeny, nsRoot, "root in a user namespace, deny", true},
+	} {
+		c := &Core{cfg: Config{StateDir: t.TempDir(), DevrtDir: "/opt/devrt", MPSPipeDir: pipe, MPSRootTenants: tc.mode}}
+		inj := c.injection(tc.info, 3, "/t", "/a", batch)
+		_, hasEnv := env(inj, EnvMPSPipeDir)
+		if got := find(inj, pipe+"/control") != nil; got != tc.wants || hasEnv != tc.wants {
+			t.Errorf("%s: control socket mounted %v, %s set %v; want %v", tc.what, got, EnvMPSPipeDir, hasEnv, tc.wants)
+		}
+	}
+
 	if got := batch.Priority.EffectiveSMPercent(); got != 40 {
 		t.Errorf("batch SM share = %d, want 40", got)
 	}

@@ -96,7 +96,25 @@ type ContainerInfo struct {
 	Env []string
 
 	Runtime bpf.Runtime
+
+	// User is who the container's process runs as, where the runtime says
+	// (NRI's container user and namespaces, the OCI config's process.user
+	// and user namespace); the zero value is "not known".
+	User ProcessUser
 }
+
+// ProcessUser is a container process's user as admission knows it.
+type ProcessUser struct {
+	Known  bool   // the runtime said who
+	UID    uint32 // the uid in the container
+	UserNS bool   // the container has a user namespace of its own
+}
+
+// HostRoot says whether the process may be the host's uid 0: uid 0 without
+// a user namespace of its own, or a user that is not known. The MPS control
+// daemon lets root change a running server's share (make gpu-test section
+// mps-control), so this decides who gets its socket under mpsRootTenants deny.
+func (u ProcessUser) HostRoot() bool { return !u.Known || (u.UID == 0 && !u.UserNS) }
 
 func (c ContainerInfo) request() policies.Request {
 	return policies.Request{

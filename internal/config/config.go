@@ -74,6 +74,11 @@ type Config struct {
 	// Every tenant shares it: their POSIX shared memory is visible to each
 	// other (docs/injection.md).
 	MPSShmDirectory string `json:"mpsShmDirectory,omitempty"`
+	// MPSRootTenants: "allow" (default) makes a tenant that may run as the
+	// host's root an MPS client too, with a warning (root can change a
+	// running server's share through the control socket); "deny" leaves it
+	// a plain client. Tenants with a non-root user are MPS clients either way.
+	MPSRootTenants string `json:"mpsRootTenants,omitempty"`
 	// AgentSocket is the host agent's API socket (root only), which the runc
 	// wrapper and the OCI hooks call (internal/agent).
 	AgentSocket string `json:"agentSocket,omitempty"`
@@ -223,6 +228,11 @@ func decodeInto(cfg *Config, data []byte, name string) error {
 			return fmt.Errorf("config %s: %s %s: must be an absolute path", name, p.key, shown(p.v))
 		}
 	}
+	switch cfg.MPSRootTenants {
+	case "", admission.MPSRootAllow, admission.MPSRootDeny:
+	default:
+		return fmt.Errorf("config %s: mpsRootTenants %s: want %q or %q", name, shown(cfg.MPSRootTenants), admission.MPSRootAllow, admission.MPSRootDeny)
+	}
 	if _, err := metricsListen(cfg.MetricsAddress); err != nil {
 		return fmt.Errorf("config %s: metricsAddress %s: %w", name, shown(cfg.MetricsAddress), err)
 	}
@@ -350,7 +360,7 @@ func (c Config) OpenCore(log *logrus.Entry) (*admission.Core, *bpf.Registry, err
 		log.WithFields(logrus.Fields{"mountpoint": m, "pinDir": c.PinDir}).Info("no bpf filesystem was mounted: mounted one")
 	}
 	core, err := admission.New(admission.Config{FailMode: mode, StateDir: c.StateDir, DevrtDir: c.DevrtDir,
-		HostRoot: c.HostRoot, MPSPipeDir: c.MPSPipeDirectory, MPSShmDir: c.MPSShmDirectory},
+		HostRoot: c.HostRoot, MPSPipeDir: c.MPSPipeDirectory, MPSShmDir: c.MPSShmDirectory, MPSRootTenants: c.MPSRootTenants},
 		reg, cat, cons, res, log)
 	if err != nil {
 		reg.Close()

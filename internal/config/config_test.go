@@ -20,6 +20,8 @@ func TestParse(t *testing.T) {
 		{name: "trailing data", in: `{} {}`, wantErr: "trailing data"},
 		{name: "wrong type", in: `{"pinDir": 3}`, wantErr: "pinDir"},
 		{name: "relative MPS shm dir named", in: `{"mpsShmDirectory":"shm"}`, wantErr: `mpsShmDirectory "shm"`},
+		{name: "bad mpsRootTenants named", in: `{"mpsRootTenants":"sometimes"}`, wantErr: `mpsRootTenants "sometimes"`},
+		{name: "mpsRootTenants deny", in: `{"mpsRootTenants":"deny"}`, check: func(c Config) bool { return c.MPSRootTenants == "deny" }},
 		{name: "absolute MPS dirs", in: `{"mpsPipeDirectory":"/run/mps","mpsShmDirectory":"/run/mps-shm"}`, check: func(c Config) bool {
 			return c.MPSPipeDirectory == "/run/mps" && c.MPSShmDirectory == "/run/mps-shm"
 		}},

@@ -19,6 +19,14 @@ func ContainerInfo(pod *api.PodSandbox, ctr *api.Container) admission.ContainerI
 		CgroupsPath: ctr.GetLinux().GetCgroupsPath(),
 		Runtime:     bpf.RuntimeNRI,
 	}
+	if u := ctr.GetUser(); u != nil {
+		info.User = admission.ProcessUser{Known: true, UID: u.GetUid()}
+		for _, ns := range ctr.GetLinux().GetNamespaces() {
+			if ns.GetType() == "user" {
+				info.User.UserNS = true
+			}
+		}
+	}
 	if pod != nil {
 		info.PodName = pod.GetName()
 		info.PodNamespace = pod.GetNamespace()

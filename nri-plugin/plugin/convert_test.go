@@ -23,6 +23,24 @@ func TestContainerInfo(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ContainerInfo =\n%+v\nwant\n%+v", got, want)
 	}
+	// The process's user, where the runtime says it (containerd does, from
+	// the OCI spec): uid 0 is the host's root unless the container has a
+	// user namespace of its own; no user said is "not known", taken as root.
+	for _, tc := range []struct {
+		user     *api.User
+		ns       []*api.LinuxNamespace
+		hostRoot bool
+	}{
+		{nil, nil, true},
+		{&api.User{Uid: 0}, nil, true},
+		{&api.User{Uid: 1000}, nil, false},
+		{&api.User{Uid: 0}, []*api.LinuxNamespace{{Type: "pid"}, {Type: "user"}}, false},
+	} {
+		c := &api.Container{Id: "c3", User: tc.user, Linux: &api.LinuxContainer{Namespaces: tc.ns}}
+		if got := ContainerInfo(nil, c).User; got.HostRoot() != tc.hostRoot || got.Known != (tc.user != nil) {
+			t.Errorf("user %v namespaces %v: %+v, HostRoot %v, want %v", tc.user, tc.ns, got, got.HostRoot(), tc.hostRoot)
+		}
+	}
 	// No pod and no linux section must not panic.
 	if got := ContainerInfo(nil, &api.Container{Id: "c2"}); got.ID != "c2" || got.CgroupsPath != "" {
 		t.Errorf("ContainerInfo without pod = %+v", got)

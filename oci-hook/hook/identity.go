@@ -72,6 +72,7 @@ func HookContainerInfo(st *specs.State, b *Bundle, stage Stage) admission.Contai
 		if b.Spec.Linux != nil {
 			info.CgroupsPath = b.Spec.Linux.CgroupsPath
 		}
+		info.User = SpecUser(&b.Spec)
 	}
 	maps.Copy(ann, st.Annotations)
 	info.Annotations = ann
@@ -82,4 +83,23 @@ func HookContainerInfo(st *specs.State, b *Bundle, stage Stage) admission.Contai
 		info.Pid = st.Pid
 	}
 	return info
+}
+
+// SpecUser is the container process's user as config.json says it:
+// process.user.uid, and whether the container has a user namespace of its
+// own (a "user" namespace or uid mappings).
+func SpecUser(s *specs.Spec) admission.ProcessUser {
+	if s == nil || s.Process == nil {
+		return admission.ProcessUser{}
+	}
+	u := admission.ProcessUser{Known: true, UID: s.Process.User.UID}
+	if s.Linux != nil {
+		u.UserNS = len(s.Linux.UIDMappings) > 0
+		for _, ns := range s.Linux.Namespaces {
+			if ns.Type == specs.UserNamespace {
+				u.UserNS = true
+			}
+		}
+	}
+	return u
 }

@@ -129,3 +129,26 @@ func TestReadDockerContainer(t *testing.T) {
 		t.Fatal("malformed config.v2.json: no error")
 	}
 }
+
+// TestSpecUser: who config.json says the process is, as the MPS injection
+// needs it (mpsRootTenants): uid 0 is the host's root unless the container
+// has a user namespace (the namespace, or uid mappings).
+func TestSpecUser(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		spec     *specs.Spec
+		hostRoot bool
+	}{
+		{"no process", &specs.Spec{}, true},
+		{"root", &specs.Spec{Process: &specs.Process{}}, true},
+		{"uid 1000", &specs.Spec{Process: &specs.Process{User: specs.User{UID: 1000}}}, false},
+		{"root in a user namespace", &specs.Spec{Process: &specs.Process{},
+			Linux: &specs.Linux{Namespaces: []specs.LinuxNamespace{{Type: specs.UserNamespace}}}}, false},
+		{"root with uid mappings", &specs.Spec{Process: &specs.Process{},
+			Linux: &specs.Linux{UIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: 100000, Size: 65536}}}}, false},
+	} {
+		if got := SpecUser(tc.spec); got.HostRoot() != tc.hostRoot {
+			t.Errorf("%s: %+v: HostRoot %v, want %v", tc.name, got, got.HostRoot(), tc.hostRoot)
+		}
+	}
+}

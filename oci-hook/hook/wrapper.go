@@ -145,6 +145,7 @@ func WrapperContainerInfo(cmd RuncCommand, b *Bundle, dc DockerContainer) admiss
 	if b.Spec.Linux != nil {
 		info.CgroupsPath = b.Spec.Linux.CgroupsPath
 	}
+	info.User = SpecUser(&b.Spec)
 	return info
 }
 
