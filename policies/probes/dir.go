@@ -205,11 +205,7 @@ func (p *Probe) selectPrograms(spec *ebpf.CollectionSpec) error {
 		for _, r := range p.Refused {
 			why = append(why, r.String())
 		}
-		err := fmt.Errorf("%w: no program of %s runs: %s", ErrNoProgramRuns, p.Object, strings.Join(why, "; "))
-		if firstErr != nil {
-			err = fmt.Errorf("%w: no program of %s runs (rejected by the device verifier): %s: %w", ErrNoProgramRuns, p.Object, strings.Join(why, "; "), firstErr)
-		}
-		return err
+		return &noProgramRuns{msg: fmt.Sprintf("no program of %s passes the device verifier: %s", p.Object, strings.Join(why, "; ")), first: firstErr}
 	}
 	p.Programs = runs
 	return nil
@@ -218,6 +214,21 @@ func (p *Probe) selectPrograms(spec *ebpf.CollectionSpec) error {
 // ErrNoProgramRuns: every program a probe directory entry selects was
 // refused (the error names each and why).
 var ErrNoProgramRuns = errors.New("no program passes")
+
+// noProgramRuns names every refusal once and keeps the first verifier
+// error (if any) in the chain.
+type noProgramRuns struct {
+	msg   string
+	first error
+}
+
+func (e *noProgramRuns) Error() string { return e.msg }
+func (e *noProgramRuns) Unwrap() []error {
+	if e.first == nil {
+		return []error{ErrNoProgramRuns}
+	}
+	return []error{ErrNoProgramRuns, e.first}
+}
 
 // Refusal is a program of a probe's object that does not run, and why: the
 // device verifier's error (instruction, file:line, the hazard), or an

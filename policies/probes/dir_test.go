@@ -122,7 +122,7 @@ func TestLoadDirRejectsBadEntries(t *testing.T) {
 			copyFile(t, racyObj, dir, "racy.bpf.o")
 			writeFile(t, dir, "racy.json", `{"name": "racy", "description": "d", "programs": ["racy_entry"],
 				"views": [{"map": "racy_counts", "kind": "counters", "fields": ["n"]}]}`)
-		}, "racy.json", []string{"rejected by the device verifier", "prog racy_entry: insn ", "racy.bpf.c:"}},
+		}, "racy.json", []string{"no program of racy.bpf.o passes the device verifier: ", `program racy_entry (section "gpuext/kernel_entry") refused: `, "prog racy_entry: insn ", "racy.bpf.c:"}},
 		{"program missing", func(t *testing.T, dir string) {
 			copyFile(t, histObj, dir, "kernel-block-hist.bpf.o")
 			writeFile(t, dir, "kernel-block-hist.json", h(`"kbh_exit"`, `"kbh_exitt"`))

@@ -81,7 +81,7 @@ func TestLoadDirSelectsPrograms(t *testing.T) {
 	if !errors.Is(err, ErrBadProbeDir) || !errors.Is(err, ErrNoProgramRuns) || !errors.As(err, &ve) || !errors.Is(err, verifier.ErrUnboundedLoop) {
 		t.Fatalf("err %v, want no program runs with the verifier's unbounded loop in the chain", err)
 	}
-	for _, want := range []string{filepath.Join(dir, "mixed.json") + ": ", "no program of mixed.bpf.o runs",
+	for _, want := range []string{filepath.Join(dir, "mixed.json") + ": ", "no program of mixed.bpf.o passes the device verifier: ",
 		`program mixed_mem (section "kprobe/__memcapture") refused: `, "memory-access attach point",
 		`program mixed_spin (section "gpuext/kernel_entry") refused: `, "unbounded loop"} {
 		if !strings.Contains(err.Error(), want) {
