@@ -17,7 +17,9 @@ import (
 
 // Describe is a starting descriptor for a probe directory entry NAME.json
 // from a BPF object (an unmodified bpftime GPU program, say): every
-// program at a device attach point, and a view of each map a view can
+// program at a device attach point that passes the verifier (the others in
+// Refused, with their reasons; none passing is the error naming each), and
+// a view of each map a view can
 // show as the loader maps it (a per-thread view of a per-thread array,
 // counters of an array of u64 values, a hash view with the key and value
 // as bytes, or u64 values, a records view of a ring buffer with the record
