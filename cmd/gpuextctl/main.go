@@ -54,8 +54,11 @@ Commands:
   probes [--json] [--state-dir DIR]  device probes per tenant (from the tenant dirs and the interposer's copy-outs):
                                      probes, processes, images patched/unpatched (and why), launches, blocks,
                                      mean block time, SMs used (fewest..most blocks), launch latency p50/p99
+  probes catalog [--json]            every probe a container may select (built in and probeDir): per probe,
+                                     the programs that run and each refused one with its reason
   probes compile --out DIR [--kernel NAME]... PROBE[,PROBE...]
                                      verify and translate catalog probes into a probes/ directory by hand
+                                     (and print, per probe, the programs that run and those refused)
   probes read [--json] [--manifest FILE] DIR
                                      what one accounting probes/ directory (.status, .maps files) counted
   board [--interval 1ms]             publish the device runtime's priority board (the NRI plugin does this

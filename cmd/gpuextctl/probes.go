@@ -83,6 +83,9 @@ func probesCmd(cfg config.Config, args []string, out io.Writer) error {
 	if len(args) > 0 && args[0] == "compile" {
 		return probesCompileCmd(cfg, args[1:], out)
 	}
+	if len(args) > 0 && args[0] == "catalog" {
+		return probesCatalogCmd(cfg, args[1:], out)
+	}
 	if len(args) > 0 && args[0] == "read" {
 		return probesReadCmd(cfg, args[1:], out)
 	}

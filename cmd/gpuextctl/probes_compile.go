@@ -9,6 +9,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe/compile"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/policies"
+	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // stringList is a repeatable flag.
@@ -52,10 +53,10 @@ func probesCompileCmd(cfg config.Config, args []string, out io.Writer) error {
 	}
 	// The bundle admission makes for a container that selects these
 	// probes and probe-kernels.gpuext.io=KERNEL,...
-	compileKernels := compile.CompileKernels
+	compileKernels, cat := compile.CompileKernels, probes.Builtin()
 	if cfg.ProbeDir != "" {
-		cat, err := cfg.ProbeCatalog()
-		if err != nil {
+		var err error
+		if cat, err = cfg.ProbeCatalog(); err != nil {
 			return fmt.Errorf("probes compile: %w", err)
 		}
 		compileKernels = compile.NewCompiler(cat, nil).CompileKernels
@@ -69,5 +70,10 @@ func probesCompileCmd(cfg config.Config, args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "wrote %s: probes %s, %d programs, %d maps, PTX ISA >= %s, sm_%d+, %d bytes of PTX\n", *dir,
 		strings.Join(b.Probes, ","), len(b.Manifest.Programs), len(b.Manifest.Maps), b.Manifest.MinPTX, b.Manifest.MinTarget, len(b.PTX))
+	for _, r := range probeVerdicts(cat, b.Probes) {
+		for _, line := range r.lines() {
+			fmt.Fprintln(out, line)
+		}
+	}
 	return nil
 }

@@ -73,6 +73,9 @@ type Section struct {
 // program that runs in every probed kernel; a descriptor's "retarget"
 // gives an unchanged object's programs that section.
 func ParseSection(sec string) (Section, bool) {
+	if _, refused := RefusedSection(sec); refused {
+		return Section{}, false
+	}
 	switch strings.TrimSuffix(sec, "/") {
 	case SecKernelEntry:
 		return Section{Attach: KernelEntry}, true
@@ -96,6 +99,28 @@ func ParseSection(sec string) (Section, bool) {
 		return Section{Attach: a.at, Kernel: k, Bpftime: true}, true
 	}
 	return Section{}, false
+}
+
+// MemCapture is the kernel name bpftime gives its memory-access attach
+// point: kprobe/__memcapture runs at every load and store of every kernel
+// (bpftime's memcapture pass), not at the entry of a kernel of that name.
+const MemCapture = "__memcapture"
+
+// RefusedSection says why a section of bpftime's that looks like a device
+// attach point is not one here, so a loader can name the reason instead of
+// running the program somewhere it was not written for. Today that is
+// bpftime's memory-access point (MemCapture): gpuext splices probes at a
+// kernel's entry and exit only and does not instrument every load and
+// store, so reading it as the entry of a kernel named __memcapture would
+// run it at the wrong place (or never).
+func RefusedSection(sec string) (string, bool) {
+	for _, prefix := range []string{SecKprobe, SecKretprobe} {
+		if k, ok := strings.CutPrefix(sec, prefix); ok && strings.TrimSuffix(k, "/") == MemCapture {
+			return fmt.Sprintf("section %q is bpftime's memory-access attach point (it runs at every load and store of every kernel); "+
+				"gpuext instruments a kernel's entry and exit only, not every load and store, so it does not run it", sec), true
+		}
+	}
+	return "", false
 }
 
 // AttachOfSection maps an ELF section name to its attach point (ParseSection).

@@ -100,6 +100,9 @@ type Probe struct {
 	HostWrites []HostWrite `json:"hostWrites,omitempty"`
 	// Source is the catalog file the entry came from.
 	Source string `json:"-"`
+	// Refused: programs of a probe directory entry's object that do not
+	// run (LoadDir), with why; Programs are those that do.
+	Refused []Refusal `json:"-"`
 }
 
 // View is how one map of a probe is rendered.
@@ -511,6 +514,7 @@ func kindList() string {
 func (c *Catalog) Get(name string) (Probe, bool) {
 	p, ok := c.probes[name]
 	p.Programs, p.Kernels, p.Views, p.HostWrites = slices.Clone(p.Programs), slices.Clone(p.Kernels), slices.Clone(p.Views), slices.Clone(p.HostWrites)
+	p.Refused = slices.Clone(p.Refused)
 	return p, ok
 }
 
@@ -548,7 +552,15 @@ func (c *Catalog) Spec(name string) (*ebpf.CollectionSpec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("probe %q: load %s: %w", name, c.probes[name].Object, err)
 	}
-	if p := c.probes[name]; p.Retarget {
+	p := c.probes[name]
+	// only the programs that run: those refused or not selected are not
+	// verified again or translated
+	for pn := range spec.Programs {
+		if !slices.Contains(p.Programs, pn) {
+			delete(spec.Programs, pn)
+		}
+	}
+	if p.Retarget {
 		retarget(spec, p.Programs)
 	}
 	return spec, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/cilium/ebpf"
 
@@ -16,7 +17,9 @@ import (
 
 // Describe is a starting descriptor for a probe directory entry NAME.json
 // from a BPF object (an unmodified bpftime GPU program, say): every
-// program at a device attach point, and a view of each map a view can
+// program at a device attach point that passes the verifier (the others in
+// Refused, with their reasons; none passing is the error naming each), and
+// a view of each map a view can
 // show as the loader maps it (a per-thread view of a per-thread array,
 // counters of an array of u64 values, a hash view with the key and value
 // as bytes, or u64 values, a records view of a ring buffer with the record
@@ -31,13 +34,11 @@ func Describe(name, object string, obj []byte) (Probe, error) {
 	if err != nil {
 		return p, err
 	}
-	for _, pn := range slices.Sorted(maps.Keys(spec.Programs)) {
-		if _, ok := probe.ParseSection(spec.Programs[pn].SectionName); ok {
-			p.Programs = append(p.Programs, pn)
-		}
-	}
-	if len(p.Programs) == 0 {
-		return p, catalogErr("object", "%s has no program at a device attach point", object)
+	// the verdicts first: a program the verifier refuses (or at an attach
+	// point gpuext does not support) gets no view, and when none runs the
+	// error says why, not that no map can be shown
+	if err := p.selectPrograms(spec); err != nil {
+		return p, err
 	}
 	used := mapsUsed(spec, p.Programs)
 	for _, mn := range slices.Sorted(maps.Keys(spec.Maps)) {
@@ -50,7 +51,7 @@ func Describe(name, object string, obj []byte) (Probe, error) {
 	}
 	p.HostWrites = describeHostWrites(spec, p.Programs)
 	if len(p.Views) == 0 {
-		return p, catalogErr("views", "%s has no map a view can show", object)
+		return p, catalogErr("views", "%s: the programs that run (%s) use no map a view can show", object, strings.Join(p.Programs, ", "))
 	}
 	return p, p.check(spec)
 }

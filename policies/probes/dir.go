@@ -127,32 +127,120 @@ func loadDirProbe(root *os.Root, dir, file string) (Probe, []byte, error) {
 	if err != nil {
 		return bad(err)
 	}
+	if err := p.selectPrograms(spec); err != nil {
+		return bad(err)
+	}
 	if err := p.check(spec); err != nil {
 		return bad(err)
-	}
-	if err := checkAllListed(p, spec); err != nil {
-		return bad(err)
-	}
-	rep, err := verifier.VerifyCollection(spec)
-	if err != nil {
-		return bad(fmt.Errorf("object %s: rejected by the device verifier: %w", p.Object, err))
-	}
-	if len(rep.Programs) == 0 {
-		return bad(catalogErr("object", "%s has no program at a device attach point (%s, %s)", p.Object, probe.SecKernelEntry, probe.SecKernelExit))
 	}
 	return p, obj, nil
 }
 
-// checkAllListed refuses an object with a program at a device attach point
-// that the descriptor does not list: it would be verified but never run.
-func checkAllListed(p Probe, spec *ebpf.CollectionSpec) error {
-	for _, name := range slices.Sorted(maps.Keys(spec.Programs)) {
-		if _, ok := probe.AttachOfSection(spec.Programs[name].SectionName); ok && !slices.Contains(p.Programs, name) {
-			return catalogErr("programs", "%s has program %q in section %q, which the descriptor does not list (it would never run)",
-				p.Object, name, spec.Programs[name].SectionName)
+// selectPrograms gives the entry its verdicts: the candidates are the
+// programs the descriptor lists, or, when it lists none, every program of
+// the object at a device attach point or at one of bpftime's that gpuext
+// refuses (probe.RefusedSection). Each candidate is verified on its own
+// (verifier.VerifyEach); those that pass become p.Programs (what runs),
+// each other one a Refusal with its reason. No program that passes is an
+// error naming every refusal, keeping the first verifier error in the
+// chain.
+func (p *Probe) selectPrograms(spec *ebpf.CollectionSpec) error {
+	cand := slices.Clone(p.Programs)
+	if len(cand) == 0 {
+		for _, pn := range slices.Sorted(maps.Keys(spec.Programs)) {
+			sec := spec.Programs[pn].SectionName
+			_, device := probe.AttachOfSection(sec)
+			_, refused := probe.RefusedSection(sec)
+			if device || refused {
+				cand = append(cand, pn)
+			}
+		}
+		if len(cand) == 0 {
+			return catalogErr("object", "%s has no program at a device attach point (%s, %s, %sKERNEL, %sKERNEL)",
+				p.Object, probe.SecKernelEntry, probe.SecKernelExit, probe.SecKprobe, probe.SecKretprobe)
 		}
 	}
+	p.Refused = nil
+	sub := &ebpf.CollectionSpec{Maps: spec.Maps, Programs: map[string]*ebpf.ProgramSpec{}, Types: spec.Types}
+	for i, pn := range cand {
+		field := fmt.Sprintf("programs[%d]", i)
+		ps, ok := spec.Programs[pn]
+		if !ok {
+			return catalogErr(field, "%s has no program %q (has: %s)", p.Object, pn, strings.Join(slices.Sorted(maps.Keys(spec.Programs)), ", "))
+		}
+		if slices.Contains(cand[:i], pn) {
+			return catalogErr(field, "program %q listed twice", pn)
+		}
+		if why, refused := probe.RefusedSection(ps.SectionName); refused {
+			p.Refused = append(p.Refused, Refusal{Program: pn, Section: ps.SectionName, Reason: why})
+			continue
+		}
+		if _, ok := probe.AttachOfSection(ps.SectionName); !ok {
+			return catalogErr(field, "program %q is in section %q, want %s, %s, %sKERNEL or %sKERNEL",
+				pn, ps.SectionName, probe.SecKernelEntry, probe.SecKernelExit, probe.SecKprobe, probe.SecKretprobe)
+		}
+		sub.Programs[pn] = ps
+	}
+	var firstErr error
+	var runs []string
+	if len(sub.Programs) > 0 {
+		res, errs, err := verifier.VerifyEach(sub)
+		if err != nil {
+			return fmt.Errorf("object %s: %w", p.Object, err)
+		}
+		for _, pn := range cand {
+			if e, ok := errs[pn]; ok {
+				p.Refused = append(p.Refused, Refusal{Program: pn, Section: spec.Programs[pn].SectionName, Reason: e.Error()})
+				if firstErr == nil {
+					firstErr = e
+				}
+			} else if res[pn] != nil {
+				runs = append(runs, pn)
+			}
+		}
+	}
+	slices.SortFunc(p.Refused, func(a, b Refusal) int { return strings.Compare(a.Program, b.Program) })
+	if len(runs) == 0 {
+		var why []string
+		for _, r := range p.Refused {
+			why = append(why, r.String())
+		}
+		return &noProgramRuns{msg: fmt.Sprintf("no program of %s passes the device verifier: %s", p.Object, strings.Join(why, "; ")), first: firstErr}
+	}
+	p.Programs = runs
 	return nil
+}
+
+// ErrNoProgramRuns: every program a probe directory entry selects was
+// refused (the error names each and why).
+var ErrNoProgramRuns = errors.New("no program passes")
+
+// noProgramRuns names every refusal once and keeps the first verifier
+// error (if any) in the chain.
+type noProgramRuns struct {
+	msg   string
+	first error
+}
+
+func (e *noProgramRuns) Error() string { return e.msg }
+func (e *noProgramRuns) Unwrap() []error {
+	if e.first == nil {
+		return []error{ErrNoProgramRuns}
+	}
+	return []error{ErrNoProgramRuns, e.first}
+}
+
+// Refusal is a program of a probe's object that does not run, and why: the
+// device verifier's error (instruction, file:line, the hazard), or an
+// attach point of bpftime's that gpuext does not support.
+type Refusal struct {
+	Program string `json:"program"`
+	Section string `json:"section"`
+	Reason  string `json:"reason"`
+}
+
+func (r Refusal) String() string {
+	return fmt.Sprintf("program %s (section %q) refused: %s", r.Program, r.Section, r.Reason)
 }
 
 // parseObject parses a BPF object, with a message for what is not one.

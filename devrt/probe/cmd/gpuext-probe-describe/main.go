@@ -1,8 +1,10 @@
 // gpuext-probe-describe writes a starting probe directory descriptor
 // (NAME.json) for a BPF object, e.g. one of bpftime's GPU programs built
 // unmodified against the SDK's include/bpftime: every program at a device
-// attach point, a view of each map they use that a view can show, and the
-// hostWrites bpftime's launchlate rule infers (probes.Describe).
+// attach point that passes the verifier (each refused one is named on
+// stderr with its reason), a view of each map they use that a view can
+// show, and the hostWrites bpftime's launchlate rule infers
+// (probes.Describe).
 //
 //	gpuext-probe-describe [--name NAME] OBJECT.o > NAME.json
 package main
@@ -47,6 +49,9 @@ func main() {
 			p.Retarget = *retarget
 			if *kernels != "" {
 				p.Kernels = strings.Split(*kernels, ",")
+			}
+			for _, r := range p.Refused {
+				fmt.Fprintf(os.Stderr, "gpuext-probe-describe: %s: %s\n", obj, r)
 			}
 			os.Stdout.Write(probes.DescriptorJSON(p))
 			return
