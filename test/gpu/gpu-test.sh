@@ -39,7 +39,12 @@ build apps_shared "$REPO/test/gpu/apps.cu" -cudart shared
 build apps_ptsz "$REPO/test/gpu/apps.cu" -cudart static --default-stream per-thread
 build gemm "$REPO/test/gpu/gemm.cu" -lcublas
 
-# The tenant the interposer sees.
+# The tenant the interposer sees. The sections below (but gpuview) write
+# the tenant's settings by hand (gpuextctl settings write) on purpose: they
+# test the device runtime alone, against real CUDA apps and frameworks,
+# with nothing of admission between the setting and its effect; the same
+# settings reached through admission from annotations, in containers made
+# by containerd, are make gpu-node's (test/gpu-node, docs/gpu-node.md).
 tenant() { # quota-bytes class
 	"$REPO/bin/gpuextctl" settings write --dir "$W/tenant" --tenant 7 --policy gpu-test --class "$2" --quota "$1"
 	rm -f "$W/acct/usage"
