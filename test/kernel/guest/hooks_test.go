@@ -113,6 +113,32 @@ func migrateCounters(t *testing.T) (calls, pages, refused uint64) {
 	return calls, pages, refused
 }
 
+// attachXblock attaches the xblock policy until the test ends and returns a
+// reader of its xblock_results slots.
+func attachXblock(t *testing.T) func(slot uint32) uint64 {
+	t.Helper()
+	spec, err := loadXblock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := kernelpolicy.AttachSpec("xblock", spec, "xblock_ops")
+	if err != nil {
+		t.Fatalf("attach xblock: %v", err)
+	}
+	t.Cleanup(func() { pol.Close() })
+	results, ok := pol.Map("xblock_results")
+	if !ok {
+		t.Fatal("no xblock_results map")
+	}
+	return func(slot uint32) uint64 {
+		var v uint64
+		if err := results.Lookup(slot, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
 // Cross-block prefetch on a strided scan: blocks 56..63, 8 touches 64 pages
 // apart in each.  The stock prefetch faults on every touch (64).  xblock,
 // at the first fault of block 56, migrates 57..60 from a BPF workqueue
@@ -124,26 +150,7 @@ func TestCrossBlockPrefetchStridedScan(t *testing.T) {
 	requireLab(t)
 	reg := openRegistry(t)
 	deviceChunks(t, 64)
-	spec, err := loadXblock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, err := kernelpolicy.AttachSpec("xblock", spec, "xblock_ops")
-	if err != nil {
-		t.Fatalf("attach xblock: %v", err)
-	}
-	defer pol.Close()
-	results, ok := pol.Map("xblock_results")
-	if !ok {
-		t.Fatal("no xblock_results map")
-	}
-	result := func(slot uint32) uint64 {
-		var v uint64
-		if err := results.Lookup(slot, &v); err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	result := attachXblock(t)
 	xb := gpuCtx(t, "ctx-xblock", mustCgroup(t, reg, "xblock", bpf.NamedPolicyID("xblock")))
 	stock := gpuCtx(t, "ctx-xblock-stock", mustCgroup(t, reg, "xblock-stock", uint32(bpf.PrefetchDefault)))
 	calls0, pages0, refused0 := migrateCounters(t)
@@ -303,26 +310,7 @@ func TestNoMigrateContextDestroyDoesNotWaitForMigrations(t *testing.T) {
 	requireLab(t)
 	reg := openRegistry(t)
 	deviceChunks(t, 64)
-	spec, err := loadXblock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, err := kernelpolicy.AttachSpec("xblock", spec, "xblock_ops")
-	if err != nil {
-		t.Fatalf("attach xblock: %v", err)
-	}
-	defer pol.Close()
-	results, ok := pol.Map("xblock_results")
-	if !ok {
-		t.Fatal("no xblock_results map")
-	}
-	result := func(slot uint32) uint64 {
-		var v uint64
-		if err := results.Lookup(slot, &v); err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	result := attachXblock(t)
 	waitResult := func(what string, want uint64) {
 		t.Helper()
 		deadline := time.Now().Add(15 * time.Second)
