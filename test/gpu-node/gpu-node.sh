@@ -152,7 +152,7 @@ JSON
 }
 # ctr_create POD NAME ANNOTATIONS-JSON RESDIR CMD... -> container id (created, not started)
 # The container: the host's /usr and /opt read-only, this repo's test/
-# at /work, RESDIR at /res, GPU 0 by its CDI name.
+# at /gpuext-test, RESDIR at /res, GPU 0 by its CDI name.
 CDI_GPU=${GPUEXT_NODE_CDI:-nvidia.com/gpu=0}
 ctr_create() {
 	local p=$1 name=$2 ann=$3 res=$4; shift 4
@@ -168,7 +168,7 @@ ctr_create() {
           {"key": "PATH", "value": "$(dirname "$PY"):/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}],
  "annotations": $ann,
  "CDI_devices": [{"name": "$CDI_GPU"}],
- "mounts": [$mounts {"container_path": "/work", "host_path": "$REPO/test", "readonly": true},
+ "mounts": [$mounts {"container_path": "/gpuext-test", "host_path": "$REPO/test", "readonly": true},
             {"container_path": "/vecadd", "host_path": "$W/vecadd", "readonly": true},
             {"container_path": "/res", "host_path": "$res"}],
  "log_path": "$name.log"}
@@ -217,7 +217,7 @@ if want quota || want restart; then
 	log "quota: a container with a 4GiB quota (policy quota, quota.gpuext.io: 4GiB)"
 	QPOD=$(pod quota)
 	QID=$(run_ctr "$QPOD" trainer '{"policy.gpuext.io": "quota", "quota.gpuext.io": "4GiB"}' "$W/res/quota" \
-		python3 /work/gpu-node/node_check.py quota "$Q" /res)
+		python3 /gpuext-test/gpu-node/node_check.py quota "$Q" /res)
 	if [[ -z $QID ]] || ! wait_log "$QID" '^holding' 180; then
 		bad quota-container "no 'holding' from the container: $(clogs "$QID" | tail -5 | tr '\n' ' ')"
 		crictl inspect "$QID" >"$OUT/quota-inspect.json" 2>&1
@@ -277,7 +277,7 @@ print("" if r is None else r)' "$1" "$ptid" "$2" 2>/dev/null; }
 	if [[ $l == 20 && $b == $((4096 * 20)) ]]; then ok probes-count-exact; else bad probes-count-exact "launches '$l' blocks '$b' want 20 / $((4096 * 20)) (probes.json)"; fi
 	if want probes; then
 		TPOD=$(pod torchprobes)
-		TID=$(run_ctr "$TPOD" torch '{"probes.gpuext.io": "launch-count"}' "$W/res/torchprobes" python3 /work/gpu-node/node_check.py launches 500)
+		TID=$(run_ctr "$TPOD" torch '{"probes.gpuext.io": "launch-count"}' "$W/res/torchprobes" python3 /gpuext-test/gpu-node/node_check.py launches 500)
 		wait_exit "$TID" 180
 		clogs "$TID" >"$OUT/probes-torch.txt"
 		gpuextctl probes --json >"$OUT/probes-torch.json" 2>&1
@@ -337,7 +337,7 @@ if want overhead; then
 	}
 	bench_once() { # ROLE -> the figure the container printed
 		local id
-		id=$(run_ctr "$OPOD" "b$RANDOM" '{}' "$W/res/b" python3 /work/gpu-node/node_check.py "$1" "${GPUEXT_NODE_BENCH_S:-15}")
+		id=$(run_ctr "$OPOD" "b$RANDOM" '{}' "$W/res/b" python3 /gpuext-test/gpu-node/node_check.py "$1" "${GPUEXT_NODE_BENCH_S:-15}")
 		wait_exit "$id" 300
 		clogs "$id" | awk '$1 ~ /_per_s$/ {print $2}'
 		crictl rm -f "$id" >/dev/null 2>&1

@@ -34,7 +34,7 @@ prio_run() { # RUN SCEN MODE
 	i=0
 	for m in $(prio_models "$scen"); do
 		ids+=("$(run_ctr "$ppod" "be$i" '{"policy.gpuext.io": "batch"}' "$d" \
-			env GPUEXT_TORCH_BE_DTYPE=fp32 python3 /work/gpu/prio_torch.py be "$m")")
+			env GPUEXT_TORCH_BE_DTYPE=fp32 python3 /gpuext-test/gpu/prio_torch.py be "$m")")
 		i=$((i + 1))
 	done
 	local waited=0 ready
@@ -48,7 +48,7 @@ prio_run() { # RUN SCEN MODE
 		((ready == ${#ids[@]} || gone > 0)) && break
 		sleep 0.5; waited=$((waited + 1))
 	done
-	lc=$(run_ctr "$ppod" lc '{"policy.gpuext.io": "latency-critical"}' "$d" python3 /work/gpu/prio_torch.py lc "$P_SECONDS" "$P_PERIOD_US")
+	lc=$(run_ctr "$ppod" lc '{"policy.gpuext.io": "latency-critical"}' "$d" python3 /gpuext-test/gpu/prio_torch.py lc "$P_SECONDS" "$P_PERIOD_US")
 	wait_exit "$lc" $((P_SECONDS + 120))
 	clogs "$lc" >"$d/lc.txt"
 	i=0

@@ -121,7 +121,7 @@ build_oci "$LAB_PAUSE_IMAGE" "$OUT/pause-oci.tar" \
 	/bin/sh -c "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait; done"
 # The GPU node's image: the host's /usr and /opt are mounted over it.
 HOSTFS="$WORK/hostfs"
-mkdir -p "$HOSTFS"/{bin,lib,lib64,usr,opt,etc,proc,sys,dev,tmp,root,run,var/tmp,work,res}
+mkdir -p "$HOSTFS"/{bin,lib,lib64,usr,opt,etc,proc,sys,dev,tmp,root,run,var/tmp,gpuext-test,res}
 chmod 1777 "$HOSTFS/tmp" "$HOSTFS/var/tmp"
 ln -s usr/sbin "$HOSTFS/sbin"
 ln -s /usr/lib/x86_64-linux-gnu "$HOSTFS/lib/x86_64-linux-gnu"
