@@ -6,6 +6,7 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -13,6 +14,7 @@ import (
 	"io"
 	"os"
 	"text/tabwriter"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -30,11 +32,19 @@ func main() {
 	cfgPath := flag.String("config", os.Getenv("GPUEXT_CONFIG"), "gpuext config file (for pinDir and hostRoot)")
 	asJSON := flag.Bool("json", false, "print JSON")
 	gpus := flag.Bool("gpus", false, "list the GPUs (NVML index, UUID, memory) instead of their processes: what the agent's device plugin advertises when its config lists no GPUs")
+	watch := flag.Duration("watch", 0, "print one JSON line of every GPU process (gpu, pid, usedBytes) each interval until stdout closes, NVML loaded once: the agent's memory guard reads it (internal/memguard)")
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "Usage: gpuext-gpuview [--config FILE] [--json]\n\nGPU processes (NVML) with their device memory, mapped to gpuext tenants by cgroup.")
+		fmt.Fprintln(os.Stderr, "Usage: gpuext-gpuview [--config FILE] [--json | --gpus | --watch INTERVAL]\n\nGPU processes (NVML) with their device memory, mapped to gpuext tenants by cgroup.")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	if *watch != 0 {
+		if err := watchProcesses(nvml.New(), *watch, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "gpuext-gpuview:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *gpus {
 		if err := listGPUs(nvml.New(), *asJSON, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "gpuext-gpuview:", err)
@@ -110,6 +120,49 @@ func nvmlProcesses(lib nvml.Interface) ([]gpuview.Process, error) {
 		return nil, fmt.Errorf("nvml init: %s", lib.ErrorString(ret))
 	}
 	defer lib.Shutdown()
+	return listProcesses(lib)
+}
+
+// watchProcesses loads NVML once and writes one gpuview.Sample line every
+// interval; a failed listing is a line with its error (the guard reports
+// it), a failed write (the reader went away) ends the watch.
+func watchProcesses(lib nvml.Interface, interval time.Duration, out io.Writer) error {
+	if interval < gpuview.MinWatchInterval {
+		return fmt.Errorf("--watch %s: at least %s", interval, gpuview.MinWatchInterval)
+	}
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+			return ErrNoDriver
+		}
+		return fmt.Errorf("nvml init: %s", lib.ErrorString(ret))
+	}
+	defer lib.Shutdown()
+	w := bufio.NewWriter(out)
+	enc := json.NewEncoder(w)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		s := gpuview.Sample{Time: time.Now().UnixNano()}
+		procs, err := listProcesses(lib)
+		s.Procs = make([]gpuview.SampleProc, 0, len(procs))
+		for _, p := range procs {
+			s.Procs = append(s.Procs, gpuview.SampleProc{GPU: p.GPU, PID: p.PID, UsedBytes: p.UsedBytes})
+		}
+		if err != nil {
+			s.Err = err.Error()
+		}
+		if err := enc.Encode(s); err != nil {
+			return nil
+		}
+		if err := w.Flush(); err != nil {
+			return nil
+		}
+		<-t.C
+	}
+}
+
+// listProcesses lists the compute processes of every GPU (NVML loaded).
+func listProcesses(lib nvml.Interface) ([]gpuview.Process, error) {
 	n, ret := lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("nvml device count: %s", lib.ErrorString(ret))

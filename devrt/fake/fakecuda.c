@@ -32,6 +32,11 @@
  * primary context is 0x4000 + 0x100 * d; allocations are made on the
  * current context's GPU, each logged as "alloc gpu=<physical index> size=..".
  * The interposer's clock kernel: see fake_clock_launch.
+ *
+ * The driver's own record of each process's memory (what NVML reports, with
+ * or without the interposer): with FAKECUDA_LEDGER_DIR, every allocation and
+ * free rewrites <dir>/<pid> as "GPU BYTES" lines (physical GPU index, bytes
+ * held there); the fake NVML lists them (FAKENVML_LEDGER_DIR).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -165,6 +170,29 @@ static int fake_cur_gpu(void)
 	return fake_ndev() > 0 ? fake_phys[fake_cur_ordinal()] : 0;
 }
 
+/* fake_ledger rewrites this process's ledger file (fake_mu held). */
+static void fake_ledger(void)
+{
+	const char *dir = getenv("FAKECUDA_LEDGER_DIR");
+	char path[512], tmp[540], buf[FAKE_MAX_GPUS * 48];
+	int n = 0, fd;
+
+	if (!dir || !*dir)
+		return;
+	for (int g = 0; g < FAKE_MAX_GPUS; g++)
+		if (fake_used[g])
+			n += snprintf(buf + n, sizeof(buf) - n, "%d %llu\n", g, fake_used[g]);
+	snprintf(path, sizeof(path), "%s/%d", dir, (int)getpid());
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return;
+	if (write(fd, buf, n) == n && close(fd) == 0)
+		rename(tmp, path);
+	else
+		unlink(tmp);
+}
+
 static CUresult fake_alloc(unsigned long long *out, size_t size)
 {
 	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -183,6 +211,7 @@ static CUresult fake_alloc(unsigned long long *out, size_t size)
 				fake_next += (size + 0xfffffull) & ~0xfffffull;
 				fake_next += 0x100000ull;
 				fake_used[gpu] += size;
+				fake_ledger();
 				r = CUDA_SUCCESS;
 				break;
 			}
@@ -202,6 +231,7 @@ static CUresult fake_free(unsigned long long ptr)
 		if (fake_allocs[i].ptr == ptr && ptr) {
 			fake_used[fake_allocs[i].gpu] -= fake_allocs[i].size;
 			fake_allocs[i].ptr = 0;
+			fake_ledger();
 			r = CUDA_SUCCESS;
 			break;
 		}

@@ -6,9 +6,20 @@
  * FAKENVML_PROCESSES lists the compute processes gpuext-gpuview reads,
  * "GPU:PID:BYTES" separated by commas; device i's UUID is GPU-00000000-0000-0000-0000-fa4e0000000<i>
  * (shaped like a real one, so discovery's UUID check holds).
+ * FAKENVML_LEDGER_DIR also lists the processes the fake libcuda recorded
+ * there (FAKECUDA_LEDGER_DIR: <pid> files of "GPU BYTES" lines), each while
+ * its pid lives, with FAKENVML_CONTEXT_BYTES added for the driver's own
+ * context memory, as the real driver reports a process whether or not the
+ * interposer saw its allocations.
  */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "cuda_min.h"
 
@@ -105,6 +116,56 @@ typedef struct {
 	unsigned int computeInstanceId;
 } fake_process_info;
 
+/* fake_ledger_procs adds the live ledger processes on GPU gpu after the n
+ * already listed; returns the new count (infos filled up to cap). */
+static unsigned int fake_ledger_procs(unsigned int gpu, unsigned int n, unsigned int cap, fake_process_info *infos)
+{
+	const char *dir = getenv("FAKENVML_LEDGER_DIR");
+	unsigned long long ctx = fake_env("FAKENVML_CONTEXT_BYTES", 0);
+	struct dirent *e;
+	DIR *d;
+
+	if (!dir || !*dir || !(d = opendir(dir)))
+		return n;
+	while ((e = readdir(d))) {
+		char path[512], buf[1024], *p, *end;
+		unsigned long pid = strtoul(e->d_name, &end, 10);
+		ssize_t k;
+		int fd;
+
+		if (*end || !pid || (kill((pid_t)pid, 0) && errno == ESRCH))
+			continue; /* not a pid file, or its process is gone: the driver freed it */
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		k = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (k <= 0)
+			continue;
+		buf[k] = 0;
+		for (p = buf; *p;) {
+			unsigned long g = strtoul(p, &end, 10);
+			unsigned long long used = strtoull(end, &end, 10);
+
+			if (g == gpu) {
+				if (n < cap && infos) {
+					infos[n].pid = (unsigned int)pid;
+					infos[n].usedGpuMemory = used + ctx;
+					infos[n].gpuInstanceId = infos[n].computeInstanceId = 0xFFFFFFFFu;
+				}
+				n++;
+			}
+			p = strchr(end, '\n');
+			if (!p)
+				break;
+			p++;
+		}
+	}
+	closedir(d);
+	return n;
+}
+
 FAKE_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
 							      fake_process_info *infos)
 {
@@ -129,6 +190,7 @@ FAKE_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t devic
 		}
 		s = *end == ',' ? end + 1 : "";
 	}
+	n = fake_ledger_procs(i, n, *count, infos);
 	if (n > *count) {
 		*count = n;
 		return 7; /* NVML_ERROR_INSUFFICIENT_SIZE */

@@ -14,6 +14,8 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe/compile"
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/internal/atomicfile"
+	"github.com/gpuext/gpuext/internal/strictjson"
+	"github.com/gpuext/gpuext/internal/tenantfs"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -160,4 +162,26 @@ func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy, pr
 		return "", err
 	}
 	return dir, nil
+}
+
+// MaxTenantFile bounds what ReadTenantFile reads of a config.json.
+const MaxTenantFile = 64 << 10
+
+// ReadTenantFile reads tenant id's config.json under stateDir (written by
+// admission; read without following a link, bounded, strictly decoded).
+func ReadTenantFile(stateDir string, id uint64) (TenantFile, error) {
+	var tf TenantFile
+	d, err := tenantfs.OpenDir(TenantsRoot(stateDir), filepath.Base(TenantDir(stateDir, id)))
+	if err != nil {
+		return tf, err
+	}
+	defer d.Close()
+	data, err := d.ReadFile(TenantConfigFile, MaxTenantFile)
+	if err != nil {
+		return tf, err
+	}
+	if err := strictjson.Decode(data, &tf); err != nil {
+		return tf, fmt.Errorf("%s: %w", filepath.Join(d.Path(), TenantConfigFile), err)
+	}
+	return tf, nil
 }

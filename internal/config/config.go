@@ -100,6 +100,80 @@ type Config struct {
 	// Kubernetes container's quota from what the kubelet allocated to it
 	// (docs/device-plugin.md). Absent (the default): no device plugin.
 	DevicePlugin *pools.Config `json:"devicePlugin,omitempty"`
+	// MemoryGuard holds tenants' GPU memory quotas without their
+	// cooperation: the agent reads each process's device memory from the
+	// driver (NVML, through gpuext-gpuview --watch) and stops the process
+	// that pushed its tenant over (docs/quota-layers.md). On by default
+	// wherever gpuext-gpuview and the NVIDIA driver are.
+	MemoryGuard MemoryGuard `json:"memoryGuard,omitzero"`
+	// Gpuview is the gpuext-gpuview binary the agent runs for what it reads
+	// of NVML (the metrics' per-process series, the memory guard, the
+	// device plugin's discovery unless devicePlugin.gpuview names another).
+	// Empty: the one beside the agent, else on PATH.
+	Gpuview string `json:"gpuview,omitempty"`
+}
+
+// GpuviewBinary is the configured gpuext-gpuview ("" for beside the agent
+// or on PATH): devicePlugin.gpuview where set, else gpuview.
+func (c Config) GpuviewBinary() string {
+	if c.DevicePlugin != nil && c.DevicePlugin.Gpuview != "" {
+		return c.DevicePlugin.Gpuview
+	}
+	return c.Gpuview
+}
+
+// MemoryGuard is the memoryGuard section; every field is optional.
+type MemoryGuard struct {
+	// Action on a tenant over its quota plus margins: "kill" (default: the
+	// process that pushed it over gets SIGKILL), "report" (log and count
+	// only) or "off" (no guard).
+	Action string `json:"action,omitempty"`
+	// Interval between two NVML samples (a Go duration, default "500ms",
+	// at least 50ms): with the driver's own lag, how long an overrun can
+	// last before it is seen.
+	Interval string `json:"interval,omitempty"`
+	// ContextMargin is the device memory each process may hold beyond its
+	// allocations, for the driver's context and module images, which NVML
+	// counts and the quota does not (a size, default "1GiB"; measured in
+	// docs/quota-layers.md).
+	ContextMargin string `json:"contextMargin,omitempty"`
+}
+
+// MemoryGuardSpec is the memoryGuard section's values (validated when
+// decoded): the action ("kill", "report" or "off"), the sampling interval
+// and the per-process margin, defaults filled in.
+func (c Config) MemoryGuardSpec() (action string, interval time.Duration, margin uint64) {
+	action, interval, margin, _ = c.MemoryGuard.spec()
+	return action, interval, margin
+}
+
+// The memoryGuard defaults.
+const (
+	DefaultMemoryGuardInterval = 500 * time.Millisecond
+	DefaultMemoryGuardMargin   = 1 << 30
+	minMemoryGuardInterval     = 50 * time.Millisecond
+)
+
+func (g MemoryGuard) spec() (action string, interval time.Duration, margin uint64, err error) {
+	action, interval, margin = g.Action, DefaultMemoryGuardInterval, DefaultMemoryGuardMargin
+	switch action {
+	case "":
+		action = "kill"
+	case "kill", "report", "off":
+	default:
+		return "", 0, 0, fmt.Errorf("memoryGuard.action %s: want \"kill\", \"report\" or \"off\"", shown(g.Action))
+	}
+	if g.Interval != "" {
+		if interval, err = time.ParseDuration(g.Interval); err != nil || interval < minMemoryGuardInterval {
+			return "", 0, 0, fmt.Errorf("memoryGuard.interval %s: want a Go duration of at least %s", shown(g.Interval), minMemoryGuardInterval)
+		}
+	}
+	if g.ContextMargin != "" {
+		if margin, err = policies.ParseSize(g.ContextMargin); err != nil || margin == 0 {
+			return "", 0, 0, fmt.Errorf("memoryGuard.contextMargin %s: want a size above 0 such as \"1GiB\"", shown(g.ContextMargin))
+		}
+	}
+	return action, interval, margin, nil
 }
 
 // DevicePluginSpec is the validated DevicePlugin section; ok is false when
@@ -221,7 +295,7 @@ func decodeInto(cfg *Config, data []byte, name string) error {
 		{"catalogDir", cfg.CatalogDir, false}, {"kernelPolicyDir", cfg.KernelPolicyDir, false},
 		{"probeDir", cfg.ProbeDir, false}, {"constraintsFile", cfg.ConstraintsFile, false},
 		{"logFile", cfg.LogFile, false}, {"dockerDataRoot", cfg.DockerDataRoot, false},
-		{"hookPath", cfg.HookPath, false},
+		{"hookPath", cfg.HookPath, false}, {"gpuview", cfg.Gpuview, false},
 		{"mpsPipeDirectory", cfg.MPSPipeDirectory, false}, {"mpsShmDirectory", cfg.MPSShmDirectory, false},
 	} {
 		if (p.v != "" || p.required) && !filepath.IsAbs(p.v) {
@@ -240,6 +314,9 @@ func decodeInto(cfg *Config, data []byte, name string) error {
 		if _, err := cfg.DevicePlugin.Validate(); err != nil {
 			return fmt.Errorf("config %s: %w", name, err)
 		}
+	}
+	if _, _, _, err := cfg.MemoryGuard.spec(); err != nil {
+		return fmt.Errorf("config %s: %w", name, err)
 	}
 	return nil
 }

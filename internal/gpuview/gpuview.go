@@ -7,6 +7,7 @@ package gpuview
 import (
 	"errors"
 	"sort"
+	"time"
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
@@ -19,6 +20,26 @@ type Process struct {
 	PID       uint32 `json:"pid"`
 	UsedBytes uint64 `json:"usedBytes"`
 }
+
+// Sample is one line of gpuext-gpuview --watch: every GPU process at one
+// time, as NVML reports it. Err says why a listing failed (Procs then holds
+// what was read before the failure).
+type Sample struct {
+	Time  int64        `json:"t"` // unix nanoseconds
+	Procs []SampleProc `json:"procs"`
+	Err   string       `json:"error,omitempty"`
+}
+
+// SampleProc is one process of a Sample (the memory guard maps its pid to a
+// tenant itself).
+type SampleProc struct {
+	GPU       int    `json:"gpu"`
+	PID       uint32 `json:"pid"`
+	UsedBytes uint64 `json:"usedBytes"`
+}
+
+// MinWatchInterval is the shortest --watch interval gpuext-gpuview takes.
+const MinWatchInterval = 50 * time.Millisecond
 
 // Row is a GPU process with the tenant its cgroup belongs to (Tenant 0:
 // not a gpuext tenant).

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/memguard"
 	"github.com/gpuext/gpuext/policies"
 	"github.com/gpuext/gpuext/policies/probes"
 )
@@ -28,7 +29,8 @@ type Agent struct {
 	lastReconcile prometheus.Gauge
 
 	mu    sync.Mutex
-	board func() Board // the running board publisher, or nil
+	board func() Board           // the running board publisher, or nil
+	guard func() memguard.Status // the GPU memory guard's state, or nil
 	// tenants is the tenant collector of NewRegistry (nil for NewAgent alone)
 	tenants *TenantCollector
 }
@@ -93,7 +95,55 @@ func NewAgent(r prometheus.Registerer) *Agent {
 		Help: "Times the priority board publisher read the latency-critical tenants and wrote the board."}, a.publishes))
 	r.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gpuext_board_publish_age_seconds",
 		Help: "Seconds since the board publisher last wrote the board: its lag. About 0.001 while a latency-critical tenant runs, at most 0.1 otherwise; -1 when no publisher runs."}, a.publishAge))
+	guardFunc := func(name, help string, counter bool, f func(memguard.Status) float64) prometheus.Collector {
+		v := func() float64 {
+			a.mu.Lock()
+			g := a.guard
+			a.mu.Unlock()
+			if g == nil {
+				return 0
+			}
+			return f(g())
+		}
+		if counter {
+			return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, v)
+		}
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, v)
+	}
+	r.MustRegister(
+		guardFunc("gpuext_memory_guard_up", "1 while the GPU memory guard reads every GPU's processes from NVML (gpuext-gpuview --watch); 0 when it is off, has no driver or its last sample failed.", false,
+			func(s memguard.Status) float64 { return b2f(s.Up) }),
+		guardFunc("gpuext_memory_guard_sample_age_seconds", "Seconds since the GPU memory guard's last NVML sample; -1 before the first.", false,
+			func(s memguard.Status) float64 {
+				if s.LastSample.IsZero() {
+					return -1
+				}
+				return time.Since(s.LastSample).Seconds()
+			}),
+		guardFunc("gpuext_memory_guard_samples_total", "NVML samples the GPU memory guard checked.", true,
+			func(s memguard.Status) float64 { return float64(s.Samples) }),
+		guardFunc("gpuext_memory_guard_overruns_total", "Times a tenant went over its GPU memory quota plus margins on a GPU with a report-only action (each overrun counted once).", true,
+			func(s memguard.Status) float64 { return float64(s.Overruns) }),
+		guardFunc("gpuext_memory_guard_kills_total", "Processes the GPU memory guard stopped (SIGKILL) because their tenant went over its quota plus margins.", true,
+			func(s memguard.Status) float64 { return float64(s.Kills) }),
+		guardFunc("gpuext_memory_guard_kill_errors_total", "Times the GPU memory guard could not stop a process of a tenant over its quota (the process left, or its pid now names another cgroup's).", true,
+			func(s memguard.Status) float64 { return float64(s.KillErrors) }),
+	)
 	return a
+}
+
+// SetMemoryGuard makes the memory guard metrics read status.
+func (a *Agent) SetMemoryGuard(status func() memguard.Status) {
+	a.mu.Lock()
+	a.guard = status
+	a.mu.Unlock()
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // SetBoard makes the board metrics read the publisher board returns (the

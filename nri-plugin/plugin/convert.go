@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"path/filepath"
+
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/gpuext/gpuext/bpf"
@@ -47,4 +49,20 @@ func Adjustment(inj admission.Injection) *api.ContainerAdjustment {
 		adj.AddEnv(e.Key, e.Value)
 	}
 	return adj
+}
+
+// TerminationLogPath is where Kubernetes mounts a container's
+// termination-message file (terminationMessagePath's default).
+const TerminationLogPath = "/dev/termination-log"
+
+// terminationLog is the host file mounted at the container's
+// /dev/termination-log ("" when none: not a Kubernetes container, or the
+// pod moved terminationMessagePath); the runtime's record, not the tenant's.
+func terminationLog(ctr *api.Container) string {
+	for _, m := range ctr.GetMounts() {
+		if m.GetDestination() == TerminationLogPath && filepath.IsAbs(m.GetSource()) {
+			return m.GetSource()
+		}
+	}
+	return ""
 }

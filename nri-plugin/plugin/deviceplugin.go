@@ -19,6 +19,7 @@ import (
 // before the core is shared.
 func (p *Plugin) startDevicePlugin(cfg config.Config, core *admission.Core) {
 	spec, ok := cfg.DevicePluginSpec()
+	spec.Gpuview = cfg.GpuviewBinary()
 	if !ok {
 		return
 	}

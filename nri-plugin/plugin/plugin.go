@@ -12,12 +12,14 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/bpf/kernelpolicy"
+	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/devrt/board"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/agent"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/deviceplugin"
 	"github.com/gpuext/gpuext/internal/logging"
+	"github.com/gpuext/gpuext/internal/memguard"
 	"github.com/gpuext/gpuext/internal/metrics"
 	"github.com/gpuext/gpuext/policies/probes"
 )
@@ -44,6 +46,12 @@ type Plugin struct {
 	// every core's GPU memory source, and what stops the plugin
 	podResources     *deviceplugin.PodResources
 	stopDevicePlugin context.CancelFunc
+	// the GPU memory guard (memoryGuard): its runner, registry handle, and
+	// the containers' termination-message files, where a stop's reason goes
+	guard     *memguard.Runner
+	stopGuard context.CancelFunc
+	guardReg  *bpf.Registry
+	termLogs  *memguard.TerminationLogs
 }
 
 // startMetrics serves /metrics once, when the config asks for it
@@ -60,10 +68,7 @@ func (p *Plugin) startMetrics(cfg config.Config) {
 		log.WithError(err).Error("metrics not served: registry")
 		return
 	}
-	gpuview := "" // devicePlugin.gpuview, else beside the agent, else PATH
-	if cfg.DevicePlugin != nil {
-		gpuview = cfg.DevicePlugin.Gpuview
-	}
+	gpuview := cfg.GpuviewBinary() // else beside the agent, else PATH
 	r, observer := metrics.NewRegistry(reg, cfg.StateDir, kernelpolicy.DefaultCore(), metrics.NVMLOptions{
 		Gpuview:  func() (string, error) { return deviceplugin.GpuviewPath(gpuview) },
 		HostRoot: cfg.HostRoot, Log: log,
@@ -180,7 +185,48 @@ func (p *Plugin) startBoard(cfg config.Config) {
 
 // New returns a plugin using base as its configuration.
 func New(base config.Config, log *logrus.Entry) *Plugin {
-	return &Plugin{base: base, log: log, admitted: map[string]admission.Decision{}}
+	return &Plugin{base: base, log: log, admitted: map[string]admission.Decision{}, termLogs: memguard.NewTerminationLogs()}
+}
+
+// startMemoryGuard runs the GPU memory guard once (memoryGuard; on unless
+// its action is off): gpuext-gpuview --watch samples NVML, and a tenant's
+// process that pushes it past its quota is stopped or reported. On a host
+// without the driver it says so once and retries with a backoff.
+func (p *Plugin) startMemoryGuard(cfg config.Config) {
+	action, interval, margin := cfg.MemoryGuardSpec()
+	if action == string(memguard.ActionOff) || p.guard != nil {
+		return
+	}
+	log := p.log.WithField("component", "memoryGuard")
+	reg, err := bpf.OpenRegistry(cfg.PinDir)
+	if err != nil {
+		log.WithError(err).Error("GPU memory guard not started: registry")
+		return
+	}
+	res, err := cgroup.NewResolver(cfg.HostRoot)
+	if err != nil {
+		reg.Close()
+		log.WithError(err).Error("GPU memory guard not started: cgroups")
+		return
+	}
+	gpuview := cfg.GpuviewBinary()
+	cgOf := memguard.ResolverCgroup(res)
+	r := memguard.NewRunner(memguard.Config{
+		Gpuview:  func() (string, error) { return deviceplugin.GpuviewPath(gpuview) },
+		Interval: interval,
+		Options:  memguard.Options{ContextMargin: margin},
+		Limits:   memguard.RegistryLimits(reg, cfg.StateDir, memguard.Action(action)),
+		CgroupOf: cgOf,
+		Killer:   memguard.PidfdKiller{CgroupOf: cgOf},
+		OnEvent:  func(ev memguard.Event) { p.termLogs.Explain(reg, ev, margin, log) },
+		Log:      log,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	p.guard, p.stopGuard, p.guardReg = r, cancel, reg
+	if p.observer != nil {
+		p.observer.SetMemoryGuard(r.Status)
+	}
+	go r.Run(ctx)
 }
 
 // Configure builds the admission core; NRI's per-plugin config (JSON, same
@@ -211,6 +257,7 @@ func (p *Plugin) Configure(_ context.Context, cfgData, runtime, version string) 
 		core.SetObserver(p.observer)
 	}
 	p.startDevicePlugin(cfg, core)
+	p.startMemoryGuard(cfg)
 	p.mu.Lock()
 	if p.reg != nil {
 		p.reg.Close()
@@ -263,6 +310,9 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 			live = append(live, ContainerInfo(byID[c.GetPodSandboxId()], c))
 		}
 	}
+	for _, c := range ctrs {
+		p.termLogs.Note(c.GetId(), terminationLog(c))
+	}
 	rep, err := core.Synchronize(bpf.RuntimeNRI, live)
 	p.log.WithFields(logrus.Fields{"pods": len(pods), "containers": len(ctrs), "registered": rep.Registered,
 		"failed": rep.Failed, "dropped": rep.Dropped}).Info("synchronized")
@@ -289,6 +339,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	if d.Skipped {
 		return nil, nil, nil
 	}
+	p.termLogs.Note(ctr.GetId(), terminationLog(ctr))
 	p.mu.Lock()
 	p.admitted[ctr.GetId()] = d
 	p.mu.Unlock()
@@ -353,6 +404,7 @@ func (p *Plugin) RemoveContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	p.mu.Lock()
 	delete(p.admitted, ctr.GetId())
 	p.mu.Unlock()
+	p.termLogs.Forget(ctr.GetId())
 	if err := core.Remove(ContainerInfo(pod, ctr)); err != nil {
 		p.log.WithField("container", ctr.GetId()).WithError(err).Error("remove container")
 	}
@@ -365,7 +417,13 @@ func (p *Plugin) Shutdown(context.Context) {
 	p.mu.Lock()
 	api, ms, mreg := p.api, p.metrics, p.metricsReg
 	p.api, p.metrics, p.metricsReg = nil, nil, nil
+	stopGuard, greg := p.stopGuard, p.guardReg
+	p.stopGuard, p.guardReg, p.guard = nil, nil, nil
 	p.mu.Unlock()
+	if stopGuard != nil {
+		stopGuard()
+		greg.Close()
+	}
 	if api != nil {
 		api.Close() // its requests take p.mu
 	}

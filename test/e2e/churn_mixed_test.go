@@ -222,7 +222,16 @@ type podOrErr struct {
 }
 
 // runPodNoFatal is runPod for goroutines: it returns the error.
-func (l *ctdLab) runPodNoFatal(name string, annotations map[string]string) podOrErr {
+// podOpt edits a pod's CRI config before it is run.
+type podOpt func(pod map[string]any)
+
+// hostPID puts the pod in the host's pid namespace (NODE), as a pod with
+// hostPID: true.
+func hostPID(pod map[string]any) {
+	pod["linux"].(map[string]any)["security_context"] = map[string]any{"namespace_options": map[string]any{"network": 2, "pid": 2}}
+}
+
+func (l *ctdLab) runPodNoFatal(name string, annotations map[string]string, opts ...podOpt) podOrErr {
 	uid := fmt.Sprintf("%s-%d", name, time.Now().UnixNano())
 	pod := map[string]any{
 		"metadata":      map[string]any{"name": name, "namespace": "gpuext-e2e", "uid": uid},
@@ -232,6 +241,9 @@ func (l *ctdLab) runPodNoFatal(name string, annotations map[string]string) podOr
 			"cgroup_parent":    "/kubepods/besteffort/pod" + uid,
 			"security_context": map[string]any{"namespace_options": map[string]any{"network": 2}},
 		},
+	}
+	for _, o := range opts {
+		o(pod)
 	}
 	f, err := os.CreateTemp("", "gpuext-cri-*.json")
 	if err != nil {

@@ -138,9 +138,9 @@ type ctdPod struct {
 	podFile string
 }
 
-func (l *ctdLab) runPod(t *testing.T, name string, annotations map[string]string) *ctdPod {
+func (l *ctdLab) runPod(t *testing.T, name string, annotations map[string]string, opts ...podOpt) *ctdPod {
 	t.Helper()
-	r := l.runPodNoFatal(name, annotations)
+	r := l.runPodNoFatal(name, annotations, opts...)
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
