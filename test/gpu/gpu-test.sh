@@ -15,8 +15,8 @@ ok() { echo "PASS $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
 info() { echo "INFO $*"; }
 GiB=$((1 << 30))
-# GPUEXT_GPU_SECTIONS picks sections (default all): unchanged quota overhead priority mps-control priority-torch gpuview probes
-want() { [[ " ${GPUEXT_GPU_SECTIONS:-unchanged quota overhead priority mps-control priority-torch gpuview probes} " == *" $1 "* ]]; }
+# GPUEXT_GPU_SECTIONS picks sections (default all): unchanged quota overhead priority mps-control priority-torch gpuview memguard probes
+want() { [[ " ${GPUEXT_GPU_SECTIONS:-unchanged quota overhead priority mps-control priority-torch gpuview memguard probes} " == *" $1 "* ]]; }
 
 echo "[gpu] $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
 
@@ -329,6 +329,14 @@ sys.exit(0 if rows and rows[0]["tenant"] != 0 and rows[0].get("policy") == "batc
 	else
 		bad gpuview-tenant-mapping "needs bin/gpuext-oci-hook, bin/gpuext-gpuview, bin/gpuext-nri-plugin (make build here, carry bin)"
 	fi
+fi
+
+# 7b. The quota without the tenant's cooperation (test/gpu/memguard.sh):
+# each escape from the interposer is refused or stopped by the agent's
+# memory guard; a tenant beside it is untouched.
+if want memguard; then
+	# shellcheck source=test/gpu/memguard.sh
+	source "$REPO/test/gpu/memguard.sh"
 fi
 
 # 6. Device probes (test/gpu/probes.sh): spliced into real apps, counted
