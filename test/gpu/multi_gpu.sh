@@ -386,20 +386,22 @@ mg_probes() {
 	# context=PTR" and has <key>-<image>-<N>.maps; the first context is
 	# named in none and has <key>-<image>.maps. The app printed each GPU's
 	# context pointer (ctx dev=G context=PTR).
-	local figs="" fail="" unnamed=0
+	local figs="" fail="" unnamed=0 img
+	# the image of multigpu.cu: the one patched (its kernels carry the probes)
+	img=$(grep -ho 'image=[0-9]* state=patched reason=ok' "$P"/*.status 2>/dev/null | head -1 | cut -d' ' -f1 | cut -d= -f2)
 	for g in "${!MG_UUID[@]}"; do
 		local ptr line n f d got l b wl wb
 		ptr=$(awk -v d="dev=$g" '$1 == "ctx" && $2 == d {sub("context=", "", $3); print $3}' <<<"$out")
-		line=$(grep -h " state=bound context=$ptr\$" "$P"/*.status 2>/dev/null | head -1)
+		line=$(grep -h "^image=$img ctx=[0-9]* state=bound context=$ptr\$" "$P"/*.status 2>/dev/null | head -1)
 		f=""
-		if [[ -z $ptr ]]; then
+		if [[ -z $ptr || -z $img ]]; then
 			:
 		elif [[ -n $line ]]; then
 			n=$(grep -o 'ctx=[0-9]*' <<<"$line" | cut -d= -f2)
-			f=$(find "$P" -maxdepth 1 -regex ".*/[0-9]+-[0-9]+-$n\.maps" -printf '%f\n' | head -1)
+			f=$(find "$P" -maxdepth 1 -regex ".*/[0-9]+-$img-$n\.maps" -printf '%f\n' | head -1)
 		else
 			unnamed=$((unnamed + 1))
-			f=$(find "$P" -maxdepth 1 -regex '.*/[0-9]+-[0-9]+\.maps' -printf '%f\n' | head -1)
+			f=$(find "$P" -maxdepth 1 -regex ".*/[0-9]+-$img\.maps" -printf '%f\n' | head -1)
 		fi
 		wl=$((2 + g)); wb=$(((2 + g) * 8 * (g + 1)))
 		l="" b=""
