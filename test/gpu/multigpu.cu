@@ -31,12 +31,19 @@ extern "C" __global__ void gx_tick(unsigned long long *blocks)
 		atomicAdd(blocks, 1ull);
 }
 
-extern "C" __global__ void gx_smid(unsigned *seen, int nseen, long long cycles)
+static __device__ unsigned long long gx_now_ns(void)
+{
+	unsigned long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+extern "C" __global__ void gx_smid(unsigned *seen, int nseen, unsigned long long ns)
 {
 	unsigned id;
 	asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-	long long t0 = clock64();
-	while (clock64() - t0 < cycles)
+	unsigned long long t0 = gx_now_ns();
+	while (gx_now_ns() - t0 < ns)
 		;
 	if (threadIdx.x == 0 && id < (unsigned)nseen)
 		seen[id] = 1;
@@ -97,14 +104,13 @@ static int sms(unsigned blocks)
 {
 	enum { NSEEN = 1024 };
 	unsigned *d = NULL, h[NSEEN];
-	int dev = cur_dev(), nsm = 0, rate = 0, used = 0;
+	int dev = cur_dev(), nsm = 0, used = 0;
 	cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev);
-	cudaDeviceGetAttribute(&rate, cudaDevAttrClockRate, dev); /* kHz */
 	cudaError_t e = cudaMalloc(&d, sizeof(h));
 	if (e == cudaSuccess)
 		e = cudaMemset(d, 0, sizeof(h));
 	if (e == cudaSuccess) {
-		gx_smid<<<blocks, 128>>>(d, NSEEN, (long long)(rate > 0 ? rate : 1500000) * 20 / 1000);
+		gx_smid<<<blocks, 128>>>(d, NSEEN, 20000); /* 20 us a block: the blocks spread over every SM they may use */
 		e = cudaDeviceSynchronize();
 	}
 	if (e == cudaSuccess)
