@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -60,13 +61,13 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*dir, *timeout, *preferred, allocs); err != nil {
+	if err := run(*dir, *timeout, *preferred, allocs, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "kubeletstub:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dir string, timeout time.Duration, preferred int, allocs []string) error {
+func run(dir string, timeout time.Duration, preferred int, allocs []string, out io.Writer) error {
 	if err := os.MkdirAll(dir+"/device-plugins", 0o755); err != nil {
 		return err
 	}
@@ -113,7 +114,7 @@ func run(dir string, timeout time.Duration, preferred int, allocs []string) erro
 			a.Allocations = append(a.Allocations, al)
 		}
 	}
-	enc := json.NewEncoder(os.Stdout)
+	enc := json.NewEncoder(out)
 	enc.SetIndent("", "  ")
 	return enc.Encode(a)
 }
