@@ -1,8 +1,9 @@
 # multi_gpu.sh - sourced by gpu-test.sh (section multi-gpu, issue 35): the
 # per-GPU behaviour of discovery, quotas, MPS and device probes on a machine
 # with two or more GPUs, with the real interposer and real CUDA apps.
-# With fewer than two GPUs it prints "SKIP multi-gpu: ..." (a FAIL under
-# GPUEXT_GPU_MULTI=required) and checks nothing.
+# With one GPU it builds multigpu.cu (build-multigpu), then prints "SKIP
+# multi-gpu: ..." (a FAIL under GPUEXT_GPU_MULTI=required) and checks
+# nothing else; with none it only skips.
 #
 # Uses gpu-test.sh's ok/bad/skip/info, want, $W, $OUT, $REPO, $LIB and GiB;
 # bin/gpuextctl, bin/gpuext-gpuview, bin/gpuext-nri-plugin (make build) and
@@ -433,8 +434,19 @@ print(r.get("launchesBy", {}).get("device", "-"), r.get("blocksBy", {}).get("dev
 }
 
 mg_checks() {
-	local n
+	local n built=no
 	n=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null | grep -c .)
+	# built wherever there is a GPU, so that a one-GPU run proves it builds
+	if ((n >= 1)); then
+		rm -rf "$MG" && mkdir -p "$MG"
+		if nvcc -O2 -arch=sm_90 -o "$W/multigpu" "$REPO/test/gpu/multigpu.cu" -lcuda >>"$OUT/build-multigpu.log" 2>&1; then
+			ok build-multigpu
+			built=yes
+			info "multi-gpu: multigpu count list: $("$W/multigpu" count list 2>&1 | tr '\n' ';')"
+		else
+			bad build-multigpu "nvcc failed (build-multigpu.log)"
+		fi
+	fi
 	if ((n < 2)); then
 		if [[ ${GPUEXT_GPU_MULTI:-} == required ]]; then
 			bad multi-gpu "GPUEXT_GPU_MULTI=required and nvidia-smi lists $n GPU(s): the section needs two or more"
@@ -444,13 +456,7 @@ mg_checks() {
 		return
 	fi
 	info "multi-gpu: $n GPUs: $(nvidia-smi --query-gpu=index,name,pci.bus_id,memory.total --format=csv,noheader | tr '\n' ';')"
-	rm -rf "$MG" && mkdir -p "$MG"
-	if nvcc -O2 -arch=sm_90 -o "$W/multigpu" "$REPO/test/gpu/multigpu.cu" -lcuda >>"$OUT/build-multigpu.log" 2>&1; then
-		ok build-multigpu
-	else
-		bad build-multigpu "nvcc failed (build-multigpu.log)"
-		return
-	fi
+	[[ $built == yes ]] || return
 	if [[ ! -x $GX || ! -f $LIB ]]; then
 		bad multi-gpu "needs bin/gpuextctl (make gpu-prep here, carry bin) and the device runtime"
 		return
