@@ -89,7 +89,8 @@ mg_discovery() {
 		gv=$("$REPO/bin/gpuext-gpuview" --gpus --json 2>&1)
 		echo "$gv" >"$OUT/mgpu-gpuview-gpus.json"
 		local why
-		why=$(python3 - "$OUT/mgpu-gpuview-gpus.json" "$OUT/mgpu-nvidia-smi.csv" <<'PY'
+		# (2>&1: a traceback, when gpuext-gpuview printed no JSON, is a reason too)
+		why=$(python3 - "$OUT/mgpu-gpuview-gpus.json" "$OUT/mgpu-nvidia-smi.csv" 2>&1 <<'PY'
 import json, sys
 gv = json.load(open(sys.argv[1]))
 smi = [l.split(",") for l in open(sys.argv[2]).read().split("\n") if l]
@@ -108,7 +109,7 @@ PY
 		if [[ -z $why ]]; then
 			ok "mgpu-discovery-nvml (${#MG_UUID[@]} GPUs: $(for i in "${!MG_UUID[@]}"; do printf '%s %s %s %sMiB; ' "$i" "${MG_PCI[i]}" "${MG_UUID[i]}" "${MG_MIB[i]}"; done))"
 		else
-			bad mgpu-discovery-nvml "$why (mgpu-gpuview-gpus.json, mgpu-nvidia-smi.csv)"
+			bad mgpu-discovery-nvml "$(tr '\n' ' ' <<<"$why" | tail -c 600)(mgpu-gpuview-gpus.json, mgpu-nvidia-smi.csv)"
 		fi
 	else
 		bad mgpu-discovery-nvml "needs bin/gpuext-gpuview (make build here, carry bin)"
