@@ -85,9 +85,10 @@ sdk: ## the kernel-policy and device-probe SDK into SDK_DIR (default bin/sdk): h
 kernel-test: ## boot Debian's 6.12 kernel in qemu with gpuext.ko + gpusim.ko and run the guest tests (cached in .cache/kernel)
 	@test/kernel/lab.sh all
 
-gpu-prep: build ## here, as root (needs Go and BPF_PROG_TEST_RUN): what gpu-test carries: bin/ (static gpuextctl), out/gpu/corpus (the differential corpus with the kernel's own results), out/gpu/probedir (the example probes built with the SDK), out/gpu/bpftime-dir (our bpftime-style programs), out/gpu/bpftime-objs (when out/bpftime holds bpftime's objects)
+gpu-prep: build ## here, as root (needs Go and BPF_PROG_TEST_RUN): what gpu-test carries: bin/ (static gpuextctl), out/gpu/corpus (the differential corpus with the kernel's own results), out/gpu/probedir (the example probes built with the SDK), out/gpu/bpftime-dir (our bpftime-style programs), out/gpu/bpftime-objs (when out/bpftime holds bpftime's objects), out/gpu/kubelet-stub (the kubelet's side of the device plugin, for the multi-gpu section)
 	$(GO) run ./devrt/probe/cmd/gpuext-probe-corpus --out out/gpu/corpus
 	gzip -f out/gpu/corpus/corpus.txt out/gpu/corpus/corpus.ptx  # ~100 MB of mostly-zero map images -> ~1 MB
+	CGO_ENABLED=0 $(GO) build -trimpath -o out/gpu/kubelet-stub ./test/gpu/kubeletstub  # static: no Go on the GPU machine
 	@# the example probes (examples/probes), built outside the tree with only the SDK, as a probeDir
 	@rm -rf out/gpu/probedir && d=$$(mktemp -d) && $(MAKE) -s sdk SDK_DIR=$$d/sdk && \
 	for p in examples/probes/*/; do n=$$(basename $$p); cp -r $$p $$d/$$n && \

@@ -105,3 +105,24 @@ func TestPolicyQuotaAppliesOnEachGPU(t *testing.T) {
 	wantLines(t, lines, "alloc 2147483648 ok", "alloc 1048576 CUDA_ERROR_OUT_OF_MEMORY", "device 1 ok",
 		"alloc 2147483648 ok", "alloc 1048576 CUDA_ERROR_OUT_OF_MEMORY")
 }
+
+// NVML numbers every GPU whose device node the process can reach (all of
+// them where the tenant is not in a container), CUDA only those that
+// CUDA_VISIBLE_DEVICES names: a tenant given GPU 1 alone sees its quota on
+// NVML's entry of GPU 1, the GPU it was given, and no memory on GPU 0's,
+// whether the device plugin named GPU 1 by UUID or by index (issue 35).
+func TestNVMLQuotaOnTheGPUItWasGiven(t *testing.T) {
+	for _, visible := range []string{"GPU-00000000-0000-0000-0000-fa4e00000001", "1"} {
+		tn := gpuTenant(t, 16, []int{1}, []uint64{2 * gib}, visible)
+		tn.extra = append(tn.extra, "CUDA_DEVICE_ORDER=PCI_BUS_ID")
+		lines, _ := tn.run("app_linked", "info", "nvmlidx", "0", "nvmlidx", "1")
+		wantLines(t, lines, fmt.Sprintf("info free=%d total=%d", 2*gib, 2*gib), "nvml dev=0 free=0 total=0 used=0",
+			fmt.Sprintf("nvml dev=1 free=%d total=%d used=0", 2*gib, 2*gib))
+	}
+	// without CUDA_VISIBLE_DEVICES (a container given GPU 1's device node
+	// alone sees it as NVML's 0 and CUDA's 0): NVML's index is the ordinal
+	tn := gpuTenant(t, 17, []int{1}, []uint64{2 * gib}, "")
+	tn.extra = []string{"FAKECUDA_DEVICES=1", fmt.Sprintf("FAKECUDA_TOTAL_BYTES=%d", 8*gib)}
+	lines, _ := tn.run("app_linked", "nvmlidx", "0")
+	wantLines(t, lines, fmt.Sprintf("nvml dev=0 free=%d total=%d used=0", 2*gib, 2*gib))
+}

@@ -66,9 +66,11 @@ Commands:
   gc [--grace 10m] [--all]           drop registry entries whose cgroup is gone (OCI hook path; --all: every
                                      runtime) and tenants reserved longer than --grace that never got a cgroup
   settings write --dir DIR --tenant N [--class C] [--quota SIZE] [--timeslice-us N] [--active-window-us N]
-                 [--sm-percent N] [--policy NAME] [--probes P,...]
+                 [--sm-percent N] [--mps-client-priority N] [--launch-gate] [--policy NAME] [--probes P,...]
+                 [--gpus 0,1 --gpu-quotas 2GiB,3GiB]
                                      write a tenant dir by hand as admission would (settings.bin, config.json),
-                                     to run the device runtime outside a container
+                                     to run the device runtime outside a container; --gpus/--gpu-quotas:
+                                     a quota on each GPU given (per device ordinal), none on the others
   settings show DIR|FILE             a tenant dir's settings.bin as the device runtime reads it
   setup-node [--devrt-src FILE] [--in-container]
                                      prepare a node for the agent (the Helm chart's init container): mount a bpf

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gpuext/gpuext/bpf"
@@ -49,6 +50,8 @@ func settingsWrite(args []string) error {
 	mpsPrio := fs.Uint("mps-client-priority", 0, "best-effort MPS client priority (CUDA_MPS_CLIENT_PRIORITY): 0 normal, 1 below normal")
 	gate := fs.Bool("launch-gate", false, "best-effort: launches wait while latency-critical work is pending (hosts without MPS; off by default)")
 	probes := fs.String("probes", "", "comma-separated probe names (config.json only)")
+	gpus := fs.String("gpus", "", "host GPU indices the tenant was given, comma-separated in index order (\"0,1\"), as admission writes for a container given gpuext.io/gpu-memory; needs --gpu-quotas")
+	gpuQuotas := fs.String("gpu-quotas", "", "the quota on each of --gpus, in the same order (\"2GiB,3GiB\"): device ordinal i (after CUDA_VISIBLE_DEVICES) has the i-th, an ordinal past the list has no memory")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,16 +75,51 @@ func settingsWrite(args []string) error {
 	if *gate && policies.PriorityClass(*class) != policies.BestEffort {
 		return fmt.Errorf("settings write: launch-gate: only a best-effort tenant waits (class %q)", *class)
 	}
+	gpuList, quotaList, err := parseGPUQuotas(*gpus, *gpuQuotas)
+	if err != nil {
+		return err
+	}
 	prio := policies.PriorityPolicy{Class: policies.PriorityClass(*class), SMPercent: uint32(*sm), MPSClientPriority: uint32(*mpsPrio), LaunchGate: *gate}
 	tf := admission.TenantFile{
 		ABIVersion: bpf.ABIVersion, TenantID: uint32(*tenant), TenantKey: fmt.Sprintf("manual/%d", *tenant), Policy: *policy,
 		Class: *class, QuotaBytes: q, TimesliceUS: uint32(*timeslice), ActiveWindowUS: uint32(*window),
 		SMPercent: prio.EffectiveSMPercent(), MPSClientPriority: prio.EffectiveMPSClientPriority(), LaunchGate: prio.EffectiveLaunchGate(), Probes: names, ProbeKernels: []string{},
+		GPUs: gpuList, GPUQuotaBytes: quotaList,
 	}
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		return err
 	}
 	return admission.WriteTenantFiles(*dir, tf)
+}
+
+// parseGPUQuotas reads --gpus and --gpu-quotas: both empty (the quota
+// applies on every GPU), or as many host GPU indices, distinct and
+// ascending (the order of the container's device ordinals), as quotas.
+func parseGPUQuotas(gpus, quotas string) ([]int, []uint64, error) {
+	if gpus == "" && quotas == "" {
+		return nil, nil, nil
+	}
+	gs, qs := strings.Split(gpus, ","), strings.Split(quotas, ",")
+	if gpus == "" || quotas == "" || len(gs) != len(qs) {
+		return nil, nil, fmt.Errorf("settings write: --gpus %q and --gpu-quotas %q: want one quota for each GPU", gpus, quotas)
+	}
+	if len(gs) > tenantcfg.MaxDevices {
+		return nil, nil, fmt.Errorf("settings write: --gpus %q: %d GPUs, at most %d", gpus, len(gs), tenantcfg.MaxDevices)
+	}
+	var gl []int
+	var ql []uint64
+	for i := range gs {
+		g, err := strconv.Atoi(gs[i])
+		if err != nil || g < 0 || (i > 0 && g <= gl[i-1]) {
+			return nil, nil, fmt.Errorf("settings write: --gpus %q: GPU %q: want host GPU indices, distinct and ascending", gpus, gs[i])
+		}
+		q, err := policies.ParseSize(qs[i])
+		if err != nil {
+			return nil, nil, fmt.Errorf("settings write: --gpu-quotas %q: %q: %w", quotas, qs[i], err)
+		}
+		gl, ql = append(gl, g), append(ql, q)
+	}
+	return gl, ql, nil
 }
 
 // settingsShow prints a settings.bin as the interposer's start-up line does.
@@ -101,7 +139,15 @@ func settingsShow(path string, out io.Writer) error {
 	if s.LaunchGate {
 		gate = 1
 	}
-	_, err = fmt.Fprintf(out, "tenant=%d quota=%d class=%d window_ns=%d sm_percent=%d mps_client_priority=%d launch_gate=%d\n",
-		s.TenantID, s.QuotaBytes, s.Class, s.ActiveWindow.Nanoseconds(), s.SMPercent, s.MPSClientPriority, gate)
+	devices := ""
+	if len(s.DeviceQuotas) > 0 { // per device ordinal (tenants given GPU memory)
+		qs := make([]string, len(s.DeviceQuotas))
+		for i, q := range s.DeviceQuotas {
+			qs[i] = strconv.FormatUint(q, 10)
+		}
+		devices = " device_quotas=" + strings.Join(qs, ",")
+	}
+	_, err = fmt.Fprintf(out, "tenant=%d quota=%d class=%d window_ns=%d sm_percent=%d mps_client_priority=%d launch_gate=%d%s\n",
+		s.TenantID, s.QuotaBytes, s.Class, s.ActiveWindow.Nanoseconds(), s.SMPercent, s.MPSClientPriority, gate, devices)
 	return err
 }

@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -86,5 +89,47 @@ func TestSettingsWriteLaunchGate(t *testing.T) {
 	}
 	if got := show(); got != want {
 		t.Errorf("after the refused write: %q, want %q unchanged", got, want)
+	}
+}
+
+// A tenant given GPU memory on some GPUs (test/gpu's multi-gpu section
+// writes one by hand): a quota per device ordinal in settings.bin, the host
+// GPUs in config.json; a list that does not pair GPUs with quotas, or GPUs
+// out of order, is refused by name and changes nothing.
+func TestSettingsWriteGPUQuotas(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tenant")
+	if err := run([]string{"settings", "write", "--dir", dir, "--tenant", "9", "--gpus", "0,1", "--gpu-quotas", "1GiB,3GiB"}, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	want := "tenant=9 quota=0 class=0 window_ns=2000000 sm_percent=0 mps_client_priority=0 launch_gate=0 device_quotas=1073741824,3221225472\n"
+	var out bytes.Buffer
+	if err := run([]string{"settings", "show", dir}, &out); err != nil || out.String() != want {
+		t.Fatalf("settings show: %q (%v), want %q", out.String(), err, want)
+	}
+	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tf struct {
+		GPUs []int `json:"gpus"`
+	}
+	if err := json.Unmarshal(cfg, &tf); err != nil || !slices.Equal(tf.GPUs, []int{0, 1}) {
+		t.Errorf("config.json gpus = %v (%v), want [0 1]", tf.GPUs, err)
+	}
+	for _, bad := range []struct{ gpus, quotas, want string }{
+		{"1", "", "--gpus \"1\" and --gpu-quotas \"\""},
+		{"0,1", "2GiB", "want one quota for each GPU"},
+		{"1,0", "1GiB,1GiB", "GPU \"0\": want host GPU indices, distinct and ascending"},
+		{"0,x", "1GiB,1GiB", "GPU \"x\""},
+		{"0", "lots", "--gpu-quotas \"lots\""},
+	} {
+		err := run([]string{"settings", "write", "--dir", dir, "--tenant", "9", "--gpus", bad.gpus, "--gpu-quotas", bad.quotas}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("--gpus %q --gpu-quotas %q: %v, want an error with %q", bad.gpus, bad.quotas, err, bad.want)
+		}
+	}
+	out.Reset()
+	if err := run([]string{"settings", "show", dir}, &out); err != nil || out.String() != want {
+		t.Errorf("after the refused writes: %q (%v), want %q unchanged", out.String(), err, want)
 	}
 }

@@ -25,7 +25,8 @@
  * FAKECUDA_CC=90 sets the device's compute capability (default 90).
  *
  * Several GPUs: FAKECUDA_DEVICES=N (default 1, at most 16) fake GPUs of
- * FAKECUDA_TOTAL_BYTES each, whose UUIDs are GPU-fa4e0000-0000-0000-0000-00000000000<i>.
+ * FAKECUDA_TOTAL_BYTES each, whose UUIDs are GPU-00000000-0000-0000-0000-fa4e<i, 8 hex digits>
+ * (fakenvml.c's: one GPU has one UUID in CUDA and NVML, as on a real host).
  * CUDA_VISIBLE_DEVICES is honoured as the real driver does (indices or
  * UUIDs, comma-separated; the list ends at the first entry that names no
  * GPU): the process sees those GPUs as ordinals 0, 1, ... Device ordinal d's
@@ -131,8 +132,8 @@ static void fake_vis_init(void)
 		char *end;
 		long i = -1;
 
-		if (!strncmp(tok, "GPU-fa4e0000-0000-0000-0000-", 28))
-			i = strtol(tok + 28, &end, 10);
+		if (!strncmp(tok, "GPU-00000000-0000-0000-0000-fa4e", 32))
+			i = strtol(tok + 32, &end, 16);
 		else
 			i = strtol(tok, &end, 10);
 		if (end == tok || *end || i < 0 || i >= n)

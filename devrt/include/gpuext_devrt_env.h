@@ -25,6 +25,8 @@
 #define GPUEXT_ENV_MPS_PIPE_DIRECTORY "CUDA_MPS_PIPE_DIRECTORY"
 #define GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 #define GPUEXT_ENV_MPS_CLIENT_PRIORITY "CUDA_MPS_CLIENT_PRIORITY"
+/* CUDA's own, set by the device plugin's Allocate: the interposer numbers NVML's GPUs as CUDA does. */
+#define GPUEXT_ENV_CUDA_VISIBLE_DEVICES "CUDA_VISIBLE_DEVICES"
 
 /* X(Go constant name, macro): every name above, for devrt/tenantcfg's generator. */
 #define GPUEXT_DEVRT_ENV(X)                                                \
@@ -39,6 +41,7 @@
 	X(EnvDevrtTrace, GPUEXT_ENV_DEVRT_TRACE)                           \
 	X(EnvMPSPipeDir, GPUEXT_ENV_MPS_PIPE_DIRECTORY)                    \
 	X(EnvMPSActiveThreadPercentage, GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE) \
-	X(EnvMPSClientPriority, GPUEXT_ENV_MPS_CLIENT_PRIORITY)
+	X(EnvMPSClientPriority, GPUEXT_ENV_MPS_CLIENT_PRIORITY)            \
+	X(EnvCUDAVisibleDevices, GPUEXT_ENV_CUDA_VISIBLE_DEVICES)
 
 #endif /* GPUEXT_DEVRT_ENV_H */

@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "devrt.h"
@@ -245,21 +246,54 @@ CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
 #define NVML_ERROR_UNINITIALIZED 1
 
 /*
- * The device ordinal of an NVML handle: its NVML index, which is the CUDA
- * ordinal where the container sees only its own GPUs (the NVIDIA container
- * toolkit, PCI order); 0 when NVML cannot say.
+ * The CUDA device ordinal of an NVML handle, whose quota NVML reports.
+ * NVML numbers every GPU whose device node the process reaches (all of the
+ * host's where the tenant is not in a container); CUDA numbers those that
+ * CUDA_VISIBLE_DEVICES names, in its order. So the ordinal is the position
+ * of the GPU in CUDA_VISIBLE_DEVICES, named by its UUID (or a prefix of it)
+ * or by its NVML index (CUDA's index in CUDA_DEVICE_ORDER=PCI_BUS_ID order,
+ * which the device plugin sets); without the variable, the NVML index (a
+ * container given its GPUs' device nodes sees them numbered alike). -1: a
+ * GPU CUDA does not show the process (past the list, or past an entry that
+ * names no GPU, where CUDA's list ends); 0 when NVML cannot say.
  */
 static int gx_nvml_device(nvmlDevice_t device)
 {
 	typedef nvmlReturn_t (*index_fn)(nvmlDevice_t, unsigned int *);
+	typedef nvmlReturn_t (*uuid_fn)(nvmlDevice_t, char *, unsigned int);
 	gx_dlsym_fn real = gx_dlsym_real();
 	void *lib = gx_lib(GX_LIB_NVML, 0);
 	index_fn f = real && lib ? (index_fn)real(lib, "nvmlDeviceGetIndex") : NULL;
+	uuid_fn fu = real && lib ? (uuid_fn)real(lib, "nvmlDeviceGetUUID") : NULL;
+	const char *vis = getenv(GPUEXT_ENV_CUDA_VISIBLE_DEVICES), *p;
+	char uuid[96];
 	unsigned int i = 0;
+	int ord;
 
-	if (!f || f(device, &i) != NVML_SUCCESS || i >= GPUEXT_DEVRT_MAX_DEVICES)
+	if (!f || f(device, &i) != NVML_SUCCESS)
 		return 0;
-	return (int)i;
+	if (!vis)
+		return i < GPUEXT_DEVRT_MAX_DEVICES ? (int)i : -1;
+	if (!fu || fu(device, uuid, sizeof(uuid)) != NVML_SUCCESS)
+		uuid[0] = 0;
+	uuid[sizeof(uuid) - 1] = 0;
+	for (p = vis, ord = 0; *p && ord < (int)GPUEXT_DEVRT_MAX_DEVICES; ord++) {
+		size_t n = strcspn(p, ","), d = strspn(p, "0123456789");
+
+		if (n > 4 && !strncmp(p, "GPU-", 4)) {
+			if (uuid[0] && !strncmp(uuid, p, n))
+				return ord;
+		} else if (d == n && n > 0 && n < 10) {
+			if (strtoul(p, NULL, 10) == i)
+				return ord;
+		} else {
+			return -1; /* MIG-..., or no GPU: CUDA's list ends here */
+		}
+		p += n;
+		if (*p == ',')
+			p++;
+	}
+	return -1;
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)

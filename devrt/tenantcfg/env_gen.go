@@ -17,4 +17,5 @@ const (
 	EnvMPSPipeDir                = "CUDA_MPS_PIPE_DIRECTORY"
 	EnvMPSActiveThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 	EnvMPSClientPriority         = "CUDA_MPS_CLIENT_PRIORITY"
+	EnvCUDAVisibleDevices        = "CUDA_VISIBLE_DEVICES"
 )

@@ -9,6 +9,7 @@
  *   launch N | launchptsz N                        -> "launch N ok us=ELAPSED"
  *   load                                           -> "load ok" (cuLibraryLoadData + cuModuleLoadData)
  *   nvml                                           -> "nvml free=F total=T used=U" (dlopen libnvidia-ml.so.1)
+ *   nvmlidx I         (NVML's device I)            -> "nvml dev=I free=F total=T used=U"
  *   sleep MS                                       -> "sleep MS"
  *   device N          (N-th device's primary context current) -> "device N ok" | "device N rc=R"
  *   hold                                           -> "hold", then waits to be killed
@@ -85,7 +86,8 @@ static unsigned long long app_now_us(void)
 	return (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000ull;
 }
 
-static int app_nvml(void)
+/* NVML's memory info of its device index (index < 0: device 0, the "nvml" step's line) */
+static int app_nvml(int index)
 {
 	typedef nvmlReturn_t (*init_fn)(void);
 	typedef nvmlReturn_t (*handle_fn)(unsigned int, nvmlDevice_t *);
@@ -104,11 +106,14 @@ static int app_nvml(void)
 	init = (init_fn)dlsym(h, "nvmlInit_v2");
 	get = (handle_fn)dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
 	mem = (mem_fn)dlsym(h, "nvmlDeviceGetMemoryInfo");
-	if (!init || !get || !mem || init() || get(0, &dev) || mem(dev, &m)) {
+	if (!init || !get || !mem || init() || get(index < 0 ? 0 : (unsigned int)index, &dev) || mem(dev, &m)) {
 		printf("nvml failed\n");
 		return 1;
 	}
-	printf("nvml free=%llu total=%llu used=%llu\n", m.free, m.total, m.used);
+	if (index < 0)
+		printf("nvml free=%llu total=%llu used=%llu\n", m.free, m.total, m.used);
+	else
+		printf("nvml dev=%d free=%llu total=%llu used=%llu\n", index, m.free, m.total, m.used);
 	return 0;
 }
 
@@ -238,7 +243,10 @@ static int app_run(const struct app_api *api, int argc, char **argv)
 				r = api->module_load(&mod, image);
 			printf("load %s\n", r == CUDA_SUCCESS ? "ok" : "failed");
 		} else if (!strcmp(v, "nvml")) {
-			app_nvml();
+			app_nvml(-1);
+		} else if (!strcmp(v, "nvmlidx")) {
+			i++;
+			app_nvml(atoi(a));
 		} else if (!strcmp(v, "device")) {
 			i++;
 			r = app_device(atoi(a));

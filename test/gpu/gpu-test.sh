@@ -3,20 +3,23 @@
 # Runs on the GPU machine (the H200): builds the interposer with gcc and the
 # CUDA apps with nvcc there, then prints one line per check:
 #   PASS <check>            or   FAIL <check>: <why>
-# and INFO lines with measurements (not pass/fail). Ends with "N passed, N failed".
+# INFO lines with measurements (not pass/fail), and SKIP <section>: <why>
+# where the machine lacks what a section needs (multi-gpu on one GPU).
+# Ends with "N passed, N failed" (", N skipped" when a section was skipped).
 # Needs: gcc, nvcc, a GPU, python3 with torch (optional: the torch checks FAIL without it).
 set -uo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
 W="${GPUEXT_GPU_WORK:-$(mktemp -d /tmp/gpuext-gpu.XXXX)}"
 OUT="${OUT:-$W/out}"
 mkdir -p "$W/tenant" "$W/acct" "$OUT"
-pass=0 fail=0
+pass=0 fail=0 skipped=0
 ok() { echo "PASS $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
+skip() { echo "SKIP $1: $2"; skipped=$((skipped + 1)); }
 info() { echo "INFO $*"; }
 GiB=$((1 << 30))
-# GPUEXT_GPU_SECTIONS picks sections (default all): unchanged quota overhead priority mps-control priority-torch gpuview memguard probes
-want() { [[ " ${GPUEXT_GPU_SECTIONS:-unchanged quota overhead priority mps-control priority-torch gpuview memguard probes} " == *" $1 "* ]]; }
+# GPUEXT_GPU_SECTIONS picks sections (default all): unchanged quota overhead priority mps-control priority-torch gpuview memguard probes multi-gpu
+want() { [[ " ${GPUEXT_GPU_SECTIONS:-unchanged quota overhead priority mps-control priority-torch gpuview memguard probes multi-gpu} " == *" $1 "* ]]; }
 
 echo "[gpu] $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
 
@@ -362,6 +365,12 @@ if want probe-coverage || want probes; then
 	fi
 fi
 
+# 10. Several GPUs (test/gpu/multi_gpu.sh): discovery and CUDA's order, the
+# device plugin's pools, a quota per GPU, MPS and probes on every GPU. SKIP
+# on one GPU; GPUEXT_GPU_MULTI=required makes fewer than two a FAIL.
+# shellcheck source=test/gpu/multi_gpu.sh
+source "$REPO/test/gpu/multi_gpu.sh"
+
 # 9. What probes cost an operator's workload (test/gpu/probe_app.sh; only
 # when asked for: GPUEXT_GPU_SECTIONS=probe-app GPUEXT_APP_CMD=...).
 if [[ " ${GPUEXT_GPU_SECTIONS:-} " == *" probe-app "* ]]; then
@@ -369,5 +378,5 @@ if [[ " ${GPUEXT_GPU_SECTIONS:-} " == *" probe-app "* ]]; then
 	source "$REPO/test/gpu/probe_app.sh"
 fi
 
-echo "$pass passed, $fail failed"
+if ((skipped)); then echo "$pass passed, $fail failed, $skipped skipped"; else echo "$pass passed, $fail failed"; fi
 [[ $fail -eq 0 ]]
