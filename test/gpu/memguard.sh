@@ -15,10 +15,11 @@ mg_quota=$((4 * GiB))
 mg_interval=${GPUEXT_MG_INTERVAL:-500ms}
 
 mg_cleanup() {
-	for pid in "${mg_anchors[@]}"; do kill "$pid" 2>/dev/null; done
-	[[ -n ${mg_good:-} ]] && kill "$mg_good" 2>/dev/null
+	local pids=("${mg_anchors[@]}")
+	[[ -n ${mg_good:-} ]] && pids+=("$mg_good")
+	kill "${pids[@]}" 2>/dev/null
 	[[ -n ${mg_mps:-} ]] && CUDA_MPS_PIPE_DIRECTORY=$MG/mps-pipe CUDA_MPS_LOG_DIRECTORY=$MG/mps-log nvidia-cuda-mps-control <<<quit >/dev/null 2>&1
-	wait 2>/dev/null
+	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done # these only: the agent still runs
 	for t in "${mg_tenants[@]}"; do
 		printf '{"ociVersion":"1.0.2","id":"mg-%s","status":"stopped","pid":0,"bundle":"%s"}' "$t" "$MG/bundle-$t" |
 			"$HOOK" --config "$MG/config.json" poststop >>"$OUT/memguard-hook.log" 2>&1
@@ -107,8 +108,11 @@ if [[ -x $HOOK && -x $GV && -x $AGENT && -x $W/apps_static ]]; then
 	bare_used=$(python3 -c 'import json,sys; r=[x for x in json.load(open(sys.argv[1])) if x["pid"]==int(sys.argv[2])]; print(r[0]["usedBytes"] if r else -1)' "$MG/bare.json" "$bare" 2>/dev/null)
 	kill "$bare" 2>/dev/null; wait "$bare" 2>/dev/null
 	info "memguard-margin bare-driver-context nvml_used_bytes=$bare_used (1 MiB allocated)"
+	# in a cgroup of no tenant: without the interposer a framework's memory
+	# would count against the good tenant's quota (and be stopped)
 	if python3 -c 'import torch' 2>/dev/null; then
-		python3 - "$MG_CG/gpuext-mg-good/cgroup.procs" "$GV" >"$MG/torch-margin.txt" 2>&1 <<'EOF'
+		mkdir -p "$MG_CG/gpuext-mg-free"
+		python3 - "$MG_CG/gpuext-mg-free/cgroup.procs" "$GV" >"$MG/torch-margin.txt" 2>&1 <<'EOF'
 import json, os, subprocess, sys
 open(sys.argv[1], "w").write(str(os.getpid()))
 import torch
@@ -122,6 +126,7 @@ res = torch.cuda.memory_reserved()
 print(f"torch nvml_used_bytes={used[0] if used else -1} reserved_bytes={res} margin_bytes={(used[0] - res) if used else -1}")
 EOF
 		info "memguard-margin $(tail -1 "$MG/torch-margin.txt")"
+		rmdir "$MG_CG/gpuext-mg-free" 2>/dev/null
 	fi
 
 	# the escapes (8 GiB in two steps of 4 GiB, or refused)
@@ -155,6 +160,7 @@ EOF
 	gvpid=$(pgrep -P "$mg_agent" -f 'gpuext-gpuview --watch' | head -1)
 	gvcpu=$([[ -n $gvpid ]] && awk '{print $14 + $15}' "/proc/$gvpid/stat" || echo 0)
 	info "memguard-cpu agent_pct_of_core=$(python3 -c "print(round(100*($cpu1-$cpu0)/$(getconf CLK_TCK)/($t1-$t0),3))") gpuview_ticks=$gvcpu (whole section, agent and its gpuview; interval $mg_interval)"
+	grep -h 'GPU memory quota' "$OUT/memguard-agent.log" | cut -c1-400 >"$OUT/memguard-kills.txt"
 	mg_cleanup
 else
 	bad memguard "needs bin/gpuext-oci-hook, bin/gpuext-gpuview, bin/gpuext-nri-plugin and apps_static"
