@@ -101,12 +101,13 @@ func outputFlags(fset *flag.FlagSet) func() (string, error) {
 }
 
 // loadConfig reads the config file that --config (or GPUEXT_CONFIG) names.
-// A file that does not exist gives the defaults (the built-in catalog, the
+// As for the agent, config.DefaultPath may be missing. Another file that
+// does not exist gives the defaults (the built-in catalog, the
 // default pin and state directories) with a warning on stderr, for the
 // commands that only read; the commands that change something (mustExist)
 // refuse to guess and say so.
 func loadConfig(path string, mustExist bool, stderr io.Writer) (config.Config, error) {
-	cfg, err := config.Load(path)
+	cfg, _, err := config.LoadOrDefault(path) // the agent's rule: config.DefaultPath may be missing
 	if err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return cfg, err
 	}
