@@ -13,7 +13,7 @@ export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 GOTEST_FLAGS ?= -count=1 -timeout 45m
 
 STATIC_BINS := gpuext-nri-plugin gpuext-oci-hook gpuext-runc
-.PHONY: help deps generate build image chart-lint test test-unit test-e2e demo demo-k8s bench kernel-test gpu-prep gpu-test gpu-node-prep gpu-node lint clean
+.PHONY: help deps generate build image chart-lint test test-go test-unit test-e2e demo demo-k8s bench kernel-test gpu-prep gpu-test gpu-node-prep gpu-node lint clean
 
 help: ## list targets
 	@grep -hE '^[a-z][a-z0-9-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -45,13 +45,19 @@ image: build ## the agent's OCI image from bin/ (no base image, reproducible): b
 chart-lint: ## helm lint and helm template tests of deploy/helm/gpuext (helm from .cache/k8s/bin)
 	$(GO) test -count=1 ./deploy/helm
 
-test: deps build lint kernel-test ## every test CI runs: unit, privileged (real BPF/cgroups), NRI in-process, real runtimes, the qemu kernel lab
+test: ## every test CI runs: unit, privileged (real BPF/cgroups), NRI in-process, real runtimes, the qemu kernel lab; one line per phase with its seconds at the end
+	@test/phases.sh deps build lint kernel-test test-go
+
+test-go: ## go test of every package (as root: the privileged and real-runtime tests too); `make test`'s last phase
 	@echo "[test] go test (needs root for the privileged and real-runtime tests)"
 	set -o pipefail; $(GO) test $(GOTEST_FLAGS) -p 1 ./... 2>&1 | tee $(CACHE)/test.log
 	@echo "[test] summary:"; grep -E '^(ok|FAIL|---)' $(CACHE)/test.log | grep -vE '^--- PASS' || true
 
-test-unit: ## unit tests only (no root)
-	$(GO) test -count=1 ./policies/... ./cgroup/... ./internal/... ./oci-hook/... ./nri-plugin/... ./cmd/...
+# Packages whose tests are end to end: real runtimes, the Kubernetes lab, the
+# kernel lab's guest. Every other package runs in test-unit; its privileged
+# tests skip without root (privtest: they fail instead when CI=true).
+test-unit: ## every package whose tests need no root (the privileged ones skip without root); not ./test/...
+	$(GO) test -count=1 -p 1 $$($(GO) list ./... | grep -vE '/test(/|$$)')
 
 test-e2e: deps build ## only the real-runtime end-to-end tests
 	$(GO) test $(GOTEST_FLAGS) -v ./test/e2e/...

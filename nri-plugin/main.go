@@ -24,7 +24,8 @@ import (
 )
 
 func main() {
-	cfgPath := flag.String("config", "", "config file (JSON); see docs/configuration.md")
+	cfgPath := flag.String("config", "", "config file (JSON; every field is optional, docs/configuration.md); "+
+		"when it is "+config.DefaultPath+" and that does not exist, the defaults are used")
 	name := flag.String("name", "gpuext", "plugin name")
 	idx := flag.String("idx", "50", "plugin index for an external plugin (ignored when containerd starts the plugin)")
 	socket := flag.String("socket", "", "containerd NRI socket (external plugin; default /var/run/nri/nri.sock)")
@@ -46,7 +47,7 @@ func main() {
 }
 
 func run(cfgPath, name, idx, socket, owner string) error {
-	cfg, err := config.Load(cfgPath)
+	cfg, defaults, err := config.LoadOrDefault(cfgPath)
 	if err != nil {
 		return err
 	}
@@ -55,6 +56,7 @@ func run(cfgPath, name, idx, socket, owner string) error {
 		return err
 	}
 	defer closer.Close()
+	logDefaults(log, cfgPath, defaults)
 	opts := []stub.Option{stub.WithPluginName(name), stub.WithOnClose(func() { log.Warn("connection to runtime closed") })}
 	if os.Getenv("NRI_PLUGIN_IDX") == "" { // external plugin: containerd did not start us
 		opts = append(opts, stub.WithPluginIdx(idx))
@@ -124,7 +126,7 @@ func cleanIfUninstalled(w *kubeowner.Watcher, cfg config.Config, log *logrus.Ent
 // runAgent is the host agent without containerd: the same plugin,
 // configured once from the config file, until SIGINT or SIGTERM.
 func runAgent(cfgPath, owner string) error {
-	cfg, err := config.Load(cfgPath)
+	cfg, defaults, err := config.LoadOrDefault(cfgPath)
 	if err != nil {
 		return err
 	}
@@ -133,6 +135,7 @@ func runAgent(cfgPath, owner string) error {
 		return err
 	}
 	defer closer.Close()
+	logDefaults(log, cfgPath, defaults)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	w, err := watchOwner(ctx, owner, log)
@@ -150,6 +153,13 @@ func runAgent(cfgPath, owner string) error {
 	return nil
 }
 
+// logDefaults says that no config file was read: every field has its default.
+func logDefaults(log *logrus.Entry, cfgPath string, defaults bool) {
+	if defaults {
+		log.WithField("config", cfgPath).Info("no config file: every setting has its default (docs/configuration.md)")
+	}
+}
+
 func usage() {
 	fmt.Fprintf(os.Stderr, `Usage: gpuext-nri-plugin [flags]
 
@@ -162,6 +172,10 @@ Docker/podman:     gpuext-nri-plugin --config /etc/gpuext/config.json --nri=fals
                    the runc wrapper and OCI hooks admit and register)
 Pre-installed:     copy to containerd's NRI plugin dir as 50-gpuext; put the
                    config JSON in the plugin config dir as 50-gpuext.conf.
+
+Every config field is optional: without --config, or with --config
+/etc/gpuext/config.json while that file does not exist, the agent logs that
+it uses the defaults (docs/configuration.md lists them).
 
 Flags:
 `)

@@ -3,7 +3,9 @@
 # gpuext NRI plugin pre-installed in containerd's plugin dir, one pod with two
 # labelled containers that ask for different policies and one container with
 # a bad annotation; prints the tenant table and what each container really
-# saw; then cleans everything up (by pid; unmounts; removes its cgroups).
+# saw; then cleans everything up (by pid; unmounts what it mounted, the bpf
+# filesystem at /sys/fs/bpf included when the plugin mounted it and nothing
+# else is pinned there; removes its cgroups).
 # Needs root. `make demo` runs `make deps build` first.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -25,12 +27,32 @@ eval "$("$LAB/containerd.sh" env)"
 crictl() { "$GPUEXT_LAB_CRICTL" --config "$CRI_CONFIG_FILE" "$@"; }
 gpuextctl() { "$BIN/gpuextctl" --config "$GPUEXT_LAB_DIR/gpuext.json" "$@"; }
 
+# The plugin mounts a bpf filesystem when the host has none (a host whose
+# PID 1 is not systemd) and logs it: the demo unmounts what was mounted for
+# it, unless something else has pinned there since (another user's pins).
+bpffs_mounted() { grep -q ' /sys/fs/bpf bpf ' /proc/self/mounts; }
+BPFFS_BEFORE=no
+bpffs_mounted && BPFFS_BEFORE=yes
+unmount_bpffs() {
+	[[ $BPFFS_BEFORE == no ]] && bpffs_mounted || return 0
+	grep -q '"no bpf filesystem was mounted: mounted one"' "$PLUGIN_LOG" 2>/dev/null || return 0
+	# maps.debug and progs.debug are the kernel's own (bpf_preload) in every new bpffs
+	local others
+	others=$(ls -A /sys/fs/bpf | grep -vxE 'maps\.debug|progs\.debug' || true)
+	if [[ -n $others ]]; then
+		echo "left /sys/fs/bpf mounted: it holds pins the demo did not make ($(echo $others | cut -c1-80))"
+	elif umount /sys/fs/bpf; then
+		echo "unmounted the bpf filesystem the plugin mounted at /sys/fs/bpf"
+	fi
+}
+
 POD_ID=""
 cleanup() {
 	step "cleaning up: pod, containerd (by pid), mounts, cgroups, pinned registry"
 	[[ -n "$POD_ID" ]] && { crictl stopp "$POD_ID" >/dev/null 2>&1 || true; crictl rmp -f "$POD_ID" >/dev/null 2>&1 || true; }
 	"$LAB/containerd.sh" down || true
 	rm -rf "$PIN_DIR" "$STATE_DIR"
+	unmount_bpffs
 	echo "done in $(( $(date +%s) - t0 ))s"
 }
 trap cleanup EXIT
@@ -71,7 +93,8 @@ cat >"$GPUEXT_LAB_DIR/pod.json" <<JSON
 }
 JSON
 POD_ID=$(crictl runp "$GPUEXT_LAB_DIR/pod.json")
-echo "pod $POD_ID"
+echo "pod $POD_ID, annotated:"
+echo "  quota.gpuext.io/container.trainer: 8GiB   <- the trainer's quota: its label asks for the 'quota' policy, this pod annotation sizes it"
 
 # A CUDA-style app for the containers: this machine has no GPU, so it runs
 # against the fake libcuda built by devrt/build.sh (labelled as such below);
@@ -112,8 +135,10 @@ for n in inference trainer broken; do
 	for _ in $(seq 50); do crictl logs "${CTR[$n]}" 2>/dev/null | grep -q '== end' && break; sleep 0.2; done
 done
 
-step "tenant table (gpuextctl tenants; GPU-MEM/PEAK/REFUSED come from the device runtime, here over the fake libcuda)"
+step "tenant table (gpuextctl tenants; -o wide adds the container id, runtime, cgroup, refused allocations)"
 gpuextctl tenants --pin-dir "$PIN_DIR"
+echo "MEM-NOW and MEM-PEAK come from the device runtime (here over the fake libcuda): each app allocated, then"
+echo "exited, so its tenant holds 0 now; MEM-PEAK is the most it held (the trainer's 4GiB past its 8GiB quota was refused)."
 
 for n in inference trainer broken; do
 	step "what container '$n' saw"

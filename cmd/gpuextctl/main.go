@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,15 +32,18 @@ import (
 const usage = `Usage: gpuextctl [--config FILE] <command> [flags]
 
 Commands:
-  tenants [--json] [--pin-dir DIR]   the tenant table: tenant, container, cgroup, policy, quota, priority,
-                                     and the device runtime's usage: GPU memory, peak, refused allocations,
-                                     delayed launches
+  tenants [-o wide|json] [--pin-dir DIR]
+                                     the tenant table: tenant, container, pod, policy, quota, priority, and the
+                                     GPU memory its processes hold now (MEM-NOW, 0 once they exit) and at most
+                                     (MEM-PEAK); -o wide adds the container id, runtime, cgroup, refused
+                                     allocations and delayed launches; -o json (or --json) everything
   tenants set-policy TENANT POLICY [--param KEY=VALUE]... [--socket PATH]
                                      change a running tenant's policy (TENANT: its id or key) through the agent,
                                      as if its container had policy.gpuext.io=POLICY (and KEY.gpuext.io=VALUE):
                                      the same catalog and admin constraints; the kernel sees it at once, the
                                      device runtime within a second; no restart (docs/host-agent.md)
-  policies [--json]                  the policy catalog (built-in + the config's catalogDir)
+  policies [-o wide|json]            the policy catalog (built-in + the config's catalogDir): class, quota,
+                                     eviction, prefetch; -o wide: every setting and the description
   policies show NAME                 one policy as JSON (copy it into catalogDir to make your own)
   policies attached [--json]         the kernel policies attached to the gpuext core: name, kind (memory/sched),
                                      classes, calls, handled, refused, errors (from pins and the core's debugfs)
@@ -79,8 +83,9 @@ Commands:
   ping [--socket PATH] [--timeout 2s]
                                      exit 0 when the host agent answers on agentSocket (liveness/readiness probe)
 
-The config file is the one the NRI plugin and OCI hook use (docs/configuration.md);
---pin-dir overrides its pinDir.
+Every command takes --help. The config file is the agent's (docs/configuration.md; GPUEXT_CONFIG
+names it too); without one, or when it does not exist, the defaults apply (the commands that change
+the node refuse a missing file). --pin-dir overrides its pinDir.
 `
 
 func main() {
@@ -95,19 +100,31 @@ func main() {
 
 func run(args []string, out io.Writer) error {
 	global := flag.NewFlagSet("gpuextctl", flag.ContinueOnError)
-	global.Usage = func() { fmt.Fprint(os.Stderr, usage) }
-	cfgPath := global.String("config", os.Getenv("GPUEXT_CONFIG"), "config file")
+	cfgPath := global.String("config", os.Getenv("GPUEXT_CONFIG"), "config file (default: the built-in defaults)")
+	global.SetOutput(io.Discard)
 	if err := global.Parse(args); err != nil {
-		return err
-	}
-	cfg, err := config.Load(*cfgPath)
-	if err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(out, usage)
+			return err
+		}
+		return fmt.Errorf("%w (gpuextctl --help lists the commands and flags)", err)
 	}
 	rest := global.Args()
 	if len(rest) == 0 {
-		global.Usage()
+		fmt.Fprint(os.Stderr, usage)
 		return fmt.Errorf("no command given")
+	}
+	switch rest[0] {
+	case "help", "-h", "--help":
+		fmt.Fprint(out, usage)
+		return nil
+	case "tenants", "policies", "probes", "gc", "board", "settings", "setup-node", "ping":
+	default:
+		return fmt.Errorf("unknown command %q (gpuextctl --help lists the commands)", rest[0])
+	}
+	cfg, err := loadConfig(*cfgPath, changesNode(rest), os.Stderr)
+	if err != nil {
+		return err
 	}
 	switch rest[0] {
 	case "tenants":
@@ -124,14 +141,9 @@ func run(args []string, out io.Writer) error {
 		return settingsCmd(rest[1:], out)
 	case "setup-node":
 		return setupNode(cfg, rest[1:], out)
-	case "ping":
+	default: // ping
 		return ping(cfg, rest[1:], out)
-	case "help", "-h", "--help":
-		fmt.Fprint(out, usage)
-		return nil
 	}
-	global.Usage()
-	return fmt.Errorf("unknown command %q", rest[0])
 }
 
 // TenantRow is one line of the tenant table (also the --json element).
@@ -159,10 +171,18 @@ func tenants(cfg config.Config, args []string, out io.Writer) error {
 		return setPolicy(cfg, args[1:], out)
 	}
 	fs := flag.NewFlagSet("tenants", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
+	format := outputFlags(fs)
 	pinDir := fs.String("pin-dir", cfg.PinDir, "registry pin directory")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, out); err != nil {
 		return err
+	}
+	output, err := format()
+	if err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("tenants: unexpected argument %q (usage: gpuextctl tenants [-o wide|json] [--pin-dir DIR], "+
+			"or gpuextctl tenants set-policy TENANT POLICY)", fs.Arg(0))
 	}
 	if _, err := os.Stat(*pinDir); err != nil {
 		return fmt.Errorf("no tenant registry at %s (is the NRI plugin or OCI hook configured with this pinDir?): %w", *pinDir, err)
@@ -201,11 +221,24 @@ func tenants(cfg config.Config, args []string, out io.Writer) error {
 			rows = append(rows, r)
 		}
 	}
-	if *asJSON {
+	if output == outputJSON {
 		return writeJSON(out, rows)
 	}
+	return tenantTable(out, rows, output == outputWide)
+}
+
+// tenantTable prints the tenant table. The narrow one fits a terminal:
+// who the tenant is, its policy, and its GPU memory now and at its peak
+// (MEM-NOW is what its live processes hold: 0 once they exit, while
+// MEM-PEAK keeps the most they held). Wide adds the container id, runtime,
+// cgroup and the device runtime's refusal and delay counts.
+func tenantTable(out io.Writer, rows []TenantRow, wide bool) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tCONTAINER\tNAME\tPOD\tRUNTIME\tCGROUP\tCGROUP-ID\tPOLICY\tQUOTA\tPRIORITY\tGPU-MEM\tPEAK\tREFUSED\tDELAYED")
+	if wide {
+		fmt.Fprintln(tw, "TENANT\tCONTAINER\tNAME\tPOD\tRUNTIME\tCGROUP\tCGROUP-ID\tPOLICY\tQUOTA\tPRIORITY\tMEM-NOW\tMEM-PEAK\tREFUSED\tDELAYED")
+	} else {
+		fmt.Fprintln(tw, "TENANT\tCONTAINER\tPOD\tPOLICY\tQUOTA\tPRIORITY\tMEM-NOW\tMEM-PEAK")
+	}
 	for _, r := range rows {
 		policy := r.Policy
 		if r.FailedOpen {
@@ -220,21 +253,25 @@ func tenants(cfg config.Config, args []string, out io.Writer) error {
 			used, peak = policies.FormatSize(u.UsedBytes), policies.FormatSize(u.PeakBytes)
 			refused, delayed = strconv.FormatUint(u.RefusedAllocs, 10), strconv.FormatUint(u.DelayedLaunches, 10)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Tenant, short(r.Container),
-			dash(r.ContainerName), dash(r.Pod), r.Runtime, dash(shortPath(r.Cgroup)), idStr(r.CgroupID), policy, quota,
-			r.Priority, used, peak, refused, delayed)
+		if wide {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Tenant, short(r.Container),
+				dash(r.ContainerName), dash(r.Pod), r.Runtime, dash(shortPath(r.Cgroup)), idStr(r.CgroupID), policy, quota,
+				r.Priority, used, peak, refused, delayed)
+			continue
+		}
+		name := r.ContainerName // the short id where the runtime gave no name
+		if name == "" {
+			name = short(r.Container)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Tenant, name, dash(r.Pod), policy, quota, r.Priority, used, peak)
 	}
 	return tw.Flush()
 }
 
 func listPolicies(cfg config.Config, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("policies", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	cat, err := cfg.Catalog()
-	if err != nil {
+	format := outputFlags(fs)
+	if err := parseFlags(fs, args, out); err != nil {
 		return err
 	}
 	if rest := fs.Args(); len(rest) > 0 {
@@ -242,6 +279,16 @@ func listPolicies(cfg config.Config, args []string, out io.Writer) error {
 		case "attached", "attach", "detach":
 			return kernelPolicies(cfg, rest[0], rest[1:], out)
 		}
+	}
+	output, err := format()
+	if err != nil {
+		return err
+	}
+	cat, err := cfg.Catalog()
+	if err != nil {
+		return err
+	}
+	if rest := fs.Args(); len(rest) > 0 {
 		if rest[0] != "show" || len(rest) != 2 {
 			return fmt.Errorf("usage: gpuextctl policies show NAME")
 		}
@@ -252,15 +299,41 @@ func listPolicies(cfg config.Config, args []string, out io.Writer) error {
 		return writeJSON(out, p)
 	}
 	list := cat.List()
-	if *asJSON {
+	if output == outputJSON {
 		return writeJSON(out, list)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "POLICY\tSUMMARY\tDESCRIPTION")
+	if output == outputWide {
+		fmt.Fprintln(tw, "POLICY\tSUMMARY\tDESCRIPTION")
+		for _, p := range list {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.Summary(), p.Description)
+		}
+		return tw.Flush()
+	}
+	// narrow: what a policy asks for, the algorithms by name (-o wide: their
+	// parameters, timeslices, SM share, and the description)
+	fmt.Fprintln(tw, "POLICY\tCLASS\tQUOTA\tEVICTION\tPREFETCH")
 	for _, p := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.Summary(), p.Description)
+		quota := "unlimited"
+		switch {
+		case p.Memory.QuotaBytes > 0:
+			quota = policies.FormatSize(p.Memory.QuotaBytes)
+		case slices.Contains(p.Requires, policies.KeyQuota):
+			quota = "from " + policies.KeyQuota
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, p.Priority.Class, quota, algorithmName(p.Memory.Eviction),
+			algorithmName(p.Memory.Prefetch))
 	}
 	return tw.Flush()
+}
+
+// algorithmName is an eviction or prefetch algorithm's name without its
+// parameters ("default" for none).
+func algorithmName(a policies.Algorithm) string {
+	if a.Name == "" {
+		return "default"
+	}
+	return a.Name
 }
 
 // AttachedRow is one line of `policies attached` (also the --json element).
@@ -287,7 +360,7 @@ func kernelPolicies(cfg config.Config, cmd string, args []string, out io.Writer)
 	object := fs.String("object", "", "attach: a BPF policy object built with the SDK instead of a policy NAME")
 	objName := fs.String("name", "", "attach --object: the name to attach it under (default: the file name without .bpf.o)")
 	replace := fs.Bool("replace", false, "attach: replace the attached policy of that name atomically (memory policies)")
-	if err := fs.Parse(reorderFlags(args)); err != nil {
+	if err := parseFlags(fs, reorderFlags(args), out); err != nil {
 		return err
 	}
 	l := &kernelpolicy.Loader{PinDir: *pinDir, Core: kernelpolicy.Core{Dir: *debugfs}}
@@ -425,7 +498,7 @@ func runBoard(cfg config.Config, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("board", flag.ContinueOnError)
 	interval := fs.Duration("interval", time.Millisecond, "shortest gap between two reads of the latency-critical tenants' deadlines (the publisher reads on their wake FIFOs and a quarter window before a deadline passes, not on a clock)")
 	trace := fs.String("trace", "", "write a line per read of a latency-critical tenant's deadline to this file (NOW TENANT WHY DEADLINE PUBLISHED BUSY, monotonic ns; for diagnosing the launch gate)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, out); err != nil {
 		return err
 	}
 	pub, err := board.Open(filepath.Join(cfg.StateDir, "board"), filepath.Join(cfg.StateDir, "acct"),
@@ -456,7 +529,7 @@ func gc(cfg config.Config, args []string, out io.Writer) error {
 	grace := fs.Duration("grace", 10*time.Minute, "release reserved tenants without a cgroup only after this long")
 	all := fs.Bool("all", false, "also entries of the NRI plugin (normally its Synchronize keeps them)")
 	pinDir := fs.String("pin-dir", cfg.PinDir, "registry pin directory")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, out); err != nil {
 		return err
 	}
 	if _, err := os.Stat(*pinDir); err != nil {

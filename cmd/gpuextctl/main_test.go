@@ -83,9 +83,24 @@ func TestTenantsTable(t *testing.T) {
 	if err := run([]string{"tenants", "--pin-dir", pin}, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"TENANT", "web", "ns/p", "containerd", "/kubepods/pod1/abc", "4242", "quota", "8GiB", "latency-critical"} {
+	for _, s := range []string{"TENANT", "web", "ns/p", "quota", "8GiB", "latency-critical", "MEM-NOW", "MEM-PEAK"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("tenant table lacks %q:\n%s", s, out.String())
+		}
+	}
+	for _, l := range strings.Split(out.String(), "\n") {
+		if len(l) > 100 {
+			t.Errorf("tenant table: a %d-column line (want at most 100; -o wide for more):\n%s", len(l), out.String())
+		}
+	}
+	out.Reset()
+	if err := run([]string{"tenants", "-o", "wide", "--pin-dir", pin}, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"TENANT", "abc", "web", "ns/p", "containerd", "/kubepods/pod1/abc", "4242", "quota", "8GiB",
+		"latency-critical", "REFUSED", "DELAYED"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("tenant table -o wide lacks %q:\n%s", s, out.String())
 		}
 	}
 }

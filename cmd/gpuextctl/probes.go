@@ -93,7 +93,7 @@ func probesCmd(cfg config.Config, args []string, out io.Writer) error {
 	asJSON := fset.Bool("json", false, "print JSON")
 	stateDir := fset.String("state-dir", cfg.StateDir, "the admission state directory (tenants/, acct/)")
 	kernels := fset.Int("kernels", 0, "also print each tenant's N most launched kernels (name, device|host, reason, launches, grid, block, host latency)")
-	if err := fset.Parse(args); err != nil {
+	if err := parseFlags(fset, args, out); err != nil {
 		return err
 	}
 	if fset.NArg() != 0 {

@@ -24,9 +24,8 @@ type ProbeVerdicts struct {
 // that run and each refused one with its reason.
 func probesCatalogCmd(cfg config.Config, args []string, out io.Writer) error {
 	fset := flag.NewFlagSet("probes catalog", flag.ContinueOnError)
-	fset.SetOutput(out)
 	asJSON := fset.Bool("json", false, "print JSON")
-	if err := fset.Parse(args); err != nil {
+	if err := parseFlags(fset, args, out); err != nil {
 		return err
 	}
 	if fset.NArg() != 0 {

@@ -23,7 +23,6 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 // without a container (to check a set, or to carry to a GPU host).
 func probesCompileCmd(cfg config.Config, args []string, out io.Writer) error {
 	fset := flag.NewFlagSet("probes compile", flag.ContinueOnError)
-	fset.SetOutput(out)
 	dir := fset.String("out", "", "directory to write module.ptx, module.conf and manifest.json into (required)")
 	var kernels stringList
 	fset.Var(&kernels, "kernel", "probe only this .entry (mangled name); repeatable; none = every kernel; narrows a probe's catalog kernels as probe-kernels.gpuext.io does")
@@ -33,7 +32,7 @@ func probesCompileCmd(cfg config.Config, args []string, out io.Writer) error {
 		fmt.Fprintln(out, "probeDir (gpuextctl --config FILE) into a probe module.")
 		fset.PrintDefaults()
 	}
-	if err := fset.Parse(args); err != nil {
+	if err := parseFlags(fset, args, out); err != nil {
 		return err
 	}
 	if *dir == "" || fset.NArg() != 1 {

@@ -19,10 +19,9 @@ import (
 // program run by hand with a bundle from `probes compile`.
 func probesReadCmd(cfg config.Config, args []string, out io.Writer) error {
 	fset := flag.NewFlagSet("probes read", flag.ContinueOnError)
-	fset.SetOutput(out)
 	asJSON := fset.Bool("json", false, "print JSON")
 	manifestPath := fset.String("manifest", "", "the module's manifest.json: count only its maps and name its probes (default: every map, every catalog probe)")
-	if err := fset.Parse(args); err != nil {
+	if err := parseFlags(fset, args, out); err != nil {
 		return err
 	}
 	if fset.NArg() != 1 {

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 
 	"github.com/gpuext/gpuext/internal/admission"
@@ -37,7 +39,7 @@ func setPolicy(cfg config.Config, args []string, out io.Writer) error {
 	timeout := fs.Duration("timeout", agent.DefaultTimeout, "how long to wait for the agent")
 	params := paramFlags{}
 	fs.Var(params, "param", "a further key of the request, KEY=VALUE (quota=2GiB, priority=best-effort); repeatable")
-	if err := fs.Parse(reorderFlags(args)); err != nil {
+	if err := parseFlags(fs, reorderFlags(args), out); err != nil {
 		return err
 	}
 	if fs.NArg() != 2 {
@@ -46,6 +48,14 @@ func setPolicy(cfg config.Config, args []string, out io.Writer) error {
 	}
 	d, err := agent.NewClient(*socket, *timeout).SetPolicy(admission.PolicyChange{Tenant: fs.Arg(0), Policy: fs.Arg(1),
 		Params: params})
+	var oe *net.OpError
+	if errors.Is(err, agent.ErrUnavailable) && errors.As(err, &oe) && oe.Op == "dial" {
+		return fmt.Errorf("set-policy %s %s: %w", fs.Arg(0), fs.Arg(1), agentDown(*socket, err))
+	}
+	if errors.Is(err, admission.ErrUnknownTenant) {
+		return fmt.Errorf("set-policy %s %s: %w: `gpuextctl tenants` lists the tenants (TENANT is the id; "+
+			"`gpuextctl tenants -o json` shows each key)", fs.Arg(0), fs.Arg(1), err)
+	}
 	if err != nil {
 		return fmt.Errorf("set-policy %s %s: %w", fs.Arg(0), fs.Arg(1), err)
 	}

@@ -27,7 +27,7 @@ func settingsCmd(args []string, out io.Writer) error {
 	}
 	switch args[0] {
 	case "write":
-		return settingsWrite(args[1:])
+		return settingsWrite(args[1:], out)
 	case "show":
 		if len(args) != 2 {
 			return errors.New("settings show: want one tenant dir or settings file")
@@ -37,7 +37,7 @@ func settingsCmd(args []string, out io.Writer) error {
 	return fmt.Errorf("settings: unknown subcommand %q", args[0])
 }
 
-func settingsWrite(args []string) error {
+func settingsWrite(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("settings write", flag.ContinueOnError)
 	dir := fs.String("dir", "", "the tenant dir to write (created)")
 	tenant := fs.Uint("tenant", 0, "tenant id (> 0)")
@@ -52,7 +52,7 @@ func settingsWrite(args []string) error {
 	probes := fs.String("probes", "", "comma-separated probe names (config.json only)")
 	gpus := fs.String("gpus", "", "host GPU indices the tenant was given, comma-separated in index order (\"0,1\"), as admission writes for a container given gpuext.io/gpu-memory; needs --gpu-quotas")
 	gpuQuotas := fs.String("gpu-quotas", "", "the quota on each of --gpus, in the same order (\"2GiB,3GiB\"): device ordinal i (after CUDA_VISIBLE_DEVICES) has the i-th, an ordinal past the list has no memory")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, out); err != nil {
 		return err
 	}
 	if *dir == "" || *tenant == 0 || fs.NArg() != 0 {

@@ -40,7 +40,7 @@ func setupNode(cfg config.Config, args []string, out io.Writer) error {
 	devrtDir := fs.String("devrt-dir", cfg.DevrtDir, "host directory of the device runtime (mounted read-only into tenant containers)")
 	inContainer := fs.Bool("in-container", false, "running in a container with the host's paths bind-mounted: refuse to mount a bpf filesystem that the host would not see (the mount point's mount is not shared)")
 	mountinfo := fs.String("mountinfo", "/proc/self/mountinfo", "mount table read for --in-container")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, out); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -218,7 +218,7 @@ func ping(cfg config.Config, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("ping", flag.ContinueOnError)
 	socket := fs.String("socket", cfg.AgentSocket, "the agent's API socket")
 	timeout := fs.Duration("timeout", 2*time.Second, "how long to wait for the answer")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, out); err != nil {
 		return err
 	}
 	client := &http.Client{
@@ -234,9 +234,9 @@ func ping(cfg config.Config, args []string, out io.Writer) error {
 	if err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return fmt.Errorf("agent at %s: no answer in %s", *socket, *timeout)
+			return fmt.Errorf("the gpuext agent at %s: no answer in %s (busy or stuck: its log says; --timeout waits longer)", *socket, *timeout)
 		}
-		return fmt.Errorf("agent at %s: %w", *socket, err)
+		return agentDown(*socket, err)
 	}
 	resp.Body.Close()
 	fmt.Fprintf(out, "agent at %s answers\n", *socket)

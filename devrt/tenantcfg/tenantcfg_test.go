@@ -3,7 +3,11 @@ package tenantcfg
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -98,6 +102,24 @@ func TestEncodeRefuses(t *testing.T) {
 	} {
 		if _, err := Encode(s); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: Encode err = %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+// TestDocsGiveTheSize: the docs that describe settings.bin give the size
+// the header defines (docs/injection.md once said 64 bytes after the
+// record had grown to 200).
+func TestDocsGiveTheSize(t *testing.T) {
+	for doc, want := range map[string]string{
+		"injection.md": fmt.Sprintf("one %d-byte `struct gpuext_devrt_tenant`", size),
+		"devrt.md":     fmt.Sprintf("`$GPUEXT_TENANT_DIR/settings.bin`, %d bytes", size),
+	} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "docs", doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), want) {
+			t.Errorf("docs/%s does not say %q: settings.bin is %d bytes (GPUEXT_DEVRT_TENANT_SIZE)", doc, want, size)
 		}
 	}
 }

@@ -117,6 +117,9 @@ const (
 	KindRequest ErrorKind = "request"
 	// KindConstraint: the admin constraints forbid the request.
 	KindConstraint ErrorKind = "constraint"
+	// KindNotFound: a request about a running tenant (set-policy) names
+	// none; admission of a container never has this kind.
+	KindNotFound ErrorKind = "not-found"
 	// KindInternal: gpuext itself failed (registry full, a state directory
 	// write, a cgroup that cannot be resolved, the agent unreachable).
 	KindInternal ErrorKind = "internal"
@@ -138,6 +141,8 @@ func KindOf(err error) ErrorKind {
 	switch {
 	case errors.Is(err, policies.ErrForbidden):
 		return KindConstraint
+	case errors.Is(err, ErrUnknownTenant):
+		return KindNotFound
 	case errors.Is(err, errRequest), errors.Is(err, ErrDecisionForged), errors.Is(err, policies.ErrUnknownPolicy), errors.Is(err, policies.ErrBadSize),
 		errors.Is(err, policies.ErrBadValue), errors.Is(err, policies.ErrUnknownKey), errors.Is(err, policies.ErrMissingParam):
 		return KindRequest

@@ -53,6 +53,22 @@ func admitProbes(t *testing.T, c *Core, sel policies.Selection) (string, error, 
 	return dir, dropped, nil
 }
 
+// readTenantFile is the tenant dir's config.json, decoded: a missing or
+// malformed file fails the test (an empty TenantFile would pass every
+// check of what it does not list).
+func readTenantFile(t *testing.T, dir string) (TenantFile, []byte) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, TenantConfigFile))
+	if err != nil {
+		t.Fatalf("tenant config.json: %v", err)
+	}
+	var tf TenantFile
+	if err := json.Unmarshal(b, &tf); err != nil {
+		t.Fatalf("tenant config.json: %v\n%s", err, b)
+	}
+	return tf, b
+}
+
 // What the device runtime finds in the tenant dir of a container that
 // selects probes: module.conf, module.ptx and manifest.json under probes/,
 // and config.json naming the probes.
@@ -76,14 +92,16 @@ func TestAdmitWritesProbeModule(t *testing.T) {
 		t.Errorf("module.ptx: %v", err)
 	}
 	var m probe.Manifest
-	b, _ := os.ReadFile(filepath.Join(dir, TenantProbesDir, probe.ManifestFile))
+	b, err := os.ReadFile(filepath.Join(dir, TenantProbesDir, probe.ManifestFile))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := json.Unmarshal(b, &m); err != nil || strings.Join(m.Probes, ",") != "launch-latency,sm-histogram" {
 		t.Errorf("manifest.json: %v %v", err, m.Probes)
 	}
-	var tf TenantFile
-	b, _ = os.ReadFile(filepath.Join(dir, TenantConfigFile))
-	if err := json.Unmarshal(b, &tf); err != nil || strings.Join(tf.Probes, ",") != "sm-histogram,launch-latency" {
-		t.Errorf("config.json probes: %v %v", err, tf.Probes)
+	tf, _ := readTenantFile(t, dir)
+	if strings.Join(tf.Probes, ",") != "sm-histogram,launch-latency" {
+		t.Errorf("config.json probes: %v", tf.Probes)
 	}
 	if tf.ProbeKernels == nil || len(tf.ProbeKernels) != 0 || strings.Contains(string(conf), "kernel ") {
 		t.Errorf("no kernel list: config.json probeKernels %#v, module.conf\n%s", tf.ProbeKernels, conf)
@@ -135,11 +153,10 @@ func TestProbeCompileFailure(t *testing.T) {
 	if e := hook.LastEntry(); e == nil || e.Level != logrus.WarnLevel || e.Data["probesFrom"] != "probes.gpuext.io/container.web" {
 		t.Errorf("fail-open: log %+v", e)
 	}
-	var tf TenantFile
-	b, _ := os.ReadFile(filepath.Join(dir, TenantConfigFile))
-	json.Unmarshal(b, &tf)
-	if len(tf.Probes) != 0 {
-		t.Errorf("fail-open: config.json still lists probes %v", tf.Probes)
+	tf, b := readTenantFile(t, dir)
+	if tf.Policy != sel.Policy.Name || tf.Probes == nil || len(tf.Probes) != 0 {
+		t.Errorf("fail-open: config.json has policy %q and probes %#v, want %q and an empty list:\n%s", tf.Policy, tf.Probes,
+			sel.Policy.Name, b)
 	}
 	if _, err := os.Stat(filepath.Join(dir, TenantProbesDir)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("fail-open: probes dir exists: %v", err)
@@ -163,10 +180,9 @@ func TestAdmitProbeKernels(t *testing.T) {
 	if !strings.Contains(string(conf), "kernel _Z3sumPf\nkernel _Z4vaddPKfS0_Pfi\n") || strings.Count(string(conf), "kernel ") != 2 {
 		t.Errorf("module.conf lacks the kernel lines:\n%s", conf)
 	}
-	var tf TenantFile
-	b, _ := os.ReadFile(filepath.Join(dir, TenantConfigFile))
-	if err := json.Unmarshal(b, &tf); err != nil || strings.Join(tf.ProbeKernels, ",") != "_Z3sumPf,_Z4vaddPKfS0_Pfi" {
-		t.Errorf("config.json probeKernels: %v %v", err, tf.ProbeKernels)
+	tf, b := readTenantFile(t, dir)
+	if strings.Join(tf.ProbeKernels, ",") != "_Z3sumPf,_Z4vaddPKfS0_Pfi" {
+		t.Errorf("config.json probeKernels: %v", tf.ProbeKernels)
 	}
 	if !strings.Contains(string(b), `"probeKernels": [`) {
 		t.Errorf("config.json:\n%s", b)
@@ -199,10 +215,9 @@ func TestAdmitProbeKernels(t *testing.T) {
 	if e := hook.LastEntry(); e == nil || e.Data["probeKernels"] != "_Z3sumPf" || e.Data["probeKernelsFrom"] != "probe-kernels.gpuext.io/pod" {
 		t.Errorf("fail-open: log %+v", e)
 	}
-	tf = TenantFile{}
-	b, _ = os.ReadFile(filepath.Join(dir, TenantConfigFile))
-	if err := json.Unmarshal(b, &tf); err != nil || len(tf.Probes) != 0 || len(tf.ProbeKernels) != 0 {
-		t.Errorf("fail-open: config.json %s", b)
+	tf, b = readTenantFile(t, dir)
+	if tf.Policy != sel.Policy.Name || tf.Probes == nil || len(tf.Probes) != 0 || tf.ProbeKernels == nil || len(tf.ProbeKernels) != 0 {
+		t.Errorf("fail-open: config.json, want policy %q with empty probes and probeKernels:\n%s", sel.Policy.Name, b)
 	}
 	if _, err := os.Stat(filepath.Join(dir, TenantProbesDir)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("fail-open: the earlier module is still there: %v", err)

@@ -151,8 +151,8 @@ func TestSetPolicyRefusesWhatAdmissionRefuses(t *testing.T) {
 		}
 	}
 	if _, err := l.core.SetPolicy(admission.PolicyChange{Tenant: "nri/ctr/nobody", Policy: "batch"}); !errors.Is(err, admission.ErrUnknownTenant) ||
-		!strings.Contains(err.Error(), "nri/ctr/nobody") {
-		t.Errorf("unknown tenant: %v", err)
+		!strings.Contains(err.Error(), "nri/ctr/nobody") || admission.KindOf(err) != admission.KindNotFound {
+		t.Errorf("unknown tenant: %v (kind %s), want ErrUnknownTenant of kind %s naming it", err, admission.KindOf(err), admission.KindNotFound)
 	}
 	after, _ := readSettings(t, dir)
 	recAfter, _ := l.reg.TenantRecord(d.Tenant)

@@ -168,11 +168,25 @@ func removeAcctDir(dir string) error {
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
 			break // not a mount point (any more), or not there
 		}
+		if errors.Is(err, unix.EPERM) && !onOwnDevice(dir) {
+			break // without CAP_SYS_ADMIN umount says EPERM first: nothing is mounted here anyway
+		}
 		if err != nil {
 			return fmt.Errorf("unmount %s: %w", dir, err)
 		}
 	}
 	return os.RemoveAll(dir)
+}
+
+// onOwnDevice: dir is on another device than its parent, as the tmpfs of
+// an accounting dir is (makeAcctDir), and a dir that is not a mount point
+// is not. Not a link: an lstat.
+func onOwnDevice(dir string) bool {
+	var st, parent unix.Stat_t
+	if unix.Lstat(dir, &st) != nil || unix.Lstat(filepath.Dir(dir), &parent) != nil {
+		return true // unknown: let the unmount error stand
+	}
+	return st.Dev != parent.Dev
 }
 
 func (c *Core) tenantDir(id bpf.TenantID) string { return TenantDir(c.cfg.StateDir, uint64(id)) }

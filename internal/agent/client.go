@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gpuext/gpuext/cgroup"
@@ -114,14 +115,19 @@ func (c *Client) Remove(info admission.ContainerInfo) error {
 
 // SetPolicy asks the agent to change a running tenant's policy. A refusal
 // (what admission would refuse) is an error with the agent's keyed message
-// and kind (KindRequest, KindConstraint); it does not wrap ErrRefused.
+// and kind (KindRequest, KindConstraint); it does not wrap ErrRefused. A
+// tenant the agent does not know wraps admission.ErrUnknownTenant.
 func (c *Client) SetPolicy(pc admission.PolicyChange) (admission.Decision, error) {
 	out, err := c.callReq(pathSetPolicy, request{Change: &pc})
 	if err != nil {
-		if out.Kind != "" {
-			return admission.Decision{}, fmt.Errorf("%s (%s)", out.Error, out.Kind)
+		switch out.Kind {
+		case "":
+			return admission.Decision{}, err
+		case string(admission.KindNotFound): // the caller's mistake: errors.Is finds it
+			return admission.Decision{}, fmt.Errorf("%w%s", admission.ErrUnknownTenant,
+				strings.TrimPrefix(out.Error, admission.ErrUnknownTenant.Error()))
 		}
-		return admission.Decision{}, err
+		return admission.Decision{}, fmt.Errorf("%s (%s)", out.Error, out.Kind)
 	}
 	if out.Decision == nil {
 		return admission.Decision{}, fmt.Errorf("%w: answer without a decision", ErrUnavailable)

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -331,6 +332,29 @@ func shown(v string) string {
 		return strconv.Quote(v)
 	}
 	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(strings.ToValidUTF8(v[:maxShown], "")), len(v))
+}
+
+// DefaultPath is where the systemd units, the chart and the README put the
+// config file.
+const DefaultPath = "/etc/gpuext/config.json"
+
+// LoadOrDefault is Load for the agent and the CLI: every field is optional,
+// so DefaultPath may be missing, which gives the defaults (usedDefaults
+// tells the caller to log it). A missing file at any other path is an
+// error: a path named by hand is meant.
+func LoadOrDefault(path string) (cfg Config, usedDefaults bool, err error) {
+	return loadOrDefault(path, DefaultPath)
+}
+
+func loadOrDefault(path, defaultPath string) (Config, bool, error) {
+	if path == "" {
+		return Default(), true, nil
+	}
+	cfg, err := Load(path)
+	if path == defaultPath && errors.Is(err, fs.ErrNotExist) {
+		return Default(), true, nil
+	}
+	return cfg, false, err
 }
 
 // Load reads a config file; an empty path gives the defaults.

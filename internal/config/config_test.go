@@ -1,6 +1,10 @@
 package config
 
 import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -82,6 +86,36 @@ func TestErrorsQuoteBoundedValues(t *testing.T) {
 		}
 		if msg := err.Error(); len(msg) > 512 || !strings.Contains(msg, key+` "xxxx`) || !strings.Contains(msg, "102400 bytes") {
 			t.Errorf("%s: error of %d bytes (%.200s); want under 512, naming the key, the value's start and its length", key, len(msg), msg)
+		}
+	}
+}
+
+// TestLoadOrDefault: every field is optional, so the conventional path may
+// be missing (the defaults, said to the caller); a file there is read; a
+// missing file at a path named by hand is an error naming it.
+func TestLoadOrDefault(t *testing.T) {
+	dir := t.TempDir()
+	def := filepath.Join(dir, "config.json")
+	if cfg, usedDefaults, err := loadOrDefault(def, def); err != nil || !usedDefaults || cfg != Default() {
+		t.Errorf("missing default path: %+v usedDefaults=%v err=%v, want the defaults", cfg, usedDefaults, err)
+	}
+	if cfg, usedDefaults, err := loadOrDefault("", def); err != nil || !usedDefaults || cfg != Default() {
+		t.Errorf("no path: %+v usedDefaults=%v err=%v, want the defaults", cfg, usedDefaults, err)
+	}
+	other := filepath.Join(dir, "typo.json")
+	if _, _, err := loadOrDefault(other, def); !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), other) {
+		t.Errorf("missing named path: %v, want ErrNotExist naming %s", err, other)
+	}
+	if err := os.WriteFile(def, []byte(`{"failMode":"strict"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, usedDefaults, err := loadOrDefault(def, def); err != nil || usedDefaults || cfg.FailMode != "strict" {
+		t.Errorf("default path present: failMode %q usedDefaults=%v err=%v, want the file's strict", cfg.FailMode, usedDefaults, err)
+	}
+	for _, unit := range []string{"gpuext-agent.service", "gpuext-nri.service"} { // the units name the default path
+		b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "systemd", unit))
+		if err != nil || !strings.Contains(string(b), "--config "+DefaultPath) {
+			t.Errorf("deploy/systemd/%s: %v; want its ExecStart to pass --config %s", unit, err, DefaultPath)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +21,8 @@ type apiServer struct {
 	events  chan string  // lines the watch stream sends; closed: EOF
 	token   string
 	uid     atomic.Value // string: the DaemonSet's metadata.uid
+	gets    atomic.Int32 // GETs of the DaemonSet answered
+	watches atomic.Int32 // watch streams opened
 }
 
 func (a *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -32,6 +35,7 @@ func (a *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "bad selector "+got, http.StatusBadRequest)
 			return
 		}
+		a.watches.Add(1)
 		w.WriteHeader(http.StatusOK)
 		w.(http.Flusher).Flush()
 		for {
@@ -42,6 +46,9 @@ func (a *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				}
 				fmt.Fprintln(w, line)
 				w.(http.Flusher).Flush()
+				if strings.Contains(line, `"type":"ERROR"`) {
+					return // the API server ends a watch after an ERROR event
+				}
 			case <-r.Context().Done():
 				return
 			}
@@ -51,6 +58,7 @@ func (a *apiServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	a.gets.Add(1)
 	if c := a.getCode.Load(); c != 0 {
 		http.Error(w, `{"message":"daemonsets.apps \"gpuext\" is forbidden"}`, int(c))
 		return
@@ -95,12 +103,25 @@ func TestDeletedEventMarksUninstall(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go w.Run(ctx)
+	waitUntil(t, "DaemonSet seen", w.seen.Load)
+	// A rollout's MODIFIED, then an ERROR event that ends the watch: the
+	// watcher GETs again only once it has handled both, in order. That GET
+	// fails (503), which changes nothing, so what Deleted says then is what
+	// the MODIFIED event did.
+	a.getCode.Store(http.StatusServiceUnavailable)
 	a.events <- `{"type":"MODIFIED","object":{"metadata":{"name":"gpuext","resourceVersion":"43"}}}`
-	time.Sleep(50 * time.Millisecond)
+	a.events <- `{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired"}}`
+	waitUntil(t, "a GET after the watch ended", func() bool { return a.gets.Load() >= 2 })
 	if w.Deleted() {
 		t.Fatal("a MODIFIED event (a rollout) marked the DaemonSet deleted")
 	}
-	a.exists.Store(false)
+	// The open watch delivers DELETED. Every GET still finds the DaemonSet,
+	// so only the event can mark it deleted.
+	a.getCode.Store(0)
+	waitUntil(t, "the watch open again", func() bool { return a.watches.Load() >= 2 })
+	if w.Deleted() {
+		t.Fatal("deleted before any DELETED event")
+	}
 	a.events <- `{"type":"DELETED","object":{"metadata":{"name":"gpuext","resourceVersion":"44"}}}`
 	waitUntil(t, "DELETED seen", w.Deleted)
 }

@@ -21,7 +21,7 @@ const EnvConfig = "GPUEXT_CONFIG"
 
 // DefaultConfigPath is used when neither --config nor GPUEXT_CONFIG names a
 // config and the file exists; otherwise the built-in defaults apply.
-const DefaultConfigPath = "/etc/gpuext/config.json"
+const DefaultConfigPath = config.DefaultPath
 
 // ConfigPath picks the config file: the flag, else $GPUEXT_CONFIG, else
 // DefaultConfigPath when it exists, else "" (built-in defaults).
@@ -77,7 +77,7 @@ func HookMain(args []string, stdin io.Reader, stderr io.Writer, timeout time.Dur
 		fmt.Fprintln(stderr, "gpuext-oci-hook:", err)
 		return code
 	}
-	cfg, err := config.Load(cfgPath)
+	cfg, _, err := config.LoadOrDefault(cfgPath) // as the agent: a missing /etc/gpuext/config.json is the defaults
 	if err != nil {
 		return fail(ExitFailed, err)
 	}

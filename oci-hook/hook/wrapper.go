@@ -52,7 +52,7 @@ func WrapperMain(env WrapperEnv) (Exec, int) {
 	// perr is a create that runc versions read differently.
 	cmd, perr := ParseRuncArgs(env.Args, env.Cwd)
 	cfgPath := ConfigPath(cmd.ConfigPath, env.Getenv)
-	cfg, cfgErr := config.Load(cfgPath)
+	cfg, _, cfgErr := config.LoadOrDefault(cfgPath) // daemon.json's /etc/gpuext/config.json may be missing: the defaults
 	runcCfg := cfg.Runc
 	if cfgErr != nil {
 		runcCfg = config.DefaultRunc

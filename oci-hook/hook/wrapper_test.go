@@ -15,6 +15,7 @@ import (
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/agent"
+	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/privtest"
 	"github.com/gpuext/gpuext/policies"
 )
@@ -189,6 +190,23 @@ func TestWrapperAdmissionFailure(t *testing.T) {
 		f.configUnchanged(t)
 		if ex, code, _ := f.run(t, "--config", f.cfgPath, "state", "c1"); code != ExitOK || ex.Path != f.runc {
 			t.Fatalf("state: %+v %d", ex, code)
+		}
+	})
+	t.Run("missing /etc/gpuext/config.json is the defaults", func(t *testing.T) {
+		// daemon.json passes --config /etc/gpuext/config.json; a host
+		// without the file runs on the defaults (fail-open), as the agent does
+		if _, err := os.Stat(config.DefaultPath); err == nil {
+			t.Skipf("this host has %s: the case needs it missing", config.DefaultPath)
+		}
+		f := newWrapperFixture(t, nil)
+		args := append([]string{"--config", config.DefaultPath}, create(f)[2:]...)
+		ex, code, stderr := f.run(t, args...)
+		if code != ExitOK || strings.Contains(stderr, "config") || ex.Path != f.runc || !slices.Equal(ex.Argv[1:], args[2:]) {
+			t.Fatalf("exec %+v, code %d, stderr %q; want runc run with the defaults (fail-open)", ex, code, stderr)
+		}
+		if _, code, stderr := f.run(t, append([]string{"--config", filepath.Join(f.dir, "typo.json")}, create(f)[2:]...)...); code != ExitFailed ||
+			!strings.Contains(stderr, "typo.json") {
+			t.Fatalf("a missing config named by hand: code %d, stderr %q; want a refusal naming it", code, stderr)
 		}
 	})
 	t.Run("missing hook binary", func(t *testing.T) {

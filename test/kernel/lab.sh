@@ -170,6 +170,24 @@ boot_once() {
 	return $rc
 }
 
+# qemu_outcome RC: what qemu's exit status says. The guest's /init reports
+# through the isa-debug-exit device, which makes qemu exit with
+# (code << 1) | 1: 1 is the guest's success, not an error.
+qemu_outcome() {
+	local rc=$1
+	case $rc in
+	1) echo "the guest reported success (debug-exit code 0)" ;;
+	124) echo "timed out after ${TIMEOUT}s (qemu killed)" ;;
+	0) echo "the guest powered off without a debug-exit report (it died before /init's end)" ;;
+	*) if ((rc % 2 == 1 && rc < 128)); then echo "the guest reported failure (debug-exit code $((rc >> 1)))"; else echo "qemu itself failed (exit status $rc)"; fi ;;
+	esac
+}
+
+# guest_said SERIAL: the guest's verdict line (KERNEL-LAB PASS or FAIL rc=N).
+guest_said() {
+	tr -d '\r' <"$1" | sed 's/\x1b\[[0-9;?]*[a-zA-Z]//g' | grep -oE 'KERNEL-LAB (PASS|FAIL).*' | tail -1 || true
+}
+
 cmd_run() {
 	[ -f "$OUT/guest.test" ] || cmd_build
 	need_tools
@@ -191,7 +209,9 @@ cmd_run() {
 		fi
 		break
 	done
-	log "qemu exit status $rc after $((SECONDS - t0))s"
+	local said
+	said=$(guest_said "$serial")
+	log "guest said: ${said:-nothing (no KERNEL-LAB line)}; qemu: $(qemu_outcome "$rc"); after $((SECONDS - t0))s"
 	if grep -qE 'Oops|BUG:|Kernel panic|general protection|WARNING:' "$serial"; then
 		log "kernel log shows a problem:"
 		grep -E -A20 'Oops|BUG:|Kernel panic|general protection|WARNING:' "$serial" | tr -d '\r' | head -60
@@ -200,7 +220,7 @@ cmd_run() {
 		log "PASS"
 		return 0
 	fi
-	log "FAIL (qemu status $rc; serial log tail follows)"
+	log "FAIL ($(qemu_outcome "$rc"); serial log tail follows)"
 	tail -40 "$serial" | tr -d '\r'
 	return 1
 }

@@ -87,10 +87,19 @@ install_go_tools() {
 	fi
 }
 
+# timed NAME CMD...: run a step and keep its seconds for the summary line.
+steps=()
+timed() {
+	local name=$1 t=$SECONDS
+	shift
+	"$@"
+	steps+=("$name $(( SECONDS - t ))s")
+}
+
 if [[ "${GPUEXT_LAB_SKIP_APT:-0}" != 1 ]]; then
-	install_apt
+	timed apt install_apt
 fi
-install_go_tools
-"$LAB_SCRIPTS/install-prometheus.sh" # the Prometheus server the metrics e2e test scrapes the agent with
-"$REPO/test/k8s/install.sh" # etcd, the Kubernetes components and helm of the k8s lab (test/k8s)
-lab_log "deps ready in $(( SECONDS - start ))s (binaries in $LAB_BIN)"
+timed containerd+crictl install_go_tools
+timed prometheus "$LAB_SCRIPTS/install-prometheus.sh" # the Prometheus server the metrics e2e test scrapes the agent with
+timed kubernetes "$REPO/test/k8s/install.sh" # etcd, the Kubernetes components and helm of the k8s lab (test/k8s)
+lab_log "deps ready in $(( SECONDS - start ))s: $(IFS=,; echo "${steps[*]}" | sed 's/,/, /g') (binaries in $LAB_BIN)"
