@@ -2,12 +2,12 @@ package hook
 
 import (
 	"maps"
-	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/policies/grammar"
 )
 
 // AnnotationContainerName is the annotation in which the runc wrapper
@@ -34,20 +34,14 @@ func ContainerName(id string, annotations map[string]string) string {
 	return id
 }
 
-// IsGpuextKey reports whether a label or annotation key belongs to gpuext:
-// its domain part (before the first '/') is gpuext.io or a subdomain of it,
-// e.g. "policy.gpuext.io" or "policy.gpuext.io/container.web".
-func IsGpuextKey(key string) bool {
-	host, _, _ := strings.Cut(key, "/")
-	host = strings.ToLower(host)
-	return host == "gpuext.io" || strings.HasSuffix(host, ".gpuext.io")
-}
-
-// GpuextKeys returns the gpuext keys of m (nil when there are none).
+// GpuextKeys returns the gpuext keys of m (nil when there are none), as
+// the agent's selection reads them (grammar.IsKey): a key that only looks
+// like one (Cyrillic letters, a zero-width space, upper case) is one too,
+// and reaches the agent, which names it in its error.
 func GpuextKeys(m map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range m {
-		if IsGpuextKey(k) {
+		if grammar.IsKey(k) {
 			if out == nil {
 				out = map[string]string{}
 			}
