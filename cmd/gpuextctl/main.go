@@ -231,7 +231,7 @@ func listPolicies(cfg config.Config, args []string, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cat, err := cfg.Catalog()
+	cat, err := admission.Catalog(cfg)
 	if err != nil {
 		return err
 	}
@@ -291,7 +291,7 @@ func kernelPolicies(cfg config.Config, cmd string, args []string, out io.Writer)
 	l := &kernelpolicy.Loader{PinDir: *pinDir, Core: kernelpolicy.Core{Dir: *debugfs}}
 	switch cmd {
 	case "attach", "detach":
-		dir, err := cfg.KernelPolicies()
+		dir, err := admission.KernelPolicies(cfg)
 		if err != nil {
 			return err
 		}
@@ -466,7 +466,7 @@ func gc(cfg config.Config, args []string, out io.Writer) error {
 		return err
 	}
 	defer closer.Close()
-	core, reg, err := cfg.OpenCore(log)
+	core, reg, err := admission.Open(cfg, log)
 	if err != nil {
 		return err
 	}

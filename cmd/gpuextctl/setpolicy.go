@@ -6,8 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/gpuext/gpuext/internal/admission"
-	"github.com/gpuext/gpuext/internal/agent"
+	"github.com/gpuext/gpuext/internal/agentapi"
 	"github.com/gpuext/gpuext/internal/config"
 )
 
@@ -34,7 +33,7 @@ func (p paramFlags) Set(v string) error {
 func setPolicy(cfg config.Config, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("tenants set-policy", flag.ContinueOnError)
 	socket := fs.String("socket", cfg.AgentSocket, "the agent's API socket")
-	timeout := fs.Duration("timeout", agent.DefaultTimeout, "how long to wait for the agent")
+	timeout := fs.Duration("timeout", agentapi.DefaultTimeout, "how long to wait for the agent")
 	params := paramFlags{}
 	fs.Var(params, "param", "a further key of the request, KEY=VALUE (quota=2GiB, priority=best-effort); repeatable")
 	if err := fs.Parse(reorderFlags(args)); err != nil {
@@ -44,11 +43,11 @@ func setPolicy(cfg config.Config, args []string, out io.Writer) error {
 		return fmt.Errorf("usage: gpuextctl tenants set-policy TENANT POLICY [--param KEY=VALUE]... " +
 			"(TENANT: the id or key gpuextctl tenants shows)")
 	}
-	d, err := agent.NewClient(*socket, *timeout).SetPolicy(admission.PolicyChange{Tenant: fs.Arg(0), Policy: fs.Arg(1),
+	d, err := agentapi.NewClient(*socket, *timeout).SetPolicy(agentapi.PolicyChange{Tenant: fs.Arg(0), Policy: fs.Arg(1),
 		Params: params})
 	if err != nil {
 		return fmt.Errorf("set-policy %s %s: %w", fs.Arg(0), fs.Arg(1), err)
 	}
-	fmt.Fprintf(out, "tenant %d (%s): policy %s, config %s\n", d.Tenant, d.TenantKey, d.Policy.Name, d.ConfigDigest)
+	fmt.Fprintf(out, "tenant %d (%s): policy %s, config %s\n", d.Tenant, d.TenantKey, d.Policy, d.ConfigDigest)
 	return nil
 }

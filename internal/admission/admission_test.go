@@ -54,18 +54,6 @@ func TestTenantKey(t *testing.T) {
 	}
 }
 
-func TestParseFailMode(t *testing.T) {
-	for in, want := range map[string]FailMode{"": FailOpen, "fail-open": FailOpen, "strict": FailClosed, "fail-closed": FailClosed} {
-		got, err := ParseFailMode(in)
-		if err != nil || got != want {
-			t.Errorf("ParseFailMode(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	if _, err := ParseFailMode("yolo"); err == nil {
-		t.Error(`ParseFailMode("yolo") accepted`)
-	}
-}
-
 // TestTenantConfigFromCatalog checks the ABI values the kernel will read for
 // every built-in policy: a name that maps to nothing would silently become 0
 // (the driver default), so each must map to its own enum value.

@@ -14,6 +14,8 @@ import (
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/devrt/probe/compile"
+	"github.com/gpuext/gpuext/internal/config"
+	"github.com/gpuext/gpuext/internal/failmode"
 	"github.com/gpuext/gpuext/policies"
 	"github.com/gpuext/gpuext/policies/probes"
 )
@@ -51,8 +53,8 @@ type Config struct {
 
 // The values of Config.MPSRootTenants (the config file's mpsRootTenants).
 const (
-	MPSRootAllow = "allow"
-	MPSRootDeny  = "deny"
+	MPSRootAllow = config.MPSRootAllow
+	MPSRootDeny  = config.MPSRootDeny
 )
 
 // Core is the admission core. It is safe for concurrent use, and several
@@ -150,29 +152,20 @@ func (c *Core) failed(info ContainerInfo, log *logrus.Entry, step string, err er
 	return ApplyFailMode(c.cfg.FailMode, info, log, step, err)
 }
 
-// ApplyFailMode is the one place the fail mode decides what an error does
-// to a container, whatever its kind (KindOf) and runtime path: in strict
-// mode it refuses the container (the error wraps ErrRefused); in fail-open
-// mode the container runs without gpuext (a skipped decision, no error).
-// Core applies it to its own errors; a runtime path calls it only for an
-// error that comes before there is a core (a config or registry that cannot
-// be opened, an agent that does not answer).
+// ApplyFailMode applies the fail mode (failmode.Apply, the one rule for
+// every runtime path) to an error of admission or registration, of the
+// kind KindOf says: in strict mode it refuses the container (the error
+// wraps ErrRefused); in fail-open mode the container runs without gpuext
+// (a skipped decision, no error). A bad request never reaches it in
+// fail-open mode: Admit has given it the default policy already (the same
+// rule, failmode.Decide). Core applies it to its own errors; the NRI
+// adapter to an error before there is a core.
 func ApplyFailMode(mode FailMode, info ContainerInfo, log *logrus.Entry, step string, err error) (Decision, error) {
-	kind := KindOf(err)
-	log = log.WithFields(logrus.Fields{"failMode": mode, "errorKind": kind, "step": step}).WithError(err)
-	if mode == FailClosed {
-		log.Error("refused container (strict)")
-		if errors.Is(err, ErrRefused) {
-			return Decision{}, err
-		}
-		return Decision{}, fmt.Errorf("%w: container %q: %w", ErrRefused, info.Name, err)
+	if _, ferr := failmode.Apply(mode, KindOf(err), log, step, info.Name, err); ferr != nil {
+		return Decision{}, ferr
 	}
-	log.Warn("gpuext failed for this container: it runs without gpuext (fail-open)")
 	return Decision{Skipped: true, FailedOpen: true, Err: err}, nil
 }
-
-// FailMode is the core's fail mode.
-func (c *Core) FailMode() FailMode { return c.cfg.FailMode }
 
 func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 	if info.ID == "" {
@@ -198,7 +191,7 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 		}
 	}
 	if reqErr != nil {
-		if c.cfg.FailMode == FailClosed {
+		if failmode.Decide(c.cfg.FailMode, KindOf(reqErr)) == failmode.Refused {
 			return Decision{}, reqErr
 		}
 		log.WithError(reqErr).WithFields(logrus.Fields{"failMode": c.cfg.FailMode, "errorKind": KindOf(reqErr)}).
@@ -369,7 +362,7 @@ func (c *Core) RegisterOCI(info ContainerInfo) (Decision, cgroup.Cgroup, error) 
 		// strict mode and the constraints): strict refuses the container;
 		// fail-open admits it as if the annotation were not there.
 		log := c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name, "annotation": AnnotationDecision})
-		if c.cfg.FailMode == FailClosed {
+		if failmode.Decide(c.cfg.FailMode, KindOf(err)) == failmode.Refused {
 			fd, ferr := c.failed(info, log, "register", err)
 			return fd, cgroup.Cgroup{}, ferr
 		}
@@ -383,6 +376,25 @@ func (c *Core) RegisterOCI(info ContainerInfo) (Decision, cgroup.Cgroup, error) 
 		if d, err = c.Admit(info); err != nil {
 			return d, cgroup.Cgroup{}, err
 		}
+	}
+	return c.Register(info, d)
+}
+
+// RegisterStored is Register for a caller that lost the decision Admit
+// made (the NRI plugin after a restart, or a container it skipped): the
+// decision stored in the registry (StoredDecision), the fail mode applied
+// to an error finding it. A container with none runs without gpuext.
+func (c *Core) RegisterStored(info ContainerInfo) (Decision, cgroup.Cgroup, error) {
+	log := c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name, "pod": info.PodName,
+		"namespace": info.PodNamespace})
+	d, ok, err := c.StoredDecision(info)
+	if err != nil {
+		fd, ferr := c.failed(info, log, "register", err)
+		return fd, cgroup.Cgroup{}, ferr
+	}
+	if !ok {
+		log.Debug("no gpuext decision for this container: it runs without gpuext")
+		return Decision{Skipped: true}, cgroup.Cgroup{}, nil
 	}
 	return c.Register(info, d)
 }

@@ -11,7 +11,7 @@ import (
 // the admin constraints; the error names the key (the fail mode is applied
 // by Admit).
 func (c *Core) selectPolicy(info ContainerInfo) (policies.Selection, error) {
-	req := info.request()
+	req := requestOf(info)
 	sel, err := c.catalog.Select(req)
 	if err == nil && c.constraints != nil {
 		err = c.constraints.Check(req, sel)

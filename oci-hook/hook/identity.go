@@ -5,8 +5,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/bpf/ids"
+	"github.com/gpuext/gpuext/internal/agentapi"
 	"github.com/gpuext/gpuext/policies/grammar"
 )
 
@@ -55,9 +55,9 @@ func GpuextKeys(m map[string]string) map[string]string {
 // hook sees it: the state (id, host pid, annotations) and config.json
 // (annotations, env, cgroupsPath). b may be nil when config.json could not
 // be read (poststop only needs the id).
-func HookContainerInfo(st *specs.State, b *Bundle, stage Stage) admission.ContainerInfo {
+func HookContainerInfo(st *specs.State, b *Bundle, stage Stage) agentapi.ContainerInfo {
 	ann := map[string]string{}
-	info := admission.ContainerInfo{ID: st.ID, Runtime: bpf.RuntimeOCIHook}
+	info := agentapi.ContainerInfo{ID: st.ID, Runtime: ids.RuntimeOCIHook}
 	if b != nil {
 		maps.Copy(ann, b.Spec.Annotations)
 		if b.Spec.Process != nil {
@@ -82,11 +82,11 @@ func HookContainerInfo(st *specs.State, b *Bundle, stage Stage) admission.Contai
 // SpecUser is the container process's user as config.json says it:
 // process.user.uid, and whether the container has a user namespace of its
 // own (a "user" namespace or uid mappings).
-func SpecUser(s *specs.Spec) admission.ProcessUser {
+func SpecUser(s *specs.Spec) agentapi.ProcessUser {
 	if s == nil || s.Process == nil {
-		return admission.ProcessUser{}
+		return agentapi.ProcessUser{}
 	}
-	u := admission.ProcessUser{Known: true, UID: s.Process.User.UID}
+	u := agentapi.ProcessUser{Known: true, UID: s.Process.User.UID}
 	if s.Linux != nil {
 		u.UserNS = len(s.Linux.UIDMappings) > 0
 		for _, ns := range s.Linux.Namespaces {
