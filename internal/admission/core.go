@@ -182,8 +182,8 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 		floor = fl
 		gpus, reqErr = applyGPUMemory(&sel, gm)
 	}
-	if reqErr == nil && sel.Tenant == "pod" {
-		if key := tenantKey(info, sel); strings.Contains(key, "/pod/") {
+	if reqErr == nil && sel.Tenant == policies.TenantPod {
+		if key := tenantKey(info, sel); isPodKey(key, info.Runtime) {
 			reqErr = c.samePodTenant(key, sel, configDigest(sel.Policy.Name, tenantConfig(sel.Policy, false)))
 			if reqErr == nil {
 				reqErr = c.samePodGPUs(key, gpus)
@@ -256,7 +256,7 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 // undoReserve gives back the tenant a failed admission reserved for its own
 // container (a pod's tenant is left to the pod's other containers).
 func (c *Core) undoReserve(info ContainerInfo, err error) error {
-	if rerr := c.releaseIfEmpty(runtimePrefix(info.Runtime) + "/ctr/" + info.ID); rerr != nil {
+	if rerr := c.releaseIfEmpty(containerTenantKey(info)); rerr != nil {
 		return errors.Join(err, fmt.Errorf("release reserved tenant: %w", rerr))
 	}
 	return err
@@ -325,10 +325,9 @@ func (c *Core) register(info ContainerInfo, d Decision) (Decision, cgroup.Cgroup
 // checkDecision: the decision names this container's tenant key, and the
 // registry still holds that tenant with the config the decision reserved.
 func (c *Core) checkDecision(info ContainerInfo, d Decision) (bpf.Tenant, error) {
-	prefix := runtimePrefix(info.Runtime)
-	if d.TenantKey != prefix+"/ctr/"+info.ID && !strings.HasPrefix(d.TenantKey, prefix+"/pod/") {
+	if own := containerTenantKey(info); d.TenantKey != own && !isPodKey(d.TenantKey, info.Runtime) {
 		return bpf.Tenant{}, fmt.Errorf("%w: decision for tenant key %q, container %q of runtime %s has key %q",
-			ErrDecisionMismatch, d.TenantKey, info.ID, prefix, prefix+"/ctr/"+info.ID)
+			ErrDecisionMismatch, d.TenantKey, info.ID, runtimePrefix(info.Runtime), own)
 	}
 	t, err := c.reg.TenantRecord(d.Tenant)
 	if err != nil {
@@ -404,10 +403,9 @@ func (c *Core) RegisterStored(info ContainerInfo) (Decision, cgroup.Cgroup, erro
 // tenant reserved under the container's key, or under its pod's key. ok is
 // false when none is reserved.
 func (c *Core) StoredDecision(info ContainerInfo) (Decision, bool, error) {
-	prefix := runtimePrefix(info.Runtime)
-	keys := []string{prefix + "/ctr/" + info.ID}
-	if info.PodUID != "" || info.PodName != "" {
-		keys = append(keys, tenantKey(info, policies.Selection{Tenant: "pod"}))
+	keys := []string{containerTenantKey(info)}
+	if key, ok := podTenantKey(info); ok {
+		keys = append(keys, key)
 	}
 	for _, key := range keys {
 		id, ok, err := c.reg.LookupKey(key)
@@ -498,8 +496,7 @@ func (c *Core) Remove(info ContainerInfo) error {
 	}
 	// A container that was admitted but never registered (creation failed)
 	// still holds a reserved tenant under its own key.
-	key := runtimePrefix(info.Runtime) + "/ctr/" + info.ID
-	if err := c.releaseIfEmpty(key); err != nil {
+	if err := c.releaseIfEmpty(containerTenantKey(info)); err != nil {
 		errs = append(errs, err)
 	}
 	c.gcTenantDirs()

@@ -94,7 +94,7 @@ func (c *Core) setPolicy(pc PolicyChange, log *logrus.Entry) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	if strings.Contains(t.Key, "/pod/") {
+	if isPodKey(t.Key, 0) {
 		sel.Tenant = policies.TenantPod
 	} else {
 		sel.Tenant = policies.TenantContainer
