@@ -6,7 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/internal/agentapi"
 	"github.com/gpuext/gpuext/internal/failmode"
 	"github.com/gpuext/gpuext/policies"
@@ -168,4 +171,54 @@ func OutcomeOf(d Decision, err error) Outcome {
 		return OutcomeDefault
 	}
 	return OutcomeAdmitted
+}
+
+// RegisterStored is Register for a caller that lost the decision Admit
+// made (the NRI plugin after a restart, or a container it skipped): the
+// decision stored in the registry (StoredDecision), the fail mode applied
+// to an error finding it. A container with none runs without gpuext.
+func (c *Core) RegisterStored(info ContainerInfo) (Decision, cgroup.Cgroup, error) {
+	log := c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name, "pod": info.PodName,
+		"namespace": info.PodNamespace})
+	d, ok, err := c.StoredDecision(info)
+	if err != nil {
+		fd, ferr := c.failed(info, log, "register", err)
+		return fd, cgroup.Cgroup{}, ferr
+	}
+	if !ok {
+		log.Debug("no gpuext decision for this container: it runs without gpuext")
+		return Decision{Skipped: true}, cgroup.Cgroup{}, nil
+	}
+	return c.Register(info, d)
+}
+
+// StoredDecision recovers the decision Admit made for a container from the
+// registry, for a caller that lost it (the NRI plugin after a restart): the
+// tenant reserved under the container's key, or under its pod's key. ok is
+// false when none is reserved.
+func (c *Core) StoredDecision(info ContainerInfo) (Decision, bool, error) {
+	keys := []string{containerTenantKey(info)}
+	if key, ok := podTenantKey(info); ok {
+		keys = append(keys, key)
+	}
+	for _, key := range keys {
+		id, ok, err := c.reg.LookupKey(key)
+		if err != nil {
+			return Decision{}, false, err
+		}
+		if !ok {
+			continue
+		}
+		t, err := c.reg.TenantRecord(id)
+		if errors.Is(err, bpf.ErrNoTenant) {
+			continue
+		}
+		if err != nil {
+			return Decision{}, false, err
+		}
+		return Decision{Tenant: id, TenantKey: key, Policy: policies.Policy{Name: t.Policy},
+			ConfigDigest: configDigest(t.Policy, t.Config),
+			FailedOpen:   t.Config.Flags&uint32(bpf.TenantFlagFailOpen) != 0}, true, nil
+	}
+	return Decision{}, false, nil
 }

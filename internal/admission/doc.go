@@ -24,7 +24,9 @@
 // hooks, which do not link the core, apply the same rule to theirs.
 // ContainerInfo, the injection and the decision's record are the agent
 // API's types (internal/agentapi). The files follow the jobs: core.go
-// (lifecycle), open.go (a core from the config file), decision.go,
+// (lifecycle), open.go (a core from the config file), decision.go (the
+// Decision, its record, the decision stored in the registry),
+// decisionkey.go (its MAC),
 // select.go (selection, the tenant key), probes.go, injection.go,
 // tenantfile.go (what the device runtime reads), statedir.go (the state
 // directory's layout, lock and collection), sync.go.
