@@ -27,8 +27,9 @@ generate: ## regenerate the bpf2go bindings (clang) and the devrt layouts, env n
 build: ## build the static binaries and the device runtime (libgpuext-devrt.so) into bin/
 	@mkdir -p $(BIN)/devrt
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/gpuext-nri-plugin ./nri-plugin
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/gpuext-oci-hook ./oci-hook/cmd/gpuext-oci-hook
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/gpuext-runc ./oci-hook/cmd/gpuext-runc
+	@# the hooks run at every container create: no DWARF (-w; panics still print their stack)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags=-w -o $(BIN)/gpuext-oci-hook ./oci-hook/cmd/gpuext-oci-hook
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags=-w -o $(BIN)/gpuext-runc ./oci-hook/cmd/gpuext-runc
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/gpuextctl ./cmd/gpuextctl
 	$(GO) build -trimpath -o $(BIN)/gpuext-gpuview ./cmd/gpuext-gpuview  # cgo: NVML
 	sh devrt/build.sh $(BIN)/devrt-build
@@ -123,9 +124,11 @@ gpu-node-prep: deps build ## here, as root: what gpu-node carries, into out/gpu-
 gpu-node: ## on the GPU machine (carry out/gpu-node from gpu-node-prep): containerd + NRI + CDI + runc + MPS + the agent, containers from annotations with real frameworks; one PASS/FAIL line per check
 	@bash test/gpu-node/gpu-node.sh
 
-lint: ## gofmt, go vet, generated files up to date
+lint: ## gofmt, go vet, the hooks' imports (go list -deps), generated files up to date
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
+	@# the hooks are thin clients of the agent: go list -deps of both binaries against what they may link (internal/agentapi/deps_test.go)
+	@$(GO) test -count=1 -run '^(TestHookImports|TestThinViolations)$$' ./internal/agentapi >/dev/null || { $(GO) test -count=1 -run '^TestHookImports$$' ./internal/agentapi; echo "a hook binary links more than the agent's API and small pure packages: see internal/agentapi/deps_test.go"; exit 1; }
 	@if command -v clang >/dev/null; then $(GO) generate ./bpf/... ./policies/probes && git diff --exit-code --stat -- bpf/ policies/probes/ || { echo "generated bpf files differ from the committed ones: run make generate and commit"; exit 1; }; fi
 	@bash kmod/nvidia/check.sh --dry-run  # CI has no NVIDIA tree: patch format only, no build claimed
 	@$(GO) generate ./devrt/board && git diff --exit-code --stat -- devrt/board/ || { echo "devrt/board/layout_gen.go differs from devrt/include/gpuext_devrt_shm.h: run make generate and commit"; exit 1; }

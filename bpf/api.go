@@ -1,40 +1,27 @@
 package bpf
 
 import (
-	"strconv"
 	"time"
 
+	"github.com/gpuext/gpuext/bpf/ids"
 	"github.com/gpuext/gpuext/cgroup"
 )
 
-// TenantID is a small integer the registry allocates; never 0.
-type TenantID uint32
-
-// DefaultPinDir is where the registry pins its maps.
-const DefaultPinDir = "/sys/fs/bpf/gpuext"
-
-// Runtime says which admission path registered a cgroup.
-type Runtime uint32
-
-const (
-	RuntimeNRI         Runtime = 1
-	RuntimeOCIHook     Runtime = 2
-	RuntimeRuncWrapper Runtime = 3
+// TenantID, Runtime and DefaultPinDir are package ids's: the registry's
+// clients name them without linking BPF.
+type (
+	TenantID = ids.TenantID
+	Runtime  = ids.Runtime
 )
 
-// String is the runtime's name in gpuextctl's tables and the metrics'
-// runtime label: containerd, oci-hook, runc-wrapper, or unknown(N).
-func (r Runtime) String() string {
-	switch r {
-	case RuntimeNRI:
-		return "containerd"
-	case RuntimeOCIHook:
-		return "oci-hook"
-	case RuntimeRuncWrapper:
-		return "runc-wrapper"
-	}
-	return "unknown(" + strconv.FormatUint(uint64(r), 10) + ")"
-}
+// DefaultPinDir is where the registry pins its maps.
+const DefaultPinDir = ids.DefaultPinDir
+
+const (
+	RuntimeNRI         = ids.RuntimeNRI
+	RuntimeOCIHook     = ids.RuntimeOCIHook
+	RuntimeRuncWrapper = ids.RuntimeRuncWrapper
+)
 
 // CgroupEntry is one registered cgroup of a tenant.
 type CgroupEntry struct {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuext/gpuext/policies/grammar"
 )
 
 // selectSoon is Select with a generous deadline, so that a regression to
@@ -56,7 +58,7 @@ func TestLookalikeKeysAreErrors(t *testing.T) {
 		{"DEL after", "policy.gpuext.io\x7f", `"policy.gpuext.io\x7f"`, "control characters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			real, _, _ := strings.Cut(foldKey(tc.key), "/")
+			real, _, _ := strings.Cut(grammar.Fold(tc.key), "/")
 			real = strings.TrimRight(real, ".")
 			for _, req := range []Request{
 				{Annotations: map[string]string{tc.key: "batch"}},

@@ -9,5 +9,3 @@ func decodeStrict(data []byte, v any) error {
 	}
 	return nil
 }
-
-func editDistance(a, b string) int { return strictjson.EditDistance(a, b) }

@@ -183,7 +183,7 @@ func TestSetPolicyUnknownTenant(t *testing.T) {
 	cfg.PinDir, cfg.StateDir, cfg.DevrtDir = pin, state, t.TempDir()
 	lg := logrus.New()
 	lg.SetOutput(io.Discard)
-	core, reg, err := cfg.OpenCore(logrus.NewEntry(lg))
+	core, reg, err := admission.Open(cfg, logrus.NewEntry(lg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -284,7 +284,7 @@ func listPolicies(cfg config.Config, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cat, err := cfg.Catalog()
+	cat, err := admission.Catalog(cfg)
 	if err != nil {
 		return err
 	}
@@ -366,7 +366,7 @@ func kernelPolicies(cfg config.Config, cmd string, args []string, out io.Writer)
 	l := &kernelpolicy.Loader{PinDir: *pinDir, Core: kernelpolicy.Core{Dir: *debugfs}}
 	switch cmd {
 	case "attach", "detach":
-		dir, err := cfg.KernelPolicies()
+		dir, err := admission.KernelPolicies(cfg)
 		if err != nil {
 			return err
 		}
@@ -541,7 +541,7 @@ func gc(cfg config.Config, args []string, out io.Writer) error {
 		return err
 	}
 	defer closer.Close()
-	core, reg, err := cfg.OpenCore(log)
+	core, reg, err := admission.Open(cfg, log)
 	if err != nil {
 		return err
 	}

@@ -99,7 +99,7 @@ func probesCmd(cfg config.Config, args []string, out io.Writer) error {
 	if fset.NArg() != 0 {
 		return fmt.Errorf("usage: gpuextctl probes [--json] [--kernels N] [--state-dir DIR]")
 	}
-	cat, err := cfg.ProbeCatalog() // the views of the config's probeDir too
+	cat, err := admission.ProbeCatalog(cfg) // the views of the config's probeDir too
 	if err != nil {
 		return err
 	}

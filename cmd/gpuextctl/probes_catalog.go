@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/policies/probes"
 )
@@ -31,7 +32,7 @@ func probesCatalogCmd(cfg config.Config, args []string, out io.Writer) error {
 	if fset.NArg() != 0 {
 		return fmt.Errorf("usage: gpuextctl probes catalog [--json]")
 	}
-	cat, err := cfg.ProbeCatalog()
+	cat, err := admission.ProbeCatalog(cfg)
 	if err != nil {
 		return err
 	}

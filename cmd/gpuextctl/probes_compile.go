@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gpuext/gpuext/devrt/probe/compile"
+	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/policies"
 	"github.com/gpuext/gpuext/policies/probes"
@@ -55,7 +56,7 @@ func probesCompileCmd(cfg config.Config, args []string, out io.Writer) error {
 	compileKernels, cat := compile.CompileKernels, probes.Builtin()
 	if cfg.ProbeDir != "" {
 		var err error
-		if cat, err = cfg.ProbeCatalog(); err != nil {
+		if cat, err = admission.ProbeCatalog(cfg); err != nil {
 			return fmt.Errorf("probes compile: %w", err)
 		}
 		compileKernels = compile.NewCompiler(cat, nil).CompileKernels

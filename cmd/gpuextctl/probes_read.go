@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/maps"
+	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
 )
 
@@ -27,7 +28,7 @@ func probesReadCmd(cfg config.Config, args []string, out io.Writer) error {
 	if fset.NArg() != 1 {
 		return fmt.Errorf("usage: gpuextctl probes read [--json] [--manifest FILE] DIR")
 	}
-	cat, err := cfg.ProbeCatalog() // the views of the config's probeDir too
+	cat, err := admission.ProbeCatalog(cfg) // the views of the config's probeDir too
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe/helpers"
 	"github.com/gpuext/gpuext/devrt/probe/maps"
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/probetest"
 )
@@ -68,7 +69,7 @@ func probesReadDir(t *testing.T, dir string, names []string, fill func(probe.Map
 	t.Helper()
 	cfg := config.Default()
 	cfg.ProbeDir = dir
-	cat, err := cfg.ProbeCatalog()
+	cat, err := admission.ProbeCatalog(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,7 @@ import (
 	"net"
 	"strings"
 
-	"github.com/gpuext/gpuext/internal/admission"
-	"github.com/gpuext/gpuext/internal/agent"
+	"github.com/gpuext/gpuext/internal/agentapi"
 	"github.com/gpuext/gpuext/internal/config"
 )
 
@@ -36,7 +35,7 @@ func (p paramFlags) Set(v string) error {
 func setPolicy(cfg config.Config, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("tenants set-policy", flag.ContinueOnError)
 	socket := fs.String("socket", cfg.AgentSocket, "the agent's API socket")
-	timeout := fs.Duration("timeout", agent.DefaultTimeout, "how long to wait for the agent")
+	timeout := fs.Duration("timeout", agentapi.DefaultTimeout, "how long to wait for the agent")
 	params := paramFlags{}
 	fs.Var(params, "param", "a further key of the request, KEY=VALUE (quota=2GiB, priority=best-effort); repeatable")
 	if err := parseFlags(fs, reorderFlags(args), out); err != nil {
@@ -46,19 +45,19 @@ func setPolicy(cfg config.Config, args []string, out io.Writer) error {
 		return fmt.Errorf("usage: gpuextctl tenants set-policy TENANT POLICY [--param KEY=VALUE]... " +
 			"(TENANT: the id or key gpuextctl tenants shows)")
 	}
-	d, err := agent.NewClient(*socket, *timeout).SetPolicy(admission.PolicyChange{Tenant: fs.Arg(0), Policy: fs.Arg(1),
+	d, err := agentapi.NewClient(*socket, *timeout).SetPolicy(agentapi.PolicyChange{Tenant: fs.Arg(0), Policy: fs.Arg(1),
 		Params: params})
 	var oe *net.OpError
-	if errors.Is(err, agent.ErrUnavailable) && errors.As(err, &oe) && oe.Op == "dial" {
+	if errors.Is(err, agentapi.ErrUnavailable) && errors.As(err, &oe) && oe.Op == "dial" {
 		return fmt.Errorf("set-policy %s %s: %w", fs.Arg(0), fs.Arg(1), agentDown(*socket, err))
 	}
-	if errors.Is(err, admission.ErrUnknownTenant) {
+	if errors.Is(err, agentapi.ErrUnknownTenant) {
 		return fmt.Errorf("set-policy %s %s: %w: `gpuextctl tenants` lists the tenants (TENANT is the id; "+
 			"`gpuextctl tenants -o json` shows each key)", fs.Arg(0), fs.Arg(1), err)
 	}
 	if err != nil {
 		return fmt.Errorf("set-policy %s %s: %w", fs.Arg(0), fs.Arg(1), err)
 	}
-	fmt.Fprintf(out, "tenant %d (%s): policy %s, config %s\n", d.Tenant, d.TenantKey, d.Policy.Name, d.ConfigDigest)
+	fmt.Fprintf(out, "tenant %d (%s): policy %s, config %s\n", d.Tenant, d.TenantKey, d.Policy, d.ConfigDigest)
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 
 	yaml "go.yaml.in/yaml/v3"
 
+	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/privtest"
 )
@@ -462,11 +463,11 @@ func TestChartOtherValues(t *testing.T) {
 	local := c
 	local.ConstraintsFile = filepath.Join(etc, "constraints.json")
 	local.CatalogDir = filepath.Join(etc, "catalog")
-	cons, err := local.Constraints()
+	cons, err := admission.Constraints(local)
 	if err != nil || cons == nil {
 		t.Errorf("the agent would refuse the chart's constraints: %v", err)
 	}
-	cat, err := local.Catalog()
+	cat, err := admission.Catalog(local)
 	if err != nil {
 		t.Fatalf("the agent would refuse the chart's catalog: %v", err)
 	}

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/gpuext/gpuext/bpf"
@@ -51,18 +52,20 @@ func TestTenantKey(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%s: tenantKey = %q, want %q", tc.name, got, tc.want)
 		}
-	}
-}
-
-func TestParseFailMode(t *testing.T) {
-	for in, want := range map[string]FailMode{"": FailOpen, "fail-open": FailOpen, "strict": FailClosed, "fail-closed": FailClosed} {
-		got, err := ParseFailMode(in)
-		if err != nil || got != want {
-			t.Errorf("ParseFailMode(%q) = %q, %v; want %q", in, got, err, want)
+		// the container's own key and the pod's, as the registry's readers
+		// (StoredDecision, Remove, checkDecision) look them up
+		if own := containerTenantKey(tc.info); tc.tenant == "container" && own != tc.want {
+			t.Errorf("%s: containerTenantKey = %q, want %q", tc.name, own, tc.want)
+		}
+		pod, ok := podTenantKey(tc.info)
+		if wantPod := strings.Contains(tc.want, "/pod/"); isPodKey(got, tc.info.Runtime) != wantPod || isPodKey(got, 0) != wantPod ||
+			(wantPod && (!ok || pod != tc.want)) {
+			t.Errorf("%s: isPodKey(%q) = %v, podTenantKey = %q %v", tc.name, got, isPodKey(got, tc.info.Runtime), pod, ok)
 		}
 	}
-	if _, err := ParseFailMode("yolo"); err == nil {
-		t.Error(`ParseFailMode("yolo") accepted`)
+	// a pod key of another runtime is not this runtime's
+	if isPodKey("nri/pod/u1", bpf.RuntimeOCIHook) || !isPodKey("oci/pod/u1", bpf.RuntimeRuncWrapper) {
+		t.Error("isPodKey ignores the runtime")
 	}
 }
 

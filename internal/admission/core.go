@@ -14,6 +14,8 @@ import (
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/devrt/probe/compile"
+	"github.com/gpuext/gpuext/internal/config"
+	"github.com/gpuext/gpuext/internal/failmode"
 	"github.com/gpuext/gpuext/policies"
 	"github.com/gpuext/gpuext/policies/probes"
 )
@@ -51,8 +53,8 @@ type Config struct {
 
 // The values of Config.MPSRootTenants (the config file's mpsRootTenants).
 const (
-	MPSRootAllow = "allow"
-	MPSRootDeny  = "deny"
+	MPSRootAllow = config.MPSRootAllow
+	MPSRootDeny  = config.MPSRootDeny
 )
 
 // Core is the admission core. It is safe for concurrent use, and several
@@ -150,29 +152,20 @@ func (c *Core) failed(info ContainerInfo, log *logrus.Entry, step string, err er
 	return ApplyFailMode(c.cfg.FailMode, info, log, step, err)
 }
 
-// ApplyFailMode is the one place the fail mode decides what an error does
-// to a container, whatever its kind (KindOf) and runtime path: in strict
-// mode it refuses the container (the error wraps ErrRefused); in fail-open
-// mode the container runs without gpuext (a skipped decision, no error).
-// Core applies it to its own errors; a runtime path calls it only for an
-// error that comes before there is a core (a config or registry that cannot
-// be opened, an agent that does not answer).
+// ApplyFailMode applies the fail mode (failmode.Apply, the one rule for
+// every runtime path) to an error of admission or registration, of the
+// kind KindOf says: in strict mode it refuses the container (the error
+// wraps ErrRefused); in fail-open mode the container runs without gpuext
+// (a skipped decision, no error). A bad request never reaches it in
+// fail-open mode: Admit has given it the default policy already (the same
+// rule, failmode.Decide). Core applies it to its own errors; the NRI
+// adapter to an error before there is a core.
 func ApplyFailMode(mode FailMode, info ContainerInfo, log *logrus.Entry, step string, err error) (Decision, error) {
-	kind := KindOf(err)
-	log = log.WithFields(logrus.Fields{"failMode": mode, "errorKind": kind, "step": step}).WithError(err)
-	if mode == FailClosed {
-		log.Error("refused container (strict)")
-		if errors.Is(err, ErrRefused) {
-			return Decision{}, err
-		}
-		return Decision{}, fmt.Errorf("%w: container %q: %w", ErrRefused, info.Name, err)
+	if _, ferr := failmode.Apply(mode, KindOf(err), log, step, info.Name, err); ferr != nil {
+		return Decision{}, ferr
 	}
-	log.Warn("gpuext failed for this container: it runs without gpuext (fail-open)")
 	return Decision{Skipped: true, FailedOpen: true, Err: err}, nil
 }
-
-// FailMode is the core's fail mode.
-func (c *Core) FailMode() FailMode { return c.cfg.FailMode }
 
 func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 	if info.ID == "" {
@@ -189,8 +182,8 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 		floor = fl
 		gpus, reqErr = applyGPUMemory(&sel, gm)
 	}
-	if reqErr == nil && sel.Tenant == "pod" {
-		if key := tenantKey(info, sel); strings.Contains(key, "/pod/") {
+	if reqErr == nil && sel.Tenant == policies.TenantPod {
+		if key := tenantKey(info, sel); isPodKey(key, info.Runtime) {
 			reqErr = c.samePodTenant(key, sel, configDigest(sel.Policy.Name, tenantConfig(sel.Policy, false)))
 			if reqErr == nil {
 				reqErr = c.samePodGPUs(key, gpus)
@@ -198,7 +191,7 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 		}
 	}
 	if reqErr != nil {
-		if c.cfg.FailMode == FailClosed {
+		if failmode.Decide(c.cfg.FailMode, KindOf(reqErr)) == failmode.Refused {
 			return Decision{}, reqErr
 		}
 		log.WithError(reqErr).WithFields(logrus.Fields{"failMode": c.cfg.FailMode, "errorKind": KindOf(reqErr)}).
@@ -263,7 +256,7 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 // undoReserve gives back the tenant a failed admission reserved for its own
 // container (a pod's tenant is left to the pod's other containers).
 func (c *Core) undoReserve(info ContainerInfo, err error) error {
-	if rerr := c.releaseIfEmpty(runtimePrefix(info.Runtime) + "/ctr/" + info.ID); rerr != nil {
+	if rerr := c.releaseIfEmpty(containerTenantKey(info)); rerr != nil {
 		return errors.Join(err, fmt.Errorf("release reserved tenant: %w", rerr))
 	}
 	return err
@@ -332,10 +325,9 @@ func (c *Core) register(info ContainerInfo, d Decision) (Decision, cgroup.Cgroup
 // checkDecision: the decision names this container's tenant key, and the
 // registry still holds that tenant with the config the decision reserved.
 func (c *Core) checkDecision(info ContainerInfo, d Decision) (bpf.Tenant, error) {
-	prefix := runtimePrefix(info.Runtime)
-	if d.TenantKey != prefix+"/ctr/"+info.ID && !strings.HasPrefix(d.TenantKey, prefix+"/pod/") {
+	if own := containerTenantKey(info); d.TenantKey != own && !isPodKey(d.TenantKey, info.Runtime) {
 		return bpf.Tenant{}, fmt.Errorf("%w: decision for tenant key %q, container %q of runtime %s has key %q",
-			ErrDecisionMismatch, d.TenantKey, info.ID, prefix, prefix+"/ctr/"+info.ID)
+			ErrDecisionMismatch, d.TenantKey, info.ID, runtimePrefix(info.Runtime), own)
 	}
 	t, err := c.reg.TenantRecord(d.Tenant)
 	if err != nil {
@@ -369,7 +361,7 @@ func (c *Core) RegisterOCI(info ContainerInfo) (Decision, cgroup.Cgroup, error) 
 		// strict mode and the constraints): strict refuses the container;
 		// fail-open admits it as if the annotation were not there.
 		log := c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name, "annotation": AnnotationDecision})
-		if c.cfg.FailMode == FailClosed {
+		if failmode.Decide(c.cfg.FailMode, KindOf(err)) == failmode.Refused {
 			fd, ferr := c.failed(info, log, "register", err)
 			return fd, cgroup.Cgroup{}, ferr
 		}
@@ -385,38 +377,6 @@ func (c *Core) RegisterOCI(info ContainerInfo) (Decision, cgroup.Cgroup, error) 
 		}
 	}
 	return c.Register(info, d)
-}
-
-// StoredDecision recovers the decision Admit made for a container from the
-// registry, for a caller that lost it (the NRI plugin after a restart): the
-// tenant reserved under the container's key, or under its pod's key. ok is
-// false when none is reserved.
-func (c *Core) StoredDecision(info ContainerInfo) (Decision, bool, error) {
-	prefix := runtimePrefix(info.Runtime)
-	keys := []string{prefix + "/ctr/" + info.ID}
-	if info.PodUID != "" || info.PodName != "" {
-		keys = append(keys, tenantKey(info, policies.Selection{Tenant: "pod"}))
-	}
-	for _, key := range keys {
-		id, ok, err := c.reg.LookupKey(key)
-		if err != nil {
-			return Decision{}, false, err
-		}
-		if !ok {
-			continue
-		}
-		t, err := c.reg.TenantRecord(id)
-		if errors.Is(err, bpf.ErrNoTenant) {
-			continue
-		}
-		if err != nil {
-			return Decision{}, false, err
-		}
-		return Decision{Tenant: id, TenantKey: key, Policy: policies.Policy{Name: t.Policy},
-			ConfigDigest: configDigest(t.Policy, t.Config),
-			FailedOpen:   t.Config.Flags&uint32(bpf.TenantFlagFailOpen) != 0}, true, nil
-	}
-	return Decision{}, false, nil
 }
 
 func (c *Core) attach(info ContainerInfo, d Decision) (Decision, cgroup.Cgroup, error) {
@@ -486,8 +446,7 @@ func (c *Core) Remove(info ContainerInfo) error {
 	}
 	// A container that was admitted but never registered (creation failed)
 	// still holds a reserved tenant under its own key.
-	key := runtimePrefix(info.Runtime) + "/ctr/" + info.ID
-	if err := c.releaseIfEmpty(key); err != nil {
+	if err := c.releaseIfEmpty(containerTenantKey(info)); err != nil {
 		errs = append(errs, err)
 	}
 	c.gcTenantDirs()

@@ -1,15 +1,17 @@
 package admission
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"fmt"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/cgroup"
+	"github.com/gpuext/gpuext/internal/agentapi"
+	"github.com/gpuext/gpuext/internal/failmode"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -48,53 +50,46 @@ type Decision struct {
 }
 
 // AnnotationDecision is the config.json annotation that carries a
-// Decision from the runc wrapper to the OCI hook.
-const AnnotationDecision = "gpuext.io/decision"
+// Decision from the runc wrapper to the OCI hook (agentapi's record).
+const AnnotationDecision = agentapi.AnnotationDecision
 
-// decisionRecord is the annotation's JSON form.
-type decisionRecord struct {
-	Tenant     uint32 `json:"tenant"`
-	TenantKey  string `json:"tenantKey"`
-	Policy     string `json:"policy"`
-	Digest     string `json:"configDigest"`
-	FailedOpen bool   `json:"failedOpen,omitempty"`
-	Skipped    bool   `json:"skipped,omitempty"`
-	MAC        string `json:"mac,omitempty"`
+// Record is the decision's one record (agentapi.Decision): what the agent
+// answers and the wrapper writes into the annotation.
+func (d Decision) Record() agentapi.Decision {
+	return agentapi.Decision{Tenant: d.Tenant, TenantKey: d.TenantKey, Policy: d.Policy.Name,
+		ConfigDigest: d.ConfigDigest, FailedOpen: d.FailedOpen, Skipped: d.Skipped, MAC: d.MAC}
 }
 
-// maxDecisionSize bounds the annotation: it is read from a config.json that
-// the container's creator could have written.
-const maxDecisionSize = 1024
+// Answer is the decision as the agent's API carries it.
+func (d Decision) Answer() agentapi.Answer {
+	a := agentapi.Answer{Decision: d.Record(), Injection: d.Injection}
+	if d.RequestErr != nil {
+		a.RequestError = d.RequestErr.Error()
+	}
+	if d.Err != nil {
+		a.Error = d.Err.Error()
+	}
+	return a
+}
+
+// FromRecord is the decision a record names (the policy by name only).
+func FromRecord(r agentapi.Decision) Decision {
+	return Decision{Tenant: r.Tenant, TenantKey: r.TenantKey, Policy: policies.Policy{Name: r.Policy},
+		ConfigDigest: r.ConfigDigest, FailedOpen: r.FailedOpen, Skipped: r.Skipped, MAC: r.MAC}
+}
 
 // Encode is the decision's annotation value.
-func (d Decision) Encode() string {
-	b, _ := json.Marshal(decisionRecord{Tenant: uint32(d.Tenant), TenantKey: d.TenantKey, Policy: d.Policy.Name,
-		Digest: d.ConfigDigest, FailedOpen: d.FailedOpen, Skipped: d.Skipped, MAC: d.MAC})
-	return string(b)
-}
+func (d Decision) Encode() string { return d.Record().Encode() }
 
-// DecodeDecision reads the decision annotation; ok is false when there is
-// none. The decision is not trusted: Register checks it against the
-// registry and the container.
+// DecodeDecision reads the decision annotation (agentapi.DecodeAnnotation);
+// ok is false when there is none. The decision is not trusted: Register
+// checks it against the registry and the container.
 func DecodeDecision(annotations map[string]string) (d Decision, ok bool, err error) {
-	v, ok := annotations[AnnotationDecision]
-	if !ok {
-		return Decision{}, false, nil
+	r, ok, err := agentapi.DecodeAnnotation(annotations)
+	if err != nil || !ok {
+		return Decision{}, ok, err
 	}
-	if len(v) > maxDecisionSize {
-		return Decision{}, true, fmt.Errorf("annotation %s: %d bytes, at most %d", AnnotationDecision, len(v), maxDecisionSize)
-	}
-	var r decisionRecord
-	dec := json.NewDecoder(bytes.NewReader([]byte(v)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
-		return Decision{}, true, fmt.Errorf("annotation %s: %w", AnnotationDecision, err)
-	}
-	if !r.Skipped && (r.Tenant == 0 || r.TenantKey == "" || r.Digest == "") {
-		return Decision{}, true, fmt.Errorf("annotation %s: tenant, tenantKey and configDigest are required", AnnotationDecision)
-	}
-	return Decision{Tenant: bpf.TenantID(r.Tenant), TenantKey: r.TenantKey, Policy: policies.Policy{Name: r.Policy},
-		ConfigDigest: r.Digest, FailedOpen: r.FailedOpen, Skipped: r.Skipped, MAC: r.MAC}, true, nil
+	return FromRecord(r), true, nil
 }
 
 // configDigest identifies a reserved tenant config: the policy name and the
@@ -108,21 +103,22 @@ func configDigest(policy string, cfg bpf.GpuextTenantConfig) string {
 	return hex.EncodeToString(h.Sum(nil)[:12])
 }
 
-// ErrorKind says what went wrong in admission or registration; the fail
-// mode treats every kind the same way on every runtime path.
-type ErrorKind string
+// ErrorKind says what went wrong in admission or registration
+// (failmode.Kind); the fail mode treats every kind the same way on every
+// runtime path (failmode.Decide).
+type ErrorKind = failmode.Kind
 
 const (
 	// KindRequest: the container's keys are malformed or name nothing.
-	KindRequest ErrorKind = "request"
+	KindRequest = failmode.KindRequest
 	// KindConstraint: the admin constraints forbid the request.
-	KindConstraint ErrorKind = "constraint"
+	KindConstraint = failmode.KindConstraint
 	// KindNotFound: a request about a running tenant (set-policy) names
 	// none; admission of a container never has this kind.
-	KindNotFound ErrorKind = "not-found"
+	KindNotFound ErrorKind = agentapi.KindNotFound
 	// KindInternal: gpuext itself failed (registry full, a state directory
 	// write, a cgroup that cannot be resolved, the agent unreachable).
-	KindInternal ErrorKind = "internal"
+	KindInternal = failmode.KindInternal
 )
 
 // ErrDecisionForged: a decision annotation that the agent did not make for
@@ -155,18 +151,18 @@ func KindOf(err error) ErrorKind {
 var errRequest = errors.New("bad gpu policy request")
 
 // Outcome is what a runtime path does with a container after admission
-// or registration: the fail mode applied in one place.
-type Outcome string
+// or registration (failmode.Outcome).
+type Outcome = failmode.Outcome
 
 const (
 	// OutcomeAdmitted: the container runs under its policy.
-	OutcomeAdmitted Outcome = "admitted"
+	OutcomeAdmitted = failmode.Admitted
 	// OutcomeDefault: fail-open replaced a bad request with the default policy.
-	OutcomeDefault Outcome = "default-policy"
+	OutcomeDefault = failmode.Default
 	// OutcomeWithout: fail-open let the container run without gpuext.
-	OutcomeWithout Outcome = "without-gpuext"
+	OutcomeWithout = failmode.Without
 	// OutcomeRefused: strict mode refused the container.
-	OutcomeRefused Outcome = "refused"
+	OutcomeRefused = failmode.Refused
 )
 
 // OutcomeOf is the outcome of a decision and the error returned with it.
@@ -180,4 +176,54 @@ func OutcomeOf(d Decision, err error) Outcome {
 		return OutcomeDefault
 	}
 	return OutcomeAdmitted
+}
+
+// RegisterStored is Register for a caller that lost the decision Admit
+// made (the NRI plugin after a restart, or a container it skipped): the
+// decision stored in the registry (StoredDecision), the fail mode applied
+// to an error finding it. A container with none runs without gpuext.
+func (c *Core) RegisterStored(info ContainerInfo) (Decision, cgroup.Cgroup, error) {
+	log := c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name, "pod": info.PodName,
+		"namespace": info.PodNamespace})
+	d, ok, err := c.StoredDecision(info)
+	if err != nil {
+		fd, ferr := c.failed(info, log, "register", err)
+		return fd, cgroup.Cgroup{}, ferr
+	}
+	if !ok {
+		log.Debug("no gpuext decision for this container: it runs without gpuext")
+		return Decision{Skipped: true}, cgroup.Cgroup{}, nil
+	}
+	return c.Register(info, d)
+}
+
+// StoredDecision recovers the decision Admit made for a container from the
+// registry, for a caller that lost it (the NRI plugin after a restart): the
+// tenant reserved under the container's key, or under its pod's key. ok is
+// false when none is reserved.
+func (c *Core) StoredDecision(info ContainerInfo) (Decision, bool, error) {
+	keys := []string{containerTenantKey(info)}
+	if key, ok := podTenantKey(info); ok {
+		keys = append(keys, key)
+	}
+	for _, key := range keys {
+		id, ok, err := c.reg.LookupKey(key)
+		if err != nil {
+			return Decision{}, false, err
+		}
+		if !ok {
+			continue
+		}
+		t, err := c.reg.TenantRecord(id)
+		if errors.Is(err, bpf.ErrNoTenant) {
+			continue
+		}
+		if err != nil {
+			return Decision{}, false, err
+		}
+		return Decision{Tenant: id, TenantKey: key, Policy: policies.Policy{Name: t.Policy},
+			ConfigDigest: configDigest(t.Policy, t.Config),
+			FailedOpen:   t.Config.Flags&uint32(bpf.TenantFlagFailOpen) != 0}, true, nil
+	}
+	return Decision{}, false, nil
 }

@@ -18,9 +18,16 @@
 //     runtime and drop stale entries of that runtime; Reconcile: collect what
 //     killed hooks and runtimes left.
 //
-// The fail mode is applied in one place, ApplyFailMode, for every runtime
-// path and every kind of error (KindOf). The files follow the jobs: core.go
-// (lifecycle), decision.go, select.go, probes.go, injection.go,
+// The fail mode is decided by one rule, failmode.Decide, for every runtime
+// path and every kind of error (KindOf): the core applies it to its own
+// errors (ApplyFailMode, and Admit's default policy for a bad request); the
+// hooks, which do not link the core, apply the same rule to theirs.
+// ContainerInfo, the injection and the decision's record are the agent
+// API's types (internal/agentapi). The files follow the jobs: core.go
+// (lifecycle), open.go (a core from the config file), decision.go (the
+// Decision, its record, the decision stored in the registry),
+// decisionkey.go (its MAC),
+// select.go (selection, the tenant key), probes.go, injection.go,
 // tenantfile.go (what the device runtime reads), statedir.go (the state
 // directory's layout, lock and collection), sync.go.
 package admission

@@ -10,26 +10,22 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/internal/agentapi"
 	"github.com/gpuext/gpuext/policies"
 )
 
 // PolicyChange asks to change a running tenant's policy (gpuextctl tenants
-// set-policy): it is treated as the annotations policy.gpuext.io=Policy and
-// KEY.gpuext.io=VALUE for each of Params, on the tenant's container.
-type PolicyChange struct {
-	// Tenant is the tenant's id ("7") or its key ("oci/ctr/ID", "nri/pod/UID").
-	Tenant string `json:"tenant"`
-	Policy string `json:"policy"`
-	// Params are further keys of the request: "quota" or "quota.gpuext.io".
-	Params map[string]string `json:"params,omitempty"`
-}
+// set-policy; the agent API's type): it is treated as the annotations
+// policy.gpuext.io=Policy and KEY.gpuext.io=VALUE for each of Params, on the
+// tenant's container.
+type PolicyChange = agentapi.PolicyChange
 
 // maxParams bounds a change's params (the keys of policies.Select).
 const maxParams = 32
 
-// annotations is the change as the annotations admission reads; the error
-// names the bad param.
-func (pc PolicyChange) annotations() (map[string]string, error) {
+// changeAnnotations is the change as the annotations admission reads; the
+// error names the bad param.
+func changeAnnotations(pc PolicyChange) (map[string]string, error) {
 	if pc.Policy == "" {
 		return nil, fmt.Errorf("%w: %s: empty policy name", errRequest, policies.KeyPolicy)
 	}
@@ -76,7 +72,7 @@ func (c *Core) SetPolicy(pc PolicyChange) (Decision, error) {
 }
 
 func (c *Core) setPolicy(pc PolicyChange, log *logrus.Entry) (Decision, error) {
-	ann, err := pc.annotations()
+	ann, err := changeAnnotations(pc)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -98,7 +94,7 @@ func (c *Core) setPolicy(pc PolicyChange, log *logrus.Entry) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	if strings.Contains(t.Key, "/pod/") {
+	if isPodKey(t.Key, 0) {
 		sel.Tenant = policies.TenantPod
 	} else {
 		sel.Tenant = policies.TenantContainer
@@ -142,7 +138,7 @@ func (c *Core) setPolicy(pc PolicyChange, log *logrus.Entry) (Decision, error) {
 }
 
 // ErrUnknownTenant: a policy change names no tenant of the registry.
-var ErrUnknownTenant = errors.New("no such tenant")
+var ErrUnknownTenant = agentapi.ErrUnknownTenant
 
 // findTenant is the tenant named by id or key.
 func (c *Core) findTenant(name string) (bpf.Tenant, error) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/agentapi"
 )
 
 // Core is what the server needs of the admission core.
@@ -68,10 +69,10 @@ func Listen(path string, core func() (Core, error), log *logrus.Entry) (*Server,
 	}
 	s := &Server{core: core, log: log, ln: ln}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+pathAdmit, s.handle(s.admit))
-	mux.HandleFunc("POST "+pathRegister, s.handle(s.register))
-	mux.HandleFunc("POST "+pathRemove, s.handle(s.remove))
-	mux.HandleFunc("POST "+pathSetPolicy, s.handleReq(s.setPolicy))
+	mux.HandleFunc("POST "+agentapi.PathAdmit, s.handle(s.admit))
+	mux.HandleFunc("POST "+agentapi.PathRegister, s.handle(s.register))
+	mux.HandleFunc("POST "+agentapi.PathRemove, s.handle(s.remove))
+	mux.HandleFunc("POST "+agentapi.PathSetPolicy, s.handleReq(s.setPolicy))
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }}
 	return s, nil
@@ -200,13 +201,13 @@ func peerIsRoot(c net.Conn) error {
 	return nil
 }
 
-func (s *Server) handle(fn func(Core, admission.ContainerInfo) response) http.HandlerFunc {
-	return s.handleReq(func(c Core, req request) response { return fn(c, req.Info) })
+func (s *Server) handle(fn func(Core, admission.ContainerInfo) agentapi.Response) http.HandlerFunc {
+	return s.handleReq(func(c Core, req agentapi.Request) agentapi.Response { return fn(c, req.Info) })
 }
 
-func (s *Server) handleReq(fn func(Core, request) response) http.HandlerFunc {
+func (s *Server) handleReq(fn func(Core, agentapi.Request) agentapi.Response) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		reply := func(code int, resp response) {
+		reply := func(code int, resp agentapi.Response) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(code)
 			_ = json.NewEncoder(w).Encode(resp)
@@ -217,63 +218,69 @@ func (s *Server) handleReq(fn func(Core, request) response) http.HandlerFunc {
 				err = peerIsRoot(c)
 			}
 			s.log.WithError(err).Warn("agent API: refused a connection")
-			reply(http.StatusForbidden, response{Error: err.Error()})
+			reply(http.StatusForbidden, agentapi.Response{Error: err.Error()})
 			return
 		}
-		var req request
-		dec := json.NewDecoder(io.LimitReader(r.Body, maxRequest))
+		var req agentapi.Request
+		dec := json.NewDecoder(io.LimitReader(r.Body, agentapi.MaxRequest))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			reply(http.StatusBadRequest, response{Error: fmt.Sprintf("bad request: %v", err)})
+			reply(http.StatusBadRequest, agentapi.Response{Error: fmt.Sprintf("bad request: %v", err)})
 			return
 		}
 		core, err := s.core()
 		if err != nil {
-			reply(http.StatusServiceUnavailable, response{Error: err.Error(), Kind: string(admission.KindInternal)})
+			reply(http.StatusServiceUnavailable, agentapi.Response{Error: err.Error(), Kind: string(admission.KindInternal)})
 			return
 		}
 		reply(http.StatusOK, fn(core, req))
 	}
 }
 
-func outcome(d admission.Decision, err error) response {
+func outcome(d admission.Decision, err error) agentapi.Response {
 	if err != nil {
-		return response{Error: err.Error(), Kind: string(admission.KindOf(err)), Refused: errors.Is(err, admission.ErrRefused)}
+		return agentapi.Response{Error: err.Error(), Kind: string(admission.KindOf(err)), Refused: errors.Is(err, admission.ErrRefused)}
 	}
-	return response{Decision: toWire(d)}
+	return agentapi.Response{Decision: answer(d)}
 }
 
-func (s *Server) admit(c Core, info admission.ContainerInfo) response {
+func (s *Server) admit(c Core, info admission.ContainerInfo) agentapi.Response {
 	return outcome(c.Admit(info))
 }
 
-func (s *Server) register(c Core, info admission.ContainerInfo) response {
+func (s *Server) register(c Core, info admission.ContainerInfo) agentapi.Response {
 	d, cg, err := c.RegisterOCI(info)
 	resp := outcome(d, err)
 	resp.CgroupID, resp.CgroupPath = uint64(cg.ID), cg.Path
 	return resp
 }
 
-func (s *Server) remove(c Core, info admission.ContainerInfo) response {
+func (s *Server) remove(c Core, info admission.ContainerInfo) agentapi.Response {
 	if err := c.Remove(info); err != nil {
-		return response{Error: err.Error(), Kind: string(admission.KindInternal)}
+		return agentapi.Response{Error: err.Error(), Kind: string(admission.KindInternal)}
 	}
-	return response{}
+	return agentapi.Response{}
 }
 
-func (s *Server) setPolicy(c Core, req request) response {
+func (s *Server) setPolicy(c Core, req agentapi.Request) agentapi.Response {
 	ps, ok := c.(PolicySetter)
 	if !ok {
-		return response{Error: "this agent's core cannot change a tenant's policy", Kind: string(admission.KindInternal)}
+		return agentapi.Response{Error: "this agent's core cannot change a tenant's policy", Kind: string(admission.KindInternal)}
 	}
 	if req.Change == nil {
-		return response{Error: "bad request: no change", Kind: string(admission.KindRequest)}
+		return agentapi.Response{Error: "bad request: no change", Kind: string(admission.KindRequest)}
 	}
 	d, err := ps.SetPolicy(*req.Change)
 	if err != nil {
-		return response{Error: err.Error(), Kind: string(admission.KindOf(err))}
+		return agentapi.Response{Error: err.Error(), Kind: string(admission.KindOf(err))}
 	}
 	s.log.WithFields(logrus.Fields{"tenant": d.Tenant, "tenantKey": d.TenantKey, "policy": d.Policy.Name}).
 		Info("agent API: changed a tenant's policy")
-	return response{Decision: toWire(d)}
+	return agentapi.Response{Decision: answer(d)}
+}
+
+// answer is d as the API carries it.
+func answer(d admission.Decision) *agentapi.Answer {
+	a := d.Answer()
+	return &a
 }

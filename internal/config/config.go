@@ -1,6 +1,8 @@
-// Package config is the configuration file shared by the gpuext NRI plugin,
-// the OCI hook and the runc wrapper, and the wiring that turns it into an
-// admission core. Decoding is strict: an unknown field is an error naming it.
+// Package config is the configuration file shared by the gpuext agent, the
+// OCI hook and the runc wrapper: its format, defaults and validation.
+// Decoding is strict: an unknown field is an error naming it. It imports
+// nothing of the admission core, so the thin hooks read the same file the
+// agent does; the agent's wiring of a core from it is admission.Open.
 package config
 
 import (
@@ -18,21 +20,20 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/bpf/kernelpolicy"
-	"github.com/gpuext/gpuext/cgroup"
-	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/bpf/ids"
 	"github.com/gpuext/gpuext/internal/deviceplugin/pools"
+	"github.com/gpuext/gpuext/internal/failmode"
 	"github.com/gpuext/gpuext/internal/strictjson"
-	"github.com/gpuext/gpuext/policies"
-	"github.com/gpuext/gpuext/policies/probes"
+	"github.com/gpuext/gpuext/policies/grammar"
 )
 
 // Config is the file format (JSON). Every field has a default.
 type Config struct {
 	// FailMode is "fail-open" (default: a bad request starts the container with
 	// the default policy and logs the keyed error) or "strict" (refuse it).
-	FailMode string `json:"failMode,omitempty"`
+	// Decoding reads it once (failmode.Parse): every component uses it as
+	// decoded ("fail-closed" reads as strict).
+	FailMode failmode.Mode `json:"failMode,omitempty"`
 	// PinDir is the bpffs directory of the tenant registry.
 	PinDir string `json:"pinDir,omitempty"`
 	// StateDir holds tenant directories (mounted read-only into containers).
@@ -81,7 +82,7 @@ type Config struct {
 	// a plain client. Tenants with a non-root user are MPS clients either way.
 	MPSRootTenants string `json:"mpsRootTenants,omitempty"`
 	// AgentSocket is the host agent's API socket (root only), which the runc
-	// wrapper and the OCI hooks call (internal/agent).
+	// wrapper and the OCI hooks call (internal/agentapi).
 	AgentSocket string `json:"agentSocket,omitempty"`
 	// ReconcileInterval is how often the agent collects what crashed or
 	// killed runtimes left behind (a Go duration, e.g. "30s"; "0" turns it
@@ -170,7 +171,7 @@ func (g MemoryGuard) spec() (action string, interval time.Duration, margin uint6
 		}
 	}
 	if g.ContextMargin != "" {
-		if margin, err = policies.ParseSize(g.ContextMargin); err != nil || margin == 0 {
+		if margin, err = grammar.ParseSize(g.ContextMargin); err != nil || margin == 0 {
 			return "", 0, 0, fmt.Errorf("memoryGuard.contextMargin %s: want a size above 0 such as \"1GiB\"", shown(g.ContextMargin))
 		}
 	}
@@ -242,10 +243,16 @@ const (
 	DefaultAgentSocket = "/run/gpuext-agent/agent.sock"
 )
 
+// The values of MPSRootTenants.
+const (
+	MPSRootAllow = "allow"
+	MPSRootDeny  = "deny"
+)
+
 // Default returns the defaults.
 func Default() Config {
 	return Config{
-		FailMode: string(admission.FailOpen), PinDir: bpf.DefaultPinDir, StateDir: DefaultStateDir,
+		FailMode: failmode.Open, PinDir: ids.DefaultPinDir, StateDir: DefaultStateDir,
 		DevrtDir: DefaultDevrtDir, HostRoot: "/", LogLevel: "info", DockerDataRoot: DefaultDockerDataRoot,
 		Runc: DefaultRunc, ReconcileInterval: "30s", ReconcileGrace: "60s", AgentSocket: DefaultAgentSocket,
 	}
@@ -272,9 +279,11 @@ func decodeInto(cfg *Config, data []byte, name string) error {
 	if err := strictjson.Decode(data, cfg); err != nil {
 		return fmt.Errorf("config %s: %w", name, err)
 	}
-	if _, err := admission.ParseFailMode(cfg.FailMode); err != nil {
-		return fmt.Errorf("config %s: failMode %s: want %q or %q", name, shown(cfg.FailMode), admission.FailOpen, admission.FailClosed)
+	mode, err := failmode.Parse(string(cfg.FailMode))
+	if err != nil {
+		return fmt.Errorf("config %s: failMode %s: want %q or %q", name, shown(string(cfg.FailMode)), failmode.Open, failmode.Strict)
 	}
+	cfg.FailMode = mode
 	if _, err := logrus.ParseLevel(cfg.LogLevel); err != nil {
 		return fmt.Errorf("config %s: logLevel %s: want panic, fatal, error, warn, info, debug or trace", name, shown(cfg.LogLevel))
 	}
@@ -304,9 +313,9 @@ func decodeInto(cfg *Config, data []byte, name string) error {
 		}
 	}
 	switch cfg.MPSRootTenants {
-	case "", admission.MPSRootAllow, admission.MPSRootDeny:
+	case "", MPSRootAllow, MPSRootDeny:
 	default:
-		return fmt.Errorf("config %s: mpsRootTenants %s: want %q or %q", name, shown(cfg.MPSRootTenants), admission.MPSRootAllow, admission.MPSRootDeny)
+		return fmt.Errorf("config %s: mpsRootTenants %s: want %q or %q", name, shown(cfg.MPSRootTenants), MPSRootAllow, MPSRootDeny)
 	}
 	if _, err := metricsListen(cfg.MetricsAddress); err != nil {
 		return fmt.Errorf("config %s: metricsAddress %s: %w", name, shown(cfg.MetricsAddress), err)
@@ -367,112 +376,4 @@ func Load(path string) (Config, error) {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	return Parse(data, path)
-}
-
-// KernelPolicies loads KernelPolicyDir; nil when none is configured.
-func (c Config) KernelPolicies() (*kernelpolicy.Dir, error) {
-	if c.KernelPolicyDir == "" {
-		return nil, nil
-	}
-	return kernelpolicy.LoadDir(c.KernelPolicyDir)
-}
-
-// ProbeCatalog is the built-in probe catalog with ProbeDir's probes
-// (probes.LoadDir: every entry verified; a bad one is an error naming it).
-func (c Config) ProbeCatalog() (*probes.Catalog, error) {
-	if c.ProbeDir == "" {
-		return probes.Builtin(), nil
-	}
-	cat, err := probes.BuiltinWithDir(c.ProbeDir)
-	if err != nil {
-		return nil, fmt.Errorf("probeDir: %w", err)
-	}
-	return cat, nil
-}
-
-// Catalog returns the built-in catalog merged with CatalogDir, whose
-// policies (and a request's overrides) may name KernelPolicyDir's memory
-// policies as eviction and prefetch algorithms and ProbeDir's probes.
-func (c Config) Catalog() (*policies.Catalog, error) {
-	cat := policies.BuiltinCatalog()
-	algs := policies.BuiltinAlgorithms()
-	dir, err := c.KernelPolicies()
-	if err != nil {
-		return nil, err
-	}
-	if dir != nil {
-		if algs, err = algs.With(dir.Algorithms()); err != nil {
-			return nil, fmt.Errorf("kernelPolicyDir: %w", err)
-		}
-		cat = cat.WithAlgorithms(algs)
-	}
-	if c.ProbeDir != "" {
-		if algs.Probes, err = c.ProbeCatalog(); err != nil {
-			return nil, err
-		}
-		cat = cat.WithAlgorithms(algs)
-	}
-	if c.CatalogDir == "" {
-		return cat, nil
-	}
-	user, err := policies.LoadCatalogDirWith(c.CatalogDir, algs)
-	if err != nil {
-		return nil, err
-	}
-	return cat.Merge(user)
-}
-
-// Constraints loads ConstraintsFile; nil when none is configured.
-func (c Config) Constraints() (*policies.Constraints, error) {
-	if c.ConstraintsFile == "" {
-		return nil, nil
-	}
-	return policies.LoadConstraints(c.ConstraintsFile)
-}
-
-// OpenCore opens the registry and builds the admission core. The caller
-// closes the returned registry. Both paths (the NRI plugin at Configure, the
-// OCI hook and runc wrapper at every container) come through here, so both
-// hand the registry to the gpuext core module: the kernel resolves tenants
-// from its cgroup map (the core keeps its own reference; handing the same
-// map again replaces it with itself).
-func (c Config) OpenCore(log *logrus.Entry) (*admission.Core, *bpf.Registry, error) {
-	mode, err := admission.ParseFailMode(c.FailMode)
-	if err != nil {
-		return nil, nil, err
-	}
-	cat, err := c.Catalog()
-	if err != nil {
-		return nil, nil, err
-	}
-	cons, err := c.Constraints()
-	if err != nil {
-		return nil, nil, err
-	}
-	res, err := cgroup.NewResolver(c.HostRoot)
-	if err != nil {
-		return nil, nil, fmt.Errorf("cgroup resolver: %w", err)
-	}
-	reg, err := bpf.OpenRegistry(c.PinDir)
-	if err != nil {
-		return nil, nil, err
-	}
-	if m := reg.MountedBPFFS(); m != "" {
-		log.WithFields(logrus.Fields{"mountpoint": m, "pinDir": c.PinDir}).Info("no bpf filesystem was mounted: mounted one")
-	}
-	core, err := admission.New(admission.Config{FailMode: mode, StateDir: c.StateDir, DevrtDir: c.DevrtDir,
-		HostRoot: c.HostRoot, MPSPipeDir: c.MPSPipeDirectory, MPSShmDir: c.MPSShmDirectory, MPSRootTenants: c.MPSRootTenants},
-		reg, cat, cons, res, log)
-	if err != nil {
-		reg.Close()
-		return nil, nil, err
-	}
-	if err := kernelpolicy.HandRegistryToCore(reg); errors.Is(err, kernelpolicy.ErrNoCore) {
-		log.WithError(err).Debug("no gpuext core module: registry not handed to the kernel")
-	} else if err != nil {
-		log.WithError(err).Warn("registry not handed to the gpuext core")
-	} else {
-		log.Debug("registry handed to the gpuext core")
-	}
-	return core, reg, nil
 }

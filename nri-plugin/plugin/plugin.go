@@ -246,7 +246,7 @@ func (p *Plugin) Configure(_ context.Context, cfgData, runtime, version string) 
 		}
 		p.log = log
 	}
-	core, reg, err := cfg.OpenCore(p.log)
+	core, reg, err := admission.Open(cfg, p.log)
 	if err != nil {
 		p.log.WithError(err).Error("cannot start admission core")
 		return 0, err
@@ -329,8 +329,7 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	core, err := p.admission()
 	info := ContainerInfo(pod, ctr)
 	if err != nil {
-		_, err = admission.ApplyFailMode(p.failMode(), info, p.log.WithField("container", ctr.GetId()), "admit", err)
-		return nil, nil, err
+		return nil, nil, p.noCore(info, p.log.WithField("container", ctr.GetId()), "admit", err)
 	}
 	d, err := core.Admit(info)
 	if err != nil {
@@ -362,37 +361,25 @@ func (p *Plugin) register(pod *api.PodSandbox, ctr *api.Container) error {
 	log := p.log.WithFields(logrus.Fields{"container": ctr.GetId(), "name": ctr.GetName(), "event": "StartContainer"})
 	core, err := p.admission()
 	if err != nil {
-		_, err = admission.ApplyFailMode(p.failMode(), info, log, "register", err)
-		return err
+		return p.noCore(info, log, "register", err)
 	}
 	p.mu.Lock()
 	d, known := p.admitted[ctr.GetId()]
 	delete(p.admitted, ctr.GetId())
 	p.mu.Unlock()
 	if !known { // admitted before a plugin restart, or skipped (fail-open)
-		var ok bool
-		d, ok, err = core.StoredDecision(info)
-		if err != nil {
-			_, err = admission.ApplyFailMode(core.FailMode(), info, log, "register", err)
-			return err
-		}
-		if !ok {
-			log.Debug("no gpuext decision for this container: it runs without gpuext")
-			return nil
-		}
+		_, _, err = core.RegisterStored(info)
+		return err
 	}
 	_, _, err = core.Register(info, d)
 	return err
 }
 
-// failMode is the configured fail mode, for errors that come before the
-// core exists.
-func (p *Plugin) failMode() admission.FailMode {
-	m, err := admission.ParseFailMode(p.base.FailMode)
-	if err != nil {
-		return admission.FailClosed
-	}
-	return m
+// noCore applies the configured fail mode to an error that comes before
+// the core exists (the core applies it to its own).
+func (p *Plugin) noCore(info admission.ContainerInfo, log *logrus.Entry, step string, err error) error {
+	_, err = admission.ApplyFailMode(p.base.FailMode, info, log, step, err)
+	return err
 }
 
 // RemoveContainer detaches the container and releases an empty tenant.

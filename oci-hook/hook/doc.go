@@ -1,6 +1,7 @@
 // Package hook is the Docker/runc/podman admission path of gpuext. It turns
-// what an OCI runtime shows of a container into calls of the one admission
-// core (internal/admission):
+// what an OCI runtime shows of a container into calls of the host agent,
+// which runs the one admission core (internal/admission); it imports only
+// the agent's API (internal/agentapi) and small pure packages:
 //
 //   - the OCI hook (gpuext-oci-hook): reads the OCI State from stdin and the
 //     bundle's config.json; createRuntime/prestart -> Register (the cgroup

@@ -1,7 +1,6 @@
 package hook
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,9 +9,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/gpuext/gpuext/internal/admission"
-	"github.com/gpuext/gpuext/internal/agent"
+	"github.com/gpuext/gpuext/internal/agentapi"
 	"github.com/gpuext/gpuext/internal/config"
+	"github.com/gpuext/gpuext/internal/failmode"
 	"github.com/gpuext/gpuext/internal/logging"
 )
 
@@ -117,28 +116,22 @@ func HookMain(args []string, stdin io.Reader, stderr io.Writer, timeout time.Dur
 		b = nil
 	}
 	info := HookContainerInfo(st, b, stage)
-	mode, _ := admission.ParseFailMode(cfg.FailMode) // validated by config.Load
 	if err := runHook(cfg, log, stage, info); err != nil {
 		if stage == StagePoststop {
 			log.WithError(err).Error("gpuext poststop failed; reconcile will drop what is left")
 			return ExitOK
 		}
-		// The core applied the fail mode to its own errors: an error here
-		// is a strict refusal, or one from before the core existed.
-		if !errors.Is(err, admission.ErrRefused) {
-			if _, err = admission.ApplyFailMode(mode, info, log, string(stage), err); err == nil {
-				return ExitOK
-			}
+		if err := applyFailMode(cfg.FailMode, log, string(stage), info.Name, err); err != nil {
+			return fail(ExitFailed, err)
 		}
-		return fail(ExitFailed, err)
 	}
 	return ExitOK
 }
 
-// runHook asks the agent (internal/agent) to register or remove the
+// runHook asks the agent (internal/agentapi) to register or remove the
 // container: the hook holds no core of its own.
-func runHook(cfg config.Config, log *logrus.Entry, stage Stage, info admission.ContainerInfo) error {
-	client := agent.NewClient(cfg.AgentSocket, agent.DefaultTimeout)
+func runHook(cfg config.Config, log *logrus.Entry, stage Stage, info agentapi.ContainerInfo) error {
+	client := agentapi.NewClient(cfg.AgentSocket, agentapi.DefaultTimeout)
 	switch stage {
 	case StagePoststop:
 		if err := client.Remove(info); err != nil {
@@ -147,12 +140,22 @@ func runHook(cfg config.Config, log *logrus.Entry, stage Stage, info admission.C
 		log.Info("removed tenant cgroup")
 		return nil
 	default:
-		d, cg, err := client.RegisterOCI(info)
+		r, err := client.RegisterOCI(info)
 		if err != nil {
 			return err
 		}
-		log.WithFields(logrus.Fields{"tenant": d.Tenant, "policy": d.Policy.Name, "cgroupID": cg.ID, "skipped": d.Skipped,
-			"cgroup": cg.Path, "pid": info.Pid}).Info("registered tenant cgroup")
+		log.WithFields(logrus.Fields{"tenant": r.Tenant, "policy": r.Policy, "cgroupID": r.CgroupID, "skipped": r.Skipped,
+			"cgroup": r.CgroupPath, "pid": info.Pid}).Info("registered tenant cgroup")
 		return nil
 	}
+}
+
+// applyFailMode is what the hook and the wrapper do with an error of theirs
+// (no agent, an unreadable bundle, a runc line read two ways): the one rule
+// (failmode.Apply), for gpuext's own failure (failmode.KindInternal). A
+// refusal the agent made already is returned as it is; nil means the
+// container runs without gpuext.
+func applyFailMode(mode failmode.Mode, log *logrus.Entry, step, name string, err error) error {
+	_, err = failmode.Apply(mode, failmode.KindInternal, log, step, name, err)
+	return err
 }

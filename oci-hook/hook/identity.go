@@ -2,12 +2,12 @@ package hook
 
 import (
 	"maps"
-	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/bpf/ids"
+	"github.com/gpuext/gpuext/internal/agentapi"
+	"github.com/gpuext/gpuext/policies/grammar"
 )
 
 // AnnotationContainerName is the annotation in which the runc wrapper
@@ -34,20 +34,14 @@ func ContainerName(id string, annotations map[string]string) string {
 	return id
 }
 
-// IsGpuextKey reports whether a label or annotation key belongs to gpuext:
-// its domain part (before the first '/') is gpuext.io or a subdomain of it,
-// e.g. "policy.gpuext.io" or "policy.gpuext.io/container.web".
-func IsGpuextKey(key string) bool {
-	host, _, _ := strings.Cut(key, "/")
-	host = strings.ToLower(host)
-	return host == "gpuext.io" || strings.HasSuffix(host, ".gpuext.io")
-}
-
-// GpuextKeys returns the gpuext keys of m (nil when there are none).
+// GpuextKeys returns the gpuext keys of m (nil when there are none), as
+// the agent's selection reads them (grammar.IsKey): a key that only looks
+// like one (Cyrillic letters, a zero-width space, upper case) is one too,
+// and reaches the agent, which names it in its error.
 func GpuextKeys(m map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range m {
-		if IsGpuextKey(k) {
+		if grammar.IsKey(k) {
 			if out == nil {
 				out = map[string]string{}
 			}
@@ -61,9 +55,9 @@ func GpuextKeys(m map[string]string) map[string]string {
 // hook sees it: the state (id, host pid, annotations) and config.json
 // (annotations, env, cgroupsPath). b may be nil when config.json could not
 // be read (poststop only needs the id).
-func HookContainerInfo(st *specs.State, b *Bundle, stage Stage) admission.ContainerInfo {
+func HookContainerInfo(st *specs.State, b *Bundle, stage Stage) agentapi.ContainerInfo {
 	ann := map[string]string{}
-	info := admission.ContainerInfo{ID: st.ID, Runtime: bpf.RuntimeOCIHook}
+	info := agentapi.ContainerInfo{ID: st.ID, Runtime: ids.RuntimeOCIHook}
 	if b != nil {
 		maps.Copy(ann, b.Spec.Annotations)
 		if b.Spec.Process != nil {
@@ -88,11 +82,11 @@ func HookContainerInfo(st *specs.State, b *Bundle, stage Stage) admission.Contai
 // SpecUser is the container process's user as config.json says it:
 // process.user.uid, and whether the container has a user namespace of its
 // own (a "user" namespace or uid mappings).
-func SpecUser(s *specs.Spec) admission.ProcessUser {
+func SpecUser(s *specs.Spec) agentapi.ProcessUser {
 	if s == nil || s.Process == nil {
-		return admission.ProcessUser{}
+		return agentapi.ProcessUser{}
 	}
-	u := admission.ProcessUser{Known: true, UID: s.Process.User.UID}
+	u := agentapi.ProcessUser{Known: true, UID: s.Process.User.UID}
 	if s.Linux != nil {
 		u.UserNS = len(s.Linux.UIDMappings) > 0
 		for _, ns := range s.Linux.Namespaces {

@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -8,22 +9,42 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/policies"
 )
 
-func TestIsGpuextKey(t *testing.T) {
-	for k, want := range map[string]bool{
-		"policy.gpuext.io":               true,
-		"policy.gpuext.io/container.web": true,
-		"Quota.GPUext.io/pod":            true,
-		"gpuext.io":                      true,
-		"gpuext.io/x":                    true,
-		"notgpuext.io":                   false,
-		"io.gpuext.oci.container-name":   false,
-		"org.opencontainers.image.title": false,
-		"example.com/policy.gpuext.io":   false,
+// GpuextKeys keeps what the agent's selection reads as a gpuext key,
+// look-alikes included (a Cyrillic letter, a zero-width space, upper case,
+// a trailing dot): the wrapper copies such a Docker label into config.json
+// like any gpuext key, and the agent names it in its error, instead of the
+// hook dropping what the agent would refuse.
+func TestGpuextKeys(t *testing.T) {
+	for _, tc := range []struct {
+		key       string
+		ours      bool
+		lookalike bool // selection refuses it as an unknown key
+	}{
+		{"policy.gpuext.io", true, false},
+		{"policy.gpuext.io/container.web", true, false},
+		{"gpuext.io", true, true},
+		{"gpuext.io/x", true, true},
+		{"Quota.GPUext.io/pod", true, true},
+		{"p\u043elicy.gpuext.io", true, true},  // Cyrillic o
+		{"policy.gpu\u0435xt.io", true, true},  // Cyrillic e in the domain
+		{"policy.gpuext.io\u200b", true, true}, // zero-width space
+		{"policy.gpuext.io.", true, true},      // trailing dot
+		{"policy\uff0egpuext.io", true, true},  // fullwidth dot
+		{"notgpuext.io", false, false},
+		{"io.gpuext.oci.container-name", false, false},
+		{"org.opencontainers.image.title", false, false},
+		{"example.com/policy.gpuext.io", false, false},
 	} {
-		if got := IsGpuextKey(k); got != want {
-			t.Errorf("IsGpuextKey(%q) = %v, want %v", k, got, want)
+		got := GpuextKeys(map[string]string{tc.key: "batch", "other.example.com": "x"})
+		if _, ok := got[tc.key]; ok != tc.ours || len(got) > 1 {
+			t.Errorf("GpuextKeys(%q) = %q, want the key kept: %v", tc.key, got, tc.ours)
+		}
+		_, err := policies.BuiltinCatalog().Select(policies.Request{Labels: map[string]string{tc.key: "batch"}})
+		if unknown := errors.Is(err, policies.ErrUnknownKey); unknown != tc.lookalike {
+			t.Errorf("selection of %q: %v; want an unknown-key error: %v", tc.key, err, tc.lookalike)
 		}
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/agentapi"
 )
 
 // Bundle is a bundle's config.json: decoded for reading, raw for editing.
@@ -125,7 +125,7 @@ func mustRaw(v any) json.RawMessage {
 // SetEnv sets process.env entries (KEY=VALUE), replacing every existing
 // entry of the same key. Values are final: LD_PRELOAD arrives already
 // appended to the container's own value by the admission core.
-func (b *Bundle) SetEnv(env []admission.EnvVar) error {
+func (b *Bundle) SetEnv(env []agentapi.EnvVar) error {
 	if len(env) == 0 {
 		return nil
 	}
@@ -149,7 +149,7 @@ func (b *Bundle) SetEnv(env []admission.EnvVar) error {
 	return nil
 }
 
-func setEnv(cur []string, env []admission.EnvVar) []string {
+func setEnv(cur []string, env []agentapi.EnvVar) []string {
 	for _, e := range env {
 		kv := e.Key + "=" + e.Value
 		replaced := false
@@ -174,7 +174,7 @@ func setEnv(cur []string, env []admission.EnvVar) []string {
 
 // AddMounts adds bind mounts; a mount whose destination is already in the
 // spec replaces that entry (so a re-run never duplicates a mount).
-func (b *Bundle) AddMounts(mounts []admission.Mount) error {
+func (b *Bundle) AddMounts(mounts []agentapi.Mount) error {
 	if len(mounts) == 0 {
 		return nil
 	}

@@ -12,6 +12,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/agentapi"
 )
 
 // testInjection is what the admission core returns for a tenant (the shape
@@ -118,7 +119,7 @@ func TestInjectIdempotent(t *testing.T) {
 	info := admission.ContainerInfo{Annotations: map[string]string{"policy.gpuext.io": "batch", AnnotationContainerName: "web"}}
 	var first []byte
 	for i := range 3 {
-		if err := Inject(b, info, admission.Decision{Tenant: 3, TenantKey: "oci/ctr/x", ConfigDigest: "d", Injection: testInjection(b.Spec.Process.Env)}, hooks); err != nil {
+		if err := Inject(b, info, agentapi.Answer{Decision: agentapi.Decision{Tenant: 3, TenantKey: "oci/ctr/x", ConfigDigest: "d"}, Injection: testInjection(b.Spec.Process.Env)}, hooks); err != nil {
 			t.Fatal(err)
 		}
 		out, err := b.Marshal()
@@ -196,7 +197,7 @@ func TestInjectRoundTrip(t *testing.T) {
 			b, orig := loadFixture(t, name)
 			info := admission.ContainerInfo{Annotations: map[string]string{"policy.gpuext.io": "batch", "quota.gpuext.io": "1GiB"}}
 			inj := testInjection(b.Spec.Process.Env)
-			if err := Inject(b, info, admission.Decision{Tenant: 3, TenantKey: "oci/ctr/x", ConfigDigest: "d", Injection: inj}, HookEntries("/h/gpuext-oci-hook", "")); err != nil {
+			if err := Inject(b, info, agentapi.Answer{Decision: agentapi.Decision{Tenant: 3, TenantKey: "oci/ctr/x", ConfigDigest: "d"}, Injection: inj}, HookEntries("/h/gpuext-oci-hook", "")); err != nil {
 				t.Fatal(err)
 			}
 			out, err := b.Marshal()

@@ -1,7 +1,6 @@
 package hook
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -15,9 +14,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/internal/admission"
-	"github.com/gpuext/gpuext/internal/agent"
+	"github.com/gpuext/gpuext/bpf/ids"
+	"github.com/gpuext/gpuext/internal/agentapi"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/logging"
 )
@@ -79,18 +77,15 @@ func WrapperMain(env WrapperEnv) (Exec, int) {
 	}
 	defer closer.Close()
 	log = log.WithFields(logrus.Fields{"container": cmd.ContainerID, "command": cmd.Command, "bundle": cmd.Bundle})
-	mode, _ := admission.ParseFailMode(cfg.FailMode) // validated by config.Load
 	if perr != nil {
 		// Which bundle runc uses, and under which id, depends on its
 		// version: nothing is admitted, and the fail mode says whether the
 		// container may start without gpuext.
-		info := admission.ContainerInfo{ID: cmd.ContainerID, Name: cmd.ContainerID, Runtime: bpf.RuntimeRuncWrapper}
-		_, err := admission.ApplyFailMode(mode, info, log, "parse runc arguments", perr)
-		if err == nil {
-			return out, ExitOK // config.json unchanged: the container starts without gpuext
+		if err := applyFailMode(cfg.FailMode, log, "parse runc arguments", cmd.ContainerID, perr); err != nil {
+			reportRuncError(cmd, env.Stderr, fmt.Errorf("gpuext: %w", err))
+			return Exec{}, ExitFailed
 		}
-		reportRuncError(cmd, env.Stderr, fmt.Errorf("gpuext: %w", err))
-		return Exec{}, ExitFailed
+		return out, ExitOK // config.json unchanged: the container starts without gpuext
 	}
 	cmd.Bundle = physicalBundle(env.Cwd, cmd)
 	log = log.WithField("bundle", cmd.Bundle)
@@ -104,16 +99,13 @@ func WrapperMain(env WrapperEnv) (Exec, int) {
 		}
 	}
 	if err := admitBundle(cfg, log, cmd, hookPath, cfgPath); err != nil {
-		// The core applied the fail mode to its own errors: an error here
-		// is a strict refusal, or one from before the core existed.
-		if !errors.Is(err, admission.ErrRefused) {
-			info := admission.ContainerInfo{ID: cmd.ContainerID, Name: cmd.ContainerID, Runtime: bpf.RuntimeRuncWrapper}
-			if _, err = admission.ApplyFailMode(mode, info, log, "admit", err); err == nil {
-				return out, ExitOK // config.json unchanged: the container starts without gpuext
-			}
+		// The agent applied the fail mode to its own errors: a refusal
+		// passes; anything else came before the agent answered.
+		if err := applyFailMode(cfg.FailMode, log, "admit", cmd.ContainerID, err); err != nil {
+			reportRuncError(cmd, env.Stderr, fmt.Errorf("gpuext: %w", err))
+			return Exec{}, ExitFailed
 		}
-		reportRuncError(cmd, env.Stderr, fmt.Errorf("gpuext: %w", err))
-		return Exec{}, ExitFailed
+		return out, ExitOK // config.json unchanged: the container starts without gpuext
 	}
 	return out, ExitOK
 }
@@ -125,19 +117,19 @@ func WrapperMain(env WrapperEnv) (Exec, int) {
 // selects exactly what the wrapper selected. A key set both as annotation
 // and as label keeps the annotation's value, as selection itself ranks
 // container annotations over container labels.
-func WrapperContainerInfo(cmd RuncCommand, b *Bundle, dc DockerContainer) admission.ContainerInfo {
+func WrapperContainerInfo(cmd RuncCommand, b *Bundle, dc DockerContainer) agentapi.ContainerInfo {
 	ann := map[string]string{}
 	maps.Copy(ann, GpuextKeys(dc.Labels))
 	maps.Copy(ann, b.Spec.Annotations)
 	if dc.Name != "" {
 		ann[AnnotationContainerName] = dc.Name
 	}
-	info := admission.ContainerInfo{
+	info := agentapi.ContainerInfo{
 		ID:          cmd.ContainerID,
 		Name:        ContainerName(cmd.ContainerID, ann),
 		Labels:      dc.Labels,
 		Annotations: ann,
-		Runtime:     bpf.RuntimeRuncWrapper,
+		Runtime:     ids.RuntimeRuncWrapper,
 	}
 	if b.Spec.Process != nil {
 		info.Env = b.Spec.Process.Env
@@ -169,13 +161,13 @@ func HookEntries(hookPath, cfgPath string) map[Stage]specs.Hook {
 // Inject writes the admission decision into the bundle: the decision
 // itself (AnnotationDecision, which the hook registers by), the gpuext keys
 // and the name, mounts, env and hooks.
-func Inject(b *Bundle, info admission.ContainerInfo, d admission.Decision, hooks map[Stage]specs.Hook) error {
+func Inject(b *Bundle, info agentapi.ContainerInfo, d agentapi.Answer, hooks map[Stage]specs.Hook) error {
 	inj := d.Injection
 	ann := GpuextKeys(info.Annotations)
 	if ann == nil {
 		ann = map[string]string{}
 	}
-	ann[admission.AnnotationDecision] = d.Encode()
+	ann[agentapi.AnnotationDecision] = d.Decision.Encode()
 	if v := info.Annotations[AnnotationContainerName]; v != "" {
 		ann[AnnotationContainerName] = v
 	}
@@ -212,7 +204,7 @@ func admitBundle(cfg config.Config, log *logrus.Entry, cmd RuncCommand, hookPath
 	}
 	log.WithFields(logrus.Fields{"dockerConfig": found, "labels": len(dc.Labels)}).Debug("read container metadata")
 	info := WrapperContainerInfo(cmd, b, dc)
-	client := agent.NewClient(cfg.AgentSocket, agent.DefaultTimeout)
+	client := agentapi.NewClient(cfg.AgentSocket, agentapi.DefaultTimeout)
 	d, err := client.Admit(info)
 	if err != nil {
 		return err
@@ -230,7 +222,7 @@ func admitBundle(cfg config.Config, log *logrus.Entry, cmd RuncCommand, hookPath
 		}
 		return fmt.Errorf("edit %s: %w", b.ConfigFile(), err)
 	}
-	log.WithFields(logrus.Fields{"tenant": d.Tenant, "policy": d.Policy.Name, "name": info.Name,
+	log.WithFields(logrus.Fields{"tenant": d.Tenant, "policy": d.Policy, "name": info.Name,
 		"hook": hookPath}).Info("injected gpuext into config.json")
 	if b.Spec.Root != nil && b.Spec.Process != nil {
 		root := b.Spec.Root.Path

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gpuext/gpuext/policies"
+	"github.com/gpuext/gpuext/policies/grammar"
 )
 
 // Defaults of Config.
@@ -101,12 +101,12 @@ func (c Config) Validate() (Spec, error) {
 	if unit == "" {
 		unit = DefaultUnit
 	}
-	n, err := policies.ParseSize(unit)
+	n, err := grammar.ParseSize(unit)
 	if err != nil {
 		return Spec{}, configErr("unit", unit, err.Error())
 	}
 	if n < MinUnit || n%(1<<20) != 0 {
-		return Spec{}, configErr("unit", unit, fmt.Sprintf("want a multiple of 1MiB of at least %s", policies.FormatSize(MinUnit)))
+		return Spec{}, configErr("unit", unit, fmt.Sprintf("want a multiple of 1MiB of at least %s", grammar.FormatSize(MinUnit)))
 	}
 	s.Unit = n
 	if s.CDI, err = c.CDI.validate(); err != nil {
@@ -123,12 +123,12 @@ func (c Config) Validate() (Spec, error) {
 	}
 	for i, g := range c.GPUs {
 		key := fmt.Sprintf("gpus[%d].memory", i)
-		m, err := policies.ParseSize(g.Memory)
+		m, err := grammar.ParseSize(g.Memory)
 		if err != nil {
 			return Spec{}, configErr(key, g.Memory, err.Error())
 		}
 		if m < s.Unit {
-			return Spec{}, configErr(key, g.Memory, fmt.Sprintf("less than one unit (%s)", policies.FormatSize(s.Unit)))
+			return Spec{}, configErr(key, g.Memory, fmt.Sprintf("less than one unit (%s)", grammar.FormatSize(s.Unit)))
 		}
 		if g.UUID != "" && !ValidUUID(g.UUID) {
 			return Spec{}, configErr(fmt.Sprintf("gpus[%d].uuid", i), g.UUID, `want "GPU-" or "MIG-" and hex digits and dashes`)
@@ -151,7 +151,7 @@ func (s Spec) CheckDevices() error {
 		total += s.Units(g)
 	}
 	if total > MaxDevices {
-		return configErr("unit", policies.FormatSize(s.Unit), fmt.Sprintf("the GPUs make %d devices, at most %d: use a larger unit", total, MaxDevices))
+		return configErr("unit", grammar.FormatSize(s.Unit), fmt.Sprintf("the GPUs make %d devices, at most %d: use a larger unit", total, MaxDevices))
 	}
 	return nil
 }

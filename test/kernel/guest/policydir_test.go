@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/bpf/kernelpolicy"
+	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/policies"
 )
@@ -68,7 +69,7 @@ func attachFromDir(t *testing.T, dir *kernelpolicy.Dir, l *kernelpolicy.Loader, 
 // returns the tenant config admission writes for it.
 func selectConfig(t *testing.T, annotations map[string]string) bpf.GpuextTenantConfig {
 	t.Helper()
-	cat, err := config.Config{KernelPolicyDir: labPolicyDir}.Catalog()
+	cat, err := admission.Catalog(config.Config{KernelPolicyDir: labPolicyDir})
 	if err != nil {
 		t.Fatalf("catalog with %s: %v", labPolicyDir, err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/agent"
+	"github.com/gpuext/gpuext/internal/agentapi"
 	"github.com/gpuext/gpuext/internal/config"
 )
 
@@ -32,12 +33,12 @@ import (
 type setPolicyLab struct {
 	core     *admission.Core
 	stateDir string
-	client   *agent.Client
+	client   *agentapi.Client
 }
 
 func newSetPolicyLab(t *testing.T, reg *bpf.Registry) *setPolicyLab {
 	t.Helper()
-	cat, err := config.Config{KernelPolicyDir: labPolicyDir}.Catalog()
+	cat, err := admission.Catalog(config.Config{KernelPolicyDir: labPolicyDir})
 	if err != nil {
 		t.Fatalf("catalog with %s: %v", labPolicyDir, err)
 	}
@@ -64,7 +65,7 @@ func newSetPolicyLab(t *testing.T, reg *bpf.Registry) *setPolicyLab {
 	}
 	go srv.Serve()
 	t.Cleanup(func() { srv.Close(); os.RemoveAll(sockDir) })
-	l.client = agent.NewClient(sock, agent.DefaultTimeout)
+	l.client = agentapi.NewClient(sock, agentapi.DefaultTimeout)
 	return l
 }
 
@@ -185,7 +186,7 @@ func TestSetPolicyRunningTenant(t *testing.T) {
 		<-done
 		t.Fatalf("set-policy %s vector-search through the agent: %v", d.TenantKey, err)
 	}
-	t.Logf("set-policy answered in %v: tenant %d policy %s", time.Since(start), nd.Tenant, nd.Policy.Name)
+	t.Logf("set-policy answered in %v: tenant %d policy %s", time.Since(start), nd.Tenant, nd.Policy)
 	for n := 0; n < 20; {
 		r := <-results
 		seen = append(seen, r)

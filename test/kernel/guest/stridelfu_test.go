@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/policies"
 )
@@ -160,7 +161,7 @@ func TestStrideLFUEvictionOrder(t *testing.T) {
 // and what is wrong, through the catalog the lab's policy directory builds
 // (the descriptor bounds pages to 1..512; eviction has no parameter).
 func TestStrideLFUBadParams(t *testing.T) {
-	cat, err := config.Config{KernelPolicyDir: labPolicyDir}.Catalog()
+	cat, err := admission.Catalog(config.Config{KernelPolicyDir: labPolicyDir})
 	if err != nil {
 		t.Fatalf("catalog with %s: %v", labPolicyDir, err)
 	}

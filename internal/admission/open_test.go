@@ -1,4 +1,4 @@
-package config
+package admission
 
 import (
 	"errors"
@@ -7,21 +7,22 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/probetest"
 	"github.com/gpuext/gpuext/policies"
 	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // probeDir is a probe directory holding the example probe kernel-block-hist.
-func probeDir(t *testing.T) string { return probetest.ExampleDir(t, "kernel-block-hist") }
+func exampleProbeDir(t *testing.T) string { return probetest.ExampleDir(t, "kernel-block-hist") }
 
 // A container selects a probe of the config's probeDir with
 // probes.gpuext.io like a built-in one; without the directory the name is
 // unknown.
 func TestProbeDirSelection(t *testing.T) {
-	dir := probeDir(t)
+	dir := exampleProbeDir(t)
 	req := policies.Request{Labels: map[string]string{"probes.gpuext.io": "launch-count,kernel-block-hist"}}
-	cat, err := Config{ProbeDir: dir}.Catalog()
+	cat, err := Catalog(config.Config{ProbeDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func TestProbeDirSelection(t *testing.T) {
 	if pc := cat.Algorithms().Probes; pc == probes.Builtin() || pc.Check([]string{"kernel-block-hist"}) != nil {
 		t.Errorf("the catalog's probes are not the directory's")
 	}
-	builtin, err := Default().Catalog()
+	builtin, err := Catalog(config.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,15 +49,15 @@ func TestProbeDirSelection(t *testing.T) {
 // agent's start), naming the file; a relative probeDir is refused when
 // the config is read.
 func TestProbeDirBadEntry(t *testing.T) {
-	dir := probeDir(t)
+	dir := exampleProbeDir(t)
 	if err := os.WriteFile(filepath.Join(dir, "broken.json"), []byte(`{"name": "broken", "programs": 1}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Config{ProbeDir: dir}.Catalog()
+	_, err := Catalog(config.Config{ProbeDir: dir})
 	if !errors.Is(err, probes.ErrBadProbeDir) || !strings.Contains(err.Error(), "probeDir: "+filepath.Join(dir, "broken.json")+": ") {
 		t.Errorf("err = %v, want the broken descriptor named", err)
 	}
-	if _, err := Parse([]byte(`{"probeDir": "probes"}`), "c.json"); err == nil || !strings.Contains(err.Error(), `probeDir "probes": must be an absolute path`) {
+	if _, err := config.Parse([]byte(`{"probeDir": "probes"}`), "c.json"); err == nil || !strings.Contains(err.Error(), `probeDir "probes": must be an absolute path`) {
 		t.Errorf("relative probeDir: %v", err)
 	}
 }
@@ -64,7 +65,7 @@ func TestProbeDirBadEntry(t *testing.T) {
 // restrictedProbes: a probe (here the directory's) that only a rule's
 // namespace may select; elsewhere the request is forbidden, naming the key.
 func TestProbeConstraints(t *testing.T) {
-	cat, err := Config{ProbeDir: probeDir(t)}.Catalog()
+	cat, err := Catalog(config.Config{ProbeDir: exampleProbeDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
