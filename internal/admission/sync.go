@@ -43,6 +43,9 @@ func (c *Core) Reconcile(grace time.Duration, runtimes ...bpf.Runtime) (dropped 
 			// (a live cgroup under a long path looked gone) and a path can
 			// be reused by another cgroup.
 			exists, err := c.resolver.ExistsByID(cg.CgroupID)
+			if exists {
+				c.applyDmemEntry(t.ID, cg, c.log.WithFields(logrus.Fields{"container": cg.ContainerID, "tenant": t.ID}))
+			}
 			if err != nil || exists {
 				continue // still there, or cannot tell: keep it
 			}
