@@ -68,6 +68,9 @@ type GPU struct {
 	Index  int    // NVML index (PCI bus order)
 	UUID   string // empty when not known
 	Memory uint64 // bytes
+	// PCIBusID as NVML reports it (discovery); empty when not known. The
+	// agent finds the GPU's cgroup dmem region by it.
+	PCIBusID string
 }
 
 // Spec is a validated Config: what the plugin serves.
