@@ -37,7 +37,7 @@ func vidmemAlloc(t *testing.T, dir string, sizes ...uint64) (results []string, c
 	for _, n := range sizes {
 		fmt.Fprintf(&s, "if echo 'alloc %d' >&3 2>/tmp/vidmem.err; then echo ok; else echo \"refused: $(cat /tmp/vidmem.err)\"; fi\n", n)
 	}
-	fmt.Fprintf(&s, "echo CURRENT; cat %s/dmem.current 2>/dev/null\n", dir)
+	fmt.Fprintf(&s, "echo CURRENT; cat %s/dmem.current 2>/dev/null || true\n", dir) // none without the controller
 	out, err := exec.Command("/bin/sh", "-c", s.String()).CombinedOutput()
 	if err != nil {
 		t.Fatalf("allocating in %s: %v: %s", dir, err, out)
