@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -19,9 +20,9 @@ import (
 // TestDmemFollowsTheTenant: on a node whose kernel has the dmem controller
 // (a host root shaped like cgroupfs: this machine's kernel has none), the
 // quota of an admitted container lands in dmem.max of its cgroup when it is
-// registered, with dmem enabled along its path; a policy change rewrites it;
-// a GPU whose driver registered no region is said once in the log and
-// nothing fails.
+// registered, with dmem enabled along its path; a policy change rewrites it,
+// and reconcile writes it back after someone reset it; a GPU whose driver
+// registered no region is said once in the log and nothing fails.
 func TestDmemFollowsTheTenant(t *testing.T) {
 	const gpu0 = "nvidia/0000:17:00.0/vidmem"
 	host := t.TempDir()
@@ -90,6 +91,16 @@ func TestDmemFollowsTheTenant(t *testing.T) {
 	}
 	if got := dmemMax(); !strings.HasPrefix(got, gpu0+" 1073741824") {
 		t.Fatalf("dmem.max after set-policy = %q, want the 1 GiB quota", got)
+	}
+	// Someone resets it: the next reconcile writes the quota back.
+	if err := os.WriteFile(filepath.Join(v2, "pods/c1/dmem.max"), []byte(gpu0+" max             \n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.Reconcile(time.Minute, bpf.RuntimeRuncWrapper); err != nil {
+		t.Fatal(err)
+	}
+	if got := dmemMax(); !strings.HasPrefix(got, gpu0+" 1073741824") {
+		t.Fatalf("dmem.max after reconcile = %q, want the 1 GiB quota back", got)
 	}
 	if n := strings.Count(log.String(), "registered no region"); n != 1 {
 		t.Errorf("the missing region of GPU 1 was said %d times, want once:\n%s", n, log.String())
