@@ -45,7 +45,43 @@ type NodeGPU struct {
 // shared. Without it, a tenant whose quota applies on every GPU is held on
 // every NVIDIA region of dmem.capacity, and one given GPUs by index is not
 // held by dmem (logged once).
-func (c *Core) SetNodeGPUs(gpus []NodeGPU) { c.nodeGPUs = slices.Clone(gpus) }
+// It says at once, in the log, which of them the kernel's dmem controller
+// can hold quotas on (only where the kernel has the controller).
+func (c *Core) SetNodeGPUs(gpus []NodeGPU) {
+	c.nodeGPUs = slices.Clone(gpus)
+	dm, err := c.resolver.Dmem()
+	if err != nil || !dm.Controller {
+		return
+	}
+	var held []int
+	for _, g := range c.nodeGPUs {
+		q := DmemQuota{GPU: g.Index, PCIBusID: g.PCIBusID}
+		r, err := cgroup.NVIDIARegion(g.PCIBusID)
+		if err != nil {
+			continue // said when a tenant on it is admitted (errNoBusID)
+		}
+		q.Region = r
+		if _, ok := dm.Region(r); ok {
+			held = append(held, g.Index)
+			continue
+		}
+		c.sayNoRegion(c.log, q, dm)
+	}
+	if len(held) > 0 && c.dmemNotice.once("holds") {
+		c.log.WithFields(logrus.Fields{"gpus": held, "regions": len(dm.Regions)}).
+			Info("dmem: the kernel's dmem controller holds the GPU memory quotas of these GPUs (dmem.max of each tenant cgroup)")
+	}
+}
+
+// sayNoRegion says, once per node and region, that the kernel has the dmem
+// controller but the GPU's driver registered no region for it.
+func (c *Core) sayNoRegion(log *logrus.Entry, q DmemQuota, dm cgroup.Dmem) {
+	if c.dmemNotice.once("noregion/" + q.Region) {
+		log.WithFields(logrus.Fields{"gpu": q.GPU, "pciBusID": q.PCIBusID, "region": q.Region, "regions": len(dm.Regions)}).
+			Warn("dmem: the kernel has the dmem controller but the GPU's driver registered no region (NVIDIA before r615): " +
+				"its quota is held by the next layer")
+	}
+}
 
 // DmemQuota is a tenant's quota on one GPU: Bytes, 0 for no limit.
 type DmemQuota struct {
@@ -229,11 +265,7 @@ func (c *Core) applyDmem(id bpf.TenantID, cgPath string, log *logrus.Entry) {
 	}
 	applied, err := ApplyDmem(c.resolver, dm, cgPath, quotas)
 	for _, q := range applied.NoRegion {
-		if c.dmemNotice.once("noregion/" + q.Region) {
-			log.WithFields(logrus.Fields{"gpu": q.GPU, "pciBusID": q.PCIBusID, "region": q.Region, "regions": len(dm.Regions)}).
-				Warn("dmem: the kernel has the dmem controller but the GPU's driver registered no region (NVIDIA before r615): " +
-					"its quota is held by the next layer")
-		}
+		c.sayNoRegion(log, q, dm)
 	}
 	if len(applied.Enabled) > 0 {
 		log.WithFields(logrus.Fields{"cgroup": cgPath, "enabled": applied.Enabled}).

@@ -56,6 +56,10 @@ func TestDmemFollowsTheTenant(t *testing.T) {
 	}
 	// GPU 1 has no region (a driver before r615 beside one that has it).
 	core.SetNodeGPUs([]admission.NodeGPU{{Index: 0, PCIBusID: "00000000:17:00.0"}, {Index: 1, PCIBusID: "00000000:18:00.0"}})
+	// Said at once, before any tenant: which GPUs the kernel holds, which it cannot.
+	if !strings.Contains(log.String(), "holds the GPU memory quotas") || !strings.Contains(log.String(), "registered no region") {
+		t.Fatalf("discovery's GPUs are not said in the log:\n%s", log.String())
+	}
 
 	info := admission.ContainerInfo{ID: "c1", Name: "c1", Runtime: bpf.RuntimeRuncWrapper, CgroupsPath: "/pods/c1",
 		Annotations: map[string]string{"policy.gpuext.io": "quota", "quota.gpuext.io": "2GiB"}}

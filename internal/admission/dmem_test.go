@@ -121,7 +121,7 @@ func TestDmemNoticeOnce(t *testing.T) {
 // when discovery did not run.
 func TestTenantQuotas(t *testing.T) {
 	state := t.TempDir()
-	c := &Core{cfg: Config{StateDir: state}}
+	c := &Core{cfg: Config{StateDir: state}, resolver: &cgroup.Resolver{HostRoot: t.TempDir()}} // no cgroups there
 	writeTF := func(id uint64, tf string) {
 		d := TenantDir(state, id)
 		if err := os.MkdirAll(d, 0o755); err != nil {
