@@ -35,6 +35,8 @@ need_tools() {
 	command -v pahole >/dev/null || missing+=(pahole)
 	command -v bc >/dev/null || missing+=(bc)
 	command -v zstd >/dev/null || missing+=(zstd) # the 7.x kernel image is zstd-compressed
+	command -v file >/dev/null || missing+=(file)
+	command -v objcopy >/dev/null || missing+=(binutils)
 	command -v make >/dev/null || missing+=(make)
 	command -v clang >/dev/null || missing+=(clang llvm)
 	[ -f /usr/include/bpf/bpf_helpers.h ] || missing+=(libbpf-dev)
@@ -182,6 +184,7 @@ fetch_7x() {
 	l=$ROOT/usr/lib/x86_64-linux-gnu
 	[ -f "$kd/Makefile" ] && [ -x "$l/ld-linux-x86-64.so.2" ] || die "unpacked headers or loader missing under $ROOT"
 	while IFS= read -r f; do
+		[ -e "$f.real" ] && continue # reached twice through links: wrapped once
 		file -b "$f" | grep -q '^ELF .*executable' || continue
 		mv "$f" "$f.real"
 		printf '#!/bin/sh\nexec %s --library-path %s %s "$@"\n' "$l/ld-linux-x86-64.so.2" "$l" "$f.real" >"$f"
