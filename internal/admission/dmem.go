@@ -40,13 +40,13 @@ type NodeGPU struct {
 	PCIBusID string // as NVML reports it; "" when not known
 }
 
-// SetNodeGPUs gives the core the node's GPUs (discovery), by which a
-// tenant's GPU indices find their dmem regions. Call it before the core is
-// shared. Without it, a tenant whose quota applies on every GPU is held on
-// every NVIDIA region of dmem.capacity, and one given GPUs by index is not
-// held by dmem (logged once).
-// It says at once, in the log, which of them the kernel's dmem controller
-// can hold quotas on (only where the kernel has the controller).
+// SetNodeGPUs gives the core the node's GPUs (discovery, or the config's
+// devicePlugin.gpus), by which a tenant's GPU indices find their dmem
+// regions, and says in the log, once, which of them the kernel's dmem
+// controller holds quotas on (where the kernel has it). Call it before the
+// core is shared. Without it, a tenant whose quota applies on every GPU is
+// held on every NVIDIA region of dmem.capacity, and one given GPUs by index
+// is not held by dmem (logged once per tenant cgroup).
 func (c *Core) SetNodeGPUs(gpus []NodeGPU) {
 	c.nodeGPUs = slices.Clone(gpus)
 	dm, err := c.resolver.Dmem()
@@ -130,6 +130,13 @@ func ApplyDmem(res *cgroup.Resolver, dm cgroup.Dmem, cgPath string, quotas []Dme
 	}
 	if len(held) == 0 {
 		return out, nil
+	}
+	if !slices.ContainsFunc(held, func(q DmemQuota) bool { return q.Bytes > 0 }) {
+		// No quota: lift one a policy change left, but a cgroup that never
+		// had dmem.max (dmem not enabled along its path) is left as it is.
+		if _, err := res.DmemMax(cgPath); err != nil {
+			return out, nil
+		}
 	}
 	enabled, err := res.EnableDmem(cgPath)
 	out.Enabled = enabled

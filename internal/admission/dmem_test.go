@@ -72,17 +72,38 @@ func TestApplyDmem(t *testing.T) {
 }
 
 // TestApplyDmemFallsThrough: no controller is cgroup.ErrNoDmem and writes
-// nothing; the controller without any region (NVIDIA before r615) holds
-// nothing and enables nothing, without an error.
+// nothing; a tenant without a quota leaves a tree without dmem as it is; the
+// controller without any region (NVIDIA before r615) holds nothing and
+// enables nothing, without an error.
 func TestApplyDmemFallsThrough(t *testing.T) {
 	res, v2 := dmemHost(t, "memory\n", "")
 	dm, _ := res.Dmem()
 	if _, err := ApplyDmem(res, dm, "/pods/ctr", []DmemQuota{{GPU: 0, PCIBusID: "0000:ee:00.0", Bytes: 1}}); !errors.Is(err, cgroup.ErrNoDmem) {
 		t.Fatalf("no controller: %v", err)
 	}
+	// No quota on a cgroup that never had dmem.max: the tree is not touched.
+	res, v2 = dmemHost(t, "memory dmem\n", "nvidia/0000:ee:00.0/vidmem 1073741824\n")
+	dm, _ = res.Dmem()
+	if err := os.MkdirAll(filepath.Join(v2, "pods/nolimit"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ApplyDmem(res, dm, "/pods/nolimit", []DmemQuota{{GPU: 0, PCIBusID: "0000:ee:00.0"}})
+	if err != nil || len(got.Held) != 0 || len(got.Enabled) != 0 {
+		t.Fatalf("no quota: %+v, %v", got, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(v2, "cgroup.subtree_control")); len(b) != 0 {
+		t.Fatalf("subtree_control written for a tenant without a quota: %q", b)
+	}
+	// A quota lifted by a policy change: dmem.max is there, "max" is written.
+	if got, err := ApplyDmem(res, dm, "/pods/ctr", []DmemQuota{{GPU: 0, PCIBusID: "0000:ee:00.0"}}); err != nil || len(got.Held) != 1 {
+		t.Fatalf("lifting a quota: %+v, %v", got, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(v2, "pods/ctr/dmem.max")); !strings.HasPrefix(string(b), "nvidia/0000:ee:00.0/vidmem max") {
+		t.Fatalf("dmem.max after lifting = %q", b)
+	}
 	res, v2 = dmemHost(t, "memory dmem\n", "")
 	dm, _ = res.Dmem()
-	got, err := ApplyDmem(res, dm, "/pods/ctr", []DmemQuota{{GPU: 0, PCIBusID: "0000:ee:00.0", Bytes: 1}})
+	got, err = ApplyDmem(res, dm, "/pods/ctr", []DmemQuota{{GPU: 0, PCIBusID: "0000:ee:00.0", Bytes: 1}})
 	if err != nil || len(got.Held) != 0 || len(got.NoRegion) != 1 || len(got.Enabled) != 0 {
 		t.Fatalf("no region: %+v, %v", got, err)
 	}
