@@ -10,8 +10,16 @@
 #                              (TestBenchmarkTraces, TestBenchmarkMixes) and write their BENCH lines
 #                              to bench/kernel-sim.txt (SIMULATED figures)
 #
-# Everything is cached under $REPO/.cache/kernel.  Exit status is non-zero when
-# any guest test fails or the guest never reports.
+# KERNEL_LAB_SERIES=7.x boots a 7.x kernel instead, for what 6.12 lacks (the
+# cgroup dmem controller of 6.14+), and runs only the guest tests that need it
+# (TestDmemKernel*; the 6.12 run skips them).  Debian's 7.x kernels
+# (trixie-backports 7.3, sid 7.2) are built without the controller
+# (CONFIG_CGROUP_DMEM unset, seen 2026-12-06), so this series takes Ubuntu
+# 24.04's HWE kernel (7.0, CONFIG_CGROUP_DMEM=y) and its headers: fetch_7x
+# says how they are fetched, verified and made to build here.
+#
+# Everything is cached under $REPO/.cache/kernel (7.x: .cache/kernel-7.x).
+# Exit status is non-zero when any guest test fails or the guest never reports.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
