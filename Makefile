@@ -89,8 +89,9 @@ sdk: ## the kernel-policy and device-probe SDK into SDK_DIR (default bin/sdk): h
 	install -d $(SDK_DIR)/include/compat/gpu_ext
 	install -m 0644 kmod/include/compat/gpu_ext/*.h $(SDK_DIR)/include/compat/gpu_ext/
 
-kernel-test: ## boot Debian's 6.12 kernel in qemu with gpuext.ko + gpusim.ko and run the guest tests (cached in .cache/kernel)
+kernel-test: ## boot Debian's 6.12 kernel in qemu with gpuext.ko + gpusim.ko and run the guest tests (cached in .cache/kernel), then a 7.x kernel for the dmem tests (.cache/kernel-7.x)
 	@test/kernel/lab.sh all
+	@KERNEL_LAB_SERIES=7.x test/kernel/lab.sh all
 
 gpu-prep: build ## here, as root (needs Go and BPF_PROG_TEST_RUN): what gpu-test carries: bin/ (static gpuextctl), out/gpu/corpus (the differential corpus with the kernel's own results), out/gpu/probedir (the example probes built with the SDK), out/gpu/bpftime-dir (our bpftime-style programs), out/gpu/bpftime-objs (when out/bpftime holds bpftime's objects), out/gpu/kubelet-stub (the kubelet's side of the device plugin, for the multi-gpu section)
 	$(GO) run ./devrt/probe/cmd/gpuext-probe-corpus --out out/gpu/corpus

@@ -190,6 +190,9 @@ type GPU struct {
 	Index       int    `json:"index"`
 	UUID        string `json:"uuid"`
 	MemoryBytes uint64 `json:"memoryBytes"`
+	// PCIBusID as NVML writes it ("00000000:17:00.0"): the agent finds the
+	// GPU's cgroup dmem region by it; "" when NVML does not say.
+	PCIBusID string `json:"pciBusId,omitempty"`
 }
 
 // listGPUs prints every GPU's NVML index, UUID and total memory.
@@ -216,15 +219,31 @@ func listGPUs(lib nvml.Interface, asJSON bool, out io.Writer) error {
 		if ret != nvml.SUCCESS {
 			return fmt.Errorf("nvml device %d memory: %s", i, lib.ErrorString(ret))
 		}
-		gpus = append(gpus, GPU{Index: i, UUID: uuid, MemoryBytes: mem.Total})
+		var bus string
+		if pci, ret := dev.GetPciInfo(); ret == nvml.SUCCESS {
+			bus = cstr(pci.BusId[:])
+		}
+		gpus = append(gpus, GPU{Index: i, UUID: uuid, MemoryBytes: mem.Total, PCIBusID: bus})
 	}
 	if asJSON {
 		return json.NewEncoder(out).Encode(gpus)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GPU\tUUID\tMEMORY")
+	fmt.Fprintln(tw, "GPU\tUUID\tMEMORY\tPCI-BUS-ID")
 	for _, g := range gpus {
-		fmt.Fprintf(tw, "%d\t%s\t%s\n", g.Index, g.UUID, policies.FormatSize(g.MemoryBytes))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", g.Index, g.UUID, policies.FormatSize(g.MemoryBytes), g.PCIBusID)
 	}
 	return tw.Flush()
+}
+
+// cstr is a NUL-terminated C char array as a string.
+func cstr(b []int8) string {
+	out := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		out = append(out, byte(c))
+	}
+	return string(out)
 }

@@ -42,13 +42,23 @@ func TestNoDriverIsAClearError(t *testing.T) {
 }
 
 func TestListGPUs(t *testing.T) {
-	dev := func(uuid string, total uint64) *mock.Device {
+	dev := func(uuid string, total uint64, bus string) *mock.Device {
 		return &mock.Device{
 			GetUUIDFunc:       func() (string, nvml.Return) { return uuid, nvml.SUCCESS },
 			GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: total}, nvml.SUCCESS },
+			GetPciInfoFunc: func() (nvml.PciInfo, nvml.Return) {
+				if bus == "" {
+					return nvml.PciInfo{}, nvml.ERROR_NOT_SUPPORTED
+				}
+				var p nvml.PciInfo
+				for i := range bus {
+					p.BusId[i] = int8(bus[i])
+				}
+				return p, nvml.SUCCESS
+			},
 		}
 	}
-	devs := []*mock.Device{dev("GPU-a", 143771<<20), dev("GPU-b", 80<<30)}
+	devs := []*mock.Device{dev("GPU-a", 143771<<20, "00000000:17:00.0"), dev("GPU-b", 80<<30, "")}
 	lib := &mock.Interface{
 		InitFunc:                   func() nvml.Return { return nvml.SUCCESS },
 		ShutdownFunc:               func() nvml.Return { return nvml.SUCCESS },
@@ -59,7 +69,7 @@ func TestListGPUs(t *testing.T) {
 	if err := listGPUs(lib, true, &out); err != nil {
 		t.Fatal(err)
 	}
-	want := `[{"index":0,"uuid":"GPU-a","memoryBytes":150754820096},{"index":1,"uuid":"GPU-b","memoryBytes":85899345920}]` + "\n"
+	want := `[{"index":0,"uuid":"GPU-a","memoryBytes":150754820096,"pciBusId":"00000000:17:00.0"},{"index":1,"uuid":"GPU-b","memoryBytes":85899345920}]` + "\n"
 	if out.String() != want {
 		t.Fatalf("--gpus --json = %s, want %s", out.String(), want)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/bpf/kernelpolicy"
+	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/devrt/board"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
@@ -33,9 +34,10 @@ const usage = `Usage: gpuextctl [--config FILE] <command> [flags]
 
 Commands:
   tenants [-o wide|json] [--pin-dir DIR]
-                                     the tenant table: tenant, container, pod, policy, quota, priority, and the
-                                     GPU memory its processes hold now (MEM-NOW, 0 once they exit) and at most
-                                     (MEM-PEAK); -o wide adds the container id, runtime, cgroup, refused
+                                     the tenant table: tenant, container, pod, policy, quota, the layer that holds
+                                     the quota (dmem: the kernel's dmem.max; devrt: the device runtime), priority,
+                                     and the GPU memory its processes hold now (MEM-NOW, 0 once they exit) and at
+                                     most (MEM-PEAK); -o wide adds the container id, runtime, cgroup, refused
                                      allocations and delayed launches; -o json (or --json) everything
   tenants set-policy TENANT POLICY [--param KEY=VALUE]... [--socket PATH]
                                      change a running tenant's policy (TENANT: its id or key) through the agent,
@@ -158,9 +160,13 @@ type TenantRow struct {
 	CgroupID      uint64 `json:"cgroupId"`
 	Policy        string `json:"policy"`
 	QuotaBytes    uint64 `json:"quotaBytes"`
-	Priority      string `json:"priority"`
-	TimesliceUS   uint32 `json:"timesliceUs"`
-	FailedOpen    bool   `json:"failedOpen"`
+	// Layer holds the quota: "dmem" when the cgroup's dmem.max limits a
+	// region (the kernel refuses past it), "devrt" when only the device
+	// runtime does, "-" without a quota (admission.EnforcingLayer).
+	Layer       string `json:"layer"`
+	Priority    string `json:"priority"`
+	TimesliceUS uint32 `json:"timesliceUs"`
+	FailedOpen  bool   `json:"failedOpen"`
 	// From the device runtime's usage file of the tenant, when its
 	// processes have used the GPU.
 	Usage *board.Usage `json:"usage,omitempty"`
@@ -196,6 +202,7 @@ func tenants(cfg config.Config, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	res, resErr := cgroup.NewResolver(cfg.HostRoot) // no cgroups here: the layer is the device runtime's
 	rows := []TenantRow{}
 	for _, t := range list {
 		base := TenantRow{
@@ -208,11 +215,13 @@ func tenants(cfg config.Config, args []string, out io.Writer) error {
 		}
 		if len(t.Cgroups) == 0 {
 			base.Runtime = "-"
+			base.Layer = admission.EnforcingLayer(nil, base.QuotaBytes)
 			rows = append(rows, base)
 			continue
 		}
 		for _, cg := range t.Cgroups {
 			r := base
+			r.Layer = admission.EnforcingLayer(dmemMax(res, resErr, cg), r.QuotaBytes)
 			r.Container, r.ContainerName, r.Cgroup, r.CgroupID = cg.ContainerID, cg.ContainerName, cg.CgroupPath, uint64(cg.CgroupID)
 			if cg.PodName != "" {
 				r.Pod = cg.PodNamespace + "/" + cg.PodName
@@ -235,9 +244,9 @@ func tenants(cfg config.Config, args []string, out io.Writer) error {
 func tenantTable(out io.Writer, rows []TenantRow, wide bool) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	if wide {
-		fmt.Fprintln(tw, "TENANT\tCONTAINER\tNAME\tPOD\tRUNTIME\tCGROUP\tCGROUP-ID\tPOLICY\tQUOTA\tPRIORITY\tMEM-NOW\tMEM-PEAK\tREFUSED\tDELAYED")
+		fmt.Fprintln(tw, "TENANT\tCONTAINER\tNAME\tPOD\tRUNTIME\tCGROUP\tCGROUP-ID\tPOLICY\tQUOTA\tLAYER\tPRIORITY\tMEM-NOW\tMEM-PEAK\tREFUSED\tDELAYED")
 	} else {
-		fmt.Fprintln(tw, "TENANT\tCONTAINER\tPOD\tPOLICY\tQUOTA\tPRIORITY\tMEM-NOW\tMEM-PEAK")
+		fmt.Fprintln(tw, "TENANT\tCONTAINER\tPOD\tPOLICY\tQUOTA\tLAYER\tPRIORITY\tMEM-NOW\tMEM-PEAK")
 	}
 	for _, r := range rows {
 		policy := r.Policy
@@ -254,18 +263,35 @@ func tenantTable(out io.Writer, rows []TenantRow, wide bool) error {
 			refused, delayed = strconv.FormatUint(u.RefusedAllocs, 10), strconv.FormatUint(u.DelayedLaunches, 10)
 		}
 		if wide {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Tenant, short(r.Container),
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Tenant, short(r.Container),
 				dash(r.ContainerName), dash(r.Pod), r.Runtime, dash(shortPath(r.Cgroup)), idStr(r.CgroupID), policy, quota,
-				r.Priority, used, peak, refused, delayed)
+				r.Layer, r.Priority, used, peak, refused, delayed)
 			continue
 		}
 		name := r.ContainerName // the short id where the runtime gave no name
 		if name == "" {
 			name = short(r.Container)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Tenant, name, dash(r.Pod), policy, quota, r.Priority, used, peak)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Tenant, name, dash(r.Pod), policy, quota, r.Layer, r.Priority, used, peak)
 	}
 	return tw.Flush()
+}
+
+// dmemMax is the dmem.max of a registered cgroup, read only while the
+// registry's path (cut to its field size) still names that cgroup; nil
+// when there is none (no controller, no such cgroup).
+func dmemMax(res *cgroup.Resolver, resErr error, cg bpf.CgroupEntry) map[string]cgroup.DmemValue {
+	if resErr != nil {
+		return nil
+	}
+	if id, err := res.IDOf(cg.CgroupPath); err != nil || id != cg.CgroupID {
+		return nil
+	}
+	max, err := res.DmemMax(cg.CgroupPath)
+	if err != nil {
+		return nil
+	}
+	return max
 }
 
 func listPolicies(cfg config.Config, args []string, out io.Writer) error {

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gpuext/gpuext/bpf/bpftest"
@@ -75,7 +76,7 @@ func TestTenantsTable(t *testing.T) {
 	}
 	want := TenantRow{Tenant: uint32(id), Key: "nri/ctr/abc", Container: "abc", ContainerName: "web", Pod: "ns/p",
 		Runtime: "containerd", Cgroup: "/kubepods/pod1/abc", CgroupID: 4242, Policy: "quota", QuotaBytes: 8 << 30,
-		Priority: "latency-critical"}
+		Layer: "devrt", Priority: "latency-critical"}
 	if len(rows) != 1 || rows[0] != want {
 		t.Fatalf("tenants --json = %+v, want [%+v]", rows, want)
 	}
@@ -83,7 +84,7 @@ func TestTenantsTable(t *testing.T) {
 	if err := run([]string{"tenants", "--pin-dir", pin}, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"TENANT", "web", "ns/p", "quota", "8GiB", "latency-critical", "MEM-NOW", "MEM-PEAK"} {
+	for _, s := range []string{"TENANT", "web", "ns/p", "quota", "8GiB", "LAYER", "devrt", "latency-critical", "MEM-NOW", "MEM-PEAK"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("tenant table lacks %q:\n%s", s, out.String())
 		}
@@ -102,6 +103,56 @@ func TestTenantsTable(t *testing.T) {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("tenant table -o wide lacks %q:\n%s", s, out.String())
 		}
+	}
+}
+
+// TestTenantsLayerDmem: a tenant whose cgroup's dmem.max limits a region is
+// held by the kernel (LAYER dmem); one whose dmem.max is "max" is not; on a
+// host root given by the config (a fixture tree shaped like cgroupfs).
+func TestTenantsLayerDmem(t *testing.T) {
+	reg, pin := bpftest.Registry(t)
+	host := t.TempDir()
+	v2 := filepath.Join(host, "sys/fs/cgroup")
+	for p, data := range map[string]string{
+		"cgroup.controllers":      "memory dmem\n",
+		"dmem.capacity":           "nvidia/0000:17:00.0/vidmem 85899345920\n",
+		"pods/held/dmem.max":      "nvidia/0000:17:00.0/vidmem 4294967296\n",
+		"pods/unlimited/dmem.max": "nvidia/0000:17:00.0/vidmem max\n",
+	} {
+		os.MkdirAll(filepath.Dir(filepath.Join(v2, p)), 0o755)
+		if err := os.WriteFile(filepath.Join(v2, p), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"held", "unlimited"} {
+		st, err := os.Stat(filepath.Join(v2, "pods", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reg.Upsert("nri/ctr/"+name, "quota", bpf.GpuextTenantConfig{QuotaBytes: 4 << 30},
+			bpf.CgroupEntry{CgroupID: cgroup.ID(st.Sys().(*syscall.Stat_t).Ino), CgroupPath: "/pods/" + name,
+				ContainerID: name, Runtime: bpf.RuntimeNRI}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfgFile := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(cfgFile, []byte(`{"hostRoot": "`+host+`"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run([]string{"--config", cfgFile, "tenants", "--json", "--pin-dir", pin}, &out); err != nil {
+		t.Fatal(err)
+	}
+	var rows []TenantRow
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range rows {
+		got[r.Container] = r.Layer
+	}
+	if len(got) != 2 || got["held"] != "dmem" || got["unlimited"] != "devrt" {
+		t.Fatalf("layers = %v, want held: dmem, unlimited: devrt", got)
 	}
 }
 

@@ -108,6 +108,33 @@ FAKE_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigne
 	return NVML_SUCCESS;
 }
 
+/* nvmlPciInfo_t (NVML's layout). */
+typedef struct {
+	char busIdLegacy[16];
+	unsigned int domain;
+	unsigned int bus;
+	unsigned int device;
+	unsigned int pciDeviceId;
+	unsigned int pciSubSystemId;
+	char busId[32];
+} fake_pci_info;
+
+/* Device i sits at the made-up PCI bus id 00000000:(0x10+i):00.0, written
+ * the way NVML writes it (eight domain digits, uppercase hex). */
+FAKE_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, fake_pci_info *pci)
+{
+	unsigned int i;
+
+	if (!pci || nvmlDeviceGetIndex(device, &i) != NVML_SUCCESS)
+		return 2;
+	memset(pci, 0, sizeof(*pci));
+	pci->bus = 0x10 + i;
+	pci->pciDeviceId = 0x233010de; /* an H100's device and vendor ids */
+	snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "0000:%02X:00.0", pci->bus);
+	snprintf(pci->busId, sizeof(pci->busId), "00000000:%02X:00.0", pci->bus);
+	return NVML_SUCCESS;
+}
+
 /* nvmlProcessInfo_v2_t */
 typedef struct {
 	unsigned int pid;

@@ -79,6 +79,10 @@ type Core struct {
 	decisionKey []byte
 	// unboundedAcct warns once that acct dirs cannot be bounded here.
 	unboundedAcct sync.Once
+	// nodeGPUs are the node's GPUs (SetNodeGPUs), for the dmem regions.
+	nodeGPUs []NodeGPU
+	// dmemNotice keeps dmem's node-wide notices to once (dmem.go).
+	dmemNotice dmemNotice
 }
 
 // New returns a Core. constraints may be nil (everything allowed).
@@ -396,8 +400,10 @@ func (c *Core) attach(info ContainerInfo, d Decision) (Decision, cgroup.Cgroup, 
 	if err := c.reg.Attach(d.Tenant, entry); err != nil {
 		return d, cg, fmt.Errorf("attach cgroup %s (id %d) to tenant %d: %w", cg.Path, cg.ID, d.Tenant, err)
 	}
-	c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name, "tenant": d.Tenant,
-		"cgroup": cg.Path, "cgroupID": cg.ID, "policy": d.Policy.Name}).Info("registered tenant cgroup")
+	log := c.log.WithFields(logrus.Fields{"container": info.ID, "name": info.Name, "tenant": d.Tenant,
+		"cgroup": cg.Path, "cgroupID": cg.ID, "policy": d.Policy.Name})
+	log.Info("registered tenant cgroup")
+	c.applyDmem(d.Tenant, cg.Path, log)
 	return d, cg, nil
 }
 

@@ -134,6 +134,9 @@ func (c *Core) setPolicy(pc PolicyChange, log *logrus.Entry) (Decision, error) {
 	}
 	log.WithFields(logrus.Fields{"tenant": id, "tenantKey": t.Key, "oldPolicy": t.Policy, "configDigest": digest}).
 		Info("changed a running tenant's policy")
+	for _, cg := range t.Cgroups {
+		c.applyDmemEntry(id, cg, log)
+	}
 	return Decision{Tenant: id, TenantKey: t.Key, Policy: sel.Policy, ConfigDigest: digest}, nil
 }
 

@@ -34,8 +34,16 @@ func (c *Core) Reconcile(grace time.Duration, runtimes ...bpf.Runtime) (dropped 
 		prefixes[runtimePrefix(r)+"/"] = true
 	}
 	var errs []error
+	// Where the kernel holds quotas (dmem), every live cgroup's dmem.max is
+	// rewritten from its tenant's config: one a runtime or an operator
+	// changed comes back within an interval.
+	dm, _ := c.resolver.Dmem()
+	holdDmem := dm.Controller && len(dm.Regions) > 0
 	for _, t := range tenants {
 		for _, cg := range t.Cgroups {
+			if holdDmem {
+				c.applyDmemEntry(t.ID, cg, c.log.WithFields(logrus.Fields{"container": cg.ContainerID, "tenant": t.ID}))
+			}
 			if !want[cg.Runtime] {
 				continue
 			}

@@ -32,6 +32,7 @@ var (
 		"github.com/gpuext/gpuext/internal/atomicfile",
 		"github.com/gpuext/gpuext/policies/grammar", // gpuext.io keys, as selection reads them
 		"github.com/gpuext/gpuext/bpf/ids",          // TenantID, Runtime: no BPF
+		"github.com/gpuext/gpuext/cgroup/pcibus",    // PCI bus ids in devicePlugin.gpus
 	}
 	// hookModules are the other modules a hook may import from.
 	hookModules = []string{

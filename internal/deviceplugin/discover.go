@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/internal/strictjson"
 
 	"github.com/gpuext/gpuext/internal/deviceplugin/pools"
@@ -32,6 +33,7 @@ type gpuviewGPU struct {
 	Index       int    `json:"index"`
 	UUID        string `json:"uuid"`
 	MemoryBytes uint64 `json:"memoryBytes"`
+	PCIBusID    string `json:"pciBusId,omitempty"`
 }
 
 // Discover fills s.GPUs from NVML through gpuext-gpuview when the config
@@ -80,7 +82,12 @@ func withDiscovered(s pools.Spec, data []byte) (pools.Spec, error) {
 		if g.MemoryBytes < s.Unit {
 			return s, fmt.Errorf("%w: GPU %d: %d bytes, less than one unit", ErrDiscover, i, g.MemoryBytes)
 		}
-		s.GPUs = append(s.GPUs, pools.GPU{Index: i, UUID: g.UUID, Memory: g.MemoryBytes})
+		if g.PCIBusID != "" {
+			if _, err := cgroup.NormalizePCIBusID(g.PCIBusID); err != nil {
+				return s, fmt.Errorf("%w: GPU %d: %w", ErrDiscover, i, err)
+			}
+		}
+		s.GPUs = append(s.GPUs, pools.GPU{Index: i, UUID: g.UUID, Memory: g.MemoryBytes, PCIBusID: g.PCIBusID})
 	}
 	if err := s.CheckDevices(); err != nil {
 		return s, err

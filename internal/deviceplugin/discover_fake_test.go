@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/gpuext/gpuext/internal/deviceplugin/pools"
@@ -31,6 +32,10 @@ func TestDiscoverOverFakeNVML(t *testing.T) {
 	for i, g := range got.GPUs {
 		if g.Index != i || g.Memory != 24<<30 || got.Units(g) != 24 || g.UUID == "" {
 			t.Errorf("GPU %d = %+v (%d units), want index %d, 24 GiB in 24 units and its UUID", i, g, got.Units(g), i)
+		}
+		// the fake's bus ids, in NVML's form: the dmem region's name comes from them
+		if want := fmt.Sprintf("00000000:%02X:00.0", 0x10+i); g.PCIBusID != want {
+			t.Errorf("GPU %d PCI bus id %q, want %q", i, g.PCIBusID, want)
 		}
 	}
 	names, err := got.CDIDevices([]pools.Share{{GPU: 1, Bytes: 4 << 30}})

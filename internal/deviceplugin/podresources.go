@@ -36,6 +36,9 @@ type PodResources struct {
 	Timeout time.Duration // of one List call (default 5s)
 }
 
+// GPUs are the node's GPUs this client maps devices to (configured or discovered).
+func (p *PodResources) GPUs() []pools.GPU { return p.spec.GPUs }
+
 // MaxListBytes bounds the kubelet's answer (every pod of the node).
 const MaxListBytes = 16 << 20
 

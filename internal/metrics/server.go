@@ -19,7 +19,8 @@ const Path = "/metrics"
 // NewRegistry is the agent's registry: the Go runtime and process
 // collectors (process_cpu_seconds_total is the agent's CPU), the agent's
 // own metrics (returned, to be the admission core's Observer), the tenant
-// collector over reg and stateDir, and the kernel core's counters. With
+// collector over reg and stateDir, the kernel core's counters, and the
+// cgroup dmem controller's (DmemCollector, below nvml's HostRoot). With
 // nvml, the tenant collector also shows NVML's per-process memory
 // (gpuext-gpuview) per tenant and GPU.
 func NewRegistry(reg Registry, stateDir string, core KernelCore, nvml ...NVMLOptions) (*prometheus.Registry, *Agent) {
@@ -32,6 +33,11 @@ func NewRegistry(reg Registry, stateDir string, core KernelCore, nvml ...NVMLOpt
 		tenants.SetNVML(o)
 	}
 	r.MustRegister(kernel, tenants)
+	hostRoot := "/" // NVMLOptions.HostRoot is the config's hostRoot
+	for _, o := range nvml {
+		hostRoot = o.HostRoot
+	}
+	r.MustRegister(NewDmemCollector(reg, hostRoot))
 	agent.tenants = tenants
 	return r, agent
 }

@@ -255,6 +255,30 @@ func (d *Dir) ReadFile(name string, limit int64) ([]byte, error) {
 	return f.ReadAll(limit)
 }
 
+// WriteFile writes data, in one write, to the existing regular file name
+// of d (a cgroup interface file such as dmem.max), never through a link; it
+// neither creates nor truncates the file.
+func (d *Dir) WriteFile(name string, data []byte) error {
+	fd, _, err := d.reopen(name, unix.S_IFREG, unix.O_WRONLY)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	for {
+		n, err := unix.Write(fd, data)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return pathErr("write", filepath.Join(d.path, name), err)
+		}
+		if n != len(data) {
+			return pathErr("write", filepath.Join(d.path, name), io.ErrShortWrite)
+		}
+		return nil
+	}
+}
+
 // ReadAll reads the whole file from offset 0, refusing more than limit bytes.
 func (f *File) ReadAll(limit int64) ([]byte, error) {
 	buf := make([]byte, 0, min(f.info.Size, limit)+1) // one byte more: a file that grew past limit shows it

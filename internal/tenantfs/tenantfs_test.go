@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -241,5 +242,37 @@ func TestDeviceNodeNotOpened(t *testing.T) {
 	d := openT(t, root)
 	if _, err := d.ReadFile("usage", 1<<20); !errors.Is(err, ErrNotRegular) {
 		t.Errorf("char device: %v, want ErrNotRegular", err)
+	}
+}
+
+// TestWriteFile: a write reaches the file itself, never a link's target,
+// and creates nothing.
+func TestWriteFile(t *testing.T) {
+	root, dir := tenantDir(t)
+	if err := os.WriteFile(filepath.Join(dir, "dmem.max"), []byte("x max\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(root, "target")
+	if err := os.WriteFile(target, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	d := openT(t, root)
+	if err := d.WriteFile("dmem.max", []byte("x 42")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "dmem.max")); !strings.HasPrefix(string(b), "x 42") {
+		t.Fatalf("dmem.max = %q", b)
+	}
+	if err := d.WriteFile("link", []byte("x")); !errors.Is(err, ErrSymlink) {
+		t.Fatalf("write through a link: %v", err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep" {
+		t.Fatalf("the link's target was written: %q", b)
+	}
+	if err := d.WriteFile("new", []byte("x")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("write of a missing file: %v", err)
 	}
 }

@@ -39,12 +39,23 @@
 #include <linux/srcu.h>
 #include <linux/string.h>
 #include <linux/uaccess.h>
+#include <linux/version.h>
 
 #include "gpuext_abi.h"
 #include "gpuext_ops.h"
 #include "gpuext_core.h"
 
-MODULE_IMPORT_NS(BPF_INTERNAL); /* bpf_map_get() for the registry map fd */
+/* bpf_map_get() for the registry map fd; the namespace is a string literal since 6.13 */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 13, 0)
+MODULE_IMPORT_NS("BPF_INTERNAL");
+#else
+MODULE_IMPORT_NS(BPF_INTERNAL);
+#endif
+
+/* Trusted pointer arguments are every kfunc's default since 6.19, and the flag is gone. */
+#ifndef KF_TRUSTED_ARGS
+#define KF_TRUSTED_ARGS 0
+#endif
 
 struct gpuext_ctx {
 	u64 cgroup_id;

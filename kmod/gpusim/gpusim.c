@@ -121,6 +121,7 @@ static struct gpusim_ctx *gpusim_find(const char *name)
 }
 
 #include "runlist.c" /* TSG runlist through the gpuext sched call sites */
+#include "vidmem.c" /* video memory charged to the cgroup dmem controller */
 
 static struct gpusim_chunk *gpusim_chunk(struct gpusim_ctx *c, u64 id)
 {
@@ -852,6 +853,7 @@ static int __init gpusim_init(void)
 	debugfs_create_file("tenants", 0400, gpusim_debugfs, NULL, &gpusim_tenants_fops);
 	debugfs_create_u32("migrate_delay_ms", 0600, gpusim_debugfs, &gpusim_migrate_delay_ms);
 	gpusim_runlist_init(gpusim_debugfs);
+	gpusim_vidmem_init(gpusim_debugfs);
 	pr_info("gpusim: loaded\n");
 	return 0;
 }
@@ -871,6 +873,7 @@ static void __exit gpusim_exit(void)
 	list_for_each_entry_safe(c, tmp, &gone, node)
 		gpusim_free_ctx(c);
 	debugfs_remove_recursive(gpusim_debugfs);
+	gpusim_vidmem_exit();
 }
 
 module_init(gpusim_init);

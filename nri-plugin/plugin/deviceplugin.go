@@ -8,6 +8,7 @@ import (
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/deviceplugin"
+	"github.com/gpuext/gpuext/internal/deviceplugin/pools"
 )
 
 // startDevicePlugin serves the kubelet device plugin of cfg.devicePlugin,
@@ -49,6 +50,17 @@ func (p *Plugin) startDevicePlugin(cfg config.Config, core *admission.Core) {
 		log.WithFields(logrus.Fields{"kubeletDir": spec.KubeletDir, "gpus": len(spec.GPUs)}).Info("device plugin started")
 	}
 	core.SetGPUMemory(p.podResources)
+	core.SetNodeGPUs(nodeGPUs(p.podResources.GPUs()))
+}
+
+// nodeGPUs are the discovered GPUs as the admission core takes them (their
+// PCI bus ids find their cgroup dmem regions).
+func nodeGPUs(gpus []pools.GPU) []admission.NodeGPU {
+	out := make([]admission.NodeGPU, 0, len(gpus))
+	for _, g := range gpus {
+		out = append(out, admission.NodeGPU{Index: g.Index, UUID: g.UUID, PCIBusID: g.PCIBusID})
+	}
+	return out
 }
 
 // stopDevicePluginLocked (p.mu held) stops the device plugin (its socket is removed;

@@ -21,9 +21,10 @@ for m in gpuext gpusim; do
 done
 echo "KERNEL-LAB TESTS BEGIN"
 if [ $rc = 0 ]; then
-	# GPUEXT_KERNEL_TEST_RUN (from the kernel command line, as lab.sh bench
-	# sets it) narrows the run to matching tests.
-	cd /tmp && HOME=/tmp /lab/guest.test -test.v -test.count=1 ${GPUEXT_KERNEL_TEST_RUN:+-test.run=$GPUEXT_KERNEL_TEST_RUN} -test.timeout=${GPUEXT_KERNEL_TEST_TIMEOUT:-10m} 2>&1
+	# GPUEXT_KERNEL_TEST_RUN and _SKIP (from the kernel command line, as
+	# lab.sh sets them per kernel series and for bench) narrow the run.
+	cd /tmp && HOME=/tmp /lab/guest.test -test.v -test.count=1 ${GPUEXT_KERNEL_TEST_RUN:+-test.run=$GPUEXT_KERNEL_TEST_RUN} \
+		${GPUEXT_KERNEL_TEST_SKIP:+-test.skip=$GPUEXT_KERNEL_TEST_SKIP} -test.timeout=${GPUEXT_KERNEL_TEST_TIMEOUT:-10m} 2>&1
 	rc=$?
 fi
 if [ $rc = 0 ]; then

@@ -10,13 +10,25 @@
 #                              (TestBenchmarkTraces, TestBenchmarkMixes) and write their BENCH lines
 #                              to bench/kernel-sim.txt (SIMULATED figures)
 #
-# Everything is cached under $REPO/.cache/kernel.  Exit status is non-zero when
-# any guest test fails or the guest never reports.
+# KERNEL_LAB_SERIES=7.x boots a 7.x kernel instead, for what 6.12 lacks (the
+# cgroup dmem controller of 6.14+), and runs only the guest tests that need it
+# (TestDmemKernel*; the 6.12 run skips them).  Debian's 7.x kernels
+# (trixie-backports 7.3, sid 7.2) are built without the controller
+# (CONFIG_CGROUP_DMEM unset, seen 2026-12-06), so this series takes Ubuntu
+# 24.04's HWE kernel (7.0, CONFIG_CGROUP_DMEM=y) and its headers: fetch_7x
+# says how they are fetched, verified and made to build here.
+#
+# Everything is cached under $REPO/.cache/kernel (7.x: .cache/kernel-7.x).
+# Exit status is non-zero when any guest test fails or the guest never reports.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-CACHE=${KERNEL_LAB_CACHE:-$REPO/.cache/kernel}
 KSERIES=${KERNEL_LAB_SERIES:-6.12}
+case "$KSERIES" in
+6.12) CACHE=${KERNEL_LAB_CACHE:-$REPO/.cache/kernel} ;;
+7.x) CACHE=${KERNEL_LAB_CACHE:-$REPO/.cache/kernel-7.x} ;;
+*) echo "[kernel-lab] ERROR: KERNEL_LAB_SERIES=$KSERIES: want 6.12 or 7.x" >&2; exit 1 ;;
+esac
 TIMEOUT=${KERNEL_LAB_TIMEOUT:-240}
 ROOT=$CACHE/root
 OUT=${KERNEL_LAB_OUT:-$CACHE/out} # the build and the boot's files (KERNEL_LAB_OUT: another, for a run beside another)
@@ -30,6 +42,9 @@ need_tools() {
 	command -v cpio >/dev/null || missing+=(cpio)
 	command -v pahole >/dev/null || missing+=(pahole)
 	command -v bc >/dev/null || missing+=(bc)
+	command -v zstd >/dev/null || missing+=(zstd) # the 7.x kernel image is zstd-compressed
+	command -v file >/dev/null || missing+=(file)
+	command -v objcopy >/dev/null || missing+=(binutils)
 	command -v make >/dev/null || missing+=(make)
 	command -v clang >/dev/null || missing+=(clang llvm)
 	[ -f /usr/include/bpf/bpf_helpers.h ] || missing+=(libbpf-dev)
@@ -77,6 +92,10 @@ cmd_fetch() {
 		log "kernel $(cat "$CACHE/abi") cached in $CACHE"
 		return 0
 	fi
+	if [ "$KSERIES" = 7.x ]; then
+		fetch_7x
+		return
+	fi
 	local abi t0=$SECONDS
 	abi=$(abi_name)
 	log "fetching kernel $abi"
@@ -104,6 +123,94 @@ cmd_fetch() {
 	log "fetched kernel $abi in $((SECONDS - t0))s"
 }
 
+# private_apt SOURCES_LINE... : an apt configuration of its own under
+# $CACHE/apt (sources, lists, cache; no installed packages), so that suites
+# the machine's apt does not use are read without touching its config.
+# Prints the apt options that select it.
+private_apt() {
+	local d=$CACHE/apt
+	mkdir -p "$d/lists/partial" "$d/cache/archives/partial"
+	printf '%s\n' "$@" >"$d/sources.list"
+	echo "-o Dir::Etc::SourceList=$d/sources.list -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists=$d/lists -o Dir::Cache=$d/cache -o Dir::State::status=/dev/null -o APT::Sandbox::User=root"
+}
+
+# ubuntu_mirror: KERNEL_LAB_UBUNTU_MIRROR, else the default mirror Debian's
+# debootstrap knows for current Ubuntu suites on amd64.
+ubuntu_mirror() {
+	if [ -n "${KERNEL_LAB_UBUNTU_MIRROR:-}" ]; then
+		echo "$KERNEL_LAB_UBUNTU_MIRROR"
+		return
+	fi
+	local t m
+	t=$(mktemp -d)
+	(cd "$t" && apt-get download -qq debootstrap >/dev/null 2>&1 && dpkg -x debootstrap_*.deb x) || { rm -rf "$t"; die "cannot read debootstrap's Ubuntu mirror: set KERNEL_LAB_UBUNTU_MIRROR"; }
+	# the amd64 case of its Ubuntu script: old-releases first, then the current suites' mirror
+	m=$(sed -n '/amd64|i386)/,/^\t;;$/p' "$t/x/usr/share/debootstrap/scripts/gutsy" | sed -n 's/^[[:space:]]*default_mirror //p' | tail -1)
+	rm -rf "$t"
+	[ -n "$m" ] || die "no Ubuntu mirror in debootstrap's script: set KERNEL_LAB_UBUNTU_MIRROR"
+	echo "$m"
+}
+
+# fetch_7x: Ubuntu noble's HWE kernel (linux-image-unsigned, headers) and
+# what its headers' tools need.  The archive key comes from Debian's own
+# ubuntu-keyring package (sid, read from the Debian mirror this machine's apt
+# uses), so every download is verified.  The headers' tools (modpost,
+# objtool, resolve_btfids, gendwarfksyms...) are built for noble's glibc
+# 2.39: each is wrapped to run under noble's own loader and libraries,
+# unpacked beside them.  The headers ship no vmlinux: its BTF (module BTF is
+# built against it) is cut out of the kernel image.  Modules are built with
+# this machine's gcc and noble's pahole (the config asks for its version).
+fetch_7x() {
+	local t0=$SECONDS debian a u abi hwe kd l f
+	debian=$(apt-get indextargets --format '$(REPO_URI)' 'Created-By: Packages' 2>/dev/null | grep -m1 '/debian/$') ||
+		die "no Debian mirror in this machine's apt sources"
+	mkdir -p "$CACHE/debs" "$ROOT"
+	a=$(private_apt "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $debian sid main")
+	# shellcheck disable=SC2086
+	apt-get $a update -qq >/dev/null || die "apt-get update of Debian sid failed"
+	# shellcheck disable=SC2086
+	(cd "$CACHE/debs" && apt-get $a download -qq ubuntu-keyring >/dev/null) || die "download of ubuntu-keyring failed"
+	dpkg -x "$CACHE"/debs/ubuntu-keyring_*.deb "$CACHE/keyring"
+	u=$(ubuntu_mirror)
+	local key=$CACHE/keyring/usr/share/keyrings/ubuntu-archive-keyring.gpg
+	[ -f "$key" ] || die "no ubuntu-archive-keyring.gpg in ubuntu-keyring"
+	a=$(private_apt "deb [signed-by=$key] $u noble main universe" "deb [signed-by=$key] $u noble-updates main")
+	# shellcheck disable=SC2086
+	apt-get $a update -qq >/dev/null || die "apt-get update of Ubuntu noble failed"
+	# shellcheck disable=SC2086
+	abi=$(apt-cache $a depends linux-headers-generic-hwe-24.04 2>/dev/null | sed -n 's/^ *Depends: linux-headers-\(.*\)-generic$/\1/p' | head -1)
+	[ -n "$abi" ] || die "cannot resolve the HWE kernel from linux-headers-generic-hwe-24.04"
+	# shellcheck disable=SC2086
+	hwe=$(apt-cache $a depends "linux-headers-$abi-generic" 2>/dev/null | sed -n 's/^ *Depends: \(linux-hwe-.*-headers-.*\)$/\1/p' | head -1)
+	[ -n "$hwe" ] || die "no common headers package for linux-headers-$abi-generic"
+	log "fetching Ubuntu kernel $abi-generic"
+	# shellcheck disable=SC2086
+	(cd "$CACHE/debs" && apt-get $a download -qq "linux-image-unsigned-$abi-generic" "linux-headers-$abi-generic" "$hwe" \
+		libc6 libelf1t64 libdw1t64 zlib1g libzstd1 liblzma5 libbz2-1.0 libbpf1 pahole >/dev/null) || die "apt-get download failed"
+	for f in "$CACHE"/debs/*.deb; do dpkg -x "$f" "$ROOT"; done
+	kd=$ROOT/usr/src/linux-headers-$abi-generic
+	l=$ROOT/usr/lib/x86_64-linux-gnu
+	[ -f "$kd/Makefile" ] && [ -x "$l/ld-linux-x86-64.so.2" ] || die "unpacked headers or loader missing under $ROOT"
+	while IFS= read -r f; do
+		[ -e "$f.real" ] && continue # reached twice through links: wrapped once
+		file -b "$f" | grep -q '^ELF .*executable' || continue
+		mv "$f" "$f.real"
+		printf '#!/bin/sh\nexec %s --library-path %s %s "$@"\n' "$l/ld-linux-x86-64.so.2" "$l" "$f.real" >"$f"
+		chmod +x "$f"
+	done < <(find -L "$kd" -type f -perm -u+x ! -name '*.real' ! -name '*.sh' ! -name '*.py' ! -name '*.pl')
+	printf '#!/bin/sh\nexec %s --library-path %s %s "$@"\n' "$l/ld-linux-x86-64.so.2" "$l" "$ROOT/usr/bin/pahole" >"$CACHE/pahole"
+	chmod +x "$CACHE/pahole"
+	sh "$kd/scripts/extract-vmlinux" "$ROOT/boot/vmlinuz-$abi-generic" >"$CACHE/vmlinux.full" || die "extract-vmlinux failed"
+	objcopy --only-section=.BTF "$CACHE/vmlinux.full" "$kd/vmlinux" 2>/dev/null || die "no .BTF in the kernel image"
+	rm -f "$CACHE/vmlinux.full"
+	cp "$ROOT/boot/vmlinuz-$abi-generic" "$CACHE/vmlinuz"
+	echo "$abi-generic" >"$CACHE/abi"
+	echo "$kd" >"$CACHE/kdir"
+	rm -rf "$CACHE/apt"
+	touch "$CACHE/fetch.stamp"
+	log "fetched kernel $abi-generic in $((SECONDS - t0))s"
+}
+
 cmd_build() {
 	[ -f "$CACHE/fetch.stamp" ] || cmd_fetch
 	need_tools
@@ -111,9 +218,16 @@ cmd_build() {
 	kd=$(kdir)
 	mkdir -p "$OUT"
 	log "building modules against $(cat "$CACHE/abi")"
-	make -s -C "$kd" M="$REPO/kmod" modules >"$OUT/kbuild.log" 2>&1 || { cat "$OUT/kbuild.log"; die "module build failed"; }
-	grep -i warn "$OUT/kbuild.log" || true
-	cp "$REPO/kmod/gpuext/gpuext.ko" "$REPO/kmod/gpusim/gpusim.ko" "$OUT/"
+	local kmake=() ksrc=$REPO/kmod
+	if [ "$KSERIES" = 7.x ]; then
+		# its own copy of kmod/ (the 6.12 build's objects stay), this
+		# machine's gcc (the headers name Ubuntu's gcc-13) and noble's pahole
+		rm -rf "$OUT/kmod" && cp -r "$REPO/kmod" "$OUT/kmod" && ksrc=$OUT/kmod
+		kmake=(CC=gcc PAHOLE="$CACHE/pahole")
+	fi
+	make -s -C "$kd" M="$ksrc" "${kmake[@]}" modules >"$OUT/kbuild.log" 2>&1 || { cat "$OUT/kbuild.log"; die "module build failed"; }
+	grep -i warn "$OUT/kbuild.log" | grep -v 'differs from the one used to build the kernel' || true
+	cp "$ksrc/gpuext/gpuext.ko" "$ksrc/gpusim/gpusim.ko" "$OUT/"
 	build_sdk_policies
 	log "building the static guest test binary"
 	# The SIMULATED benchmark (bench_test.go) is compiled in only for `lab.sh bench`.
@@ -161,12 +275,23 @@ make_initramfs() {
 	(cd "$ir" && find . | cpio -o -H newc --quiet | gzip -1 >"$OUT/initrd.cpio.gz")
 }
 
+# series_tests: the guest tests each series runs (init.sh hands them to
+# go test): 7.x only what needs its kernel (the dmem controller), 6.12 the
+# rest.  KERNEL_LAB_APPEND's own GPUEXT_KERNEL_TEST_RUN (lab.sh bench) comes
+# after this on the command line and wins.
+series_tests() {
+	case "$KSERIES" in
+	7.x) echo "GPUEXT_KERNEL_TEST_RUN=^TestDmemKernel" ;;
+	*) echo "GPUEXT_KERNEL_TEST_SKIP=^TestDmemKernel" ;;
+	esac
+}
+
 boot_once() {
 	local serial=$1 rc=0
 	timeout --foreground "$TIMEOUT" qemu-system-x86_64 -accel tcg -smp 1 -m 1G -nographic -no-reboot \
 		-device isa-debug-exit,iobase=0xf4,iosize=0x04 \
 		-kernel "$CACHE/vmlinuz" -initrd "$OUT/initrd.cpio.gz" \
-		-append "console=ttyS0 panic=-1 oops=panic quiet ${KERNEL_LAB_APPEND:-}" </dev/null >"$serial" 2>&1 || rc=$?
+		-append "console=ttyS0 panic=-1 oops=panic quiet $(series_tests) ${KERNEL_LAB_APPEND:-}" </dev/null >"$serial" 2>&1 || rc=$?
 	return $rc
 }
 

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/gpuext/gpuext/cgroup/pcibus"
 	"github.com/gpuext/gpuext/policies/grammar"
 )
 
@@ -61,6 +62,11 @@ type GPUConfig struct {
 	// NVIDIA_VISIBLE_DEVICES), which holds where the container's GPUs are
 	// renumbered from 0; cdi.deviceNameStrategy "uuid" needs it.
 	UUID string `json:"uuid,omitempty"`
+	// PCIBusID is the GPU's PCI bus id ("0000:17:00.0"; NVML's
+	// "00000000:17:00.0" too), optional: with it, the kernel's cgroup dmem
+	// controller can hold the GPU's quotas (its region is named by it).
+	// NVML discovery reports it; set it here when the config lists the GPUs.
+	PCIBusID string `json:"pciBusId,omitempty"`
 }
 
 // GPU is one GPU of a node: a pool of Units devices.
@@ -68,6 +74,9 @@ type GPU struct {
 	Index  int    // NVML index (PCI bus order)
 	UUID   string // empty when not known
 	Memory uint64 // bytes
+	// PCIBusID as NVML reports it (discovery); empty when not known. The
+	// agent finds the GPU's cgroup dmem region by it.
+	PCIBusID string
 }
 
 // Spec is a validated Config: what the plugin serves.
@@ -133,7 +142,12 @@ func (c Config) Validate() (Spec, error) {
 		if g.UUID != "" && !ValidUUID(g.UUID) {
 			return Spec{}, configErr(fmt.Sprintf("gpus[%d].uuid", i), g.UUID, `want "GPU-" or "MIG-" and hex digits and dashes`)
 		}
-		s.GPUs = append(s.GPUs, GPU{Index: i, UUID: g.UUID, Memory: m})
+		if g.PCIBusID != "" {
+			if _, err := pcibus.Normalize(g.PCIBusID); err != nil {
+				return Spec{}, configErr(fmt.Sprintf("gpus[%d].pciBusId", i), g.PCIBusID, "want DOMAIN:BUS:DEVICE.FUNCTION in hex, e.g. 0000:17:00.0")
+			}
+		}
+		s.GPUs = append(s.GPUs, GPU{Index: i, UUID: g.UUID, Memory: m, PCIBusID: g.PCIBusID})
 	}
 	if err := s.CheckDevices(); err != nil {
 		return Spec{}, err

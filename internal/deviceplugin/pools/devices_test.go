@@ -31,6 +31,7 @@ func TestValidateNamesTheKey(t *testing.T) {
 		{Config{GPUs: []GPUConfig{{Memory: "48GiB"}, {Memory: "48G"}}}, `devicePlugin.gpus[1].memory "48G"`},
 		{Config{GPUs: []GPUConfig{{Memory: "512MiB"}}}, `devicePlugin.gpus[0].memory "512MiB": less than one unit (1GiB)`},
 		{Config{GPUs: []GPUConfig{{Memory: "8GiB", UUID: "GPU-x"}}}, `devicePlugin.gpus[0].uuid "GPU-x"`},
+		{Config{GPUs: []GPUConfig{{Memory: "8GiB"}, {Memory: "8GiB", PCIBusID: "17:00"}}}, `devicePlugin.gpus[1].pciBusId "17:00": want DOMAIN:BUS:DEVICE.FUNCTION`},
 		{Config{Unit: "256MiB", GPUs: slices.Repeat([]GPUConfig{{Memory: "1TiB"}}, 2)}, `the GPUs make 8192 devices, at most 16384`},
 		{Config{Unit: "256MiB", GPUs: slices.Repeat([]GPUConfig{{Memory: "1TiB"}}, 5)}, `the GPUs make 20480 devices, at most 16384: use a larger unit`},
 		{Config{GPUs: slices.Repeat([]GPUConfig{{Memory: "8GiB"}}, 17)}, `devicePlugin.gpus "17": 17 GPUs, at most 16`},
@@ -45,6 +46,9 @@ func TestValidateNamesTheKey(t *testing.T) {
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: err = %v, want %q", tc.cfg, err, tc.want)
 		}
+	}
+	if s := spec(t, Config{GPUs: []GPUConfig{{Memory: "8GiB", PCIBusID: "0000:17:00.0"}}}); s.GPUs[0].PCIBusID != "0000:17:00.0" {
+		t.Fatalf("gpus[0].pciBusId not kept: %+v", s.GPUs[0])
 	}
 	s := spec(t, Config{})
 	if s.Resource != "gpuext.io/gpu-memory" || s.Unit != 1<<30 || s.RegistrationSocket() != "/var/lib/kubelet/device-plugins/kubelet.sock" ||
