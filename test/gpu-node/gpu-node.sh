@@ -15,8 +15,8 @@
 # line per check:  PASS <check>  or  FAIL <check>: <why>,  INFO lines with
 # figures, and "N passed, N failed" at the end.
 #
-# Sections (GPUEXT_NODE_SECTIONS, default all): quota probes restart
-# overhead priority. Results and logs go to $OUT (default $W/out).
+# Sections (GPUEXT_NODE_SECTIONS, default all): quota memguard probes
+# restart overhead priority. Results and logs go to $OUT (default $W/out).
 set -uo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
 NODE="${GPUEXT_NODE_PREP:-$REPO/out/gpu-node}"
@@ -27,7 +27,7 @@ ok() { echo "PASS $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
 info() { echo "INFO $*"; }
 log() { printf '[gpu-node %4ss] %s\n' "$SECONDS" "$*"; }
-want() { [[ " ${GPUEXT_NODE_SECTIONS:-quota probes restart overhead priority} " == *" $1 "* ]]; }
+want() { [[ " ${GPUEXT_NODE_SECTIONS:-quota memguard probes restart overhead priority} " == *" $1 "* ]]; }
 GiB=$((1 << 30))
 
 [[ $(id -u) == 0 ]] || { echo "gpu-node: needs root" >&2; exit 1; }
@@ -170,7 +170,7 @@ ctr_create() {
  "CDI_devices": [{"name": "$CDI_GPU"}],
  "mounts": [$mounts {"container_path": "/gpuext-test", "host_path": "$REPO/test", "readonly": true},
             {"container_path": "/vecadd", "host_path": "$W/vecadd", "readonly": true},
-            {"container_path": "/res", "host_path": "$res"}],
+            {"container_path": "/res", "host_path": "$res"}${CTR_EXTRA_MOUNTS:-}],
  "log_path": "$name.log"}
 JSON
 	crictl create "$p" "$W/pods/$p-$name.json" "$W/pods/$p.json"
@@ -253,6 +253,43 @@ if want quota || want restart; then
 	grep -E '^gpuext_(tenant_(nvml_memory_used|device_memory_used|device_memory_peak)_bytes|nvml_up)' "$OUT/quota-metrics.txt" | grep -E "tenant=\"$tid\"|nvml_up" | sed 's/^/INFO metrics /'
 	if [[ ${dv%.*} -ge $GiB ]]; then ok quota-metrics-devrt; else bad quota-metrics-devrt "gpuext_tenant_device_memory_used_bytes for tenant $tid: '$dv'"; fi
 	if [[ $up == 1 ]] && awk -v v="$nv" -v g="$GiB" 'BEGIN {exit !(v + 0 >= g)}'; then ok quota-metrics-nvml; else bad quota-metrics-nvml "nvml_up=$up gpuext_tenant_nvml_memory_used_bytes for tenant $tid: '$nv'"; fi
+fi
+
+# ---- 5b. memguard: a container that unsets LD_PRELOAD is held by the agent ------
+# The device runtime is bypassed; the agent's memory guard reads NVML and
+# stops the process that took its tenant past the quota. Its termination
+# message (a file mounted where the kubelet mounts one) says why. A
+# container of another tenant beside it keeps its memory.
+if want memguard; then
+	log "memguard: a 4GiB-quota container without LD_PRELOAD takes 8GiB; a bystander holds 3GiB"
+	MPOD=$(pod memguard)
+	grab='import os, sys, time, torch
+a = torch.empty(int(sys.argv[1]) << 30, dtype=torch.uint8, device="cuda")
+b = torch.empty(int(sys.argv[2]) << 30, dtype=torch.uint8, device="cuda") if int(sys.argv[2]) else None
+torch.cuda.synchronize()
+print("held", time.time(), flush=True)
+time.sleep(600)'
+	BY=$(run_ctr "$MPOD" bystander '{"policy.gpuext.io": "quota", "quota.gpuext.io": "4GiB"}' "$W/res/mg-by" python3 -c "$grab" 3 0)
+	wait_log "$BY" '^held' 120 || bad memguard-bystander-start "$(clogs "$BY" | tail -3 | tr '\n' ' ')"
+	TERMLOG=$W/res/mg-termination-log; : >"$TERMLOG"
+	CTR_EXTRA_MOUNTS=", {\"container_path\": \"/dev/termination-log\", \"host_path\": \"$TERMLOG\"}"
+	ES=$(run_ctr "$MPOD" escaper '{"policy.gpuext.io": "quota", "quota.gpuext.io": "4GiB"}' "$W/res/mg-es" env -u LD_PRELOAD python3 -c "$grab" 4 4)
+	CTR_EXTRA_MOUNTS=""
+	if wait_log "$ES" '^held' 120 && wait_exit "$ES" 30; then
+		held_at=$(clogs "$ES" | awk '$1 == "held" {print $2}')
+		fin=$(crictl inspect -o go-template --template '{{.status.finishedAt}}' "$ES" 2>/dev/null)
+		code=$(crictl inspect -o go-template --template '{{.status.exitCode}}' "$ES" 2>/dev/null)
+		gap=$(python3 -c 'import sys, datetime; f = datetime.datetime.fromisoformat(sys.argv[2].replace("Z", "+00:00")).timestamp(); print(round((f - float(sys.argv[1])) * 1000))' "$held_at" "$fin" 2>/dev/null)
+		info "memguard escaper: exit $code, stopped ${gap:-?} ms after it held 8GiB; termination message: $(head -c 300 "$TERMLOG")"
+		if [[ $code == 137 ]] && grep -q 'gpuext memory guard' "$TERMLOG"; then ok "memguard-container-stopped (exit 137, ${gap} ms after the overrun)"; else bad memguard-container-stopped "exit '$code', message '$(head -c 200 "$TERMLOG")'"; fi
+	else
+		bad memguard-container-stopped "the escaper did not hold 8GiB and stop: state $(cstate "$ES"): $(clogs "$ES" | tail -3 | tr '\n' ' ')"
+	fi
+	sleep 2
+	if [[ $(cstate "$BY") == CONTAINER_RUNNING ]]; then ok memguard-bystander-running; else bad memguard-bystander-running "state $(cstate "$BY"): $(clogs "$BY" | tail -3 | tr '\n' ' ')"; fi
+	grep 'GPU memory quota' "$AGENT_LOG" | cut -c1-500 >"$OUT/memguard-agent-lines.txt"
+	metrics | grep -E '^gpuext_memory_guard' | sed 's/^/INFO metrics /'
+	crictl stopp "$MPOD" >/dev/null 2>&1; crictl rmp -f "$MPOD" >/dev/null 2>&1
 fi
 
 # ---- 6. probes --------------------------------------------------------------------
