@@ -65,6 +65,17 @@ scrape=$(cd "$REPO" && go test -run '^$' -bench '^BenchmarkScrape200Tenants' -be
 	echo
 } >>"$OUT"
 
+log "memory guard, 100 tenants on 8 GPUs (fake NVML), 3 runs of 10 s"
+guard=$(cd "$REPO" && go test -run '^$' -bench '^BenchmarkGuardCPU$' -benchtime 1x -count 3 ./internal/memguard/ 2>/dev/null | grep -E 'agent-cpu-%' || true)
+[[ -n "$guard" ]] || { echo "bench: BenchmarkGuardCPU produced no result" >&2; exit 1; }
+{
+	echo "## GPU memory guard CPU, 100 tenants (real cgroups, 2 processes each) on 8 GPUs, NVML sampled every 500 ms, 3 runs of 10 s"
+	echo "agent = the agent's side (decode, pid to cgroup, limits, checks; getrusage); gpuview = gpuext-gpuview --watch over the fake NVML."
+	echo "Target: both together <= 0.5% of one core. The real driver's side: make gpu-test section memguard (memguard-cpu)."
+	echo "$guard" | sed 's/^BenchmarkGuardCPU-[0-9]*//; s/^/  /'
+	echo
+} >>"$OUT"
+
 log "2/2 crictl create+start, with the plugin vs without ($N containers each, interleaved)"
 labenv() { "$REPO/test/lab/containerd.sh" env | sed -n "s/^export $1=//p"; }
 CRICTL=$(labenv GPUEXT_LAB_CRICTL)

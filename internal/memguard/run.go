@@ -2,6 +2,8 @@ package memguard
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +18,6 @@ import (
 
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/internal/gpuview"
-	"github.com/gpuext/gpuext/internal/strictjson"
 )
 
 // Bounds on what the guard reads of gpuext-gpuview --watch.
@@ -32,11 +33,20 @@ const (
 // DefaultInterval is how often gpuext-gpuview samples NVML for the guard.
 const DefaultInterval = 500 * time.Millisecond
 
-// ParseSample strictly decodes one line of gpuext-gpuview --watch.
+// ParseSample decodes one line of gpuext-gpuview --watch: one JSON object,
+// no unknown field, bounded. It runs twice a second over hundreds of
+// processes, so it uses encoding/json's own unknown-field check rather than
+// strictjson's second pass (which also refuses duplicate keys: the line is
+// the agent's own child's, not a tenant's).
 func ParseSample(line []byte) (gpuview.Sample, error) {
 	var s gpuview.Sample
-	if err := strictjson.Decode(line, &s); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
 		return s, err
+	}
+	if dec.More() {
+		return s, errors.New("data after the sample")
 	}
 	if len(s.Procs) > MaxProcs {
 		return s, fmt.Errorf("%d processes, at most %d", len(s.Procs), MaxProcs)
@@ -96,8 +106,9 @@ type Config struct {
 	Options  Options
 	// Limits lists the tenants' limits of the moment.
 	Limits func() ([]Limit, error)
-	// LimitsEvery is how often Limits is called (sooner when a sample has a
-	// process in a cgroup the last call did not know).
+	// LimitsEvery is how often Limits is called (at once when a sample has
+	// a process in a cgroup the last call did not know: a new tenant); a
+	// quota changed by set-policy is enforced within it. Default 5 s.
 	LimitsEvery time.Duration
 	CgroupOf    PidCgroup
 	Killer      Killer
@@ -133,7 +144,7 @@ func NewRunner(cfg Config) *Runner {
 		cfg.Interval = DefaultInterval
 	}
 	if cfg.LimitsEvery <= 0 {
-		cfg.LimitsEvery = time.Second
+		cfg.LimitsEvery = 5 * time.Second
 	}
 	return &Runner{cfg: cfg, guard: New(cfg.Options, cfg.CgroupOf, cfg.Killer)}
 }
