@@ -105,7 +105,7 @@ type Config struct {
 	// MemoryGuard holds tenants' GPU memory quotas without their
 	// cooperation: the agent reads each process's device memory from the
 	// driver (NVML, through gpuext-gpuview --watch) and stops the process
-	// that pushed its tenant over (docs/quota-layers.md). On by default
+	// that pushed its tenant over (docs/configuration.md, "What holds the quota"). On by default
 	// wherever gpuext-gpuview and the NVIDIA driver are.
 	MemoryGuard MemoryGuard `json:"memoryGuard,omitzero"`
 	// Gpuview is the gpuext-gpuview binary the agent runs for what it reads
@@ -137,7 +137,7 @@ type MemoryGuard struct {
 	// ContextMargin is the device memory each process may hold beyond its
 	// allocations, for the driver's context and module images, which NVML
 	// counts and the quota does not (a size, default "1GiB"; measured in
-	// docs/quota-layers.md).
+	// docs/configuration.md, "What holds the quota").
 	ContextMargin string `json:"contextMargin,omitempty"`
 }
 

@@ -5,7 +5,7 @@
 // kernel's OOM killer does for memory), or only reports it, as the policy
 // says. The device runtime's quota is the fast path that frameworks handle
 // gracefully; this is what holds when a process unsets LD_PRELOAD, is
-// static, or loads its own copy of libcuda (docs/quota-layers.md).
+// static, or loads its own copy of libcuda (docs/configuration.md, "What holds the quota").
 package memguard
 
 import (
@@ -71,7 +71,7 @@ type Options struct {
 	// ContextMargin is the device memory a process may hold beyond what its
 	// allocations count: the driver's own context, module images and
 	// reserved pools, which NVML counts and the quota does not (measured:
-	// docs/quota-layers.md). The limit on a GPU is the quota plus one margin
+	// docs/configuration.md, "What holds the quota"). The limit on a GPU is the quota plus one margin
 	// per process of the tenant there.
 	ContextMargin uint64
 	// Cooldown is how long after a kill the guard waits for the driver to
