@@ -13,6 +13,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -37,7 +40,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "Usage: gpuext-gpuview [--config FILE] [--json | --gpus | --watch INTERVAL]\n\nGPU processes (NVML) with their device memory, mapped to gpuext tenants by cgroup.")
 		flag.PrintDefaults()
 	}
+	memLimit := flag.String("memory-limit", "", "GPU:CGROUP-DIR:HARD-BYTES: set NVML's per-cgroup memory limit (nvmlDeviceSetMemoryLimits_v1) and read it back, as JSON; says when this driver's libnvidia-ml lacks it")
 	flag.Parse()
+	if *memLimit != "" {
+		if err := memoryLimit(nvml.New(), *memLimit, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "gpuext-gpuview:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *watch != 0 {
 		if err := watchProcesses(nvml.New(), *watch, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "gpuext-gpuview:", err)
@@ -246,4 +257,45 @@ func cstr(b []int8) string {
 		out = append(out, byte(c))
 	}
 	return string(out)
+}
+
+// memoryLimit sets NVML's per-cgroup device memory limit on one GPU
+// ("GPU:CGROUP-DIR:HARD-BYTES", soft limit 0) and reads it back. Drivers
+// that have it (r615+) hold it in the kernel's dmem controller, or in the
+// driver where the kernel has none; older ones do not export it.
+func memoryLimit(lib nvml.Interface, spec string, out io.Writer) error {
+	parts := strings.SplitN(spec, ":", 3)
+	if len(parts) != 3 {
+		return fmt.Errorf("--memory-limit %q: want GPU:CGROUP-DIR:HARD-BYTES", spec)
+	}
+	gpu, err1 := strconv.Atoi(parts[0])
+	hard, err2 := strconv.ParseUint(parts[2], 10, 64)
+	if err1 != nil || err2 != nil || !filepath.IsAbs(parts[1]) {
+		return fmt.Errorf("--memory-limit %q: want GPU:CGROUP-DIR:HARD-BYTES (an index, an absolute path, bytes)", spec)
+	}
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+			return ErrNoDriver
+		}
+		return fmt.Errorf("nvml init: %s", lib.ErrorString(ret))
+	}
+	defer lib.Shutdown()
+	res := map[string]any{"gpu": gpu, "cgroup": parts[1], "hardBytes": hard}
+	for _, sym := range []string{"nvmlDeviceSetMemoryLimits_v1", "nvmlDeviceGetMemoryLimits_v1"} {
+		if err := lib.Extensions().LookupSymbol(sym); err != nil {
+			res["error"] = fmt.Sprintf("this driver's libnvidia-ml has no %s", sym)
+			return json.NewEncoder(out).Encode(res)
+		}
+	}
+	dev, ret := lib.DeviceGetHandleByIndex(gpu)
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("nvml device %d: %s", gpu, lib.ErrorString(ret))
+	}
+	res["set"] = lib.ErrorString(dev.SetMemoryLimits_v1(parts[1], 0, hard))
+	got, ret := dev.GetMemoryLimits_v1(parts[1])
+	res["get"] = lib.ErrorString(ret)
+	if ret == nvml.SUCCESS {
+		res["softBytes"], res["hardBytesRead"], res["usedBytes"] = got.SoftLimit, got.HardLimit, got.CurrentUsed
+	}
+	return json.NewEncoder(out).Encode(res)
 }

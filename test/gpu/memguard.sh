@@ -160,6 +160,17 @@ EOF
 	gvpid=$(pgrep -P "$mg_agent" -f 'gpuext-gpuview --watch' | head -1)
 	gvcpu=$([[ -n $gvpid ]] && awk '{print $14 + $15}' "/proc/$gvpid/stat" || echo 0)
 	info "memguard-cpu agent_pct_of_core=$(python3 -c "print(round(100*($cpu1-$cpu0)/$(getconf CLK_TCK)/($t1-$t0),3))") gpuview_ticks=$gvcpu (whole section, agent and its gpuview; interval $mg_interval)"
+	# NVML's per-cgroup limit (nvmlDeviceSetMemoryLimits_v1: NVIDIA's other way
+	# to layer 1, r615+): is it in this driver, and does it hold? INFO only,
+	# in a cgroup of no tenant (the guard leaves it alone).
+	mkdir -p "$MG_CG/gpuext-mg-nvml"
+	lim=$("$GV" --memory-limit "0:$MG_CG/gpuext-mg-nvml:$mg_quota" 2>&1)
+	info "nvml-memory-limits $lim"
+	if grep -q '"set":"SUCCESS"' <<<"$lim"; then
+		r=$(python3 "$REPO/test/gpu/memguard_case.py" --cgroup "$MG_CG/gpuext-mg-nvml" --quota "$mg_quota" --timeout 5 -- "$MG/escape" alloc "$G4" alloc "$G4" hold 2>&1 | tail -1)
+		info "nvml-memory-limits-escape $r"
+	fi
+	rmdir "$MG_CG/gpuext-mg-nvml" 2>/dev/null
 	grep -h 'GPU memory quota' "$OUT/memguard-agent.log" | cut -c1-400 >"$OUT/memguard-kills.txt"
 	mg_cleanup
 else
