@@ -38,7 +38,17 @@ type MemoryPolicy struct {
 	QuotaBytes uint64 `json:"-"`
 	// Quota is QuotaBytes as written in a catalog file ("8GiB", "512MiB", "0").
 	Quota string `json:"quota,omitempty"`
+	// QuotaAction is what the agent's memory guard does when the tenant's
+	// processes hold more than the quota (plus the driver's context per
+	// process) by the driver's own count, as when a process bypasses the
+	// device runtime: "kill" stops the process that pushed it over,
+	// "report" only logs and counts it. Empty: the node's memoryGuard.action.
+	// The admin's choice: no container key overrides it.
+	QuotaAction string `json:"quotaAction,omitempty"`
 }
+
+// QuotaActions are the values of MemoryPolicy.QuotaAction.
+var QuotaActions = []string{"kill", "report"}
 
 // Algorithm names an eviction or prefetch policy with its parameters.
 type Algorithm struct {

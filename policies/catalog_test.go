@@ -80,6 +80,7 @@ func TestLoadCatalogErrors(t *testing.T) {
 		{"bad param", "batch.json", strings.Replace(good, `{"name":"none"}`, `{"name":"tree-threshold","params":{"threshold":101}}`, 1), []string{"memory.prefetch.params.threshold", "out of range"}},
 		{"unknown param", "batch.json", strings.Replace(good, `{"name":"fifo"}`, `{"name":"lfu","params":{"weight":3}}`, 1), []string{"memory.eviction.params.weight", `no parameter "weight"`}},
 		{"bad class", "batch.json", strings.Replace(good, "best-effort", "gold", 1), []string{`priority.class: unknown priority class "gold"`}},
+		{"bad quota action", "batch.json", strings.Replace(good, `{"name":"none"}}`, `{"name":"none"},"quota":"4GiB","quotaAction":"terminate"}`, 1), []string{"memory.quotaAction", `"terminate"`, `"kill" or "report"`}},
 		{"bad quota", "batch.json", strings.Replace(good, `{"name":"none"}}`, `{"name":"none"},"quota":"12XB"}`, 1), []string{"memory.quota", `unknown unit "XB"`}},
 		{"bad probe", "batch.json", strings.Replace(good, `"priority"`, `"probes":["Bad"],"priority"`, 1), []string{"probes[0]"}},
 		{"unknown probe", "batch.json", strings.Replace(good, `"priority"`, `"probes":["launch-stats","kernel-timer"],"priority"`, 1), []string{"probes[1]", `unknown probe "kernel-timer"`}},

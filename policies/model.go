@@ -274,6 +274,9 @@ func (p Policy) ValidateWith(algs Algorithms) error {
 			return fieldError("memory.quota", fmt.Sprintf("%q does not match quotaBytes %d", p.Memory.Quota, p.Memory.QuotaBytes))
 		}
 	}
+	if a := p.Memory.QuotaAction; a != "" && !slices.Contains(QuotaActions, a) {
+		return fieldError("memory.quotaAction", fmt.Sprintf("%q: want %q or %q (empty: the node's memoryGuard.action)", a, QuotaActions[0], QuotaActions[1]))
+	}
 	if p.Memory.Eviction.Name == "tenant-quota" && p.Memory.QuotaBytes == 0 && !slices.Contains(p.Requires, KeyQuota) {
 		return fieldError("memory.eviction.name", `"tenant-quota" needs a quota: set memory.quota or require `+KeyQuota)
 	}

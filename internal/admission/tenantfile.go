@@ -60,6 +60,10 @@ type TenantFile struct {
 	// GPUMemoryBytes: what the scheduler gave on each of GPUs, the
 	// ceiling of GPUQuotaBytes; a policy change keeps it.
 	GPUMemoryBytes []uint64 `json:"gpuMemoryBytes,omitempty"`
+	// QuotaAction: what the agent's memory guard does when the tenant holds
+	// more than its quota by the driver's count (the policy's
+	// memory.quotaAction; empty: the node's memoryGuard.action).
+	QuotaAction string `json:"quotaAction,omitempty"`
 }
 
 // The catalog's class names as the device runtime's classes
@@ -157,6 +161,7 @@ func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy, pr
 		Class: string(p.Priority.Class), QuotaBytes: p.Memory.QuotaBytes, TimesliceUS: p.Priority.TimesliceUS,
 		Interleave: p.Priority.Interleave, ActiveWindowUS: p.Priority.ActiveWindowUS, SMPercent: p.Priority.EffectiveSMPercent(), MPSClientPriority: p.Priority.EffectiveMPSClientPriority(), LaunchGate: p.Priority.EffectiveLaunchGate(), Eviction: p.Memory.Eviction.Name, Prefetch: p.Memory.Prefetch.Name,
 		Probes: probeNames, ProbeKernels: probeKernels, GPUs: gpus.GPUs, GPUQuotaBytes: gpus.Quotas, GPUMemoryBytes: gpus.Granted,
+		QuotaAction: p.Memory.QuotaAction,
 	}
 	if err := WriteTenantFiles(dir, tf); err != nil {
 		return "", err

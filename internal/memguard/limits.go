@@ -19,7 +19,8 @@ type Lister interface {
 // their tenant files under stateDir, which admission wrote: the quota on
 // each GPU comes from the tenant file (the scheduler's per-GPU quotas, or
 // one quota on every GPU), never from anything a tenant wrote. action is
-// the node's (memoryGuard.action). A tenant whose file cannot be read is
+// the node's (memoryGuard.action); a policy's memory.quotaAction, carried
+// in the tenant file, takes its place for that tenant. A tenant whose file cannot be read is
 // held to the registry's quota on every GPU.
 //
 // A tenant file is read again only when it changed (admission replaces it
@@ -30,9 +31,10 @@ func RegistryLimits(reg Lister, stateDir string, action Action) func() ([]Limit,
 		mtime     int64
 	}
 	type cached struct {
-		at    stamp
-		quota uint64
-		gpus  map[int]uint64
+		at     stamp
+		quota  uint64
+		gpus   map[int]uint64
+		action Action
 	}
 	cache := map[bpf.TenantID]cached{}
 	return func() ([]Limit, error) {
@@ -54,6 +56,9 @@ func RegistryLimits(reg Lister, stateDir string, action Action) func() ([]Limit,
 					c = cached{at: at, quota: t.Config.QuotaBytes}
 					if tf, err := admission.ReadTenantFile(stateDir, uint64(t.ID)); err == nil {
 						c.quota = tf.QuotaBytes
+						if a, err := ParseAction(tf.QuotaAction); err == nil && tf.QuotaAction != "" {
+							c.action = a
+						}
 						if len(tf.GPUs) > 0 && len(tf.GPUs) == len(tf.GPUQuotaBytes) {
 							c.gpus = make(map[int]uint64, len(tf.GPUs))
 							for i, g := range tf.GPUs {
@@ -64,6 +69,9 @@ func RegistryLimits(reg Lister, stateDir string, action Action) func() ([]Limit,
 					cache[t.ID] = c
 				}
 				l.Quota, l.GPUs = c.quota, c.gpus
+				if c.action != "" && action != ActionOff {
+					l.Action = c.action // the policy's, where it chose one
+				}
 			}
 			if l.Quota == 0 && l.GPUs == nil {
 				continue
