@@ -28,6 +28,7 @@ var settingsFrom = map[string]struct {
 	"TenantID":          {fields: []string{"TenantID"}},
 	"TenantKey":         {hostOnly: "a name: the device runtime sees ids"},
 	"Policy":            {hostOnly: "a name: GPUEXT_POLICY carries it into the container"},
+	"QuotaAction":       {hostOnly: "read by the agent's memory guard on the host, which acts on processes the device runtime may not be in"},
 	"Class":             {fields: []string{"Class"}},
 	"QuotaBytes":        {fields: []string{"QuotaBytes"}},
 	"TimesliceUS":       {hostOnly: "the kernel's TSG timeslice; never the latency-critical window (issue 14)"},
