@@ -67,6 +67,13 @@ func (p *ctdPod) runApp(t *testing.T, name, payload string, steps ...string) str
 		"mounts":   []map[string]any{{"container_path": "/payload", "host_path": payload, "readonly": true}},
 		"log_path": name + ".log",
 	}
+	return p.createStart(t, name, spec)
+}
+
+// createStart creates a container in the pod from its CRI config and
+// starts it; returns its id.
+func (p *ctdPod) createStart(t *testing.T, name string, spec map[string]any) string {
+	t.Helper()
 	file := filepath.Join(t.TempDir(), name+".json")
 	data, _ := json.Marshal(spec)
 	if err := os.WriteFile(file, data, 0o644); err != nil {

@@ -62,14 +62,7 @@ func (p *ctdPod) runEscaper(t *testing.T, name, payload, ledger, termLog string,
 		"linux":    map[string]any{"security_context": map[string]any{"namespace_options": map[string]any{"network": 2, "pid": 2}}},
 		"log_path": name + ".log",
 	}
-	file := writeJSON(t, spec)
-	out, err := exec.Command(p.l.Env["GPUEXT_LAB_CRICTL"], "--config", p.l.Env["CRI_CONFIG_FILE"], "create", p.id, file, p.podFile).CombinedOutput()
-	if err != nil {
-		t.Fatalf("crictl create %s: %v\n%s\nplugin log:\n%s", name, err, out, readFile(p.l.logFile))
-	}
-	id := strings.TrimSpace(string(out))
-	p.l.Crictl(t, "start", id)
-	return id
+	return p.createStart(t, name, spec)
 }
 
 // exitCode is a container's state and exit code (crictl inspect).
