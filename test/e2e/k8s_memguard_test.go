@@ -156,9 +156,13 @@ func TestK8sMemoryGuardTerminationMessage(t *testing.T) {
 			t.Errorf("pod escape: terminated message %q lacks %q", msg, want)
 		}
 	}
-	if desc := c.K(t, "-n", "default", "describe", "pod", "escape"); !strings.Contains(desc, "Message:") ||
-		!strings.Contains(desc, "gpuext memory guard: process") {
+	desc := c.K(t, "-n", "default", "describe", "pod", "escape")
+	if !strings.Contains(desc, "Message:") || !strings.Contains(desc, "gpuext memory guard: process") {
 		t.Errorf("kubectl describe pod escape shows no Message with the guard's reason:\n%s", desc)
+	}
+	if i := strings.Index(desc, "    State:"); i >= 0 {
+		state, _, _ := strings.Cut(desc[i:], "    Ready:")
+		t.Logf("kubectl describe pod escape:\n%s", state)
 	}
 
 	// The agent stopped only escape's container, and said so in its log.
