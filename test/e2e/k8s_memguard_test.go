@@ -68,7 +68,7 @@ func k8sHostAgent(t *testing.T, c *k8slab.Cluster, work string, cfg map[string]s
 // (4 GiB) whose container runs the fake-CUDA test app with LD_PRELOAD unset,
 // so the device runtime never sees its allocations, and the fake driver's
 // ledger on; payload and ledger are host dirs (hostPath volumes).
-func k8sEscaperPod(name, payload, ledger string, steps ...string) string {
+func k8sEscaperPod(name, restartPolicy, payload, ledger string, steps ...string) string {
 	cmd, _ := json.Marshal(append([]string{"/usr/bin/env", "-u", "LD_PRELOAD", "FAKECUDA_LEDGER_DIR=/ledger",
 		"/payload/ld-linux-x86-64.so.2", "--library-path", "/payload", "/payload/app_procaddr"}, steps...))
 	return fmt.Sprintf(`apiVersion: v1
@@ -82,7 +82,7 @@ metadata:
 spec:
   hostNetwork: true
   hostPID: true
-  restartPolicy: Never
+  restartPolicy: %s
   terminationGracePeriodSeconds: 1
   containers:
   - name: main
@@ -95,17 +95,19 @@ spec:
   volumes:
   - {name: payload, hostPath: {path: %q, type: Directory}}
   - {name: ledger, hostPath: {path: %q, type: Directory}}
-`, name, k8slab.Image, cmd, payload, ledger)
+`, name, restartPolicy, k8slab.Image, cmd, payload, ledger)
 }
 
 // TestK8sMemoryGuardTerminationMessage: issue 30's memory guard seen
-// through the Kubernetes API. Two pods of two tenants with 4 GiB quotas
-// (annotations), both in the host pid namespace, as NVML's pids are the
+// through the Kubernetes API. Pods of their own tenants with 4 GiB quotas
+// (annotations), all in the host pid namespace, as NVML's pids are the
 // node's; each bypasses the device runtime. The one that takes 8 GiB is
 // stopped by the agent (the fake driver's ledger, read through the fake NVML
 // by the agent's gpuext-gpuview): its container's status is terminated with
 // exit code 137 and the guard's reason as its message, which `kubectl
-// describe pod` shows; the other, holding 3 GiB, keeps running.
+// describe pod` shows under State; a third pod, which restarts its
+// container (OnFailure), shows the same stop under Last State; the pod
+// holding 3 GiB keeps running.
 func TestK8sMemoryGuardTerminationMessage(t *testing.T) {
 	lab.RequireRoot(t)
 	k8sMountBPFFS(t)
@@ -131,13 +133,15 @@ func TestK8sMemoryGuardTerminationMessage(t *testing.T) {
 		return out
 	}
 
-	c.Apply(t, k8sEscaperPod("within", payload, ledger, "alloc", "3GiB", "hold"))
+	c.Apply(t, k8sEscaperPod("within", "Never", payload, ledger, "alloc", "3GiB", "hold"))
 	waitFor(t, 2*time.Minute, "pod within holding 3 GiB", func() bool {
 		out, err := c.KubectlErr("-n", "default", "logs", "within")
 		return err == nil && strings.Contains(out, fmt.Sprintf("alloc %d ok", 3<<30))
 	})
 
-	c.Apply(t, k8sEscaperPod("escape", payload, ledger, "alloc", "4GiB", "alloc", "4GiB", "hold"))
+	c.Apply(t, k8sEscaperPod("escape", "Never", payload, ledger, "alloc", "4GiB", "alloc", "4GiB", "hold"))
+	// the same escape in a pod that restarts its container: the stop is its Last State
+	c.Apply(t, k8sEscaperPod("restarts", "OnFailure", payload, ledger, "alloc", "4GiB", "alloc", "4GiB", "hold"))
 	waitFor(t, 2*time.Minute, "pod escape stopped", func() bool {
 		return status("escape", "{.status.phase}") == "Failed"
 	})
@@ -165,19 +169,39 @@ func TestK8sMemoryGuardTerminationMessage(t *testing.T) {
 		t.Logf("kubectl describe pod escape:\n%s", state)
 	}
 
-	// The agent stopped only escape's container, and said so in its log.
+	// Restarted after the stop, the other pod shows it as its Last State.
+	const last = "{.status.containerStatuses[0].lastState.terminated"
+	waitFor(t, 2*time.Minute, "pod restarts restarted after a stop", func() bool {
+		return status("restarts", last+".exitCode}") == "137"
+	})
+	if msg := status("restarts", last+".message}"); !strings.Contains(msg, "gpuext memory guard") || !strings.Contains(msg, "quota of 4GiB") {
+		t.Errorf("pod restarts: last state's message %q, want the guard's reason with the quota", msg)
+	}
+	desc = c.K(t, "-n", "default", "describe", "pod", "restarts")
+	if i := strings.Index(desc, "    Last State:"); i < 0 || !strings.Contains(desc[i:], "gpuext memory guard: process") {
+		t.Errorf("kubectl describe pod restarts shows no Last State with the guard's reason:\n%s", desc)
+	}
+
+	// The agent logged its kills, none of pod within's container, each with
+	// the quota.
+	withinID := strings.TrimPrefix(status("within", "{.status.containerStatuses[0].containerID}"), "containerd://")
 	escapeID := strings.TrimPrefix(status("escape", "{.status.containerStatuses[0].containerID}"), "containerd://")
-	kills := 0
+	if withinID == "" {
+		t.Fatalf("pod within has no container id: %s", c.K(t, "-n", "default", "describe", "pod", "within"))
+	}
+	kills, escapeKilled := 0, false
 	for _, line := range strings.Split(readFile(agentLog), "\n") {
-		if strings.Contains(line, "process stopped (SIGKILL)") {
-			kills++
-			if !strings.Contains(line, escapeID) || !strings.Contains(line, `"quotaBytes":4294967296`) {
-				t.Errorf("a kill not of pod escape's container %s with its 4 GiB quota: %s", escapeID, line)
-			}
+		if !strings.Contains(line, "process stopped (SIGKILL)") {
+			continue
+		}
+		kills++
+		escapeKilled = escapeKilled || strings.Contains(line, escapeID)
+		if strings.Contains(line, withinID) || !strings.Contains(line, `"quotaBytes":4294967296`) {
+			t.Errorf("a kill of pod within's container %s, or without the 4 GiB quota: %s", withinID, line)
 		}
 	}
-	if kills == 0 {
-		t.Errorf("no kill line in the agent's log:\n%s", readFile(agentLog))
+	if kills == 0 || !escapeKilled {
+		t.Errorf("no kill line for pod escape's container %s in the agent's log:\n%s", escapeID, readFile(agentLog))
 	}
 
 	// The other tenant, within its quota, runs on.
