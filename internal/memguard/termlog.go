@@ -49,13 +49,16 @@ func (t *TerminationLogs) path(id string) string {
 	return t.m[id]
 }
 
-// Message is what a stopped container's termination message says.
+// Message is what a stopped container's termination message says: one
+// line with no newline at its end, since the kubelet puts the file's bytes
+// as they are into the container's status (kubectl describe would show an
+// empty line after it).
 func Message(ev Event, margin uint64) string {
 	procs := "1 process"
 	if ev.Procs != 1 {
 		procs = fmt.Sprintf("%d processes", ev.Procs)
 	}
-	return fmt.Sprintf("gpuext memory guard: process %d stopped (SIGKILL): tenant %d held %s of GPU %d memory (NVML, %s), over its quota of %s plus %s of driver context per process; the process held %s\n",
+	return fmt.Sprintf("gpuext memory guard: process %d stopped (SIGKILL): tenant %d held %s of GPU %d memory (NVML, %s), over its quota of %s plus %s of driver context per process; the process held %s",
 		ev.Victim, ev.Tenant, policies.FormatSize(ev.Used), ev.GPU, procs, policies.FormatSize(ev.Quota),
 		policies.FormatSize(margin), policies.FormatSize(ev.VictimUsed))
 }

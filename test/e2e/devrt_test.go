@@ -22,8 +22,15 @@ import (
 // interposer link against (busybox images have no libc).
 func payloadDir(t *testing.T, l *ctdLab) string {
 	t.Helper()
-	build := filepath.Join(l.work, "devrt-build")
-	dir := filepath.Join(l.work, "payload")
+	return payloadDirIn(t, l.work)
+}
+
+// payloadDirIn is payloadDir for a work dir whose devrt-build buildDevrt
+// made.
+func payloadDirIn(t *testing.T, work string) string {
+	t.Helper()
+	build := filepath.Join(work, "devrt-build")
+	dir := filepath.Join(work, "payload")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -238,12 +238,7 @@ func TestK8sChartGPUMemory(t *testing.T) {
 	lab.RequireRoot(t)
 	// The chart's bpffs.mountPropagation None (this host's mounts are
 	// private): the node must have bpffs before the agent starts.
-	if !k8sIsBPFFS("/sys/fs/bpf") {
-		if err := syscall.Mount("bpf", "/sys/fs/bpf", "bpf", 0, ""); err != nil {
-			t.Fatalf("mount bpffs: %v", err)
-		}
-		t.Cleanup(func() { _ = syscall.Unmount("/sys/fs/bpf", 0) })
-	}
+	k8sMountBPFFS(t)
 	work, err := os.MkdirTemp("", "gpuext-k8se2e-")
 	if err != nil {
 		t.Fatal(err)
@@ -433,6 +428,18 @@ devicePlugin:
 		if _, err := c.KubectlErr("-n", "default", "exec", ctr.pod, "--", "true"); err != nil {
 			t.Errorf("%s after helm uninstall: exec: %v", ctr.pod, err)
 		}
+	}
+}
+
+// k8sMountBPFFS mounts a bpf filesystem at /sys/fs/bpf when the node has
+// none, until the test ends.
+func k8sMountBPFFS(t *testing.T) {
+	t.Helper()
+	if !k8sIsBPFFS("/sys/fs/bpf") {
+		if err := syscall.Mount("bpf", "/sys/fs/bpf", "bpf", 0, ""); err != nil {
+			t.Fatalf("mount bpffs: %v", err)
+		}
+		t.Cleanup(func() { _ = syscall.Unmount("/sys/fs/bpf", 0) })
 	}
 }
 

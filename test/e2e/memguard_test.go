@@ -28,19 +28,29 @@ import (
 // returned ledger dir (mounted into containers at /ledger).
 func guardLab(t *testing.T) (*ctdLab, string) {
 	t.Helper()
+	wrapper, ledger := fakeGuardGpuview(t)
+	return startCtdLab(t, "fail-open", map[string]string{"gpuview": wrapper}), ledger
+}
+
+// fakeGuardGpuview builds gpuext-gpuview over the fake NVML and returns a
+// wrapper script to give the agent as its gpuview, which lists the
+// processes the fake libcuda records in the returned ledger dir (each with
+// 256 MiB of driver context).
+func fakeGuardGpuview(t *testing.T) (wrapper, ledger string) {
+	t.Helper()
 	bin, fake := gpuviewtest.BuildOverFake(t)
 	ledger, err := os.MkdirTemp("", "gpuext-ledger-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(ledger) })
-	wrapper := filepath.Join(filepath.Dir(bin), "gpuview-fake.sh")
+	wrapper = filepath.Join(filepath.Dir(bin), "gpuview-fake.sh")
 	script := fmt.Sprintf("#!/bin/sh\nexport LD_LIBRARY_PATH=%s FAKENVML_LEDGER_DIR=%s FAKENVML_CONTEXT_BYTES=%d\nexec %s \"$@\"\n",
 		fake, ledger, 256<<20, bin)
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return startCtdLab(t, "fail-open", map[string]string{"gpuview": wrapper}), ledger
+	return wrapper, ledger
 }
 
 // runEscaper starts a container that runs the test app with LD_PRELOAD
