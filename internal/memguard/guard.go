@@ -78,6 +78,10 @@ type Options struct {
 	// free the process's memory before it stops another process of the
 	// same tenant on that GPU (sooner when the process leaves the list).
 	Cooldown time.Duration
+	// BeforeKill, when set, is called with the event of a kill just before
+	// the signal: the reason is in the container's termination message
+	// before the runtime can see the process exit.
+	BeforeKill func(Event)
 }
 
 // DefaultContextMargin is Options.ContextMargin when the config sets none.
@@ -248,6 +252,9 @@ func (g *Guard) Check(now time.Time, procs []gpuview.SampleProc, limits []Limit)
 			} else {
 				v := victim(ps)
 				ev.Victim, ev.VictimUsed, ev.VictimCgroup = v.pid, v.used, v.cg
+				if g.opts.BeforeKill != nil {
+					g.opts.BeforeKill(ev)
+				}
 				if err := g.killer.Kill(v.pid, v.cg); err != nil {
 					ev.Victim, ev.Err = 0, fmt.Errorf("stop pid %d: %w", v.pid, err)
 				} else {

@@ -2,6 +2,9 @@ package memguard
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -163,5 +166,39 @@ func TestParseActionNamesTheBadValue(t *testing.T) {
 	}
 	if _, err := ParseAction("terminate"); err == nil || !strings.Contains(err.Error(), `"terminate"`) {
 		t.Fatalf("bad action: %v", err)
+	}
+}
+
+// TestGuardSaysWhyBeforeItKills: the reason (the container's termination
+// message) is written before the signal, so the runtime never sees the exit
+// without it.
+func TestGuardSaysWhyBeforeItKills(t *testing.T) {
+	_, k, limits := fixture()
+	var order []string
+	g := New(Options{ContextMargin: 512 << 20, BeforeKill: func(ev Event) {
+		order = append(order, fmt.Sprintf("explain %d (%d killed so far)", ev.Victim, len(k.killed)))
+	}}, func(pid uint32) (cgroup.ID, error) { return 70, nil }, k)
+	g.Check(time.Unix(1000, 0), []gpuview.SampleProc{{GPU: 0, PID: 700, UsedBytes: 9 * gib}}, limits)
+	if len(order) != 1 || order[0] != "explain 700 (0 killed so far)" || len(k.killed) != 1 {
+		t.Fatalf("order %q, kills %v: want the reason first, then the kill", order, k.killed)
+	}
+}
+
+// TestHostPIDNamespace: the guard runs only in the host's pid namespace
+// (NVML's pids are the host's); a process in a nested one (here a stand-in
+// status file, as a pod without hostPID has) is refused with the reason.
+func TestHostPIDNamespace(t *testing.T) {
+	if err := HostPIDNamespace("/"); err != nil {
+		t.Fatalf("in the host's own namespace: %v", err)
+	}
+	other := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(other, "proc/self"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "proc/self/status"), []byte("Name:\tagent\nNSpid:\t48211\t7\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := HostPIDNamespace(other); err == nil || !strings.Contains(err.Error(), "hostPID") {
+		t.Fatalf("a nested namespace: %v", err)
 	}
 }

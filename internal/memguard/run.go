@@ -8,7 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -349,4 +352,26 @@ func (c *capped) String() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return string(c.b)
+}
+
+// HostPIDNamespace says whether this process is in the kernel's initial
+// pid namespace (one pid in the NSpid line of hostRoot's /proc/self/status):
+// NVML reports host pids, and the guard signals them, so from another pid
+// namespace it must not run (a pid there can name a process of the agent's
+// own container). An agent in a pod needs hostPID: true.
+func HostPIDNamespace(hostRoot string) error {
+	status := filepath.Join(hostRoot, "proc", "self", "status")
+	data, err := os.ReadFile(status)
+	if err != nil {
+		return fmt.Errorf("the agent's pid namespace (%s): %w", status, err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			if n := len(strings.Fields(f)); n != 1 {
+				return fmt.Errorf("the agent is not in the host's pid namespace (%d nested; a pod needs hostPID: true): NVML's pids would name other processes here", n-1)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("%s has no NSpid line", status)
 }

@@ -209,16 +209,21 @@ func (p *Plugin) startMemoryGuard(cfg config.Config) {
 		log.WithError(err).Error("GPU memory guard not started: cgroups")
 		return
 	}
+	if err := memguard.HostPIDNamespace(cfg.HostRoot); err != nil {
+		reg.Close() // NVML's pids are the host's: from another namespace a pid names another process
+		log.WithError(err).Error("GPU memory guard not started")
+		return
+	}
 	gpuview := cfg.GpuviewBinary()
 	cgOf := memguard.ResolverCgroup(res)
 	r := memguard.NewRunner(memguard.Config{
 		Gpuview:  func() (string, error) { return deviceplugin.GpuviewPath(gpuview) },
 		Interval: interval,
-		Options:  memguard.Options{ContextMargin: margin},
+		Options: memguard.Options{ContextMargin: margin,
+			BeforeKill: func(ev memguard.Event) { p.termLogs.Explain(reg, ev, margin, log) }},
 		Limits:   memguard.RegistryLimits(reg, cfg.StateDir, memguard.Action(action)),
 		CgroupOf: cgOf,
 		Killer:   memguard.PidfdKiller{CgroupOf: cgOf},
-		OnEvent:  func(ev memguard.Event) { p.termLogs.Explain(reg, ev, margin, log) },
 		Log:      log,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
