@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -25,8 +26,8 @@ import (
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/devrt/board"
 	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/agentapi"
 	"github.com/gpuext/gpuext/internal/config"
-	"github.com/gpuext/gpuext/internal/logging"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -67,10 +68,14 @@ Commands:
                                      (and print, per probe, the programs that run and those refused)
   probes read [--json] [--manifest FILE] DIR
                                      what one accounting probes/ directory (.status, .maps files) counted
-  board [--interval 1ms]             publish the device runtime's priority board (the NRI plugin does this
-                                     itself; run it on Docker/podman hosts)
-  gc [--grace 10m] [--all]           drop registry entries whose cgroup is gone (OCI hook path; --all: every
-                                     runtime) and tenants reserved longer than --grace that never got a cgroup
+  board --standalone [--interval 1ms] [--trace FILE]
+                                     publish the device runtime's priority board where no agent runs (the
+                                     device runtime run by hand); the agent publishes it itself, and
+                                     --standalone refuses to run beside an agent that answers
+  gc [--grace 10m] [--all] [--socket PATH]
+                                     ask the agent to drop registry entries whose cgroup is gone now (OCI hook
+                                     path; --all: every runtime) and tenants reserved longer than --grace that
+                                     never got a cgroup; the agent also does it every reconcileInterval
   settings write --dir DIR --tenant N [--class C] [--quota SIZE] [--timeslice-us N] [--active-window-us N]
                  [--sm-percent N] [--mps-client-priority N] [--launch-gate] [--policy NAME] [--probes P,...]
                  [--gpus 0,1 --gpu-quotas 2GiB,3GiB]
@@ -520,12 +525,30 @@ func takesValue(flag string) bool {
 	return true
 }
 
+// runBoard refuses to publish a second priority board beside the agent's,
+// which publishes the board of its stateDir itself (internal/hostagent).
+// --standalone publishes one where no agent runs: the device runtime run by
+// hand outside containers, on tenant dirs written by `gpuextctl settings
+// write` (the GPU tests' priority sections, which measure the launch gate
+// at other --interval values and with --trace); it refuses when an agent
+// answers at agentSocket.
 func runBoard(cfg config.Config, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("board", flag.ContinueOnError)
+	standalone := fs.Bool("standalone", false, "publish the board without an agent (the device runtime run by hand, no container runtime); refused while an agent answers at --socket")
+	socket := fs.String("socket", cfg.AgentSocket, "the agent's API socket (--standalone refuses to run beside an agent answering there)")
 	interval := fs.Duration("interval", time.Millisecond, "shortest gap between two reads of the latency-critical tenants' deadlines (the publisher reads on their wake FIFOs and a quarter window before a deadline passes, not on a clock)")
 	trace := fs.String("trace", "", "write a line per read of a latency-critical tenant's deadline to this file (NOW TENANT WHY DEADLINE PUBLISHED BUSY, monotonic ns; for diagnosing the launch gate)")
 	if err := parseFlags(fs, args, out); err != nil {
 		return err
+	}
+	if !*standalone {
+		return fmt.Errorf("board: the agent publishes the priority board of its stateDir itself (gpuext-nri-plugin, " +
+			"with --nri=false on Docker/podman hosts; docs/host-agent.md): no second publisher is needed. " +
+			"Only where no agent runs (the device runtime run by hand) does `gpuextctl board --standalone` publish one")
+	}
+	if agentAnswers(*socket) {
+		return fmt.Errorf("board --standalone: a gpuext agent answers at %s and publishes the board of its stateDir: "+
+			"a second publisher would fight it (stop the agent, or name another socket with --socket)", *socket)
 	}
 	pub, err := board.Open(filepath.Join(cfg.StateDir, "board"), filepath.Join(cfg.StateDir, "acct"),
 		board.TenantSettings(admission.TenantsRoot(cfg.StateDir)), nil)
@@ -550,35 +573,34 @@ func runBoard(cfg config.Config, args []string, out io.Writer) error {
 	return nil
 }
 
+// gc asks the agent for one reconcile round now (the one it runs every
+// reconcileInterval): the agent owns the registry and its core; gpuextctl
+// builds no core of its own.
 func gc(cfg config.Config, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("gc", flag.ContinueOnError)
 	grace := fs.Duration("grace", 10*time.Minute, "release reserved tenants without a cgroup only after this long")
 	all := fs.Bool("all", false, "also entries of the NRI plugin (normally its Synchronize keeps them)")
-	pinDir := fs.String("pin-dir", cfg.PinDir, "registry pin directory")
+	socket := fs.String("socket", cfg.AgentSocket, "the agent's API socket")
+	timeout := fs.Duration("timeout", 60*time.Second, "how long to wait for the agent's round")
 	if err := parseFlags(fs, args, out); err != nil {
 		return err
 	}
-	if _, err := os.Stat(*pinDir); err != nil {
-		return fmt.Errorf("no tenant registry at %s: %w", *pinDir, err)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("gc: unexpected argument %q (gpuextctl gc --help lists its flags)", fs.Arg(0))
 	}
-	cfg.PinDir = *pinDir
-	log, closer, err := logging.Setup(cfg.LogFile, cfg.LogLevel, "gpuextctl")
-	if err != nil {
-		return err
+	if *grace < 0 {
+		return fmt.Errorf("gc: --grace %s: want 0 or more", *grace)
 	}
-	defer closer.Close()
-	core, reg, err := admission.Open(cfg, log)
-	if err != nil {
-		return err
+	n, err := agentapi.NewClient(*socket, *timeout).GC(agentapi.GCRequest{Grace: *grace, All: *all})
+	var oe *net.OpError
+	if errors.Is(err, agentapi.ErrUnavailable) && errors.As(err, &oe) && oe.Op == "dial" {
+		return fmt.Errorf("gc: %w", agentDown(*socket, err))
 	}
-	defer reg.Close()
-	runtimes := []bpf.Runtime{bpf.RuntimeOCIHook, bpf.RuntimeRuncWrapper}
-	if *all {
-		runtimes = append(runtimes, bpf.RuntimeNRI)
-	}
-	n, err := core.Reconcile(*grace, runtimes...)
 	fmt.Fprintf(out, "dropped %d stale entries\n", n)
-	return err
+	if err != nil {
+		return fmt.Errorf("gc: %w", err)
+	}
+	return nil
 }
 
 // shortPath shortens 64-hex container ids inside a cgroup path to 12 chars.

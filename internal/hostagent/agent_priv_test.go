@@ -85,6 +85,9 @@ func TestAgentStartReconfigureStop(t *testing.T) {
 	if err != nil || d.Skipped || d.Policy == "no-such-policy" {
 		t.Fatalf("fail-open Admit of a bad key through the API: %+v %v, want the default policy", d, err)
 	}
+	if n, err := c.GC(agentapi.GCRequest{Grace: time.Hour}); err != nil || n != 0 {
+		t.Fatalf("gc through the API: %d %v, want 0 dropped (the reservation is within its grace)", n, err)
+	}
 
 	if err := a.Reconfigure(`{"failMode":"strict"}`, "test-runtime", "1"); err != nil {
 		t.Fatalf("Reconfigure: %v", err)
