@@ -3,30 +3,23 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
-	"time"
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/bpf/kernelpolicy"
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/devrt/board"
 	"github.com/gpuext/gpuext/internal/admission"
-	"github.com/gpuext/gpuext/internal/agentapi"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/policies"
 )
@@ -523,84 +516,6 @@ func takesValue(flag string) bool {
 		return false
 	}
 	return true
-}
-
-// runBoard refuses to publish a second priority board beside the agent's,
-// which publishes the board of its stateDir itself (internal/hostagent).
-// --standalone publishes one where no agent runs: the device runtime run by
-// hand outside containers, on tenant dirs written by `gpuextctl settings
-// write` (the GPU tests' priority sections, which measure the launch gate
-// at other --interval values and with --trace); it refuses when an agent
-// answers at agentSocket.
-func runBoard(cfg config.Config, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("board", flag.ContinueOnError)
-	standalone := fs.Bool("standalone", false, "publish the board without an agent (the device runtime run by hand, no container runtime); refused while an agent answers at --socket")
-	socket := fs.String("socket", cfg.AgentSocket, "the agent's API socket (--standalone refuses to run beside an agent answering there)")
-	interval := fs.Duration("interval", time.Millisecond, "shortest gap between two reads of the latency-critical tenants' deadlines (the publisher reads on their wake FIFOs and a quarter window before a deadline passes, not on a clock)")
-	trace := fs.String("trace", "", "write a line per read of a latency-critical tenant's deadline to this file (NOW TENANT WHY DEADLINE PUBLISHED BUSY, monotonic ns; for diagnosing the launch gate)")
-	if err := parseFlags(fs, args, out); err != nil {
-		return err
-	}
-	if !*standalone {
-		return fmt.Errorf("board: the agent publishes the priority board of its stateDir itself (gpuext-nri-plugin, " +
-			"with --nri=false on Docker/podman hosts; docs/host-agent.md): no second publisher is needed. " +
-			"Only where no agent runs (the device runtime run by hand) does `gpuextctl board --standalone` publish one")
-	}
-	if agentAnswers(*socket) {
-		return fmt.Errorf("board --standalone: a gpuext agent answers at %s and publishes the board of its stateDir: "+
-			"a second publisher would fight it (stop the agent, or name another socket with --socket)", *socket)
-	}
-	pub, err := board.Open(filepath.Join(cfg.StateDir, "board"), filepath.Join(cfg.StateDir, "acct"),
-		board.TenantSettings(admission.TenantsRoot(cfg.StateDir)), nil)
-	if err != nil {
-		return err
-	}
-	defer pub.Close()
-	if *trace != "" {
-		f, err := os.Create(*trace)
-		if err != nil {
-			return fmt.Errorf("--trace: %w", err)
-		}
-		w := bufio.NewWriterSize(f, 1<<20)
-		defer f.Close()
-		defer w.Flush()
-		pub.SetTrace(w)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	fmt.Fprintf(out, "publishing %s (Ctrl-C stops)\n", filepath.Join(cfg.StateDir, "board", board.FileName))
-	pub.Run(ctx, *interval)
-	return nil
-}
-
-// gc asks the agent for one reconcile round now (the one it runs every
-// reconcileInterval): the agent owns the registry and its core; gpuextctl
-// builds no core of its own.
-func gc(cfg config.Config, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("gc", flag.ContinueOnError)
-	grace := fs.Duration("grace", 10*time.Minute, "release reserved tenants without a cgroup only after this long")
-	all := fs.Bool("all", false, "also entries of the NRI plugin (normally its Synchronize keeps them)")
-	socket := fs.String("socket", cfg.AgentSocket, "the agent's API socket")
-	timeout := fs.Duration("timeout", 60*time.Second, "how long to wait for the agent's round")
-	if err := parseFlags(fs, args, out); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("gc: unexpected argument %q (gpuextctl gc --help lists its flags)", fs.Arg(0))
-	}
-	if *grace < 0 {
-		return fmt.Errorf("gc: --grace %s: want 0 or more", *grace)
-	}
-	n, err := agentapi.NewClient(*socket, *timeout).GC(agentapi.GCRequest{Grace: *grace, All: *all})
-	var oe *net.OpError
-	if errors.Is(err, agentapi.ErrUnavailable) && errors.As(err, &oe) && oe.Op == "dial" {
-		return fmt.Errorf("gc: %w", agentDown(*socket, err))
-	}
-	fmt.Fprintf(out, "dropped %d stale entries\n", n)
-	if err != nil {
-		return fmt.Errorf("gc: %w", err)
-	}
-	return nil
 }
 
 // shortPath shortens 64-hex container ids inside a cgroup path to 12 chars.
