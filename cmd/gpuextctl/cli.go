@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/gpuext/gpuext/internal/config"
 )
@@ -138,6 +139,17 @@ func changesNode(cmd []string) bool {
 		}
 	}
 	return false
+}
+
+// agentAnswers: something accepts connections at the agent's socket (a
+// socket left by a dead agent refuses them).
+func agentAnswers(socket string) bool {
+	c, err := net.DialTimeout("unix", socket, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // agentDown is the error for an agent that does not answer at socket:

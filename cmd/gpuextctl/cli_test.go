@@ -209,3 +209,23 @@ func TestSetPolicyUnknownTenant(t *testing.T) {
 		t.Errorf("set-policy of a tenant that is not there: %v\nwant not-found naming 12345 and gpuextctl tenants, not internal", err)
 	}
 }
+
+// TestGCAndBoardAskTheAgent: gc with no agent names the socket and how to
+// start the agent (it builds no core of its own); board refuses to be a
+// second publisher and names --standalone; a bad --grace is named.
+func TestGCAndBoardAskTheAgent(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	var out bytes.Buffer
+	err := run([]string{"gc", "--socket", sock}, &out)
+	if err == nil || !strings.Contains(err.Error(), sock) || !strings.Contains(err.Error(), "start it (gpuext-nri-plugin") ||
+		strings.Contains(out.String(), "dropped") {
+		t.Errorf("gc without an agent: %v (stdout %q), want the socket and how to start the agent, nothing dropped", err, out.String())
+	}
+	if err := run([]string{"gc", "--socket", sock, "--grace", "-1m"}, io.Discard); err == nil || !strings.Contains(err.Error(), "--grace -1m0s") {
+		t.Errorf("gc --grace -1m: %v, want an error naming --grace", err)
+	}
+	err = run([]string{"board"}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--standalone") || !strings.Contains(err.Error(), "agent publishes") {
+		t.Errorf("board: %v, want a refusal saying the agent publishes it and naming --standalone", err)
+	}
+}

@@ -3,22 +3,17 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
-	"time"
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/bpf/kernelpolicy"
@@ -26,7 +21,6 @@ import (
 	"github.com/gpuext/gpuext/devrt/board"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
-	"github.com/gpuext/gpuext/internal/logging"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -67,10 +61,14 @@ Commands:
                                      (and print, per probe, the programs that run and those refused)
   probes read [--json] [--manifest FILE] DIR
                                      what one accounting probes/ directory (.status, .maps files) counted
-  board [--interval 1ms]             publish the device runtime's priority board (the NRI plugin does this
-                                     itself; run it on Docker/podman hosts)
-  gc [--grace 10m] [--all]           drop registry entries whose cgroup is gone (OCI hook path; --all: every
-                                     runtime) and tenants reserved longer than --grace that never got a cgroup
+  board --standalone [--interval 1ms] [--trace FILE]
+                                     publish the device runtime's priority board where no agent runs (the
+                                     device runtime run by hand); the agent publishes it itself, and
+                                     --standalone refuses to run beside an agent that answers
+  gc [--grace 10m] [--all] [--socket PATH]
+                                     ask the agent to drop registry entries whose cgroup is gone now (OCI hook
+                                     path; --all: every runtime) and tenants reserved longer than --grace that
+                                     never got a cgroup; the agent also does it every reconcileInterval
   settings write --dir DIR --tenant N [--class C] [--quota SIZE] [--timeslice-us N] [--active-window-us N]
                  [--sm-percent N] [--mps-client-priority N] [--launch-gate] [--policy NAME] [--probes P,...]
                  [--gpus 0,1 --gpu-quotas 2GiB,3GiB]
@@ -518,67 +516,6 @@ func takesValue(flag string) bool {
 		return false
 	}
 	return true
-}
-
-func runBoard(cfg config.Config, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("board", flag.ContinueOnError)
-	interval := fs.Duration("interval", time.Millisecond, "shortest gap between two reads of the latency-critical tenants' deadlines (the publisher reads on their wake FIFOs and a quarter window before a deadline passes, not on a clock)")
-	trace := fs.String("trace", "", "write a line per read of a latency-critical tenant's deadline to this file (NOW TENANT WHY DEADLINE PUBLISHED BUSY, monotonic ns; for diagnosing the launch gate)")
-	if err := parseFlags(fs, args, out); err != nil {
-		return err
-	}
-	pub, err := board.Open(filepath.Join(cfg.StateDir, "board"), filepath.Join(cfg.StateDir, "acct"),
-		board.TenantSettings(admission.TenantsRoot(cfg.StateDir)), nil)
-	if err != nil {
-		return err
-	}
-	defer pub.Close()
-	if *trace != "" {
-		f, err := os.Create(*trace)
-		if err != nil {
-			return fmt.Errorf("--trace: %w", err)
-		}
-		w := bufio.NewWriterSize(f, 1<<20)
-		defer f.Close()
-		defer w.Flush()
-		pub.SetTrace(w)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	fmt.Fprintf(out, "publishing %s (Ctrl-C stops)\n", filepath.Join(cfg.StateDir, "board", board.FileName))
-	pub.Run(ctx, *interval)
-	return nil
-}
-
-func gc(cfg config.Config, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("gc", flag.ContinueOnError)
-	grace := fs.Duration("grace", 10*time.Minute, "release reserved tenants without a cgroup only after this long")
-	all := fs.Bool("all", false, "also entries of the NRI plugin (normally its Synchronize keeps them)")
-	pinDir := fs.String("pin-dir", cfg.PinDir, "registry pin directory")
-	if err := parseFlags(fs, args, out); err != nil {
-		return err
-	}
-	if _, err := os.Stat(*pinDir); err != nil {
-		return fmt.Errorf("no tenant registry at %s: %w", *pinDir, err)
-	}
-	cfg.PinDir = *pinDir
-	log, closer, err := logging.Setup(cfg.LogFile, cfg.LogLevel, "gpuextctl")
-	if err != nil {
-		return err
-	}
-	defer closer.Close()
-	core, reg, err := admission.Open(cfg, log)
-	if err != nil {
-		return err
-	}
-	defer reg.Close()
-	runtimes := []bpf.Runtime{bpf.RuntimeOCIHook, bpf.RuntimeRuncWrapper}
-	if *all {
-		runtimes = append(runtimes, bpf.RuntimeNRI)
-	}
-	n, err := core.Reconcile(*grace, runtimes...)
-	fmt.Fprintf(out, "dropped %d stale entries\n", n)
-	return err
 }
 
 // shortPath shortens 64-hex container ids inside a cgroup path to 12 chars.

@@ -17,6 +17,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
+	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/agentapi"
@@ -33,6 +34,12 @@ type Core interface {
 // policy (/v1/set-policy); a core without it answers that it cannot.
 type PolicySetter interface {
 	SetPolicy(admission.PolicyChange) (admission.Decision, error)
+}
+
+// Reconciler is the part of the core that collects stale registry entries
+// (/v1/gc); a core without it answers that it cannot.
+type Reconciler interface {
+	Reconcile(grace time.Duration, runtimes ...bpf.Runtime) (int, error)
 }
 
 // Server serves the agent API for one core.
@@ -73,6 +80,7 @@ func Listen(path string, core func() (Core, error), log *logrus.Entry) (*Server,
 	mux.HandleFunc("POST "+agentapi.PathRegister, s.handle(s.register))
 	mux.HandleFunc("POST "+agentapi.PathRemove, s.handle(s.remove))
 	mux.HandleFunc("POST "+agentapi.PathSetPolicy, s.handleReq(s.setPolicy))
+	mux.HandleFunc("POST "+agentapi.PathGC, s.handleReq(s.gc))
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }}
 	return s, nil
@@ -277,6 +285,34 @@ func (s *Server) setPolicy(c Core, req agentapi.Request) agentapi.Response {
 	s.log.WithFields(logrus.Fields{"tenant": d.Tenant, "tenantKey": d.TenantKey, "policy": d.Policy.Name}).
 		Info("agent API: changed a tenant's policy")
 	return agentapi.Response{Decision: answer(d)}
+}
+
+// gc runs one reconcile round now, as the agent's periodic one does: the
+// OCI paths' entries, and with All the NRI plugin's too.
+func (s *Server) gc(c Core, req agentapi.Request) agentapi.Response {
+	rc, ok := c.(Reconciler)
+	if !ok {
+		return agentapi.Response{Error: "this agent's core cannot collect stale entries", Kind: string(admission.KindInternal)}
+	}
+	if req.GC == nil {
+		return agentapi.Response{Error: "bad request: no gc", Kind: string(admission.KindRequest)}
+	}
+	if req.GC.Grace < 0 {
+		return agentapi.Response{Error: fmt.Sprintf("bad request: grace %s: want 0 or more", req.GC.Grace),
+			Kind: string(admission.KindRequest)}
+	}
+	runtimes := []bpf.Runtime{bpf.RuntimeOCIHook, bpf.RuntimeRuncWrapper}
+	if req.GC.All {
+		runtimes = append(runtimes, bpf.RuntimeNRI)
+	}
+	n, err := rc.Reconcile(req.GC.Grace, runtimes...)
+	log := s.log.WithFields(logrus.Fields{"dropped": n, "grace": req.GC.Grace.String(), "all": req.GC.All})
+	if err != nil {
+		log.WithError(err).Warn("agent API: gc finished with errors")
+		return agentapi.Response{Dropped: n, Error: err.Error(), Kind: string(admission.KindInternal)}
+	}
+	log.Info("agent API: gc")
+	return agentapi.Response{Dropped: n}
 }
 
 // answer is d as the API carries it.

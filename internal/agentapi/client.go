@@ -24,6 +24,8 @@ const (
 	// PathSetPolicy changes a running tenant's policy (gpuextctl tenants
 	// set-policy).
 	PathSetPolicy = "/v1/set-policy"
+	// PathGC runs one reconcile round in the agent now (gpuextctl gc).
+	PathGC = "/v1/gc"
 )
 
 // MaxRequest bounds a request body and an answer: a container's info with
@@ -40,6 +42,17 @@ type Request struct {
 	Info ContainerInfo `json:"info"`
 	// Change is set-policy's request (Info is then empty).
 	Change *PolicyChange `json:"change,omitempty"`
+	// GC is gc's request (Info is then empty).
+	GC *GCRequest `json:"gc,omitempty"`
+}
+
+// GCRequest asks the agent for one reconcile round, as its periodic one
+// does, now: drop the registry entries of the OCI paths (and with All, of
+// NRI too) whose cgroup is gone, and tenants reserved longer than Grace
+// that never got a cgroup.
+type GCRequest struct {
+	Grace time.Duration `json:"graceNs"`
+	All   bool          `json:"all,omitempty"`
 }
 
 // Response is the outcome: a decision, or an error. Refused is set when
@@ -52,6 +65,8 @@ type Response struct {
 	// Cgroup is the registered cgroup (register).
 	CgroupID   uint64 `json:"cgroupId,omitempty"`
 	CgroupPath string `json:"cgroupPath,omitempty"`
+	// Dropped counts the entries a gc dropped (also beside its error).
+	Dropped int `json:"dropped,omitempty"`
 }
 
 // Client calls the agent over its socket. It speaks the one exchange the
@@ -245,4 +260,12 @@ func (c *Client) SetPolicy(pc PolicyChange) (Answer, error) {
 		return Answer{}, fmt.Errorf("%s (%s)", out.Error, out.Kind)
 	}
 	return *out.Decision, nil
+}
+
+// GC asks the agent for one reconcile round now and returns how many
+// registry entries it dropped; an error of the round comes with the count
+// of what it dropped before.
+func (c *Client) GC(req GCRequest) (int, error) {
+	out, err := c.call(PathGC, Request{GC: &req})
+	return out.Dropped, err
 }

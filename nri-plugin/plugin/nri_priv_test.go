@@ -21,6 +21,7 @@ import (
 	"github.com/gpuext/gpuext/cgroup/cgrouptest"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
+	"github.com/gpuext/gpuext/internal/hostagent"
 	"github.com/gpuext/gpuext/nri-plugin/plugin"
 )
 
@@ -116,7 +117,9 @@ func startPlugin(t testing.TB, rp *runtimePeer, cfg config.Config, sock string, 
 	}
 	synced := &syncHook{done: make(chan struct{})}
 	lg.AddHook(synced)
-	var p any = plugin.New(cfg, logrus.NewEntry(lg))
+	a := hostagent.New(cfg, logrus.NewEntry(lg))
+	t.Cleanup(a.Stop)
+	var p any = plugin.New(a)
 	if len(wrap) > 0 {
 		p = wrap[0](p.(*plugin.Plugin))
 	}
@@ -432,8 +435,8 @@ func assertRegistry(t testing.TB, cfg config.Config, alive map[string]live) {
 }
 
 // TestAgentWithoutItsAPIExits: an agent that cannot serve its API (its
-// socket dir cannot be made) does not run on without it: Configure fails
-// with an error naming the socket, and the agent exits with it.
+// socket dir cannot be made) does not run on without it: NRI's Configure
+// fails with an error naming the socket, and the agent exits with it.
 func TestAgentWithoutItsAPIExits(t *testing.T) {
 	f := newFixture(t)
 	notADir := filepath.Join(filepath.Dir(f.cfg.AgentSocket), "file")
@@ -446,9 +449,9 @@ func TestAgentWithoutItsAPIExits(t *testing.T) {
 	f.cfg.AgentSocket = filepath.Join(notADir, "agent.sock")
 	lg := logrus.New()
 	lg.SetOutput(io.Discard)
-	p := plugin.New(f.cfg, logrus.NewEntry(lg))
-	defer p.Shutdown(context.Background())
-	_, err := p.Configure(context.Background(), "", "none", "")
+	a := hostagent.New(f.cfg, logrus.NewEntry(lg))
+	defer a.Stop()
+	_, err := plugin.New(a).Configure(context.Background(), "", "none", "")
 	if err == nil || !strings.Contains(err.Error(), f.cfg.AgentSocket) {
 		t.Fatalf("Configure with an agent socket that cannot be served: %v; want an error naming %s", err, f.cfg.AgentSocket)
 	}

@@ -186,6 +186,21 @@ func (l *ociLab) build(t *testing.T) {
 	}
 }
 
+// Ctl builds gpuextctl into the lab's bin dir (once) and returns its path.
+func (l *ociLab) Ctl(t *testing.T) string {
+	t.Helper()
+	ctl := filepath.Join(l.Bin, "gpuextctl")
+	if _, err := os.Stat(ctl); err == nil {
+		return ctl
+	}
+	build := exec.Command("go", "build", "-o", ctl, "./cmd/gpuextctl")
+	build.Dir = ociRepoRoot(t)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build gpuextctl: %v\n%s", err, out)
+	}
+	return ctl
+}
+
 // devrt installs the device runtime (devrt/build.sh, shared with the
 // containerd tests) into the lab's devrt dir.
 func (l *ociLab) devrt(t *testing.T) {

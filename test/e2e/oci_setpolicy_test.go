@@ -34,12 +34,7 @@ func TestOCISetPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.WriteConfig(t, "fail-open", map[string]any{"constraintsFile": cons})
-	ctl := filepath.Join(l.Bin, "gpuextctl")
-	build := exec.Command("go", "build", "-o", ctl, "./cmd/gpuextctl")
-	build.Dir = ociRepoRoot(t)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build gpuextctl: %v\n%s", err, out)
-	}
+	ctl := l.Ctl(t)
 	b := ociNewBundle(t, l, "setpol", map[string]string{"policy.gpuext.io": "batch"}, nil, ociSetPolicyScript)
 	if stderr, err := b.runDetached(t, l.Wrapper, "--config", l.Config); err != nil {
 		t.Fatalf("gpuext-runc run: %v\n%s", err, stderr)

@@ -172,7 +172,7 @@ fi # overhead
 # Modes:
 #   alone      the latency-critical process by itself
 #   nopolicy   all three, no interposer (the GPU time-slices the contexts)
-#   gate       the interposer's launch gate, board published by gpuextctl
+#   gate       the interposer's launch gate, board published by gpuextctl board --standalone
 #   mps-P      an MPS server; best-effort tenants have smPercent P: the
 #              interposer sets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=P, and the
 #              launch gate stands down (the SM share is the isolation)
@@ -206,7 +206,10 @@ prio_run() { # mode -> prints lc p50/p99 and be throughput over the lc window
 		local trace=()
 		# GPUEXT_PRIO_TRACE=1: the board's reads, each request and each best-effort kernel, with their times, in $OUT
 		[[ -n ${GPUEXT_PRIO_TRACE:-} ]] && "$GPUEXTCTL" board --help 2>&1 | grep -q -- -trace && trace=(--trace "$W/prio/board-trace.txt")
-		"$GPUEXTCTL" --config "$W/prio/gpuext.json" board --interval "${GPUEXT_BOARD_INTERVAL:-200us}" "${trace[@]}" >/dev/null 2>&1 &
+		# no agent runs here: the board is published standalone (an older gpuextctl, GPUEXT_GPUEXTCTL, has no such flag)
+		local standalone=()
+		"$GPUEXTCTL" board --help 2>&1 | grep -q -- -standalone && standalone=(--standalone)
+		"$GPUEXTCTL" --config "$W/prio/gpuext.json" board "${standalone[@]}" --interval "${GPUEXT_BOARD_INTERVAL:-200us}" "${trace[@]}" >/dev/null 2>&1 &
 		board_pid=$!
 		sleep 0.5
 	fi

@@ -168,7 +168,7 @@ if want priority-torch; then
 		[[ $mode == mps || $mode == gpuext-* ]] && tmps_start "$D/mps"
 		if [[ $mode == gate ]]; then
 			printf '{"stateDir":"%s"}\n' "$D" >"$D/gpuext.json"
-			"$GPUEXTCTL" --config "$D/gpuext.json" board --interval 200us >/dev/null 2>&1 &
+			"$GPUEXTCTL" --config "$D/gpuext.json" board --standalone --interval 200us >/dev/null 2>&1 & # no agent runs here
 			board_pid=$!
 			sleep 0.5
 		fi

@@ -1,4 +1,4 @@
-package plugin
+package hostagent
 
 import (
 	"context"
@@ -16,17 +16,17 @@ import (
 // pod-resources API as the source of its containers' GPU memory. The GPUs
 // come from the config, or from NVML through gpuext-gpuview; when neither
 // answers, nothing is advertised and admission still asks the kubelet (it
-// then refuses devices this node never advertised). Configure calls it
-// before the core is shared.
-func (p *Plugin) startDevicePlugin(cfg config.Config, core *admission.Core) {
+// then refuses devices this node never advertised). apply calls it before
+// the core is shared.
+func (a *Agent) startDevicePlugin(cfg config.Config, core *admission.Core) {
 	spec, ok := cfg.DevicePluginSpec()
 	spec.Gpuview = cfg.GpuviewBinary()
 	if !ok {
 		return
 	}
-	if p.podResources == nil {
+	if a.podResources == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		log := p.log.WithField("resource", spec.Resource)
+		log := a.Log().WithField("resource", spec.Resource)
 		found, err := deviceplugin.Discover(ctx, spec)
 		if err != nil {
 			log.WithError(err).Error("device plugin: no GPUs to advertise")
@@ -39,8 +39,8 @@ func (p *Plugin) startDevicePlugin(cfg config.Config, core *admission.Core) {
 			log.WithError(err).Error("device plugin: the kubelet's pod-resources API cannot be asked: GPU memory requests are not applied")
 			return
 		}
-		p.podResources, p.stopDevicePlugin = pr, cancel
-		if dp, err := deviceplugin.New(spec, p.log); err == nil {
+		a.podResources, a.stopDevicePlugin = pr, cancel
+		if dp, err := deviceplugin.New(spec, a.Log()); err == nil {
 			go func() {
 				if err := dp.Run(ctx); err != nil {
 					log.WithError(err).Error("device plugin stopped")
@@ -49,8 +49,8 @@ func (p *Plugin) startDevicePlugin(cfg config.Config, core *admission.Core) {
 		}
 		log.WithFields(logrus.Fields{"kubeletDir": spec.KubeletDir, "gpus": len(spec.GPUs)}).Info("device plugin started")
 	}
-	core.SetGPUMemory(p.podResources)
-	core.SetNodeGPUs(nodeGPUs(p.podResources.GPUs()))
+	core.SetGPUMemory(a.podResources)
+	core.SetNodeGPUs(nodeGPUs(a.podResources.GPUs()))
 }
 
 // nodeGPUs are the discovered GPUs as the admission core takes them (their
@@ -63,15 +63,15 @@ func nodeGPUs(gpus []pools.GPU) []admission.NodeGPU {
 	return out
 }
 
-// stopDevicePluginLocked (p.mu held) stops the device plugin (its socket is removed;
+// stopDevicePluginLocked (a.mu held) stops the device plugin (its socket is removed;
 // the kubelet keeps the node's allocations) and the pod-resources client.
-func (p *Plugin) stopDevicePluginLocked() {
-	if p.stopDevicePlugin != nil {
-		p.stopDevicePlugin()
-		p.stopDevicePlugin = nil
+func (a *Agent) stopDevicePluginLocked() {
+	if a.stopDevicePlugin != nil {
+		a.stopDevicePlugin()
+		a.stopDevicePlugin = nil
 	}
-	if p.podResources != nil {
-		_ = p.podResources.Close()
-		p.podResources = nil
+	if a.podResources != nil {
+		_ = a.podResources.Close()
+		a.podResources = nil
 	}
 }
