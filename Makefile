@@ -136,7 +136,7 @@ lint: ## gofmt, go vet, the hooks' imports (go list -deps), generated files up t
 	@$(GO) generate ./devrt/probe/maps && git diff --exit-code --stat -- devrt/probe/maps/layout_gen.go || { echo "devrt/probe/maps/layout_gen.go differs from devrt/include/gpuext_devrt_maps.h: run make generate and commit"; exit 1; }
 	@$(GO) generate ./devrt/probe/launches && git diff --exit-code --stat -- devrt/probe/launches/layout_gen.go || { echo "devrt/probe/launches/layout_gen.go differs from devrt/include/gpuext_devrt_launches.h: run make generate and commit"; exit 1; }
 	@$(GO) generate ./devrt/tenantcfg && git diff --exit-code --stat -- devrt/tenantcfg/ || { echo "devrt/tenantcfg/*_gen.go differ from devrt/include/gpuext_devrt_tenant.h, gpuext_devrt_env.h: run make generate and commit"; exit 1; }
-	@$(GO) generate ./devrt/probe && git diff --exit-code --stat -- devrt/probe/abi_gen.go || { echo "devrt/probe/abi_gen.go differs from kmod/include/gpuext_abi.h, devrt/lib/ptxpatch.h: run make generate and commit"; exit 1; }
+	@$(GO) generate ./devrt/probe && git diff --exit-code --stat -- devrt/probe/abi_gen.go || { echo "devrt/probe/abi_gen.go differs from kmod/include/gpuext_abi.h, devrt/lib/ptxpatch.h, devrt/include/gpuext_devrt_probes.h: run make generate and commit"; exit 1; }
 
 clean: ## remove build outputs (keeps the .cache of containerd/crictl)
 	rm -rf $(BIN)

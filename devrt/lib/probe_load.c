@@ -84,7 +84,7 @@ void gx_status(const char *fmt, ...)
 	if (n > (int)sizeof(line) - 2)
 		n = (int)sizeof(line) - 2;
 	line[n++] = '\n';
-	snprintf(path, sizeof(path), "%s/%d.status", gx_pr.dir, gx_key());
+	snprintf(path, sizeof(path), "%s/%d" GPUEXT_DEVRT_PROBES_STATUS_SUFFIX, gx_pr.dir, gx_key());
 	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return;
@@ -106,17 +106,17 @@ static void gx_probe_init_once(void)
 	 * probes/ is a symlink the host swaps to a new bundle directory in one
 	 * rename: resolve it once, so both files come from the same bundle.
 	 */
-	snprintf(path, sizeof(path), "%s/probes", tdir);
+	snprintf(path, sizeof(path), "%s/" GPUEXT_DEVRT_PROBES_DIR, tdir);
 	dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dirfd < 0)
 		return; /* no probes for this tenant */
-	ctext = gx_read_file_at(dirfd, "module.conf", &clen);
+	ctext = gx_read_file_at(dirfd, GPUEXT_DEVRT_PROBES_CONF_FILE, &clen);
 	if (!ctext) {
 		close(dirfd);
 		return;
 	}
 	if (gx_cfg.acct_dir && *gx_cfg.acct_dir) {
-		snprintf(gx_pr.dir, sizeof(gx_pr.dir), "%s/probes", gx_cfg.acct_dir);
+		snprintf(gx_pr.dir, sizeof(gx_pr.dir), "%s/" GPUEXT_DEVRT_PROBES_DIR, gx_cfg.acct_dir);
 		/* shared by the tenant's processes, like the accounting dir itself */
 		if (mkdir(gx_pr.dir, 0777) == 0)
 			(void)chmod(gx_pr.dir, 01777);
@@ -131,12 +131,12 @@ static void gx_probe_init_once(void)
 		return;
 	}
 	free(ctext);
-	gx_pr.frag = gx_read_file_at(dirfd, "module.ptx", &gx_pr.frag_len);
+	gx_pr.frag = gx_read_file_at(dirfd, GPUEXT_DEVRT_PROBES_MODULE_FILE, &gx_pr.frag_len);
 	if (gx_pr.conf.inline_form) {
 		/* the inline form (both files or neither); without it the dispatch calls are spliced */
 		size_t le = 0, lx = 0;
-		char *ie = gx_read_file_at(dirfd, "inline_entry.ptx", &le);
-		char *ix = gx_read_file_at(dirfd, "inline_exit.ptx", &lx);
+		char *ie = gx_read_file_at(dirfd, GPUEXT_DEVRT_PROBES_INLINE_ENTRY_FILE, &le);
+		char *ix = gx_read_file_at(dirfd, GPUEXT_DEVRT_PROBES_INLINE_EXIT_FILE, &lx);
 
 		if (ie && ix && le && lx) {
 			gx_pr.conf.opts.inline_entry = ie;
@@ -152,7 +152,7 @@ static void gx_probe_init_once(void)
 	close(dirfd);
 	if (!gx_pr.frag || !gx_pr.frag_len) {
 		gx_log("device probes off: %s/module.ptx unreadable", path);
-		gx_status("image=- state=off reason=module.ptx-unreadable");
+		gx_status("image=- state=off reason=" GPUEXT_DEVRT_PROBES_MODULE_FILE "-unreadable");
 		free((char *)gx_pr.conf.opts.inline_entry);
 		free((char *)gx_pr.conf.opts.inline_exit);
 		gx_probe_conf_free(&gx_pr.conf);

@@ -75,8 +75,8 @@ struct gx_drv_calls {
 };
 extern struct gx_drv_calls gx_drv;
 
-#define GX_SYM_TENANT "__gpuext_tenant_id"
-#define GX_SYM_LAUNCH_NS "__gpuext_launch_ns"
+#define GX_SYM_TENANT GPUEXT_DEVRT_SYM_TENANT_ID
+#define GX_SYM_LAUNCH_NS GPUEXT_DEVRT_SYM_LAUNCH_NS
 #define GX_LAUNCH_CACHE 4096 /* direct-mapped by function handle: frameworks launch thousands of kernels */
 #define GX_PROBE_MAX_IMAGES 1024
 

@@ -154,7 +154,8 @@ type HostWrite struct {
 }
 
 // MaxHostWrites bounds a probe's hostWrites (module.conf's host_write lines).
-const MaxHostWrites = 8
+// It is the interposer's limit (GPUEXT_DEVRT_CONF_MAX_HOST_WRITES).
+const MaxHostWrites = probe.MaxHostWrites
 
 // Mean is a derived value of a counters view: Sum / Count.
 type Mean struct {

@@ -45,9 +45,13 @@ const (
 	SharedSlotReg = "%__gxbs" + InlineSite
 )
 
-// InlineFile is the bundle file of an attach point's inline form.
+// InlineFile is the bundle file of an attach point's inline form
+// (probe.InlineEntryFile, probe.InlineExitFile).
 func InlineFile(a probe.Attach) string {
-	return "inline_" + strings.TrimPrefix(a.String(), "kernel_") + ".ptx"
+	if a == probe.KernelExit {
+		return probe.InlineExitFile
+	}
+	return probe.InlineEntryFile
 }
 
 // inlineKey is a map_lookup_elem whose map is known statically.
