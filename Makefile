@@ -76,7 +76,7 @@ bench: deps image ## admission latency, crictl with/without the plugin (bench/re
 
 # The policy SDK: the headers come from kmod/include (one source), never copies kept in the tree.
 SDK_DIR ?= $(BIN)/sdk
-SDK_HEADERS := kmod/include/gpuext_abi.h kmod/include/gpuext_ops.h kmod/include/gpuext_kfuncs.h kmod/include/gpuext_policy.h
+SDK_HEADERS := kmod/include/gpuext_abi.h kmod/include/gpuext_prio.h kmod/include/gpuext_ops.h kmod/include/gpuext_kfuncs.h kmod/include/gpuext_policy.h
 # the device probes' header (policies/probes, beside the built-in probes that include it)
 SDK_PROBE_HEADERS := $(wildcard policies/probes/*.h)
 .PHONY: sdk
