@@ -125,7 +125,7 @@ static void gx_probe_init_once(void)
 	}
 	if (gx_probe_conf_parse(ctext, clen, &gx_pr.conf, err, sizeof(err)) != 0) {
 		gx_log("device probes off: %s", err);
-		gx_status("image=- state=off reason=%s", err);
+		gx_status(GX_ST_IMAGE GX_ST_IMAGE_NONE " " GX_ST_STATE GX_ST_OFF " " GX_ST_REASON "%s", err);
 		free(ctext);
 		close(dirfd);
 		return;
@@ -152,7 +152,7 @@ static void gx_probe_init_once(void)
 	close(dirfd);
 	if (!gx_pr.frag || !gx_pr.frag_len) {
 		gx_log("device probes off: %s/module.ptx unreadable", path);
-		gx_status("image=- state=off reason=" GPUEXT_DEVRT_PROBES_MODULE_FILE "-unreadable");
+		gx_status(GX_ST_IMAGE GX_ST_IMAGE_NONE " " GX_ST_STATE GX_ST_OFF " " GX_ST_REASON GPUEXT_DEVRT_PROBES_MODULE_FILE "-unreadable");
 		free((char *)gx_pr.conf.opts.inline_entry);
 		free((char *)gx_pr.conf.opts.inline_exit);
 		gx_probe_conf_free(&gx_pr.conf);
@@ -216,7 +216,7 @@ CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_lo
 	index = atomic_fetch_add(&gx_pr.next_index, 1);
 	if (gx_image_inspect(image, gx_device_arch(), &img) != 0) {
 		GX_DEBUG("probes: image %d (%s, %s) unpatched: %s", index, api, gx_image_kind_name(img.kind), img.reason);
-		gx_status("image=%d state=unpatched reason=%s kernels=0 jit_ms=0 api=%s kind=%s", index, img.reason, api,
+		gx_status(GX_ST_IMAGE "%d " GX_ST_STATE GX_ST_UNPATCHED " " GX_ST_REASON "%s kernels=0 jit_ms=0 api=%s kind=%s", index, img.reason, api,
 			  gx_image_kind_name(img.kind));
 		r = load(arg, image, NULL, 0, &handle);
 		gx_hl_unpatched(r == CUDA_SUCCESS ? handle : NULL, index, img.reason);
@@ -225,7 +225,7 @@ CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_lo
 	}
 	if (gx_ptx_patch(img.ptx, img.ptx_len, gx_pr.frag, gx_pr.frag_len, &gx_pr.conf.opts, &res) != 0) {
 		GX_DEBUG("probes: image %d (%s) unpatched: %s", index, api, res.reason);
-		gx_status("image=%d state=unpatched reason=%s kernels=0 jit_ms=0 api=%s kind=%s ptx_arch=%d target=%s",
+		gx_status(GX_ST_IMAGE "%d " GX_ST_STATE GX_ST_UNPATCHED " " GX_ST_REASON "%s kernels=0 jit_ms=0 api=%s kind=%s ptx_arch=%d target=%s",
 			  index, res.reason, api, gx_image_kind_name(img.kind), img.ptx_arch,
 			  res.target_text[0] ? res.target_text : "-");
 		r = load(arg, image, NULL, 0, &handle);
@@ -248,7 +248,7 @@ CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_lo
 		if (atomic_fetch_add(&logged, 1) < 3 || gx_cfg.debug)
 			gx_log("device probes: image %d (%s): patched load failed (CUresult %d)%s%s; loading the original",
 			       index, api, r, errlog[0] ? ": " : "", errlog);
-		gx_status("image=%d state=unpatched reason=jit-failed:%d kernels=0 jit_ms=%.3f api=%s kind=%s ptx_arch=%d "
+		gx_status(GX_ST_IMAGE "%d " GX_ST_STATE GX_ST_UNPATCHED " " GX_ST_REASON "jit-failed:%d kernels=0 jit_ms=%.3f api=%s kind=%s ptx_arch=%d "
 			  "target=%s",
 			  index, r, ms, api, gx_image_kind_name(img.kind), img.ptx_arch, res.target_text);
 		snprintf(errlog, sizeof(errlog), "jit-failed:%d", r);
@@ -282,7 +282,7 @@ CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_lo
 		free(im); /* the probes run; nothing is copied out; res.text stays (the driver may read it) */
 	}
 	/* the status line after binding: with lazy loading the JIT may happen in the first symbol lookup */
-	gx_status("image=%d state=patched reason=ok kernels=%d/%d jit_ms=%.3f bind_ms=%.3f api=%s kind=%s ptx_arch=%d "
+	gx_status(GX_ST_IMAGE "%d " GX_ST_STATE GX_ST_PATCHED " " GX_ST_REASON "ok kernels=%d/%d jit_ms=%.3f bind_ms=%.3f api=%s kind=%s ptx_arch=%d "
 		  "target=%s splice=%s guard=%s,%s",
 		  index, res.probed, res.entries, ms, bind_ms, api, gx_image_kind_name(img.kind), img.ptx_arch,
 		  res.target_text, gx_pr.conf.opts.inline_entry ? "inline" : "call",
