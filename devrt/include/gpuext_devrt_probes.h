@@ -108,12 +108,25 @@
 
 /* The most host_write lines one module.conf may have (policies/probes MaxHostWrites). */
 #define GPUEXT_DEVRT_CONF_MAX_HOST_WRITES 8
+/* The longest kernel name a kernel line may hold (policies/probes MaxKernelNameBytes). */
+#define GPUEXT_DEVRT_CONF_MAX_KERNEL_NAME 4096
 
 /* ---- PTX symbols of a translated module ---- */
 
 #define GPUEXT_DEVRT_SYM_TENANT_ID "__gpuext_tenant_id" /* .visible .global .u32 the interposer sets after load */
 #define GPUEXT_DEVRT_SYM_LAUNCH_NS "__gpuext_launch_ns" /* .visible .global .u64 it sets before each launch */
 #define GPUEXT_DEVRT_SYM_MAP_PREFIX "__gpuext_map_"     /* + a map's name: descriptor + data */
+
+/*
+ * The inline form's templates (inline_entry.ptx, inline_exit.ptx): the
+ * placeholders the patcher replaces with the site number (unique per probed
+ * .entry of the module) and the kernel id (an unsigned hex literal), and the
+ * comment line of a template translated for the thread-0 site guard (the
+ * patcher then runs it under the guard whatever module.conf says).
+ */
+#define GPUEXT_DEVRT_INLINE_SITE "@GXSITE@"
+#define GPUEXT_DEVRT_INLINE_KID "@GXKID@"
+#define GPUEXT_DEVRT_INLINE_GUARD_MARK "// gpuext: runs under the thread-0 site guard"
 
 /* ---- <key>.status ---- */
 

@@ -42,12 +42,12 @@ struct gx_ptx_opts {
 	int entry_late;
 };
 
-#define GX_PTX_INLINE_SITE "@GXSITE@"
-#define GX_PTX_INLINE_KID "@GXKID@"
+#define GX_PTX_INLINE_SITE GPUEXT_DEVRT_INLINE_SITE
+#define GX_PTX_INLINE_KID GPUEXT_DEVRT_INLINE_KID
 
 
 /* the comment line of an inline template translated for the thread-0 guard (devrt/probe/ptx, GuardMark) */
-#define GX_INLINE_GUARD_MARK "// gpuext: runs under the thread-0 site guard"
+#define GX_INLINE_GUARD_MARK GPUEXT_DEVRT_INLINE_GUARD_MARK
 
 /* module.conf guard_entry / guard_exit: who needs to run the attach point's programs */
 #define GX_GUARD_NONE 0    /* every thread (always correct) */
@@ -85,7 +85,7 @@ uint64_t gx_kernel_id(const char *name, size_t n);
 #define GX_CONF_MAX_MAPS 64
 #define GX_CONF_MAX_KERNELS 4096
 /* A kernel name (policies/probes MaxKernelNameBytes) and a line of module.conf. */
-#define GX_CONF_MAX_KERNEL_NAME 4096
+#define GX_CONF_MAX_KERNEL_NAME GPUEXT_DEVRT_CONF_MAX_KERNEL_NAME
 #define GX_CONF_MAX_LINE 8192
 #define GX_CONF_MAX_HOST_WRITES GPUEXT_DEVRT_CONF_MAX_HOST_WRITES
 #define GX_HOSTW_LAUNCH_TIME GPUEXT_DEVRT_HOSTW_LAUNCH_TIME

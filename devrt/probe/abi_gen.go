@@ -37,6 +37,9 @@ const (
 	symTenantID         = "__gpuext_tenant_id"
 	symLaunchNs         = "__gpuext_launch_ns"
 	symMapPrefix        = "__gpuext_map_"
+	inlineSite          = "@GXSITE@"
+	inlineKernelID      = "@GXKID@"
+	inlineGuardMark     = "// gpuext: runs under the thread-0 site guard"
 	statusKeyImage      = "image"
 	statusKeyState      = "state"
 	statusKeyReason     = "reason"
@@ -54,6 +57,7 @@ const (
 const (
 	confVersionNumber         = 1
 	confMaxHostWrites         = 8
+	confMaxKernelName         = 4096
 	fnv64Offset        uint64 = 14695981039346656037
 	fnv64Prime         uint64 = 1099511628211
 	attachKernelEntry         = 0

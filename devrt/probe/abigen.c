@@ -115,6 +115,9 @@ int main(void)
 	S("symTenantID", GPUEXT_DEVRT_SYM_TENANT_ID);
 	S("symLaunchNs", GPUEXT_DEVRT_SYM_LAUNCH_NS);
 	S("symMapPrefix", GPUEXT_DEVRT_SYM_MAP_PREFIX);
+	S("inlineSite", GPUEXT_DEVRT_INLINE_SITE);
+	S("inlineKernelID", GPUEXT_DEVRT_INLINE_KID);
+	S("inlineGuardMark", GPUEXT_DEVRT_INLINE_GUARD_MARK);
 	S("statusKeyImage", GPUEXT_DEVRT_STATUS_KEY_IMAGE);
 	S("statusKeyState", GPUEXT_DEVRT_STATUS_KEY_STATE);
 	S("statusKeyReason", GPUEXT_DEVRT_STATUS_KEY_REASON);
@@ -130,6 +133,7 @@ int main(void)
 	printf(")\n\nconst (\n");
 	C("confVersionNumber", GPUEXT_DEVRT_CONF_VERSION);
 	C("confMaxHostWrites", GPUEXT_DEVRT_CONF_MAX_HOST_WRITES);
+	C("confMaxKernelName", GPUEXT_DEVRT_CONF_MAX_KERNEL_NAME);
 	printf("\tfnv64Offset uint64 = %llu\n", (unsigned long long)GPUEXT_DEVRT_FNV64_OFFSET);
 	printf("\tfnv64Prime uint64 = %llu\n", (unsigned long long)GPUEXT_DEVRT_FNV64_PRIME);
 	C("attachKernelEntry", GPUEXT_PROBE_KERNEL_ENTRY);

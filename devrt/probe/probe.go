@@ -630,6 +630,11 @@ const (
 	FuncMapDelete   = "__gpuext_h_map_delete_elem" // (map, key) -> 0 / -errno
 	FuncRingbufOut  = "__gpuext_h_ringbuf_output"  // (map, data, size, flags) -> 0 / -errno
 	MapSymbolPrefix = symMapPrefix
+	// The inline form's placeholders and guard comment (ptx.InlineSite,
+	// ptx.InlineKernelID, ptx.GuardMark).
+	InlineSite      = inlineSite
+	InlineKernelID  = inlineKernelID
+	InlineGuardMark = inlineGuardMark
 	ProgFuncPrefix  = "__gpuext_prog_"
 )
 
@@ -677,6 +682,8 @@ const (
 
 	// MaxHostWrites is the most host_write lines the interposer takes.
 	MaxHostWrites = confMaxHostWrites
+	// MaxKernelNameBytes is the longest name a kernel line may hold.
+	MaxKernelNameBytes = confMaxKernelName
 )
 
 // The <key>.status lines: the keys and values a reader acts on.

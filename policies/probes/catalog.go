@@ -70,7 +70,7 @@ const (
 	MaxViewEntries     = 1000
 	DefaultViewTop     = 20
 	DefaultViewLast    = 10
-	MaxKernelNameBytes = 4096
+	MaxKernelNameBytes = probe.MaxKernelNameBytes // what the interposer's module.conf parser takes
 )
 
 // Probe is one catalog entry.

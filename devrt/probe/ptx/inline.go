@@ -32,13 +32,13 @@ import (
 // A program's exit is a branch to the end of its own block; its return
 // value is not used (as in the dispatch).
 const (
-	InlineSite     = "@GXSITE@"
-	InlineKernelID = "@GXKID@"
+	InlineSite     = probe.InlineSite
+	InlineKernelID = probe.InlineKernelID
 	// GuardMark is the comment line of a template translated for the
-	// thread-0 site guard: the patcher (devrt/lib/ptxpatch.h,
-	// GX_INLINE_GUARD_MARK) then runs it under the guard whatever
-	// module.conf says.
-	GuardMark = "// gpuext: runs under the thread-0 site guard"
+	// thread-0 site guard: the patcher (GPUEXT_DEVRT_INLINE_GUARD_MARK,
+	// devrt/include/gpuext_devrt_probes.h) then runs it under the guard
+	// whatever module.conf says.
+	GuardMark = probe.InlineGuardMark
 	// SharedSlotReg is the kernel-scope register the entry block sets to
 	// the block's linear index and the exit block reads (a per-warp map
 	// updated only atomically takes its slot from it).
