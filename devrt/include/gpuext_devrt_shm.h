@@ -119,7 +119,9 @@ struct gpuext_devrt_usage_header {
  * Before settings version 3 the device runtime numbered them standard 0,
  * latency-critical 1, best-effort 2 (GPUEXT_DEVRT_CLASS_V2_*): readers of a
  * version 2 settings file translate. The usage header's priority_class is
- * reporting only; no reader acts on it, so its version stays.
+ * reporting only (the host takes the class from its own state; only the
+ * test tool usage_dump, built with the library, acts on it), so the usage
+ * file's version stays.
  */
 #define GPUEXT_DEVRT_CLASS_LATENCY_CRITICAL ((uint32_t)GPUEXT_PRIO_LATENCY_CRITICAL)
 #define GPUEXT_DEVRT_CLASS_STANDARD ((uint32_t)GPUEXT_PRIO_STANDARD)
