@@ -116,6 +116,8 @@
 #define GPUEXT_DEVRT_SYM_TENANT_ID "__gpuext_tenant_id" /* .visible .global .u32 the interposer sets after load */
 #define GPUEXT_DEVRT_SYM_LAUNCH_NS "__gpuext_launch_ns" /* .visible .global .u64 it sets before each launch */
 #define GPUEXT_DEVRT_SYM_MAP_PREFIX "__gpuext_map_"     /* + a map's name: descriptor + data */
+/* .visible .global .u64 the interposer may set after load: bpf_get_current_pid_tgid on the device */
+#define GPUEXT_DEVRT_SYM_PID_TGID "__gpuext_pid_tgid"
 
 /*
  * The inline form's templates (inline_entry.ptx, inline_exit.ptx): the

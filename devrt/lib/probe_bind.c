@@ -21,7 +21,7 @@
  * its host thread with its getpid() and that thread's gettid(); every
  * bpftime example uses only the upper half, the process).
  */
-#define GX_SYM_PID_TGID "__gpuext_pid_tgid"
+#define GX_SYM_PID_TGID GPUEXT_DEVRT_SYM_PID_TGID
 
 static CUresult gx_get_global(struct gx_pimage *im, const char *name, CUdeviceptr *p, size_t *bytes)
 {
@@ -72,7 +72,7 @@ static void gx_host_writes(struct gx_pimage *im)
 {
 	for (size_t k = 0; k < gx_pr.conf.nhostw && k < GX_CONF_MAX_HOST_WRITES; k++) {
 		const struct gx_probe_hostw *h = &gx_pr.conf.hostw[k];
-		const char *what = h->value == GX_HOSTW_CLOCK_OFFSET ? "clock-offset" : "launch-time";
+		const char *what = h->value == GX_HOSTW_CLOCK_OFFSET ? GPUEXT_DEVRT_HOSTW_CLOCK_OFFSET_NAME : GPUEXT_DEVRT_HOSTW_LAUNCH_TIME_NAME;
 		CUdeviceptr p = 0;
 		size_t bytes = 0;
 

@@ -286,8 +286,8 @@ CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_lo
 		  "target=%s splice=%s guard=%s,%s",
 		  index, res.probed, res.entries, ms, bind_ms, api, gx_image_kind_name(img.kind), img.ptx_arch,
 		  res.target_text, gx_pr.conf.opts.inline_entry ? "inline" : "call",
-		  gx_pr.conf.opts.guard_entry == GX_GUARD_THREAD0 ? "thread0" : "none",
-		  gx_pr.conf.opts.guard_exit == GX_GUARD_THREAD0 ? "thread0" : "none");
+		  gx_pr.conf.opts.guard_entry == GX_GUARD_THREAD0 ? GPUEXT_DEVRT_GUARD_THREAD0_NAME : GPUEXT_DEVRT_GUARD_NONE_NAME,
+		  gx_pr.conf.opts.guard_exit == GX_GUARD_THREAD0 ? GPUEXT_DEVRT_GUARD_THREAD0_NAME : GPUEXT_DEVRT_GUARD_NONE_NAME);
 	pthread_mutex_unlock(&gx_probe_mu);
 	gx_image_release(&img);
 	return r;

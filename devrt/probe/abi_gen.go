@@ -37,6 +37,7 @@ const (
 	symTenantID         = "__gpuext_tenant_id"
 	symLaunchNs         = "__gpuext_launch_ns"
 	symMapPrefix        = "__gpuext_map_"
+	symPidTgid          = "__gpuext_pid_tgid"
 	inlineSite          = "@GXSITE@"
 	inlineKernelID      = "@GXKID@"
 	inlineGuardMark     = "// gpuext: runs under the thread-0 site guard"

@@ -115,6 +115,7 @@ int main(void)
 	S("symTenantID", GPUEXT_DEVRT_SYM_TENANT_ID);
 	S("symLaunchNs", GPUEXT_DEVRT_SYM_LAUNCH_NS);
 	S("symMapPrefix", GPUEXT_DEVRT_SYM_MAP_PREFIX);
+	S("symPidTgid", GPUEXT_DEVRT_SYM_PID_TGID);
 	S("inlineSite", GPUEXT_DEVRT_INLINE_SITE);
 	S("inlineKernelID", GPUEXT_DEVRT_INLINE_KID);
 	S("inlineGuardMark", GPUEXT_DEVRT_INLINE_GUARD_MARK);

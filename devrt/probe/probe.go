@@ -191,7 +191,7 @@ var BpftimeHelperNames = map[int32]string{
 
 // SymPidTgid: .visible .global .u64 the interposer may set after load;
 // what bpf_get_current_pid_tgid returns on the device (0 until set).
-const SymPidTgid = "__gpuext_pid_tgid"
+const SymPidTgid = symPidTgid
 
 // HelperNames names every helper the device runtime implements.
 var HelperNames = map[int32]string{
