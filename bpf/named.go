@@ -11,7 +11,7 @@ const (
 	// prefetch_policy value that names an attached memory ops by NamedPolicyID.
 	PolicyNamed = uint32(registryGpuextAbiConstantsGPUEXT_ABI_CONST_POLICY_NAMED)
 	// MaxOpsNameLen is the longest ops name (GPUEXT_OPS_NAME_LEN less its NUL).
-	MaxOpsNameLen = 15
+	MaxOpsNameLen = int(registryGpuextAbiConstantsGPUEXT_ABI_CONST_OPS_NAME_LEN) - 1
 
 	fnv32Offset = uint32(registryGpuextAbiConstantsGPUEXT_ABI_CONST_FNV32OFFSET)
 	fnv32Prime  = uint32(registryGpuextAbiConstantsGPUEXT_ABI_CONST_FNV32PRIME)

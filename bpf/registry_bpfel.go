@@ -25,6 +25,7 @@ const (
 	registryGpuextAbiConstantsGPUEXT_ABI_CONST_POLICY_NAMED registryGpuextAbiConstants = 2147483648
 	registryGpuextAbiConstantsGPUEXT_ABI_CONST_FNV32OFFSET  registryGpuextAbiConstants = 2166136261
 	registryGpuextAbiConstantsGPUEXT_ABI_CONST_FNV32PRIME   registryGpuextAbiConstants = 16777619
+	registryGpuextAbiConstantsGPUEXT_ABI_CONST_OPS_NAME_LEN registryGpuextAbiConstants = 16
 )
 
 type registryGpuextCgroupMeta struct {

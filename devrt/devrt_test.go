@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"bytes"
 	"debug/elf"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -555,7 +556,7 @@ func TestPriorityBoard(t *testing.T) {
 	if us := launchUS(lines[0]); us > 30000 {
 		t.Fatalf("latency-critical launch waited %dus", us)
 	}
-	if lu := lc.usage(); lu.num(t, "delayed") != 0 || lu.num(t, "lc_active_until_ns") == 0 || lu.header["class"] != "1" {
+	if lu := lc.usage(); lu.num(t, "delayed") != 0 || lu.num(t, "lc_active_until_ns") == 0 || lu.header["class"] != "0" {
 		t.Fatalf("latency-critical usage: %v", lu.header)
 	}
 }
@@ -746,13 +747,14 @@ func TestInterposerSeesWhatAdmissionWrote(t *testing.T) {
 		want   string // the start-up line's settings
 		wantUA string // the usage header's class
 	}{
+		// classes as the kernel ABI numbers them (kmod/include/gpuext_prio.h): latency-critical 0, standard 1, best-effort 2
 		{"latency-critical window", 31, 5 * gib, "latency-critical", func(f *admission.TenantFile) { f.ActiveWindowUS = 7000 },
-			"tenant=31 quota=5368709120 class=1 window_ns=7000000 ", "1"},
+			"tenant=31 quota=5368709120 class=0 window_ns=7000000 ", "0"},
 		// the driver timeslice is not the window (issue 14): the default is
 		{"timeslice is not the window", 32, 0, "best-effort", func(f *admission.TenantFile) { f.TimesliceUS = 16000; f.SMPercent = 40 },
 			fmt.Sprintf("tenant=32 quota=0 class=2 window_ns=%d ", tenantcfg.DefaultActiveWindow.Nanoseconds()), "2"},
 		{"default window", 33, 2 * gib, "standard", func(f *admission.TenantFile) { f.TimesliceUS = 0 },
-			fmt.Sprintf("tenant=33 quota=%d class=0 window_ns=%d ", 2*gib, tenantcfg.DefaultActiveWindow.Nanoseconds()), "0"},
+			fmt.Sprintf("tenant=33 quota=%d class=1 window_ns=%d ", 2*gib, tenantcfg.DefaultActiveWindow.Nanoseconds()), "1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tn := newTenant(t, tc.id, tc.quota, tc.class, tc.tune)
@@ -778,6 +780,47 @@ func TestInterposerSeesWhatAdmissionWrote(t *testing.T) {
 	}
 }
 
+// A version 2 settings file (written before the classes took the kernel
+// ABI's numbers) still runs its tenant in the class it named: the
+// interposer translates standard 0, latency-critical 1, best-effort 2 to
+// today's numbers, as tenantcfg.Decode does. The version 2 layout is frozen:
+// version at byte 8, priority_class at byte 40.
+func TestVersion2SettingsKeepTheirClass(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v2   uint32 // the class number a version 2 file held
+		want tenantcfg.Class
+	}{
+		{"standard", 0, tenantcfg.ClassStandard},
+		{"latency-critical", 1, tenantcfg.ClassLatencyCritical},
+		{"best-effort", 2, tenantcfg.ClassBestEffort},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tn := newTenant(t, 35, 3*gib, "standard")
+			b, err := os.ReadFile(tn.settings())
+			if err != nil {
+				t.Fatal(err)
+			}
+			binary.LittleEndian.PutUint32(b[8:], 2)
+			binary.LittleEndian.PutUint32(b[40:], tc.v2)
+			if s, err := tenantcfg.Decode(b); err != nil || s.Class != tc.want {
+				t.Fatalf("tenantcfg.Decode of the version 2 file: class %d, %v; want %d", s.Class, err, tc.want)
+			}
+			if err := os.WriteFile(tn.settings(), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, stderr := tn.run("app_procaddr", "info")
+			want := fmt.Sprintf("tenant=35 quota=%d class=%d ", 3*gib, tc.want)
+			if !strings.Contains(stderr, want) {
+				t.Errorf("start-up line lacks %q:\n%s", want, stderr)
+			}
+			if u := tn.usage(); u.header["class"] != fmt.Sprint(tc.want) {
+				t.Errorf("usage header class %q, want %d", u.header["class"], tc.want)
+			}
+		})
+	}
+}
+
 // A settings file the interposer cannot take (cut short, too long, not a
 // settings file at all, a directory) leaves the process running with the
 // process-local defaults (no quota, standard, the default window, the id
@@ -792,7 +835,8 @@ func TestBadSettingsFileRunsWithDefaults(t *testing.T) {
 	}
 	notMagic := append([]byte(nil), good...)
 	notMagic[0] ^= 0xff // the record starts with its magic
-	defaults := fmt.Sprintf("tenant=34 quota=0 class=0 window_ns=%d ", tenantcfg.DefaultActiveWindow.Nanoseconds())
+	// standard is 1 (kmod/include/gpuext_prio.h), not the zero of a struct
+	defaults := fmt.Sprintf("tenant=34 quota=0 class=1 window_ns=%d ", tenantcfg.DefaultActiveWindow.Nanoseconds())
 	for _, tc := range []struct {
 		name   string
 		data   []byte // nil: a directory
@@ -835,7 +879,7 @@ func TestBadSettingsFileRunsWithDefaults(t *testing.T) {
 			if !strings.Contains(stderr, defaults) {
 				t.Errorf("start-up line lacks the defaults %q:\n%s", defaults, stderr)
 			}
-			if u := tn.usage(); u.num(t, "tenant") != 34 || u.num(t, "quota") != 0 || u.header["class"] != "0" || u.num(t, "lc_active_until_ns") != 0 {
+			if u := tn.usage(); u.num(t, "tenant") != 34 || u.num(t, "quota") != 0 || u.header["class"] != "1" || u.num(t, "lc_active_until_ns") != 0 {
 				t.Errorf("usage header with %s settings: %v", tc.name, u.header)
 			}
 		})

@@ -45,7 +45,7 @@ const (
 const ABIVariable = "gpuext_policy_abi"
 
 var (
-	dirNameRE   = regexp.MustCompile(`^[a-z][a-z0-9-]{0,14}$`) // its ops name fits GPUEXT_OPS_NAME_LEN
+	dirNameRE   = regexp.MustCompile(fmt.Sprintf(`^[a-z][a-z0-9-]{0,%d}$`, bpf.MaxOpsNameLen-1)) // its ops name fits GPUEXT_OPS_NAME_LEN
 	paramNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,30}$`)
 	objectRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.o$`)
 )

@@ -22,7 +22,7 @@ func TestSettingsWriteShow(t *testing.T) {
 		t.Fatal(err)
 	}
 	// the driver timeslice is not the latency-critical window: the default is
-	want := "tenant=7 quota=2147483648 class=1 window_ns=2000000 sm_percent=0 mps_client_priority=0 launch_gate=0\n"
+	want := "tenant=7 quota=2147483648 class=0 window_ns=2000000 sm_percent=0 mps_client_priority=0 launch_gate=0\n"
 	if out.String() != want {
 		t.Errorf("settings show: %q, want %q", out.String(), want)
 	}
@@ -101,7 +101,7 @@ func TestSettingsWriteGPUQuotas(t *testing.T) {
 	if err := run([]string{"settings", "write", "--dir", dir, "--tenant", "9", "--gpus", "0,1", "--gpu-quotas", "1GiB,3GiB"}, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
-	want := "tenant=9 quota=0 class=0 window_ns=2000000 sm_percent=0 mps_client_priority=0 launch_gate=0 device_quotas=1073741824,3221225472\n"
+	want := "tenant=9 quota=0 class=1 window_ns=2000000 sm_percent=0 mps_client_priority=0 launch_gate=0 device_quotas=1073741824,3221225472\n"
 	var out bytes.Buffer
 	if err := run([]string{"settings", "show", dir}, &out); err != nil || out.String() != want {
 		t.Fatalf("settings show: %q (%v), want %q", out.String(), err, want)

@@ -23,7 +23,7 @@ const (
 	usageOffLCActiveUntil = 80
 	usageOffLCBusyUntil   = 96
 	usageOffClass         = 88
-	classLatencyCritical  = 1
+	classLatencyCritical  = 0
 	slotsOffset           = 256
 	slotSize              = 64
 	nSlots                = 256

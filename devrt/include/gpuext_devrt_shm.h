@@ -40,6 +40,8 @@
 #include <sys/types.h>
 #include <stdatomic.h>
 
+#include "../../kmod/include/gpuext_prio.h" /* the priority classes, numbered once for the kernel and here */
+
 #define GPUEXT_DEVRT_USAGE_MAGIC 0x4547415355584750ULL /* "PGXUSAGE" read as bytes little-endian */
 #define GPUEXT_DEVRT_BOARD_MAGIC 0x4452414f42584750ULL /* "PGXBOARD" */
 #define GPUEXT_DEVRT_SHM_VERSION 1u
@@ -111,9 +113,22 @@ struct gpuext_devrt_usage_header {
 	uint64_t reserved[19];
 };
 
-#define GPUEXT_DEVRT_CLASS_STANDARD 0u
-#define GPUEXT_DEVRT_CLASS_LATENCY_CRITICAL 1u
-#define GPUEXT_DEVRT_CLASS_BEST_EFFORT 2u
+/*
+ * The device runtime's names for the priority classes: the kernel ABI's
+ * numbers (gpuext_prio.h; latency-critical 0, standard 1, best-effort 2).
+ * Before settings version 3 the device runtime numbered them standard 0,
+ * latency-critical 1, best-effort 2 (GPUEXT_DEVRT_CLASS_V2_*): readers of a
+ * version 2 settings file translate. The usage header's priority_class is
+ * reporting only (the host takes the class from its own state; only the
+ * test tool usage_dump, built with the library, acts on it), so the usage
+ * file's version stays.
+ */
+#define GPUEXT_DEVRT_CLASS_LATENCY_CRITICAL ((uint32_t)GPUEXT_PRIO_LATENCY_CRITICAL)
+#define GPUEXT_DEVRT_CLASS_STANDARD ((uint32_t)GPUEXT_PRIO_STANDARD)
+#define GPUEXT_DEVRT_CLASS_BEST_EFFORT ((uint32_t)GPUEXT_PRIO_BEST_EFFORT)
+#define GPUEXT_DEVRT_CLASS_V2_STANDARD 0u
+#define GPUEXT_DEVRT_CLASS_V2_LATENCY_CRITICAL 1u
+#define GPUEXT_DEVRT_CLASS_V2_BEST_EFFORT 2u
 
 /*
  * A slot's bytes per device ordinal (the owner's view, after

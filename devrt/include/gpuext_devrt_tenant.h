@@ -19,7 +19,12 @@
  * line; ndevices above GPUEXT_DEVRT_MAX_DEVICES is out of range. Rules for
  * editing: a new field takes reserved space, where 0 must mean what a
  * reader that ignores the field does; bump GPUEXT_DEVRT_TENANT_VERSION for
- * any other change (version 2 appended the per-device quotas).
+ * any other change (version 2 appended the per-device quotas; version 3
+ * took the kernel ABI's class numbers, gpuext_prio.h).
+ *
+ * Readers also take a version 2 file (GPUEXT_DEVRT_TENANT_VERSION_V2: the
+ * same layout), translating its priority_class from the old numbering
+ * (GPUEXT_DEVRT_CLASS_V2_*); the host writes version 3 only.
  */
 #ifndef GPUEXT_DEVRT_TENANT_H
 #define GPUEXT_DEVRT_TENANT_H
@@ -29,7 +34,8 @@
 #include "gpuext_devrt_shm.h" /* GPUEXT_DEVRT_CLASS_*, GPUEXT_DEVRT_MAX_DEVICES */
 
 #define GPUEXT_DEVRT_TENANT_MAGIC 0x53474e5453584750ULL /* "PGXSTNGS" read as bytes little-endian */
-#define GPUEXT_DEVRT_TENANT_VERSION 2u /* 2: per-device quotas */
+#define GPUEXT_DEVRT_TENANT_VERSION 3u /* 2: per-device quotas; 3: classes numbered as gpuext_prio.h */
+#define GPUEXT_DEVRT_TENANT_VERSION_V2 2u /* still read: its classes translated */
 #define GPUEXT_DEVRT_TENANT_FILE "settings.bin" /* in $GPUEXT_TENANT_DIR */
 #define GPUEXT_DEVRT_TENANT_SIZE 200u
 
@@ -45,8 +51,8 @@
  * Ignored under an MPS share (smPercent), which is the isolation then.
  */
 #define GPUEXT_DEVRT_TENANT_LAUNCH_GATE 1u
-/* The highest GPUEXT_DEVRT_CLASS_* value. */
-#define GPUEXT_DEVRT_CLASS_MAX GPUEXT_DEVRT_CLASS_BEST_EFFORT
+/* The highest GPUEXT_DEVRT_CLASS_* value (and GPUEXT_DEVRT_CLASS_V2_* value). */
+#define GPUEXT_DEVRT_CLASS_MAX ((uint32_t)GPUEXT_PRIO_MAX)
 
 struct gpuext_devrt_tenant {
 	uint64_t magic;            /* GPUEXT_DEVRT_TENANT_MAGIC */
@@ -76,5 +82,19 @@ struct gpuext_devrt_tenant {
 };
 
 _Static_assert(sizeof(struct gpuext_devrt_tenant) == GPUEXT_DEVRT_TENANT_SIZE, "tenant settings layout");
+_Static_assert(GPUEXT_DEVRT_CLASS_V2_BEST_EFFORT <= GPUEXT_DEVRT_CLASS_MAX, "every version 2 class has a number now");
+
+/* A version 2 file's priority_class (GPUEXT_DEVRT_CLASS_V2_*, at most GPUEXT_DEVRT_CLASS_MAX) in today's numbering. */
+static inline uint32_t gpuext_devrt_class_from_v2(uint32_t v2)
+{
+	switch (v2) {
+	case GPUEXT_DEVRT_CLASS_V2_LATENCY_CRITICAL:
+		return GPUEXT_DEVRT_CLASS_LATENCY_CRITICAL;
+	case GPUEXT_DEVRT_CLASS_V2_BEST_EFFORT:
+		return GPUEXT_DEVRT_CLASS_BEST_EFFORT;
+	default:
+		return GPUEXT_DEVRT_CLASS_STANDARD;
+	}
+}
 
 #endif /* GPUEXT_DEVRT_TENANT_H */

@@ -21,7 +21,7 @@
  * its host thread with its getpid() and that thread's gettid(); every
  * bpftime example uses only the upper half, the process).
  */
-#define GX_SYM_PID_TGID "__gpuext_pid_tgid"
+#define GX_SYM_PID_TGID GPUEXT_DEVRT_SYM_PID_TGID
 
 static CUresult gx_get_global(struct gx_pimage *im, const char *name, CUdeviceptr *p, size_t *bytes)
 {
@@ -72,19 +72,19 @@ static void gx_host_writes(struct gx_pimage *im)
 {
 	for (size_t k = 0; k < gx_pr.conf.nhostw && k < GX_CONF_MAX_HOST_WRITES; k++) {
 		const struct gx_probe_hostw *h = &gx_pr.conf.hostw[k];
-		const char *what = h->value == GX_HOSTW_CLOCK_OFFSET ? "clock-offset" : "launch-time";
+		const char *what = h->value == GX_HOSTW_CLOCK_OFFSET ? GPUEXT_DEVRT_HOSTW_CLOCK_OFFSET_NAME : GPUEXT_DEVRT_HOSTW_LAUNCH_TIME_NAME;
 		CUdeviceptr p = 0;
 		size_t bytes = 0;
 
 		im->hostw_ptr[k] = 0;
 		if (gx_get_global(im, h->symbol, &p, &bytes) != CUDA_SUCCESS || !p || h->offset + 8 > bytes) {
-			gx_status("image=%d host_write=%s symbol=%s state=off reason=%s", im->index, what, h->symbol,
+			gx_status(GX_ST_IMAGE "%d host_write=%s symbol=%s " GX_ST_STATE GX_ST_OFF " " GX_ST_REASON "%s", im->index, what, h->symbol,
 				  p ? "offset-out-of-range" : "no-symbol");
 			continue;
 		}
 		if (h->value == GX_HOSTW_LAUNCH_TIME) {
 			im->hostw_ptr[k] = p + h->offset;
-			gx_status("image=%d host_write=%s symbol=%s offset=%llu state=on", im->index, what, h->symbol,
+			gx_status(GX_ST_IMAGE "%d host_write=%s symbol=%s offset=%llu " GX_ST_STATE "on", im->index, what, h->symbol,
 				  (unsigned long long)h->offset);
 			continue;
 		}
@@ -97,11 +97,11 @@ static void gx_host_writes(struct gx_pimage *im)
 			if (im->stream && gx_drv.cuMemcpyHtoDAsync_v2 && gx_drv.cuStreamSynchronize &&
 			    gx_drv.cuMemcpyHtoDAsync_v2(p + h->offset, &v, sizeof(v), im->stream) == CUDA_SUCCESS &&
 			    gx_drv.cuStreamSynchronize(im->stream) == CUDA_SUCCESS)
-				gx_status("image=%d host_write=%s symbol=%s offset=%llu state=on value_ns=%lld clock=%s", im->index,
+				gx_status(GX_ST_IMAGE "%d host_write=%s symbol=%s offset=%llu " GX_ST_STATE "on value_ns=%lld clock=%s", im->index,
 					  what, h->symbol, (unsigned long long)h->offset, (long long)v,
 					  im->clock_synced > 0 ? "synced" : "unsynced");
 			else
-				gx_status("image=%d host_write=%s symbol=%s state=off reason=copy-failed", im->index, what,
+				gx_status(GX_ST_IMAGE "%d host_write=%s symbol=%s " GX_ST_STATE GX_ST_OFF " " GX_ST_REASON "copy-failed", im->index, what,
 					  h->symbol);
 		}
 	}
@@ -139,7 +139,7 @@ int gx_bind(struct gx_pimage *im)
 	}
 	if (!gx_drv.cuStreamCreate || gx_drv.cuStreamCreate(&im->stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
 		/* (another context's entry is not another patched image) */
-		gx_status("image=%d state=%s reason=no-copy-stream", im->index, im->ctxn ? "bound" : "patched");
+		gx_status(GX_ST_IMAGE "%d " GX_ST_STATE "%s " GX_ST_REASON "no-copy-stream", im->index, im->ctxn ? GX_ST_BOUND : GX_ST_PATCHED);
 		im->stream = NULL;
 		return 0;
 	}

@@ -90,13 +90,13 @@ static int gx_clock_measure(struct gx_pimage *im, const char *why)
 	if (!gx_drv.cuModuleLoadData || !gx_drv.cuModuleGetFunction || !gx_drv.cuLaunchKernel ||
 	    !gx_drv.cuMemHostAlloc || !gx_drv.cuMemHostGetDevicePointer_v2 || !gx_drv.cuMemFreeHost ||
 	    !gx_drv.cuStreamSynchronize || !im->stream) {
-		gx_status("image=%d clock=unsynced reason=driver-calls-missing", im->index);
+		gx_status(GX_ST_IMAGE "%d clock=unsynced " GX_ST_REASON "driver-calls-missing", im->index);
 		return -1;
 	}
 	if (gx_pr.clock_mod && gx_pr.clock_mod_ctx == im->ctx) {
 		m = gx_pr.clock_mod;
 	} else if ((r = gx_drv.cuModuleLoadData(&m, gx_clock_ptx)) != CUDA_SUCCESS) {
-		gx_status("image=%d clock=unsynced reason=module-load-failed:%d", im->index, r);
+		gx_status(GX_ST_IMAGE "%d clock=unsynced " GX_ST_REASON "module-load-failed:%d", im->index, r);
 		return -1;
 	} else if (!gx_pr.clock_mod) {
 		gx_pr.clock_mod = m, gx_pr.clock_mod_ctx = im->ctx;
@@ -109,7 +109,7 @@ static int gx_clock_measure(struct gx_pimage *im, const char *why)
 	else if ((r = gx_drv.cuMemHostGetDevicePointer_v2(&dflag, host, 0)) != CUDA_SUCCESS)
 		fail = "no-device-pointer";
 	if (fail) {
-		gx_status("image=%d clock=unsynced reason=%s:%d", im->index, fail, r);
+		gx_status(GX_ST_IMAGE "%d clock=unsynced " GX_ST_REASON "%s:%d", im->index, fail, r);
 		if (host)
 			gx_drv.cuMemFreeHost(host);
 		if (m != gx_pr.clock_mod && gx_drv.cuModuleUnload)
@@ -126,7 +126,7 @@ static int gx_clock_measure(struct gx_pimage *im, const char *why)
 		r = gx_drv.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, im->stream, params, NULL);
 	}
 	if (r != CUDA_SUCCESS) {
-		gx_status("image=%d clock=unsynced reason=launch-failed:%d", im->index, r);
+		gx_status(GX_ST_IMAGE "%d clock=unsynced " GX_ST_REASON "launch-failed:%d", im->index, r);
 		gx_drv.cuMemFreeHost(host);
 		if (m != gx_pr.clock_mod && gx_drv.cuModuleUnload)
 			gx_drv.cuModuleUnload(m);
@@ -162,7 +162,7 @@ static int gx_clock_measure(struct gx_pimage *im, const char *why)
 		/* the kernel has not finished: let it finish whenever it runs; its memory stays */
 		__atomic_store_n(flag, UINT64_MAX, __ATOMIC_SEQ_CST);
 		if (!answered)
-			gx_status("image=%d clock=unsynced why=%s reason=kernel-did-not-start", im->index, why);
+			gx_status(GX_ST_IMAGE "%d clock=unsynced why=%s " GX_ST_REASON "kernel-did-not-start", im->index, why);
 	} else {
 		gx_drv.cuStreamSynchronize(im->stream);
 		gx_drv.cuMemFreeHost(host);
@@ -173,7 +173,7 @@ static int gx_clock_measure(struct gx_pimage *im, const char *why)
 		return -1;
 	atomic_store(&im->clock_offset, best_off);
 	clock_gettime(CLOCK_MONOTONIC, &im->clock_at);
-	gx_status("image=%d clock=synced why=%s offset_ns=%lld error_ns=%lld rounds=%d/%u drift_ns=%lld", im->index, why,
+	gx_status(GX_ST_IMAGE "%d clock=synced why=%s offset_ns=%lld error_ns=%lld rounds=%d/%u drift_ns=%lld", im->index, why,
 		  (long long)best_off, (long long)(best_rtt + 1) / 2, answered, n,
 		  im->clock_synced > 0 ? (long long)(best_off - prev) : 0ll);
 	GX_DEBUG("probes: image %d: device clock - host clock = %lld ns (+-%lld, %d rounds, %s)", im->index,

@@ -58,11 +58,11 @@ void gx_write_maps(struct gx_pimage *im, int final)
 
 	im->seq++;
 	if (im->ctxn) {
-		snprintf(path, sizeof(path), "%s/%d-%d-%d.maps", gx_pr.dir, gx_key(), im->index, im->ctxn);
-		snprintf(tmp, sizeof(tmp), "%s/.%d-%d-%d.maps.tmp", gx_pr.dir, gx_key(), im->index, im->ctxn);
+		snprintf(path, sizeof(path), "%s/%d-%d-%d" GPUEXT_DEVRT_PROBES_MAPS_SUFFIX, gx_pr.dir, gx_key(), im->index, im->ctxn);
+		snprintf(tmp, sizeof(tmp), "%s/.%d-%d-%d" GPUEXT_DEVRT_PROBES_MAPS_SUFFIX ".tmp", gx_pr.dir, gx_key(), im->index, im->ctxn);
 	} else {
-		snprintf(path, sizeof(path), "%s/%d-%d.maps", gx_pr.dir, gx_key(), im->index);
-		snprintf(tmp, sizeof(tmp), "%s/.%d-%d.maps.tmp", gx_pr.dir, gx_key(), im->index);
+		snprintf(path, sizeof(path), "%s/%d-%d" GPUEXT_DEVRT_PROBES_MAPS_SUFFIX, gx_pr.dir, gx_key(), im->index);
+		snprintf(tmp, sizeof(tmp), "%s/.%d-%d" GPUEXT_DEVRT_PROBES_MAPS_SUFFIX ".tmp", gx_pr.dir, gx_key(), im->index);
 	}
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)

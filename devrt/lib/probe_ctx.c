@@ -40,8 +40,8 @@ static void gx_unbind(struct gx_pimage *im, const char *why, int destroy_stream,
 		im->handle = NULL;
 	free(im->host);
 	im->host = NULL;
-	gx_status("image=%d ctx=%d state=unbound reason=%s%s copies=%llu", im->index, im->ctxn, why,
-		  missed ? " final=missed" : "", (unsigned long long)im->seq);
+	gx_status(GX_ST_IMAGE "%d ctx=%d " GX_ST_STATE GX_ST_UNBOUND " " GX_ST_REASON "%s%s copies=%llu", im->index, im->ctxn, why,
+		  missed ? " " GX_ST_FINAL GX_ST_MISSED : "", (unsigned long long)im->seq);
 }
 
 /* gx_probe_mu held: no launch finds an image through the ended context. */

@@ -87,7 +87,7 @@ static void gx_sweep_dead(int self)
 		char want[32];
 
 		if (!claim) {
-			snprintf(want, sizeof(want), "%d.status", k);
+			snprintf(want, sizeof(want), "%d" GPUEXT_DEVRT_PROBES_STATUS_SUFFIX, k);
 			if (!k || k == self || strcmp(e->d_name, want) != 0)
 				continue;
 		}
@@ -112,14 +112,14 @@ static void gx_sweep_dead(int self)
 			int k = gx_name_key(e->d_name);
 			char want[32];
 
-			snprintf(want, sizeof(want), "%d.status", k);
+			snprintf(want, sizeof(want), "%d" GPUEXT_DEVRT_PROBES_STATUS_SUFFIX, k);
 			if (k && strcmp(e->d_name, want) != 0 && bsearch(&k, dead, (size_t)ndead, sizeof(int), gx_int_cmp))
 				(void)unlinkat(dfd, e->d_name, 0);
 		}
 		for (int i = 0; i < ndead; i++) {
 			char name[32];
 
-			snprintf(name, sizeof(name), "%d.status", dead[i]);
+			snprintf(name, sizeof(name), "%d" GPUEXT_DEVRT_PROBES_STATUS_SUFFIX, dead[i]);
 			(void)unlinkat(dfd, name, 0);
 		}
 		GX_DEBUG("probes: removed the files of %d processes that are gone", ndead);
@@ -154,7 +154,7 @@ int gx_key(void)
 	key = (int)getpid();
 	for (int n = 0; fd >= 0 && n < 256; n++) {
 		key = (int)getpid() + (n << 22);
-		snprintf(path, sizeof(path), "%s/%d.status", gx_pr.dir, key);
+		snprintf(path, sizeof(path), "%s/%d" GPUEXT_DEVRT_PROBES_STATUS_SUFFIX, gx_pr.dir, key);
 		if (link(tmp, path) == 0) {
 			claimed = 1;
 			break;

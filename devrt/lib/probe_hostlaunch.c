@@ -161,14 +161,10 @@ static int64_t gx_mono_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
 }
 
-/* FNV-1a 64: the kernel id of the device probes (probe.KernelID, ptxpatch.c) */
+/* the kernel id of the device probes (gpuext_devrt_probes.h, probe.KernelID) */
 static uint64_t gx_fnv(const char *s)
 {
-	uint64_t h = 0xcbf29ce484222325ull;
-
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-	return h;
+	return gpuext_devrt_kernel_id(s, strlen(s));
 }
 
 static void gx_copy_text(char *dst, size_t size, const char *src)
@@ -922,7 +918,7 @@ void gx_hl_write(int final)
 	for (int i = 0; i < (int)GPUEXT_DEVRT_LAUNCHES_HIST; i++)
 		hdr.lat_hist[i] = atomic_load(&gx_hl.hist[i]);
 
-	snprintf(path, sizeof(path), "%s/%d.launches", gx_pr.dir, gx_key());
+	snprintf(path, sizeof(path), "%s/%d" GPUEXT_DEVRT_PROBES_LAUNCHES_SUFFIX, gx_pr.dir, gx_key());
 	snprintf(tmp, sizeof(tmp), "%s/.%d.launches.tmp", gx_pr.dir, gx_key());
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0)

@@ -86,7 +86,7 @@ static struct gx_pimage *gx_image_in_ctx(struct gx_pimage *first, CUcontext ctx)
 		gx_capture_restore(mode);
 		gx_pr.images[gx_pr.nimages++] = n;
 		atomic_store_explicit(&last->next_ctx, n, memory_order_release);
-		gx_status("image=%d ctx=%d state=bound context=%p", n->index, n->ctxn, (void *)ctx);
+		gx_status(GX_ST_IMAGE "%d ctx=%d " GX_ST_STATE GX_ST_BOUND " context=%p", n->index, n->ctxn, (void *)ctx);
 		im = n;
 	}
 	pthread_mutex_unlock(&gx_probe_mu);
@@ -124,7 +124,7 @@ static void gx_launch_time(struct gx_pimage *im, CUstream stream, int ptsz)
 		atomic_store(&gx_pr.launch_time_failed, 1); /* the next bind does not turn it back on */
 		if (atomic_exchange(&gx_pr.launch_time, 0)) {
 			gx_log("device probes: launch time off: cuStreamWriteValue64 failed (CUresult %d)", r);
-			gx_status("image=- launch_time=off reason=stream-write-failed:%d", r);
+			gx_status(GX_ST_IMAGE GX_ST_IMAGE_NONE " " GX_ST_LAUNCH_TIME GX_ST_OFF " " GX_ST_REASON "stream-write-failed:%d", r);
 		}
 	}
 }

@@ -84,7 +84,7 @@ void gx_status(const char *fmt, ...)
 	if (n > (int)sizeof(line) - 2)
 		n = (int)sizeof(line) - 2;
 	line[n++] = '\n';
-	snprintf(path, sizeof(path), "%s/%d.status", gx_pr.dir, gx_key());
+	snprintf(path, sizeof(path), "%s/%d" GPUEXT_DEVRT_PROBES_STATUS_SUFFIX, gx_pr.dir, gx_key());
 	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return;
@@ -106,17 +106,17 @@ static void gx_probe_init_once(void)
 	 * probes/ is a symlink the host swaps to a new bundle directory in one
 	 * rename: resolve it once, so both files come from the same bundle.
 	 */
-	snprintf(path, sizeof(path), "%s/probes", tdir);
+	snprintf(path, sizeof(path), "%s/" GPUEXT_DEVRT_PROBES_DIR, tdir);
 	dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dirfd < 0)
 		return; /* no probes for this tenant */
-	ctext = gx_read_file_at(dirfd, "module.conf", &clen);
+	ctext = gx_read_file_at(dirfd, GPUEXT_DEVRT_PROBES_CONF_FILE, &clen);
 	if (!ctext) {
 		close(dirfd);
 		return;
 	}
 	if (gx_cfg.acct_dir && *gx_cfg.acct_dir) {
-		snprintf(gx_pr.dir, sizeof(gx_pr.dir), "%s/probes", gx_cfg.acct_dir);
+		snprintf(gx_pr.dir, sizeof(gx_pr.dir), "%s/" GPUEXT_DEVRT_PROBES_DIR, gx_cfg.acct_dir);
 		/* shared by the tenant's processes, like the accounting dir itself */
 		if (mkdir(gx_pr.dir, 0777) == 0)
 			(void)chmod(gx_pr.dir, 01777);
@@ -125,18 +125,18 @@ static void gx_probe_init_once(void)
 	}
 	if (gx_probe_conf_parse(ctext, clen, &gx_pr.conf, err, sizeof(err)) != 0) {
 		gx_log("device probes off: %s", err);
-		gx_status("image=- state=off reason=%s", err);
+		gx_status(GX_ST_IMAGE GX_ST_IMAGE_NONE " " GX_ST_STATE GX_ST_OFF " " GX_ST_REASON "%s", err);
 		free(ctext);
 		close(dirfd);
 		return;
 	}
 	free(ctext);
-	gx_pr.frag = gx_read_file_at(dirfd, "module.ptx", &gx_pr.frag_len);
+	gx_pr.frag = gx_read_file_at(dirfd, GPUEXT_DEVRT_PROBES_MODULE_FILE, &gx_pr.frag_len);
 	if (gx_pr.conf.inline_form) {
 		/* the inline form (both files or neither); without it the dispatch calls are spliced */
 		size_t le = 0, lx = 0;
-		char *ie = gx_read_file_at(dirfd, "inline_entry.ptx", &le);
-		char *ix = gx_read_file_at(dirfd, "inline_exit.ptx", &lx);
+		char *ie = gx_read_file_at(dirfd, GPUEXT_DEVRT_PROBES_INLINE_ENTRY_FILE, &le);
+		char *ix = gx_read_file_at(dirfd, GPUEXT_DEVRT_PROBES_INLINE_EXIT_FILE, &lx);
 
 		if (ie && ix && le && lx) {
 			gx_pr.conf.opts.inline_entry = ie;
@@ -152,7 +152,7 @@ static void gx_probe_init_once(void)
 	close(dirfd);
 	if (!gx_pr.frag || !gx_pr.frag_len) {
 		gx_log("device probes off: %s/module.ptx unreadable", path);
-		gx_status("image=- state=off reason=module.ptx-unreadable");
+		gx_status(GX_ST_IMAGE GX_ST_IMAGE_NONE " " GX_ST_STATE GX_ST_OFF " " GX_ST_REASON GPUEXT_DEVRT_PROBES_MODULE_FILE "-unreadable");
 		free((char *)gx_pr.conf.opts.inline_entry);
 		free((char *)gx_pr.conf.opts.inline_exit);
 		gx_probe_conf_free(&gx_pr.conf);
@@ -216,7 +216,7 @@ CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_lo
 	index = atomic_fetch_add(&gx_pr.next_index, 1);
 	if (gx_image_inspect(image, gx_device_arch(), &img) != 0) {
 		GX_DEBUG("probes: image %d (%s, %s) unpatched: %s", index, api, gx_image_kind_name(img.kind), img.reason);
-		gx_status("image=%d state=unpatched reason=%s kernels=0 jit_ms=0 api=%s kind=%s", index, img.reason, api,
+		gx_status(GX_ST_IMAGE "%d " GX_ST_STATE GX_ST_UNPATCHED " " GX_ST_REASON "%s kernels=0 jit_ms=0 api=%s kind=%s", index, img.reason, api,
 			  gx_image_kind_name(img.kind));
 		r = load(arg, image, NULL, 0, &handle);
 		gx_hl_unpatched(r == CUDA_SUCCESS ? handle : NULL, index, img.reason);
@@ -225,7 +225,7 @@ CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_lo
 	}
 	if (gx_ptx_patch(img.ptx, img.ptx_len, gx_pr.frag, gx_pr.frag_len, &gx_pr.conf.opts, &res) != 0) {
 		GX_DEBUG("probes: image %d (%s) unpatched: %s", index, api, res.reason);
-		gx_status("image=%d state=unpatched reason=%s kernels=0 jit_ms=0 api=%s kind=%s ptx_arch=%d target=%s",
+		gx_status(GX_ST_IMAGE "%d " GX_ST_STATE GX_ST_UNPATCHED " " GX_ST_REASON "%s kernels=0 jit_ms=0 api=%s kind=%s ptx_arch=%d target=%s",
 			  index, res.reason, api, gx_image_kind_name(img.kind), img.ptx_arch,
 			  res.target_text[0] ? res.target_text : "-");
 		r = load(arg, image, NULL, 0, &handle);
@@ -248,7 +248,7 @@ CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_lo
 		if (atomic_fetch_add(&logged, 1) < 3 || gx_cfg.debug)
 			gx_log("device probes: image %d (%s): patched load failed (CUresult %d)%s%s; loading the original",
 			       index, api, r, errlog[0] ? ": " : "", errlog);
-		gx_status("image=%d state=unpatched reason=jit-failed:%d kernels=0 jit_ms=%.3f api=%s kind=%s ptx_arch=%d "
+		gx_status(GX_ST_IMAGE "%d " GX_ST_STATE GX_ST_UNPATCHED " " GX_ST_REASON "jit-failed:%d kernels=0 jit_ms=%.3f api=%s kind=%s ptx_arch=%d "
 			  "target=%s",
 			  index, r, ms, api, gx_image_kind_name(img.kind), img.ptx_arch, res.target_text);
 		snprintf(errlog, sizeof(errlog), "jit-failed:%d", r);
@@ -282,12 +282,12 @@ CUresult gx_probe_load(const char *api, int is_library, const void *image, gx_lo
 		free(im); /* the probes run; nothing is copied out; res.text stays (the driver may read it) */
 	}
 	/* the status line after binding: with lazy loading the JIT may happen in the first symbol lookup */
-	gx_status("image=%d state=patched reason=ok kernels=%d/%d jit_ms=%.3f bind_ms=%.3f api=%s kind=%s ptx_arch=%d "
+	gx_status(GX_ST_IMAGE "%d " GX_ST_STATE GX_ST_PATCHED " " GX_ST_REASON "ok kernels=%d/%d jit_ms=%.3f bind_ms=%.3f api=%s kind=%s ptx_arch=%d "
 		  "target=%s splice=%s guard=%s,%s",
 		  index, res.probed, res.entries, ms, bind_ms, api, gx_image_kind_name(img.kind), img.ptx_arch,
 		  res.target_text, gx_pr.conf.opts.inline_entry ? "inline" : "call",
-		  gx_pr.conf.opts.guard_entry == GX_GUARD_THREAD0 ? "thread0" : "none",
-		  gx_pr.conf.opts.guard_exit == GX_GUARD_THREAD0 ? "thread0" : "none");
+		  gx_pr.conf.opts.guard_entry == GX_GUARD_THREAD0 ? GPUEXT_DEVRT_GUARD_THREAD0_NAME : GPUEXT_DEVRT_GUARD_NONE_NAME,
+		  gx_pr.conf.opts.guard_exit == GX_GUARD_THREAD0 ? GPUEXT_DEVRT_GUARD_THREAD0_NAME : GPUEXT_DEVRT_GUARD_NONE_NAME);
 	pthread_mutex_unlock(&gx_probe_mu);
 	gx_image_release(&img);
 	return r;

@@ -75,8 +75,22 @@ struct gx_drv_calls {
 };
 extern struct gx_drv_calls gx_drv;
 
-#define GX_SYM_TENANT "__gpuext_tenant_id"
-#define GX_SYM_LAUNCH_NS "__gpuext_launch_ns"
+/* <key>.status line keys ("key=") and values, from gpuext_devrt_probes.h (what devrt/probe/maps parses) */
+#define GX_ST_IMAGE GPUEXT_DEVRT_STATUS_KEY_IMAGE "="
+#define GX_ST_STATE GPUEXT_DEVRT_STATUS_KEY_STATE "="
+#define GX_ST_REASON GPUEXT_DEVRT_STATUS_KEY_REASON "="
+#define GX_ST_LAUNCH_TIME GPUEXT_DEVRT_STATUS_KEY_LAUNCH_TIME "="
+#define GX_ST_FINAL GPUEXT_DEVRT_STATUS_KEY_FINAL "="
+#define GX_ST_IMAGE_NONE GPUEXT_DEVRT_STATUS_IMAGE_NONE
+#define GX_ST_PATCHED GPUEXT_DEVRT_STATUS_PATCHED
+#define GX_ST_UNPATCHED GPUEXT_DEVRT_STATUS_UNPATCHED
+#define GX_ST_BOUND GPUEXT_DEVRT_STATUS_BOUND
+#define GX_ST_UNBOUND GPUEXT_DEVRT_STATUS_UNBOUND
+#define GX_ST_OFF GPUEXT_DEVRT_STATUS_OFF
+#define GX_ST_MISSED GPUEXT_DEVRT_STATUS_MISSED
+
+#define GX_SYM_TENANT GPUEXT_DEVRT_SYM_TENANT_ID
+#define GX_SYM_LAUNCH_NS GPUEXT_DEVRT_SYM_LAUNCH_NS
 #define GX_LAUNCH_CACHE 4096 /* direct-mapped by function handle: frameworks launch thousands of kernels */
 #define GX_PROBE_MAX_IMAGES 1024
 

@@ -25,13 +25,7 @@
 
 uint64_t gx_kernel_id(const char *name, size_t n)
 {
-	uint64_t h = 14695981039346656037ull;
-
-	for (size_t i = 0; i < n; i++) {
-		h ^= (unsigned char)name[i];
-		h *= 1099511628211ull;
-	}
-	return h;
+	return gpuext_devrt_kernel_id(name, n);
 }
 
 struct gx_out {
@@ -795,7 +789,7 @@ void gx_probe_conf_free(struct gx_probe_conf *c)
 
 static int conf_err(struct gx_probe_conf *c, char *err, size_t errlen, int line, const char *what)
 {
-	snprintf(err, errlen, "module.conf:%d:%s", line, what);
+	snprintf(err, errlen, GPUEXT_DEVRT_PROBES_CONF_FILE ":%d:%s", line, what);
 	gx_probe_conf_free(c);
 	return -1;
 }
@@ -816,7 +810,7 @@ int gx_probe_conf_parse(const char *text, size_t len, struct gx_probe_conf *c, c
 
 	if (!buf) {
 		memset(c, 0, sizeof(*c));
-		snprintf(err, errlen, "module.conf:0:out-of-memory");
+		snprintf(err, errlen, GPUEXT_DEVRT_PROBES_CONF_FILE ":0:out-of-memory");
 		return -1;
 	}
 	rc = conf_parse_lines(text, len, c, err, errlen, buf);
@@ -852,22 +846,22 @@ static int conf_parse_lines(const char *text, size_t len, struct gx_probe_conf *
 			tok[nt++] = t;
 		if (!nt)
 			continue;
-		if (!strcmp(tok[0], "version") && nt == 2) {
+		if (!strcmp(tok[0], GPUEXT_DEVRT_CONF_KW_VERSION) && nt == 2) {
 			version = atoi(tok[1]);
 			if (version != GX_CONF_VERSION)
 				return conf_err(c, err, errlen, line, "unsupported-version");
-		} else if (!strcmp(tok[0], "min_ptx") && nt == 2) {
+		} else if (!strcmp(tok[0], GPUEXT_DEVRT_CONF_KW_MIN_PTX) && nt == 2) {
 			if (parse_version(tok[1], strlen(tok[1]), &c->opts.min_ptx_major, &c->opts.min_ptx_minor) != 0)
 				return conf_err(c, err, errlen, line, "bad-min_ptx");
 			have_ptx = 1;
-		} else if (!strcmp(tok[0], "min_target") && nt == 2) {
+		} else if (!strcmp(tok[0], GPUEXT_DEVRT_CONF_KW_MIN_TARGET) && nt == 2) {
 			c->opts.min_target = atoi(tok[1]);
 			if (c->opts.min_target <= 0)
 				return conf_err(c, err, errlen, line, "bad-min_target");
 			have_target = 1;
-		} else if (!strcmp(tok[0], "launch_time") && nt == 2) {
+		} else if (!strcmp(tok[0], GPUEXT_DEVRT_CONF_KW_LAUNCH_TIME) && nt == 2) {
 			c->launch_time = atoi(tok[1]) != 0;
-		} else if (!strcmp(tok[0], "kernel") && nt == 2) {
+		} else if (!strcmp(tok[0], GPUEXT_DEVRT_CONF_KW_KERNEL) && nt == 2) {
 			char **k;
 
 			if (strlen(tok[1]) > GX_CONF_MAX_KERNEL_NAME)
@@ -881,7 +875,7 @@ static int conf_parse_lines(const char *text, size_t len, struct gx_probe_conf *
 			if (!(k[c->opts.nkernels] = strdup(tok[1])))
 				return conf_err(c, err, errlen, line, "out-of-memory");
 			c->opts.nkernels++;
-		} else if (!strcmp(tok[0], "map") && nt == 4) {
+		} else if (!strcmp(tok[0], GPUEXT_DEVRT_CONF_KW_MAP) && nt == 4) {
 			struct gx_probe_map *m;
 			char *end;
 
@@ -901,10 +895,10 @@ static int conf_parse_lines(const char *text, size_t len, struct gx_probe_conf *
 			if (*end || !m->bytes || m->bytes > (1ull << 31))
 				return conf_err(c, err, errlen, line, "bad-map-size");
 			c->nmaps++;
-		} else if (!strcmp(tok[0], "host_write") && nt == 4) {
+		} else if (!strcmp(tok[0], GPUEXT_DEVRT_CONF_KW_HOST_WRITE) && nt == 4) {
 			struct gx_probe_hostw *h;
-			int v = !strcmp(tok[1], "launch-time")    ? GX_HOSTW_LAUNCH_TIME
-				: !strcmp(tok[1], "clock-offset") ? GX_HOSTW_CLOCK_OFFSET
+			int v = !strcmp(tok[1], GPUEXT_DEVRT_HOSTW_LAUNCH_TIME_NAME)    ? GX_HOSTW_LAUNCH_TIME
+				: !strcmp(tok[1], GPUEXT_DEVRT_HOSTW_CLOCK_OFFSET_NAME) ? GX_HOSTW_CLOCK_OFFSET
 								  : 0;
 			char *end;
 
@@ -921,21 +915,21 @@ static int conf_parse_lines(const char *text, size_t len, struct gx_probe_conf *
 			if (*end || !*tok[3] || h->offset % 8 || h->offset > (1ull << 31))
 				return conf_err(c, err, errlen, line, "bad-host-write-offset");
 			c->nhostw++;
-		} else if (!strcmp(tok[0], "inline") && nt == 2) {
+		} else if (!strcmp(tok[0], GPUEXT_DEVRT_CONF_KW_INLINE) && nt == 2) {
 			c->inline_form = atoi(tok[1]) == 1;
-		} else if (!strcmp(tok[0], "entry_late") && nt == 2) {
+		} else if (!strcmp(tok[0], GPUEXT_DEVRT_CONF_KW_ENTRY_LATE) && nt == 2) {
 			c->opts.entry_late = atoi(tok[1]) != 0;
-		} else if ((!strcmp(tok[0], "guard_entry") || !strcmp(tok[0], "guard_exit")) && nt == 2) {
+		} else if ((!strcmp(tok[0], GPUEXT_DEVRT_CONF_KW_GUARD_ENTRY) || !strcmp(tok[0], GPUEXT_DEVRT_CONF_KW_GUARD_EXIT)) && nt == 2) {
 			/* an unknown value from a newer host is "none": always correct */
-			int g = !strcmp(tok[1], "thread0") ? GX_GUARD_THREAD0 : GX_GUARD_NONE;
+			int g = !strcmp(tok[1], GPUEXT_DEVRT_GUARD_THREAD0_NAME) ? GX_GUARD_THREAD0 : GX_GUARD_NONE;
 
-			if (!strcmp(tok[0], "guard_entry"))
+			if (!strcmp(tok[0], GPUEXT_DEVRT_CONF_KW_GUARD_ENTRY))
 				c->opts.guard_entry = g;
 			else
 				c->opts.guard_exit = g;
-		} else if (!strcmp(tok[0], "version") || !strcmp(tok[0], "min_ptx") || !strcmp(tok[0], "min_target") ||
-			   !strcmp(tok[0], "launch_time") || !strcmp(tok[0], "kernel") || !strcmp(tok[0], "map") ||
-			   !strcmp(tok[0], "host_write")) {
+		} else if (!strcmp(tok[0], GPUEXT_DEVRT_CONF_KW_VERSION) || !strcmp(tok[0], GPUEXT_DEVRT_CONF_KW_MIN_PTX) || !strcmp(tok[0], GPUEXT_DEVRT_CONF_KW_MIN_TARGET) ||
+			   !strcmp(tok[0], GPUEXT_DEVRT_CONF_KW_LAUNCH_TIME) || !strcmp(tok[0], GPUEXT_DEVRT_CONF_KW_KERNEL) || !strcmp(tok[0], GPUEXT_DEVRT_CONF_KW_MAP) ||
+			   !strcmp(tok[0], GPUEXT_DEVRT_CONF_KW_HOST_WRITE)) {
 			return conf_err(c, err, errlen, line, "wrong-argument-count");
 		}
 	}

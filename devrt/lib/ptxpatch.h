@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpuext_devrt_probes.h" /* module.conf, the kernel id, the file names */
+
 struct gx_ptx_opts {
 	int min_ptx_major, min_ptx_minor; /* the fragment's minimum .version (raised to, never lowered) */
 	int min_target;                   /* the fragment's minimum sm_XX; a module below it stays unpatched */
@@ -40,12 +42,12 @@ struct gx_ptx_opts {
 	int entry_late;
 };
 
-#define GX_PTX_INLINE_SITE "@GXSITE@"
-#define GX_PTX_INLINE_KID "@GXKID@"
+#define GX_PTX_INLINE_SITE GPUEXT_DEVRT_INLINE_SITE
+#define GX_PTX_INLINE_KID GPUEXT_DEVRT_INLINE_KID
 
 
 /* the comment line of an inline template translated for the thread-0 guard (devrt/probe/ptx, GuardMark) */
-#define GX_INLINE_GUARD_MARK "// gpuext: runs under the thread-0 site guard"
+#define GX_INLINE_GUARD_MARK GPUEXT_DEVRT_INLINE_GUARD_MARK
 
 /* module.conf guard_entry / guard_exit: who needs to run the attach point's programs */
 #define GX_GUARD_NONE 0    /* every thread (always correct) */
@@ -76,34 +78,18 @@ uint64_t gx_kernel_id(const char *name, size_t n);
 
 /*
  * $GPUEXT_TENANT_DIR/probes/module.conf, written by the host's compile step
- * next to module.ptx: one directive a line, '#' starts a comment.
- *   version 1
- *   min_ptx 7.8
- *   min_target 70
- *   launch_time 0|1
- *   kernel NAME                    (zero or more; none: every .entry)
- *   map NAME SYMBOL TOTAL_BYTES    (zero or more; TOTAL_BYTES = descriptor + data)
- *   guard_entry thread0|none       (default none; an unknown value is none)
- *   guard_exit thread0|none
- *   inline 0|1                     (default 0)
- *   entry_late 0|1                 (default 1; inline form only: see gx_ptx_opts)
- *   host_write VALUE SYMBOL OFFSET (zero or more: the interposer writes the
- *                                  u64 VALUE, launch-time before each launch
- *                                  or clock-offset at bind, at byte OFFSET
- *                                  (8-aligned) of the global SYMBOL; an
- *                                  unknown VALUE is ignored)
- * Unknown directives are ignored (newer hosts may add some); a bad known one
- * makes the whole file invalid (probes off for the process, reported).
+ * next to module.ptx: the format is defined in gpuext_devrt_probes.h
+ * (GPUEXT_DEVRT_CONF_*), which the Go writer is generated from.
  */
-#define GX_CONF_VERSION 1
+#define GX_CONF_VERSION GPUEXT_DEVRT_CONF_VERSION
 #define GX_CONF_MAX_MAPS 64
 #define GX_CONF_MAX_KERNELS 4096
 /* A kernel name (policies/probes MaxKernelNameBytes) and a line of module.conf. */
-#define GX_CONF_MAX_KERNEL_NAME 4096
+#define GX_CONF_MAX_KERNEL_NAME GPUEXT_DEVRT_CONF_MAX_KERNEL_NAME
 #define GX_CONF_MAX_LINE 8192
-#define GX_CONF_MAX_HOST_WRITES 8 /* policies/probes MaxHostWrites */
-#define GX_HOSTW_LAUNCH_TIME 1    /* probe.HostLaunchTime */
-#define GX_HOSTW_CLOCK_OFFSET 2   /* probe.HostClockOffset */
+#define GX_CONF_MAX_HOST_WRITES GPUEXT_DEVRT_CONF_MAX_HOST_WRITES
+#define GX_HOSTW_LAUNCH_TIME GPUEXT_DEVRT_HOSTW_LAUNCH_TIME
+#define GX_HOSTW_CLOCK_OFFSET GPUEXT_DEVRT_HOSTW_CLOCK_OFFSET
 
 struct gx_probe_map {
 	char name[64];    /* the map's name (the .maps file names it) */

@@ -21,7 +21,8 @@
 #include "gpuext_devrt_shm.h"
 #include "gpuext_devrt_tenant.h"
 
-struct gx_settings gx_cfg = {.enabled = 1};
+/* no settings file: standard (0 is latency-critical in the one numbering, gpuext_prio.h) */
+struct gx_settings gx_cfg = {.enabled = 1, .priority_class = GPUEXT_DEVRT_CLASS_STANDARD};
 
 /*
  * The tenant's settings: $GPUEXT_TENANT_DIR/settings.bin, one struct
@@ -45,7 +46,7 @@ static int gx_settings_invalid(const struct gpuext_devrt_tenant *t, ssize_t n, c
 		snprintf(why, size, "%zd bytes, want %u", n, GPUEXT_DEVRT_TENANT_SIZE);
 	else if (t->magic != GPUEXT_DEVRT_TENANT_MAGIC)
 		snprintf(why, size, "not a settings file (magic %#llx)", (unsigned long long)t->magic);
-	else if (t->version != GPUEXT_DEVRT_TENANT_VERSION)
+	else if (t->version != GPUEXT_DEVRT_TENANT_VERSION && t->version != GPUEXT_DEVRT_TENANT_VERSION_V2)
 		snprintf(why, size, "version %u, want %u", t->version, GPUEXT_DEVRT_TENANT_VERSION);
 	else if (t->size != GPUEXT_DEVRT_TENANT_SIZE)
 		snprintf(why, size, "size field %u, want %u", t->size, GPUEXT_DEVRT_TENANT_SIZE);
@@ -102,6 +103,8 @@ static int gx_settings_read(struct gpuext_devrt_tenant *t)
 		gx_log("settings %s: %s: ignored (no quota, standard priority)", gx_cfg.settings_path, why);
 		return -1;
 	}
+	if (t->version == GPUEXT_DEVRT_TENANT_VERSION_V2)
+		t->priority_class = gpuext_devrt_class_from_v2(t->priority_class);
 	return 0;
 }
 

@@ -191,7 +191,7 @@ var BpftimeHelperNames = map[int32]string{
 
 // SymPidTgid: .visible .global .u64 the interposer may set after load;
 // what bpf_get_current_pid_tgid returns on the device (0 until set).
-const SymPidTgid = "__gpuext_pid_tgid"
+const SymPidTgid = symPidTgid
 
 // HelperNames names every helper the device runtime implements.
 var HelperNames = map[int32]string{
@@ -228,10 +228,10 @@ const CtxSize = ctxSize
 
 // KernelID is the id the patcher gives a .entry: FNV-1a 64 of its name.
 func KernelID(entry string) uint64 {
-	h := uint64(14695981039346656037)
+	h := fnv64Offset
 	for i := 0; i < len(entry); i++ {
 		h ^= uint64(entry[i])
-		h *= 1099511628211
+		h *= fnv64Prime
 	}
 	return h
 }
@@ -599,13 +599,13 @@ const (
 	// launch's stream: the launch's host time in the device's %globaltimer
 	// clock, ns (what ctx.launch_ns holds). bpftime's launchlate has a host
 	// uprobe on cudaLaunchKernel store it in an array its device program reads.
-	HostLaunchTime = "launch-time"
+	HostLaunchTime = hostLaunchTime
 	// HostClockOffset: at bind, an s64: %globaltimer minus the host's
 	// CLOCK_MONOTONIC, ns (a host bpf_ktime_get_ns() plus it is the same
 	// instant on the device's clock). bpftime's loader writes
 	// CLOCK_REALTIME - CLOCK_MONOTONIC for this use, taking %globaltimer
 	// for CLOCK_REALTIME; here the measured device offset is added.
-	HostClockOffset = "clock-offset"
+	HostClockOffset = hostClockOffset
 )
 
 // HostValues are the values a HostWrite may name.
@@ -621,20 +621,83 @@ const (
 	FuncEntry = funcEntry
 	FuncExit  = funcExit
 	// .visible .global .u32 the interposer sets after load.
-	SymTenantID = "__gpuext_tenant_id"
+	SymTenantID = symTenantID
 	// .visible .global .u64 the interposer sets before each launch (LaunchTime).
-	SymLaunchNs = "__gpuext_launch_ns"
+	SymLaunchNs = symLaunchNs
 	// Helper library functions: .func (.param .b64 r) NAME (.param .b64 a, ...)
 	FuncMapLookup   = "__gpuext_h_map_lookup_elem" // (map, key) -> value ptr or 0
 	FuncMapUpdate   = "__gpuext_h_map_update_elem" // (map, key, value, flags) -> 0 / -errno
 	FuncMapDelete   = "__gpuext_h_map_delete_elem" // (map, key) -> 0 / -errno
 	FuncRingbufOut  = "__gpuext_h_ringbuf_output"  // (map, data, size, flags) -> 0 / -errno
-	MapSymbolPrefix = "__gpuext_map_"
+	MapSymbolPrefix = symMapPrefix
+	// The inline form's placeholders and guard comment (ptx.InlineSite,
+	// ptx.InlineKernelID, ptx.GuardMark).
+	InlineSite      = inlineSite
+	InlineKernelID  = inlineKernelID
+	InlineGuardMark = inlineGuardMark
 	ProgFuncPrefix  = "__gpuext_prog_"
 )
 
-// Files in the tenant directory ($GPUEXT_TENANT_DIR/probes/).
+// The bundle contract with the interposer, from
+// devrt/include/gpuext_devrt_probes.h (abi_gen.go): the files of a tenant's
+// bundle ($GPUEXT_TENANT_DIR/probes/) and reports ($GPUEXT_TENANT_ACCT/probes/),
+// the module.conf format and the <key>.status lines.
 const (
-	ModuleFile   = "module.ptx"
-	ManifestFile = "manifest.json"
+	// BundleDir is the subdirectory of the tenant dir (the bundle) and of
+	// the acct dir (what the interposer reports).
+	BundleDir    = probesDir
+	ModuleFile   = moduleFile
+	ManifestFile = manifestFile
+	// ConfFile is the module description the interposer reads.
+	ConfFile = confFile
+	// InlineEntryFile and InlineExitFile: the inline form of each attach
+	// point (module.conf "inline 1").
+	InlineEntryFile = inlineEntryFile
+	InlineExitFile  = inlineExitFile
+	// A process's report files: <key>.status, <key>-<image>[-<ctx>].maps, <key>.launches.
+	StatusSuffix   = statusSuffix
+	MapsSuffix     = mapsSuffix
+	LaunchesSuffix = launchesSuffix
+)
+
+// module.conf: its version line and directives (gpuext_devrt_probes.h).
+const (
+	ConfVersion = confVersionNumber
+
+	ConfDirectiveVersion    = confVersion
+	ConfDirectiveMinPTX     = confMinPTX
+	ConfDirectiveMinTarget  = confMinTarget
+	ConfDirectiveLaunchTime = confLaunchTime
+	ConfDirectiveKernel     = confKernel
+	ConfDirectiveMap        = confMap
+	ConfDirectiveHostWrite  = confHostWrite
+	ConfDirectiveGuardEntry = confGuardEntry
+	ConfDirectiveGuardExit  = confGuardExit
+	ConfDirectiveInline     = confInline
+	ConfDirectiveEntryLate  = confEntryLate
+
+	// The values of guard_entry and guard_exit.
+	ConfGuardNone    = guardNone
+	ConfGuardThread0 = guardThread0
+
+	// MaxHostWrites is the most host_write lines the interposer takes.
+	MaxHostWrites = confMaxHostWrites
+	// MaxKernelNameBytes is the longest name a kernel line may hold.
+	MaxKernelNameBytes = confMaxKernelName
+)
+
+// The <key>.status lines: the keys and values a reader acts on.
+const (
+	StatusKeyImage      = statusKeyImage
+	StatusKeyState      = statusKeyState
+	StatusKeyReason     = statusKeyReason
+	StatusKeyLaunchTime = statusKeyLaunchTime
+	StatusKeyFinal      = statusKeyFinal
+	StatusImageNone     = statusImageNone // a process-wide line
+	StatusPatched       = statusPatched
+	StatusUnpatched     = statusUnpatched
+	StatusBound         = statusBound
+	StatusUnbound       = statusUnbound
+	StatusOff           = statusOff
+	StatusMissed        = statusMissed
 )

@@ -4,7 +4,7 @@
  * layoutgen.c - prints layout_gen.go: the tenant settings record of the
  * device runtime (devrt/include/gpuext_devrt_tenant.h) as Go constants:
  * magic, version, size, the file name, the field offsets and the class
- * values, so the Go encoder reads the one C definition and mirrors nothing
+ * values (gpuext_prio.h's, and version 2's old ones), so the Go encoder reads the one C definition and mirrors nothing
  * by hand. Run by `go generate ./devrt/tenantcfg` (gen.go); `make lint`
  * regenerates it and fails on a diff.
  */
@@ -25,12 +25,16 @@ int main(void)
 	printf("const (\n");
 	C("magic", GPUEXT_DEVRT_TENANT_MAGIC);
 	C("version", GPUEXT_DEVRT_TENANT_VERSION);
+	C("versionV2", GPUEXT_DEVRT_TENANT_VERSION_V2);
 	C("size", sizeof(struct gpuext_devrt_tenant));
 	C("defaultWindowNs", GPUEXT_DEVRT_DEFAULT_WINDOW_NS);
 	C("classStandard", GPUEXT_DEVRT_CLASS_STANDARD);
 	C("classLatencyCritical", GPUEXT_DEVRT_CLASS_LATENCY_CRITICAL);
 	C("classBestEffort", GPUEXT_DEVRT_CLASS_BEST_EFFORT);
 	C("classMax", GPUEXT_DEVRT_CLASS_MAX);
+	C("classV2Standard", GPUEXT_DEVRT_CLASS_V2_STANDARD);
+	C("classV2LatencyCritical", GPUEXT_DEVRT_CLASS_V2_LATENCY_CRITICAL);
+	C("classV2BestEffort", GPUEXT_DEVRT_CLASS_V2_BEST_EFFORT);
 	C("mpsPriorityMax", GPUEXT_DEVRT_MPS_PRIORITY_MAX);
 	OFF("offMagic", magic);
 	OFF("offVersion", version);

@@ -139,7 +139,8 @@ func Decode(b []byte) (Settings, error) {
 	if m := get(b, offMagic, sizeMagic); m != magic {
 		return Settings{}, fmt.Errorf("%w: magic %#x", ErrInvalid, m)
 	}
-	if v := get(b, offVersion, sizeVersion); v != version {
+	v := get(b, offVersion, sizeVersion)
+	if v != version && v != versionV2 {
 		return Settings{}, fmt.Errorf("%w: version %d, want %d", ErrInvalid, v, version)
 	}
 	if n := get(b, offSize, sizeSize); n != size {
@@ -166,8 +167,24 @@ func Decode(b []byte) (Settings, error) {
 	for i := 0; i < int(n); i++ {
 		s.DeviceQuotas = append(s.DeviceQuotas, get(b, offDeviceQuotaBytes+i*sizeDeviceQuotaBytes, sizeDeviceQuotaBytes))
 	}
+	if v == versionV2 && s.Class <= classMax {
+		s.Class = classFromV2(s.Class)
+	}
 	if err := s.Validate(); err != nil {
 		return Settings{}, err
 	}
 	return s, nil
+}
+
+// classFromV2 is a version 2 file's class (standard 0, latency-critical 1,
+// best-effort 2) in today's numbering (gpuext_prio.h), as the interposer
+// translates it (gpuext_devrt_class_from_v2).
+func classFromV2(c Class) Class {
+	switch c {
+	case classV2LatencyCritical:
+		return ClassLatencyCritical
+	case classV2BestEffort:
+		return ClassBestEffort
+	}
+	return ClassStandard
 }

@@ -92,6 +92,34 @@ func TestDecodeRefuses(t *testing.T) {
 	}
 }
 
+// A version 2 file (classes numbered standard 0, latency-critical 1,
+// best-effort 2) decodes with today's numbers (gpuext_prio.h); a class
+// number above the last is still refused.
+func TestDecodeVersion2(t *testing.T) {
+	good, err := Encode(Settings{TenantID: 3, QuotaBytes: 1 << 30, ActiveWindow: DefaultActiveWindow, Class: ClassStandard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v2, want := range map[uint32]Class{0: ClassStandard, 1: ClassLatencyCritical, 2: ClassBestEffort} {
+		b := append([]byte(nil), good...)
+		binary.LittleEndian.PutUint32(b[offVersion:], versionV2)
+		binary.LittleEndian.PutUint32(b[offPriorityClass:], v2)
+		s, err := Decode(b)
+		if err != nil || s.Class != want || s.TenantID != 3 || s.QuotaBytes != 1<<30 {
+			t.Errorf("version 2 class %d: %+v, %v; want class %d", v2, s, err, want)
+		}
+	}
+	b := append([]byte(nil), good...)
+	binary.LittleEndian.PutUint32(b[offVersion:], versionV2)
+	binary.LittleEndian.PutUint32(b[offPriorityClass:], classMax+1)
+	if _, err := Decode(b); !errors.Is(err, ErrInvalid) {
+		t.Errorf("version 2 class %d: err = %v, want ErrInvalid", classMax+1, err)
+	}
+	if version == versionV2 {
+		t.Fatalf("version %d is the old one", version)
+	}
+}
+
 func TestEncodeRefuses(t *testing.T) {
 	for name, s := range map[string]Settings{
 		"no window":         {Class: ClassLatencyCritical},

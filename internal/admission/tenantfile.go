@@ -66,13 +66,17 @@ type TenantFile struct {
 	QuotaAction string `json:"quotaAction,omitempty"`
 }
 
-// The catalog's class names as the device runtime's classes
-// (GPUEXT_DEVRT_CLASS_*, generated into tenantcfg). policies validates the
-// names; an unknown one is standard, as the device runtime always treated it.
-var devrtClasses = map[policies.PriorityClass]tenantcfg.Class{
-	policies.LatencyCritical: tenantcfg.ClassLatencyCritical,
-	policies.Standard:        tenantcfg.ClassStandard,
-	policies.BestEffort:      tenantcfg.ClassBestEffort,
+// devrtClass is a catalog class name as the device runtime's class: the
+// kernel ABI's number (priorityIDs), since both sides number the classes
+// from one header (kmod/include/gpuext_prio.h; TestOneClassNumbering).
+// policies validates the names; an unknown one is standard, as the device
+// runtime always treated it.
+func devrtClass(name policies.PriorityClass) tenantcfg.Class {
+	id, ok := priorityIDs[name]
+	if !ok {
+		return tenantcfg.ClassStandard
+	}
+	return tenantcfg.Class(id)
 }
 
 // Settings is the device runtime's view of the tenant (settings.bin). Every
@@ -91,7 +95,7 @@ func (tf TenantFile) Settings() tenantcfg.Settings {
 		TenantID:     uint64(tf.TenantID),
 		QuotaBytes:   tf.QuotaBytes,
 		ActiveWindow: window,
-		Class:        devrtClasses[policies.PriorityClass(tf.Class)],
+		Class:        devrtClass(policies.PriorityClass(tf.Class)),
 		SMPercent:    tf.SMPercent,
 		// the catalog bounds it; a hand-written config.json above the
 		// lowest is the lowest, not a file the interposer would ignore

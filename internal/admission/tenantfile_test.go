@@ -119,11 +119,20 @@ func changedFields(a, b tenantcfg.Settings) []string {
 // device runtime takes, with the policy's class (every catalog class has
 // its own), quota, SM share and a window resolved on the host.
 func TestTenantDirSettingsForCatalog(t *testing.T) {
+	// what the interposer acts on (devrt/lib/priority.c): named, not derived from devrtClass
+	classes := map[policies.PriorityClass]tenantcfg.Class{
+		policies.LatencyCritical: tenantcfg.ClassLatencyCritical,
+		policies.Standard:        tenantcfg.ClassStandard,
+		policies.BestEffort:      tenantcfg.ClassBestEffort,
+	}
 	seen := map[tenantcfg.Class]policies.PriorityClass{}
 	for _, name := range policies.Classes {
-		id, ok := devrtClasses[name]
+		id, ok := classes[name]
 		if !ok {
 			t.Errorf("class %q has no device runtime class", name)
+		}
+		if got := devrtClass(name); got != id {
+			t.Errorf("class %q: settings.bin class %d, want %d", name, got, id)
 		}
 		if other, dup := seen[id]; dup {
 			t.Errorf("classes %q and %q are both device runtime class %d", name, other, id)
@@ -143,7 +152,7 @@ func TestTenantDirSettingsForCatalog(t *testing.T) {
 			window = time.Duration(us) * time.Microsecond
 		}
 		want := tenantcfg.Settings{TenantID: 9, QuotaBytes: p.Memory.QuotaBytes, ActiveWindow: window,
-			Class: devrtClasses[p.Priority.Class], SMPercent: p.Priority.EffectiveSMPercent(),
+			Class: classes[p.Priority.Class], SMPercent: p.Priority.EffectiveSMPercent(),
 			MPSClientPriority: p.Priority.EffectiveMPSClientPriority(), LaunchGate: p.Priority.EffectiveLaunchGate()}
 		if !reflect.DeepEqual(s, want) {
 			t.Errorf("%s: settings.bin %+v, want %+v", name, s, want)
@@ -233,4 +242,21 @@ func writtenSettings(t *testing.T, c *Core, id bpf.TenantID, key string, p polic
 		t.Fatalf("%s: settings.bin: %v", p.Name, err)
 	}
 	return dir, s
+}
+
+// One numbering of the priority classes: the kernel's tenant config and the
+// device runtime's settings.bin carry the same number for each class, and an
+// unknown name is standard in settings.bin (never 0, latency-critical).
+func TestOneClassNumbering(t *testing.T) {
+	for _, name := range policies.Classes {
+		if k, d := uint32(priorityIDs[name]), uint32(devrtClass(name)); k != d {
+			t.Errorf("class %q: kernel ABI %d, settings.bin %d", name, k, d)
+		}
+	}
+	if got := devrtClass("no-such-class"); got != tenantcfg.ClassStandard {
+		t.Errorf("unknown class: settings.bin class %d, want standard (%d)", got, tenantcfg.ClassStandard)
+	}
+	if len(policies.Classes) != 3 {
+		t.Fatalf("%d catalog classes, the test knows 3", len(policies.Classes))
+	}
 }

@@ -40,12 +40,8 @@ typedef int64_t __s64;
 #define GPUEXT_MAX_TENANTS 4096
 #define GPUEXT_MAX_CGROUPS 16384
 
-/* Priority classes, most urgent first. */
-enum gpuext_priority_class {
-	GPUEXT_PRIO_LATENCY_CRITICAL = 0,
-	GPUEXT_PRIO_STANDARD = 1,
-	GPUEXT_PRIO_BEST_EFFORT = 2,
-};
+/* Priority classes, most urgent first (enum gpuext_priority_class): one numbering with the device runtime. */
+#include "gpuext_prio.h"
 
 /* Eviction policies a tenant may name (memory struct_ops by id). */
 enum gpuext_eviction_policy {

@@ -70,7 +70,7 @@ const (
 	MaxViewEntries     = 1000
 	DefaultViewTop     = 20
 	DefaultViewLast    = 10
-	MaxKernelNameBytes = 4096
+	MaxKernelNameBytes = probe.MaxKernelNameBytes // what the interposer's module.conf parser takes
 )
 
 // Probe is one catalog entry.
@@ -154,7 +154,8 @@ type HostWrite struct {
 }
 
 // MaxHostWrites bounds a probe's hostWrites (module.conf's host_write lines).
-const MaxHostWrites = 8
+// It is the interposer's limit (GPUEXT_DEVRT_CONF_MAX_HOST_WRITES).
+const MaxHostWrites = probe.MaxHostWrites
 
 // Mean is a derived value of a counters view: Sum / Count.
 type Mean struct {

@@ -19,10 +19,10 @@ import (
 )
 
 // ConfFile is the module description the interposer reads (docs/device-probes.md).
-const ConfFile = "module.conf"
+const ConfFile = probe.ConfFile
 
 // ConfVersion is the version line of module.conf.
-const ConfVersion = 1
+const ConfVersion = probe.ConfVersion
 
 // ErrNoProbes: Compile was given an empty probe set.
 var ErrNoProbes = errors.New("no probes to compile")
@@ -332,14 +332,18 @@ func probeKernels(probeName string, catalog, progs []string, results map[string]
 func SpliceConf(mod *ptx.Module) string {
 	var b strings.Builder
 	if len(mod.Inline) == 2 {
-		b.WriteString("inline 1\n")
+		fmt.Fprintf(&b, "%s 1\n", probe.ConfDirectiveInline)
 	}
 	for _, a := range []probe.Attach{probe.KernelEntry, probe.KernelExit} {
-		g := "none"
+		g := probe.ConfGuardNone
 		if mod.Guard[a] {
-			g = "thread0"
+			g = probe.ConfGuardThread0
 		}
-		fmt.Fprintf(&b, "guard_%s %s\n", strings.TrimPrefix(a.String(), "kernel_"), g)
+		d := probe.ConfDirectiveGuardEntry
+		if a == probe.KernelExit {
+			d = probe.ConfDirectiveGuardExit
+		}
+		fmt.Fprintf(&b, "%s %s\n", d, g)
 	}
 	return b.String()
 }
@@ -358,22 +362,22 @@ func SpliceConf(mod *ptx.Module) string {
 //	                             OFFSET in SYMBOL; an older one ignores it)
 func Conf(m probe.Manifest) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "version %d\n", ConfVersion)
-	fmt.Fprintf(&b, "min_ptx %s\n", m.MinPTX)
-	fmt.Fprintf(&b, "min_target %d\n", m.MinTarget)
+	fmt.Fprintf(&b, "%s %d\n", probe.ConfDirectiveVersion, ConfVersion)
+	fmt.Fprintf(&b, "%s %s\n", probe.ConfDirectiveMinPTX, m.MinPTX)
+	fmt.Fprintf(&b, "%s %d\n", probe.ConfDirectiveMinTarget, m.MinTarget)
 	lt := 0
 	if m.LaunchTime {
 		lt = 1
 	}
-	fmt.Fprintf(&b, "launch_time %d\n", lt)
+	fmt.Fprintf(&b, "%s %d\n", probe.ConfDirectiveLaunchTime, lt)
 	for _, k := range m.Kernels {
-		fmt.Fprintf(&b, "kernel %s\n", k)
+		fmt.Fprintf(&b, "%s %s\n", probe.ConfDirectiveKernel, k)
 	}
 	for _, mi := range m.Maps {
-		fmt.Fprintf(&b, "map %s %s %d\n", mi.Name, mi.Symbol, uint64(probe.MapHdrSize)+mi.Layout.DataSize)
+		fmt.Fprintf(&b, "%s %s %s %d\n", probe.ConfDirectiveMap, mi.Name, mi.Symbol, uint64(probe.MapHdrSize)+mi.Layout.DataSize)
 	}
 	for _, hw := range m.HostWrites {
-		fmt.Fprintf(&b, "host_write %s %s %d\n", hw.Value, hw.Symbol, hw.Offset)
+		fmt.Fprintf(&b, "%s %s %s %d\n", probe.ConfDirectiveHostWrite, hw.Value, hw.Symbol, hw.Offset)
 	}
 	return b.String()
 }

@@ -54,24 +54,24 @@ func ParseStatus(pid int, text string) (images []ImageState, off []string) {
 				kv[k] = v
 			}
 		}
-		img, state, reason := kv["image"], kv["state"], kv["reason"]
-		delete(kv, "image")
-		delete(kv, "state")
-		delete(kv, "reason")
-		if img == "-" {
-			if lt, ok := kv["launch_time"]; ok && state == "" {
-				off = append(off, "launch_time="+lt+":"+reason) // probes on, launch times not written
+		img, state, reason := kv[probe.StatusKeyImage], kv[probe.StatusKeyState], kv[probe.StatusKeyReason]
+		delete(kv, probe.StatusKeyImage)
+		delete(kv, probe.StatusKeyState)
+		delete(kv, probe.StatusKeyReason)
+		if img == probe.StatusImageNone {
+			if lt, ok := kv[probe.StatusKeyLaunchTime]; ok && state == "" {
+				off = append(off, probe.StatusKeyLaunchTime+"="+lt+":"+reason) // probes on, launch times not written
 			} else {
 				off = append(off, reason)
 			}
 			continue
 		}
 		idx, err := strconv.Atoi(img)
-		if err == nil && state == "unbound" && kv["final"] == "missed" {
+		if err == nil && state == probe.StatusUnbound && kv[probe.StatusKeyFinal] == probe.StatusMissed {
 			missed[idx] = true
 			continue
 		}
-		if err != nil || (state != "patched" && state != "unpatched") {
+		if err != nil || (state != probe.StatusPatched && state != probe.StatusUnpatched) {
 			continue // a line this reader does not know, or a context bound
 		}
 		if len(kv) == 0 {
@@ -143,6 +143,10 @@ type Tenant struct {
 	Read      int64 `json:"-"`
 	OverTotal bool  `json:"-"`
 }
+
+// launchTimeOffPrefix starts what ParseStatus returns for a process whose
+// launch times stopped being written (image=- launch_time=off reason=R).
+const launchTimeOffPrefix = probe.StatusKeyLaunchTime + "=" + probe.StatusOff + ":"
 
 // MaxKeptRecords is how many of a ringbuf's last records an Aggregate
 // keeps for the views (probes.MaxViewEntries: the most a view shows).
@@ -268,8 +272,8 @@ func ReadTenantWithin(dir string, manifest *probe.Manifest, lim Limits) (*Tenant
 			continue
 		}
 		switch {
-		case strings.HasSuffix(name, ".status"):
-			pid, err := strconv.Atoi(strings.TrimSuffix(name, ".status"))
+		case strings.HasSuffix(name, probe.StatusSuffix):
+			pid, err := strconv.Atoi(strings.TrimSuffix(name, probe.StatusSuffix))
 			if err != nil {
 				continue
 			}
@@ -287,7 +291,7 @@ func ReadTenantWithin(dir string, manifest *probe.Manifest, lim Limits) (*Tenant
 				if s.MissedFinal {
 					t.MissedFinal++
 				}
-				if s.State == "patched" {
+				if s.State == probe.StatusPatched {
 					t.Patched++
 				} else {
 					t.Unpatched++
@@ -299,7 +303,7 @@ func ReadTenantWithin(dir string, manifest *probe.Manifest, lim Limits) (*Tenant
 			}
 			for _, r := range off {
 				m := &t.Off
-				if lt, ok := strings.CutPrefix(r, "launch_time=off:"); ok {
+				if lt, ok := strings.CutPrefix(r, launchTimeOffPrefix); ok {
 					m, r = &t.LaunchTimeOff, lt
 				}
 				if *m == nil {
@@ -307,7 +311,7 @@ func ReadTenantWithin(dir string, manifest *probe.Manifest, lim Limits) (*Tenant
 				}
 				(*m)[r]++
 			}
-		case strings.HasSuffix(name, ".launches"):
+		case strings.HasSuffix(name, probe.LaunchesSuffix):
 			b, err := read(name, launches.MaxFileSize)
 			if err != nil {
 				return nil, err
@@ -325,7 +329,7 @@ func ReadTenantWithin(dir string, manifest *probe.Manifest, lim Limits) (*Tenant
 				t.Launches = launches.NewTable()
 			}
 			t.Launches.Add(f)
-		case strings.HasSuffix(name, ".maps"):
+		case strings.HasSuffix(name, probe.MapsSuffix):
 			b, err := read(name, lim.Maps)
 			if err != nil {
 				return nil, err

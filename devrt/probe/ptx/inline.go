@@ -32,22 +32,26 @@ import (
 // A program's exit is a branch to the end of its own block; its return
 // value is not used (as in the dispatch).
 const (
-	InlineSite     = "@GXSITE@"
-	InlineKernelID = "@GXKID@"
+	InlineSite     = probe.InlineSite
+	InlineKernelID = probe.InlineKernelID
 	// GuardMark is the comment line of a template translated for the
-	// thread-0 site guard: the patcher (devrt/lib/ptxpatch.h,
-	// GX_INLINE_GUARD_MARK) then runs it under the guard whatever
-	// module.conf says.
-	GuardMark = "// gpuext: runs under the thread-0 site guard"
+	// thread-0 site guard: the patcher (GPUEXT_DEVRT_INLINE_GUARD_MARK,
+	// devrt/include/gpuext_devrt_probes.h) then runs it under the guard
+	// whatever module.conf says.
+	GuardMark = probe.InlineGuardMark
 	// SharedSlotReg is the kernel-scope register the entry block sets to
 	// the block's linear index and the exit block reads (a per-warp map
 	// updated only atomically takes its slot from it).
 	SharedSlotReg = "%__gxbs" + InlineSite
 )
 
-// InlineFile is the bundle file of an attach point's inline form.
+// InlineFile is the bundle file of an attach point's inline form
+// (probe.InlineEntryFile, probe.InlineExitFile).
 func InlineFile(a probe.Attach) string {
-	return "inline_" + strings.TrimPrefix(a.String(), "kernel_") + ".ptx"
+	if a == probe.KernelExit {
+		return probe.InlineExitFile
+	}
+	return probe.InlineEntryFile
 }
 
 // inlineKey is a map_lookup_elem whose map is known statically.
