@@ -1,8 +1,10 @@
 package devrt
 
 // The files a tenant's processes leave in its probes directory: a process
-// that is gone (exited, or killed) has its files removed by the next
-// process of the tenant; a live one keeps them.
+// that is gone (exited, or killed) keeps its files, so its counts stay in
+// the tenant's totals, until more than GPUEXT_DEVRT_PROBE_KEEP_GONE (64)
+// processes are gone: then the next process of the tenant removes the
+// oldest beyond that many. A live one always keeps them.
 
 import (
 	"fmt"
@@ -55,15 +57,39 @@ func startHolder(t *testing.T, tn *tenant, in string) *exec.Cmd {
 	}
 }
 
+// TestProbeFilesOfGoneProcessesKept: by default the next process keeps
+// the files of processes that are gone (the tenant's totals count them).
+func TestProbeFilesOfGoneProcessesKept(t *testing.T) {
+	tn := probeTenant(t, 45, true)
+	in := filepath.Join("testdata", "ptx", "multi.ptx")
+	dir := filepath.Join(tn.acct, "probes")
+	first := tn.runImages(nil, "mod", in, "launch", "1")
+	had := filesOf(t, dir, first.pid)
+	if len(had) < 2 {
+		t.Fatalf("a process's files after it ran: %v, want its status and maps", had)
+	}
+	next := tn.runImages(nil, "mod", in, "launch", "1")
+	if got := filesOf(t, dir, first.pid); strings.Join(got, " ") != strings.Join(had, " ") {
+		t.Errorf("the gone process %d's files after the next one started: %v, want %v kept", first.pid, got, had)
+	}
+	if got := filesOf(t, dir, next.pid); len(got) < 2 {
+		t.Errorf("the next process's own files: %v", got)
+	}
+}
+
+// TestProbeFilesOfGoneProcessesRemoved: past the tenant's keep count (here
+// 1), the next process removes the files of the oldest gone processes.
 func TestProbeFilesOfGoneProcessesRemoved(t *testing.T) {
 	tn := probeTenant(t, 44, true)
 	in := filepath.Join("testdata", "ptx", "multi.ptx")
 	dir := filepath.Join(tn.acct, "probes")
+	keep1 := []string{"GPUEXT_DEVRT_PROBE_KEEP_GONE=1"}
 
-	exited := tn.runImages(nil, "mod", in, "launch", "1")
+	exited := tn.runImages(keep1, "mod", in, "launch", "1")
 	if got := filesOf(t, dir, exited.pid); len(got) < 2 {
 		t.Fatalf("a process's files after it ran: %v, want its status and maps", got)
 	}
+	time.Sleep(20 * time.Millisecond) // the killed one's status is newer
 	live := startHolder(t, tn, in)
 	killed := startHolder(t, tn, in)
 	if err := killed.Process.Signal(syscall.SIGKILL); err != nil {
@@ -72,11 +98,12 @@ func TestProbeFilesOfGoneProcessesRemoved(t *testing.T) {
 	killed.Wait()
 	liveFiles := filesOf(t, dir, live.Process.Pid)
 
-	next := tn.runImages(nil, "mod", in, "launch", "1")
-	for what, pid := range map[string]int{"exited": exited.pid, "killed": killed.Process.Pid} {
-		if got := filesOf(t, dir, pid); len(got) != 0 {
-			t.Errorf("the %s process %d's files are still there after the next process started: %v", what, pid, got)
-		}
+	next := tn.runImages(keep1, "mod", in, "launch", "1")
+	if got := filesOf(t, dir, exited.pid); len(got) != 0 {
+		t.Errorf("the oldest gone process %d's files are still there after the next process started (keep 1): %v", exited.pid, got)
+	}
+	if got := filesOf(t, dir, killed.Process.Pid); len(got) == 0 {
+		t.Errorf("the newest gone process %d's files were removed (keep 1)", killed.Process.Pid)
 	}
 	if got := filesOf(t, dir, live.Process.Pid); len(got) == 0 || !strings.Contains(strings.Join(got, " "), fmt.Sprintf("%d.status", live.Process.Pid)) {
 		t.Errorf("a live process's files were removed: had %v, have %v", liveFiles, got)

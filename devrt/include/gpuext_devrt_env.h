@@ -21,6 +21,9 @@
 /* Set by a user or a test, never by admission. */
 #define GPUEXT_ENV_DEVRT_DEBUG "GPUEXT_DEVRT_DEBUG"     /* non-empty, not "0": one stderr line per decision */
 #define GPUEXT_ENV_DEVRT_TRACE "GPUEXT_DEVRT_TRACE"     /* a file: each process appends one line at load */
+/* how many gone processes' probe files a tenant keeps (default 64): their
+ * counts stay in the tenant's totals until more than that many are gone */
+#define GPUEXT_ENV_DEVRT_PROBE_KEEP_GONE "GPUEXT_DEVRT_PROBE_KEEP_GONE"
 /* CUDA's own: admission sets the pipe directory when the host runs MPS; the interposer sets the share. */
 #define GPUEXT_ENV_MPS_PIPE_DIRECTORY "CUDA_MPS_PIPE_DIRECTORY"
 #define GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
@@ -39,6 +42,7 @@
 	X(EnvPolicy, GPUEXT_ENV_POLICY)                                    \
 	X(EnvDevrtDebug, GPUEXT_ENV_DEVRT_DEBUG)                           \
 	X(EnvDevrtTrace, GPUEXT_ENV_DEVRT_TRACE)                           \
+	X(EnvDevrtProbeKeepGone, GPUEXT_ENV_DEVRT_PROBE_KEEP_GONE)         \
 	X(EnvMPSPipeDir, GPUEXT_ENV_MPS_PIPE_DIRECTORY)                    \
 	X(EnvMPSActiveThreadPercentage, GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE) \
 	X(EnvMPSClientPriority, GPUEXT_ENV_MPS_CLIENT_PRIORITY)            \

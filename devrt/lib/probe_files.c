@@ -9,9 +9,11 @@
  * open-file-description write lock on its first byte, to <key>.status:
  * the lock lives as long as the process (the descriptor is never closed;
  * a killed process cannot leave it held), and a name is never there
- * without its lock. At the claim, the process removes the files of every
- * key whose status file nobody holds locked: its owner exited or was
- * killed. Only the tenant's own processes share the directory, so what
+ * without its lock. The files of a process that exited or was killed (its
+ * status file locked by nobody) stay: their counts are part of the
+ * tenant's totals (gpuextctl probes, /metrics). At the claim, when more
+ * than GX_KEEP_GONE processes are gone, the process removes the files of
+ * the oldest (by their status file's time) beyond that many. Only the tenant's own processes share the directory, so what
  * this removes is the tenant's own; the directory is bounded anyway (a
  * tmpfs per tenant, docs/host-agent.md).
  */
@@ -31,8 +33,10 @@
 /* The lock that says the process lives: never closed. */
 static int gx_claim_fd = -1;
 
-/* the most dead keys one sweep removes (the rest: the next process's) */
+/* the most dead keys one sweep looks at (the rest: the next process's) */
 #define GX_SWEEP_MAX 1024
+/* gone processes whose files are kept (GPUEXT_DEVRT_PROBE_KEEP_GONE) */
+#define GX_KEEP_GONE 64
 
 static int gx_locked_byte0(int fd, short type, int cmd)
 {
@@ -66,6 +70,34 @@ static int gx_int_cmp(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+struct gx_gone {
+	long long mtime_ns;
+	int key;
+};
+
+static int gx_gone_cmp(const void *a, const void *b) /* oldest first */
+{
+	const struct gx_gone *x = a, *y = b;
+
+	if (x->mtime_ns != y->mtime_ns)
+		return (x->mtime_ns > y->mtime_ns) - (x->mtime_ns < y->mtime_ns);
+	return (x->key > y->key) - (x->key < y->key);
+}
+
+/* How many gone processes' files a tenant keeps: the tenant's own choice
+ * (its directory is its own, bounded tmpfs), default GX_KEEP_GONE. */
+static int gx_keep_gone(void)
+{
+	const char *s = getenv(GPUEXT_ENV_DEVRT_PROBE_KEEP_GONE);
+	char *end;
+	long v;
+
+	if (!s || !*s)
+		return GX_KEEP_GONE;
+	v = strtol(s, &end, 10);
+	return *end || v < 0 || v > GX_SWEEP_MAX ? GX_KEEP_GONE : (int)v;
+}
+
 /*
  * Removes the files of keys whose <key>.status is not locked, and claim
  * files left by processes killed while claiming. self is ours.
@@ -73,14 +105,15 @@ static int gx_int_cmp(const void *a, const void *b)
 static void gx_sweep_dead(int self)
 {
 	static int dead[GX_SWEEP_MAX];
-	int ndead = 0, dfd;
+	static struct gx_gone gone[GX_SWEEP_MAX];
+	int ndead = 0, ngone = 0, keep = gx_keep_gone(), dfd;
 	DIR *d = opendir(gx_pr.dir);
 	struct dirent *e;
 
 	if (!d)
 		return;
 	dfd = dirfd(d);
-	while ((e = readdir(d)) && ndead < GX_SWEEP_MAX) {
+	while ((e = readdir(d)) && ngone < GX_SWEEP_MAX) {
 		int k = gx_name_key(e->d_name), fd, held;
 		int claim = !strncmp(e->d_name, ".claim-", 7);
 		struct stat st;
@@ -98,10 +131,18 @@ static void gx_sweep_dead(int self)
 		close(fd);
 		if (held != 0)
 			continue; /* alive, or cannot tell: kept */
-		if (claim)
+		if (claim) {
 			(void)unlinkat(dfd, e->d_name, 0);
-		else
-			dead[ndead++] = k;
+		} else {
+			gone[ngone].key = k;
+			gone[ngone].mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+			ngone++;
+		}
+	}
+	if (ngone > keep) { /* the oldest beyond keep go */
+		qsort(gone, (size_t)ngone, sizeof(gone[0]), gx_gone_cmp);
+		for (int i = 0; i < ngone - keep; i++)
+			dead[ndead++] = gone[i].key;
 	}
 	if (ndead) {
 		qsort(dead, (size_t)ndead, sizeof(dead[0]), gx_int_cmp);
@@ -122,7 +163,7 @@ static void gx_sweep_dead(int self)
 			snprintf(name, sizeof(name), "%d" GPUEXT_DEVRT_PROBES_STATUS_SUFFIX, dead[i]);
 			(void)unlinkat(dfd, name, 0);
 		}
-		GX_DEBUG("probes: removed the files of %d processes that are gone", ndead);
+		GX_DEBUG("probes: removed the files of %d of the %d processes that are gone (keeping %d)", ndead, ngone, keep);
 	}
 	closedir(d);
 }

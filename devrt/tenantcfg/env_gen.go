@@ -14,6 +14,7 @@ const (
 	EnvPolicy                    = "GPUEXT_POLICY"
 	EnvDevrtDebug                = "GPUEXT_DEVRT_DEBUG"
 	EnvDevrtTrace                = "GPUEXT_DEVRT_TRACE"
+	EnvDevrtProbeKeepGone        = "GPUEXT_DEVRT_PROBE_KEEP_GONE"
 	EnvMPSPipeDir                = "CUDA_MPS_PIPE_DIRECTORY"
 	EnvMPSActiveThreadPercentage = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 	EnvMPSClientPriority         = "CUDA_MPS_CLIENT_PRIORITY"
