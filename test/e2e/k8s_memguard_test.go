@@ -15,9 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuext/gpuext/internal/privtest"
 	"github.com/gpuext/gpuext/test/k8s/k8slab"
-	"github.com/gpuext/gpuext/test/lab"
 )
 
 // k8sHostAgent runs the agent on the node as deploy/systemd's
@@ -109,16 +107,7 @@ spec:
 // container (OnFailure), shows the same stop under Last State; the pod
 // holding 3 GiB keeps running.
 func TestK8sMemoryGuardTerminationMessage(t *testing.T) {
-	lab.RequireRoot(t)
-	k8sMountBPFFS(t)
-	work, err := os.MkdirTemp("", "gpuext-k8sguard-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(work) })
-	privtest.UnmountUnder(t, work) // the tenants' accounting dirs, before the removal
-	pinDir := fmt.Sprintf("/sys/fs/bpf/gpuext-k8sguard-%d", time.Now().UnixNano())
-	t.Cleanup(func() { os.RemoveAll(pinDir) })
+	work, pinDir := k8sWorkDirs(t, "k8sguard")
 
 	devrt := buildDevrt(t, work)
 	payload := payloadDirIn(t, work)

@@ -235,18 +235,9 @@ func k8sTenants(t *testing.T, pinDir string) (map[string]bpf.Tenant, map[string]
 // agent keeps every live tenant once; helm uninstall cleans the node while
 // the pods keep running.
 func TestK8sChartGPUMemory(t *testing.T) {
-	lab.RequireRoot(t)
 	// The chart's bpffs.mountPropagation None (this host's mounts are
 	// private): the node must have bpffs before the agent starts.
-	k8sMountBPFFS(t)
-	work, err := os.MkdirTemp("", "gpuext-k8se2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(work) })
-	privtest.UnmountUnder(t, work) // the tenants' accounting dirs, before the removal
-	pinDir := fmt.Sprintf("/sys/fs/bpf/gpuext-k8se2e-%d", time.Now().UnixNano())
-	t.Cleanup(func() { os.RemoveAll(pinDir) })
+	work, pinDir := k8sWorkDirs(t, "k8se2e")
 	stateDir := filepath.Join(work, "state")
 
 	const image = "localhost/gpuext:k8s-e2e"
@@ -447,4 +438,22 @@ func k8sMountBPFFS(t *testing.T) {
 func k8sIsBPFFS(dir string) bool {
 	var st syscall.Statfs_t
 	return syscall.Statfs(dir, &st) == nil && st.Type == 0xcafe4a11 // BPF_FS_MAGIC
+}
+
+// k8sWorkDirs is what a Kubernetes-lab test starts from: root, the node's
+// bpffs, a work dir (its tenants' accounting dirs unmounted and it removed
+// at the end) and a pin dir of its own (removed at the end).
+func k8sWorkDirs(t *testing.T, name string) (work, pinDir string) {
+	t.Helper()
+	lab.RequireRoot(t)
+	k8sMountBPFFS(t)
+	work, err := os.MkdirTemp("", "gpuext-"+name+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(work) })
+	privtest.UnmountUnder(t, work) // the tenants' accounting dirs, before the removal
+	pinDir = fmt.Sprintf("/sys/fs/bpf/gpuext-%s-%d", name, time.Now().UnixNano())
+	t.Cleanup(func() { os.RemoveAll(pinDir) })
+	return work, pinDir
 }
