@@ -20,16 +20,7 @@ import (
 // reading the request's head; it returns the socket and the requests' heads.
 func fakeAgent(t *testing.T, answer string) (string, <-chan string) {
 	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "gx-api-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "agent.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sock, ln := listenSocket(t)
 	t.Cleanup(func() { ln.Close() })
 	heads := make(chan string, 8)
 	go func() {
@@ -102,6 +93,30 @@ func TestClientAnswers(t *testing.T) {
 // An agent that accepts and never answers (hung, or stopped) costs the
 // hook its timeout, not the runtime's hook timeout; no socket fails at once.
 func TestClientTimeoutAndNoAgent(t *testing.T) {
+	sock, ln := listenSocket(t)
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			time.Sleep(3 * time.Second)
+			c.Close()
+		}
+	}()
+	start := time.Now()
+	_, err := NewClient(sock, 300*time.Millisecond).Admit(ContainerInfo{ID: "c1"})
+	if took := time.Since(start); !errors.Is(err, ErrUnavailable) || took > 2*time.Second {
+		t.Fatalf("hung agent: err %v after %v, want unavailable after about 300ms", err, took)
+	}
+	_, err = NewClient(filepath.Join(filepath.Dir(sock), "none.sock"), time.Second).Admit(ContainerInfo{ID: "c1"})
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "none.sock") {
+		t.Fatalf("no agent: err %v, want unavailable naming the socket", err)
+	}
+}
+
+// listenSocket listens on a unix socket in a short temporary dir (socket
+// paths are bounded) removed at the end.
+func listenSocket(t *testing.T) (string, net.Listener) {
+	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", "gx-api-")
 	if err != nil {
 		t.Fatal(err)
@@ -112,21 +127,5 @@ func TestClientTimeoutAndNoAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			time.Sleep(3 * time.Second)
-			c.Close()
-		}
-	}()
-	start := time.Now()
-	_, err = NewClient(sock, 300*time.Millisecond).Admit(ContainerInfo{ID: "c1"})
-	if took := time.Since(start); !errors.Is(err, ErrUnavailable) || took > 2*time.Second {
-		t.Fatalf("hung agent: err %v after %v, want unavailable after about 300ms", err, took)
-	}
-	_, err = NewClient(filepath.Join(dir, "none.sock"), time.Second).Admit(ContainerInfo{ID: "c1"})
-	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "none.sock") {
-		t.Fatalf("no agent: err %v, want unavailable naming the socket", err)
-	}
+	return sock, ln
 }
