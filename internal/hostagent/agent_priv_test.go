@@ -32,6 +32,7 @@ func testConfig(t *testing.T) config.Config {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	privtest.UnmountUnder(t, dir) // the tenants' accounting dirs (tmpfs), before the removal
 	cfg := config.Default()
 	cfg.PinDir = fmt.Sprintf("/sys/fs/bpf/gpuext-hostagent-%d-%d", os.Getpid(), time.Now().UnixNano())
 	t.Cleanup(func() { os.RemoveAll(cfg.PinDir) })
