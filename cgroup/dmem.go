@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpuext/gpuext/internal/tenantfs"
+	"github.com/gpuext/gpuext/lib/tenantfs"
 )
 
 // The kernel's cgroup dmem controller (Linux 6.14+, CONFIG_CGROUP_DMEM)

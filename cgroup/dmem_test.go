@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuext/gpuext/internal/tenantfs"
+	"github.com/gpuext/gpuext/lib/tenantfs"
 )
 
 func TestNormalizePCIBusID(t *testing.T) {

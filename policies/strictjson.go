@@ -1,6 +1,6 @@
 package policies
 
-import "github.com/gpuext/gpuext/internal/strictjson"
+import "github.com/gpuext/gpuext/lib/strictjson"
 
 // decodeStrict is strictjson.Decode with errors that wrap ErrBadCatalog.
 func decodeStrict(data []byte, v any) error {

@@ -17,8 +17,8 @@ import (
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/internal/strictjson"
-	"github.com/gpuext/gpuext/internal/tenantfs"
+	"github.com/gpuext/gpuext/lib/strictjson"
+	"github.com/gpuext/gpuext/lib/tenantfs"
 	"github.com/gpuext/gpuext/policies"
 )
 

@@ -7,7 +7,7 @@
 // reads.
 //
 // The usage files are the tenants' and hostile: the publisher reads them
-// with pread through internal/tenantfs (no links, regular files only,
+// with pread through lib/tenantfs (no links, regular files only,
 // never mapped), reads only the tenants that the host's own state (a
 // Source: the tenant dirs' settings.bin) calls latency-critical, and clamps
 // each deadline to now + that tenant's window as the host knows it. What a

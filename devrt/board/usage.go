@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuext/gpuext/internal/tenantfs"
+	"github.com/gpuext/gpuext/lib/tenantfs"
 )
 
 // ErrUsageInvalid is wrapped by ReadUsage's errors for a usage file that
@@ -29,7 +29,7 @@ type Usage struct {
 
 // ReadUsage reads the usage file of the tenant accounting dir acctDir
 // (<stateDir>/acct/<id>: its parent is the host's, acctDir itself and the
-// file are the tenant's). The file is opened through internal/tenantfs (no
+// file are the tenant's). The file is opened through lib/tenantfs (no
 // links, a regular file of at most the layout's size) and read with pread.
 // A slot counts only while its owner lives: owners hold an
 // open-file-description lock on their slot (the device runtime's liveness

@@ -3,7 +3,7 @@
  * key=value lines, the one reader of gpuext_devrt_shm.h outside the library
  * (tests parse its output instead of mirroring the layout). Test tooling, not
  * installed: it maps the files it reads, which the host agent never does (its
- * reader is devrt/board, through internal/tenantfs).
+ * reader is devrt/board, through lib/tenantfs).
  *
  *   usage_dump FILE
  *   header magic=ok version=1 nslots=256 tenant=3 quota=... used=... peak=... refused=... delayed=... delayed_ns=... launches=... lc_active_until_ns=... class=...

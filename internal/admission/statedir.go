@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/internal/atomicfile"
+	"github.com/gpuext/gpuext/lib/atomicfile"
 )
 
 // acctDir is the tenant's writable accounting directory (the device

@@ -13,9 +13,9 @@ import (
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/devrt/probe/compile"
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
-	"github.com/gpuext/gpuext/internal/atomicfile"
-	"github.com/gpuext/gpuext/internal/strictjson"
-	"github.com/gpuext/gpuext/internal/tenantfs"
+	"github.com/gpuext/gpuext/lib/atomicfile"
+	"github.com/gpuext/gpuext/lib/strictjson"
+	"github.com/gpuext/gpuext/lib/tenantfs"
 	"github.com/gpuext/gpuext/policies"
 )
 

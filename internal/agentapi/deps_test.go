@@ -28,8 +28,8 @@ var (
 		"github.com/gpuext/gpuext/internal/config",             // the config file (format, validation)
 		"github.com/gpuext/gpuext/internal/deviceplugin/pools", // its devicePlugin section, validated
 		"github.com/gpuext/gpuext/internal/logging",
-		"github.com/gpuext/gpuext/internal/strictjson",
-		"github.com/gpuext/gpuext/internal/atomicfile",
+		"github.com/gpuext/gpuext/lib/strictjson",
+		"github.com/gpuext/gpuext/lib/atomicfile",
 		"github.com/gpuext/gpuext/policies/grammar", // gpuext.io keys, as selection reads them
 		"github.com/gpuext/gpuext/bpf/ids",          // TenantID, Runtime: no BPF
 		"github.com/gpuext/gpuext/cgroup/pcibus",    // PCI bus ids in devicePlugin.gpus

@@ -23,7 +23,7 @@ import (
 	"github.com/gpuext/gpuext/bpf/ids"
 	"github.com/gpuext/gpuext/internal/deviceplugin/pools"
 	"github.com/gpuext/gpuext/internal/failmode"
-	"github.com/gpuext/gpuext/internal/strictjson"
+	"github.com/gpuext/gpuext/lib/strictjson"
 	"github.com/gpuext/gpuext/policies/grammar"
 )
 

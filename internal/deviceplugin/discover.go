@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/gpuext/gpuext/cgroup"
-	"github.com/gpuext/gpuext/internal/strictjson"
+	"github.com/gpuext/gpuext/lib/strictjson"
 
 	"github.com/gpuext/gpuext/internal/deviceplugin/pools"
 )

@@ -16,7 +16,7 @@
 //     the next scrape.
 //
 // What a tenant can write is hostile input here too: the usage file and the
-// probes' files are read through internal/tenantfs (no links, regular files
+// probes' files are read through lib/tenantfs (no links, regular files
 // only, bounded sizes, pread), a scrape reads at most MaxTenants tenants and
 // a bounded number of bytes of each, and every label value is cut to valid
 // UTF-8 of at most MaxLabelBytes. A file that is refused shows as a state

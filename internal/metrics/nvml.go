@@ -14,7 +14,7 @@ import (
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/internal/deviceplugin"
-	"github.com/gpuext/gpuext/internal/strictjson"
+	"github.com/gpuext/gpuext/lib/strictjson"
 )
 
 // The agent is static (CGO_ENABLED=0) and go-nvml needs cgo, so the

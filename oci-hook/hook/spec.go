@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpuext/gpuext/internal/atomicfile"
+	"github.com/gpuext/gpuext/lib/atomicfile"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 

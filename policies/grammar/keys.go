@@ -8,7 +8,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/gpuext/gpuext/internal/strictjson"
+	"github.com/gpuext/gpuext/lib/strictjson"
 )
 
 // Domain is the key domain of gpuext labels and annotations.

@@ -16,7 +16,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/internal/strictjson"
+	"github.com/gpuext/gpuext/lib/strictjson"
 )
 
 //go:embed catalog/*.json *.o

@@ -10,7 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/internal/strictjson"
+	"github.com/gpuext/gpuext/lib/strictjson"
 )
 
 // TestBuiltinCatalog is the smoke test of the embedded probe catalog: every

@@ -17,8 +17,8 @@ import (
 
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/verifier"
-	"github.com/gpuext/gpuext/internal/strictjson"
-	"github.com/gpuext/gpuext/internal/tenantfs"
+	"github.com/gpuext/gpuext/lib/strictjson"
+	"github.com/gpuext/gpuext/lib/tenantfs"
 )
 
 // A probe directory (the config's probeDir) holds device probes that are

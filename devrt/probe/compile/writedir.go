@@ -12,7 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/gpuext/gpuext/internal/atomicfile"
+	"github.com/gpuext/gpuext/lib/atomicfile"
 )
 
 var tmpSeq atomic.Uint64

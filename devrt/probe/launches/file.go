@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gpuext/gpuext/internal/tenantfs"
+	"github.com/gpuext/gpuext/lib/tenantfs"
 )
 
 // The .launches file written by the interposer (devrt/lib/probe_hostlaunch.c

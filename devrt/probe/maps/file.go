@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
-	"github.com/gpuext/gpuext/internal/tenantfs"
+	"github.com/gpuext/gpuext/lib/tenantfs"
 )
 
 // The .maps file written by the interposer (devrt/lib/probe_copyout.c

@@ -14,7 +14,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/launches"
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
-	"github.com/gpuext/gpuext/internal/tenantfs"
+	"github.com/gpuext/gpuext/lib/tenantfs"
 	"github.com/gpuext/gpuext/policies/probes"
 )
 
@@ -167,7 +167,7 @@ const MaxEntries = 1 << 16
 // is an empty tenant.
 //
 // The directory and its files are the tenant's: dir's last component and
-// every file are opened through internal/tenantfs (no links, regular files
+// every file are opened through lib/tenantfs (no links, regular files
 // only, bounded: MaxStatusSize, MaxFileSize, MaxEntries). What it refuses is
 // named in Skipped, never read: a link to a host file shows nothing of it.
 func ReadTenant(dir string, manifest *probe.Manifest) (*Tenant, error) {
