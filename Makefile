@@ -56,7 +56,7 @@ test-go: ## go test of every package (as root: the privileged and real-runtime t
 
 # Packages whose tests are end to end: real runtimes, the Kubernetes lab, the
 # kernel lab's guest. Every other package runs in test-unit; its privileged
-# tests skip without root (privtest: they fail instead when CI=true).
+# tests skip without root (lib/testutil.SkipOrFail: they fail instead when CI=true).
 test-unit: ## every package whose tests need no root (the privileged ones skip without root); not ./test/...
 	$(GO) test -count=1 -p 1 $$($(GO) list ./... | grep -vE '/test(/|$$)')
 

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // TestOpenRegistryMountsBPFFS is the fresh host: in a mount namespace of its
@@ -19,7 +19,7 @@ import (
 // one bpf filesystem there, pin the registry, and all see the same maps.
 // It fails if opening the registry needs bpffs premounted.
 func TestOpenRegistryMountsBPFFS(t *testing.T) {
-	privtest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	cmd := helperCmd(t, "fresh-bpffs")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS} // Go makes / private first
 	out, err := cmd.Output()
@@ -109,7 +109,7 @@ func freshBPFFSHelper() int {
 // TestEnsureBPFFSError: a directory where nothing can be created gives an
 // error that names it.
 func TestEnsureBPFFSError(t *testing.T) {
-	privtest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	f, err := os.CreateTemp("", "gpuext-notadir")
 	if err != nil {
 		t.Fatal(err)

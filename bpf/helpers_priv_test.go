@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 
 	"golang.org/x/sys/unix"
 
@@ -37,7 +37,7 @@ func cgroup2Root(t *testing.T) string {
 
 // requireRoot skips a privileged test when not root, unless CI=true, where
 // a privileged test that cannot run is a failure.
-func requireRoot(t *testing.T) { privtest.RequireRoot(t) }
+func requireRoot(t *testing.T) { testutil.RequireRoot(t) }
 
 func randomSuffix(t *testing.T) string {
 	t.Helper()

@@ -9,13 +9,13 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // TestOpenRegistryMountsOnPinDir: a pin directory outside /sys/fs/bpf on
 // another filesystem gets a bpf filesystem mounted on itself.
 func TestOpenRegistryMountsOnPinDir(t *testing.T) {
-	privtest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	dir := filepath.Join(t.TempDir(), "pins", "gpuext")
 	r, err := OpenRegistry(dir)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/cgroup/cgrouptest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // cgPath is the cgroup path of the v2 directory dir.
@@ -39,7 +40,7 @@ func realResolver(t *testing.T) *cgroup.Resolver {
 // TestRealCgroup: a process started in a fresh cgroup resolves, by pid and by
 // path, to the id of the cgroup's directory, and is listed in its procs.
 func TestRealCgroup(t *testing.T) {
-	cgrouptest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	r := realResolver(t)
 	dir, id := cgrouptest.New(t)
 	var st syscall.Stat_t
@@ -92,7 +93,7 @@ func TestRealCgroup(t *testing.T) {
 // TestRealCgroupNotYet: a cgroup that does not exist yet resolves to its path
 // with ErrNotExist, and to its id once created.
 func TestRealCgroupNotYet(t *testing.T) {
-	cgrouptest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	r := realResolver(t)
 	dir, _ := cgrouptest.New(t)
 	p := cgPath(t, dir) + "/later"
@@ -116,7 +117,7 @@ func TestRealCgroupNotYet(t *testing.T) {
 // TestCgrouptestCleanup: the cleanup of cgrouptest.New removes nested cgroups
 // and moves processes still in them out first.
 func TestCgrouptestCleanup(t *testing.T) {
-	cgrouptest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	r := realResolver(t)
 	var dir string
 	var cmd interface {

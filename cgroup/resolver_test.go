@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // hostTree is a fixture host root: plain directories and files standing for
@@ -140,7 +140,7 @@ func TestDetectLayout(t *testing.T) {
 func TestDetectLayoutRealHost(t *testing.T) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		privtest.SkipOrFail(t, "%v", err)
+		testutil.SkipOrFail(t, "%v", err)
 	}
 	defer f.Close()
 	want := LayoutUnknown
@@ -167,7 +167,7 @@ func TestDetectLayoutRealHost(t *testing.T) {
 		want = LayoutV1
 	}
 	if want == LayoutUnknown {
-		privtest.SkipOrFail(t, "no cgroup mounts at /sys/fs/cgroup")
+		testutil.SkipOrFail(t, "no cgroup mounts at /sys/fs/cgroup")
 	}
 	for _, root := range []string{"", "/"} {
 		r, err := NewResolver(root)

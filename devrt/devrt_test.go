@@ -19,43 +19,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/internal/admission"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 const gib = 1 << 30
-
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
-)
-
-// built runs devrt/build.sh once per test binary and returns its output dir.
-func built(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "gpuext-devrt-build-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		out, err := exec.Command("sh", "build.sh", dir).CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("devrt/build.sh: %w\n%s", err, out)
-		}
-		buildDir = dir
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return buildDir
-}
 
 // tenant is one tenant as injection sets it up: a tenant dir with the files
 // admission writes there (settings.bin, which the interposer reads, and
@@ -77,7 +49,7 @@ type tenant struct {
 // tenant file before it is written.
 func newTenant(t *testing.T, id int, quota uint64, class string, tune ...func(*admission.TenantFile)) *tenant {
 	t.Helper()
-	bin := built(t)
+	bin := testutil.BuildDevrt(t)
 	dir := t.TempDir()
 	tn := &tenant{t: t, bin: bin, dir: dir, acct: filepath.Join(dir, "acct"),
 		fakeLog: filepath.Join(dir, "fake.log"), preload: filepath.Join(bin, "libgpuext-devrt.so"),
@@ -486,7 +458,7 @@ func TestTraceLine(t *testing.T) {
 
 // The library carries no install path: everything comes from the env.
 func TestNoHardCodedPaths(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(built(t), "libgpuext-devrt.so"))
+	data, err := os.ReadFile(filepath.Join(testutil.BuildDevrt(t), "libgpuext-devrt.so"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -635,7 +607,7 @@ func TestExportsExactlyTheHookTable(t *testing.T) {
 	if len(want) < 25 {
 		t.Fatalf("parsed only %d hooks from hooks.def", len(want))
 	}
-	f, err := elf.Open(filepath.Join(built(t), "libgpuext-devrt.so"))
+	f, err := elf.Open(filepath.Join(testutil.BuildDevrt(t), "libgpuext-devrt.so"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -705,7 +677,7 @@ func TestQuotaFollowsSettings(t *testing.T) {
 // namespace: a process whose pid means nothing here still counts while it
 // lives, and its memory returns when it is killed. Needs root (unshare).
 func TestQuotaAcrossPidNamespaces(t *testing.T) {
-	privtest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	tn := newTenant(t, 16, 3*gib, "standard")
 	c := exec.Command("unshare", "--pid", "--fork", "--kill-child", filepath.Join(tn.bin, "fake", "app_procaddr"), "alloc", "2GiB", "hold")
 	c.Env = tn.env()

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // test/gpu/kernel_cost.c, the probed-kernel timer that make gpu-test's
@@ -18,9 +18,9 @@ import (
 func TestKernelCostHarness(t *testing.T) {
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
-		privtest.SkipOrFail(t, "gcc is needed to build test/gpu/kernel_cost.c")
+		testutil.SkipOrFail(t, "gcc is needed to build test/gpu/kernel_cost.c")
 	}
-	bin := built(t)
+	bin := testutil.BuildDevrt(t)
 	dir := t.TempDir()
 	kc := filepath.Join(dir, "kernel_cost")
 	if out, err := exec.Command(gcc, "-O2", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-I", "lib", "-o", kc,

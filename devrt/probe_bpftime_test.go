@@ -13,7 +13,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/compile"
 	"github.com/gpuext/gpuext/devrt/probe/maps"
-	"github.com/gpuext/gpuext/internal/probetest"
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/policies/probes"
 )
 
@@ -27,7 +27,7 @@ import (
 // thread's tid, into the module once.
 func TestProbesBpftimeFromAProbeDirectory(t *testing.T) {
 	names := []string{"thread-hist", "ret-snoop", "launch-bins", "call-counter"}
-	cat, err := probes.BuiltinWithDir(probetest.BpftimeDir(t, "", names...))
+	cat, err := probes.BuiltinWithDir(testutil.BpftimeDir(t, "", names...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/compile"
-	"github.com/gpuext/gpuext/internal/probetest"
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/policies/probes"
 )
 
@@ -51,7 +51,7 @@ func TestProbesConfLineTooLong(t *testing.T) {
 // (hash, ring buffer, per-warp arrays) is bound and copied out with the
 // layout of the manifest.
 func TestProbesFromAProbeDirectory(t *testing.T) {
-	dir := probetest.ExampleDir(t, "kernel-block-hist", "slow-blocks")
+	dir := testutil.ExampleDir(t, "kernel-block-hist", "slow-blocks")
 	cat, err := probes.BuiltinWithDir(dir)
 	if err != nil {
 		t.Fatal(err)

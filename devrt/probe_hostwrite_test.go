@@ -18,7 +18,7 @@ import (
 
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/compile"
-	"github.com/gpuext/gpuext/internal/probetest"
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/policies/probes"
 )
 
@@ -31,7 +31,7 @@ import (
 // gets; the status file says so, and the maps file holds both.
 func TestProbesHostWrites(t *testing.T) {
 	const skew = -3_600_000_000_000
-	cat, err := probes.BuiltinWithDir(probetest.BpftimeDir(t, "", "launch-gap"))
+	cat, err := probes.BuiltinWithDir(testutil.BpftimeDir(t, "", "launch-gap"))
 	if err != nil {
 		t.Fatal(err)
 	}

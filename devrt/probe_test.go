@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite devrt/testdata/ptx/*.golden")
@@ -29,7 +29,7 @@ var update = flag.Bool("update", false, "rewrite devrt/testdata/ptx/*.golden")
 // patchFile runs ptxpatch_cli on a file; the output is the patched PTX or "unpatched REASON".
 func patchFile(t *testing.T, conf, frag, in string) string {
 	t.Helper()
-	c := exec.Command(filepath.Join(built(t), "ptxpatch_cli"), "-c", conf, frag, in)
+	c := exec.Command(filepath.Join(testutil.BuildDevrt(t), "ptxpatch_cli"), "-c", conf, frag, in)
 	var stderr bytes.Buffer
 	c.Stderr = &stderr
 	out, err := c.Output()
@@ -844,7 +844,7 @@ func TestProbesLaunchTime(t *testing.T) {
 // on the real nvcc samples in testdata/fatbin (README there) every image with
 // PTX must patch.
 func TestPtxpatchCLIInspect(t *testing.T) {
-	cli := filepath.Join(built(t), "ptxpatch_cli")
+	cli := filepath.Join(testutil.BuildDevrt(t), "ptxpatch_cli")
 	fb := writeTemp(t, "x.fatbin", fatbin(sassEntry(90), ptxEntry(t, "vecadd.ptx", 80), ptxEntry(t, "multi.ptx", 90)))
 	multi, _ := os.ReadFile(filepath.Join("testdata", "ptx", "multi.ptx"))
 	out, err := exec.Command(cli, "-i", fb).CombinedOutput()
@@ -939,7 +939,7 @@ func TestProbesRealNvccFatbin(t *testing.T) {
 // maps files (a process that is gone has its files removed by the next
 // one: probe_files_test.go). Needs root (unshare).
 func TestProbesPidNamespacesKeepSeparateFiles(t *testing.T) {
-	privtest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	fb := writeTemp(t, "app.fatbin", fatbin(sassEntry(90), ptxEntry(t, "vecadd.ptx", 90)))
 	tn := probeTenant(t, 29, true)
 	dir := filepath.Join(tn.acct, "probes")

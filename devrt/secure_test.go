@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // secureApp prints whether it runs in secure-execution mode (AT_SECURE)
@@ -40,8 +40,8 @@ int main(void)
 // writes nothing when it is setuid root or setgid root; the interposer is
 // loaded in every case. Needs root (chown, setuid bits, running as nobody).
 func TestSecureExecutionWritesNoTrace(t *testing.T) {
-	privtest.RequireRoot(t)
-	bin := built(t)
+	testutil.RequireRoot(t)
+	bin := testutil.BuildDevrt(t)
 	// Not t.TempDir: nobody must reach the app and the library (0755 all the way).
 	dir, err := os.MkdirTemp("", "gpuext-devrt-secure-")
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 var seq atomic.Uint64
@@ -19,7 +19,7 @@ var seq atomic.Uint64
 // PinDir returns a fresh pin directory path (not created) removed at cleanup.
 func PinDir(t testing.TB) string {
 	t.Helper()
-	privtest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("gpuext-test-%d-%d", os.Getpid(), seq.Add(1)))
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir

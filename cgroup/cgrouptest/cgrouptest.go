@@ -2,7 +2,7 @@
 // cgroup v2 cgroups: it creates temporary cgroups below the host's v2 root,
 // starts processes inside them, and removes them when the test ends.
 //
-// Privileged tests never skip silently in CI: [RequireRoot] skips without
+// Privileged tests never skip silently in CI: [testutil.RequireRoot] skips without
 // root locally and fails the test when CI=true.
 package cgrouptest
 
@@ -12,31 +12,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuext/gpuext/cgroup"
 )
-
-// inCI reports whether the tests run in CI (CI=true), where a missing
-// privilege or facility is a failure, not a skip.
-func inCI() bool {
-	v, _ := strconv.ParseBool(os.Getenv("CI"))
-	return v
-}
-
-// skipOrFail skips the test locally and fails it in CI.
-
-// RequireRoot skips the test when not run as root, or fails it when the
-// environment has CI=true.
-func RequireRoot(t testing.TB) { privtest.RequireRoot(t) }
 
 // V2Root returns the host's cgroup v2 root directory (/sys/fs/cgroup or
 // /sys/fs/cgroup/unified). Without a v2 hierarchy it skips the test, or
@@ -45,22 +31,22 @@ func V2Root(t testing.TB) string {
 	t.Helper()
 	r, err := cgroup.NewResolver("")
 	if err != nil {
-		privtest.SkipOrFail(t, "no cgroup hierarchy: %v", err)
+		testutil.SkipOrFail(t, "no cgroup hierarchy: %v", err)
 	}
 	root := r.V2Root()
 	if root == "" {
-		privtest.SkipOrFail(t, "%v", cgroup.ErrNoV2)
+		testutil.SkipOrFail(t, "%v", cgroup.ErrNoV2)
 	}
 	return root
 }
 
 // New creates a temporary cgroup directly below the host's v2 root and
-// returns its directory and id. It needs root (see RequireRoot). When the
+// returns its directory and id. It needs root (testutil.RequireRoot). When the
 // test ends, the cgroup and any child cgroups the test made in it are
 // removed; processes still in them are moved to the v2 root first.
 func New(t testing.TB) (dir string, id cgroup.ID) {
 	t.Helper()
-	RequireRoot(t)
+	testutil.RequireRoot(t)
 	root := V2Root(t)
 	dir, err := os.MkdirTemp(root, "gpuext-test-")
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/agent"
 	"github.com/gpuext/gpuext/internal/config"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // TestMain lets a test run this test binary as gpuextctl itself
@@ -178,7 +178,7 @@ func TestPingNoAgent(t *testing.T) {
 func TestSetPolicyUnknownTenant(t *testing.T) {
 	pin := bpftest.PinDir(t)
 	state := t.TempDir()
-	privtest.UnmountUnder(t, state)
+	testutil.UnmountUnder(t, state)
 	cfg := config.Default()
 	cfg.PinDir, cfg.StateDir, cfg.DevrtDir = pin, state, t.TempDir()
 	lg := logrus.New()

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/internal/config"
-	"github.com/gpuext/gpuext/internal/probetest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // `gpuextctl probes catalog` shows an operator, per probe, which programs
@@ -19,8 +19,8 @@ import (
 // reasons beside the built-in probes.
 func TestProbesCatalogShowsVerdicts(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join(probetest.RepoRoot(t), "policies", "probes", "testdata", "dir", "mixed.bpf.c")
-	probetest.Build(t, src, filepath.Join(dir, "mixed.bpf.o"))
+	src := filepath.Join(testutil.RepoRoot(), "policies", "probes", "testdata", "dir", "mixed.bpf.c")
+	testutil.Build(t, src, filepath.Join(dir, "mixed.bpf.o"))
 	desc := `{"name": "mixed", "description": "three verdicts", "views": [{"map": "mixed_counts", "kind": "counters", "fields": ["exits", "spins"]}]}`
 	if err := os.WriteFile(filepath.Join(dir, "mixed.json"), []byte(desc), 0o644); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
-	"github.com/gpuext/gpuext/internal/probetest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // `gpuextctl probes read` shows a per-thread view (a bpftime-style
@@ -15,7 +15,7 @@ import (
 // the accesses by threads past the last row.
 func TestProbesReadPerThreadView(t *testing.T) {
 	le := binary.LittleEndian
-	out := probesReadDir(t, probetest.BpftimeDir(t, "", "thread-hist"), []string{"thread-hist"}, func(m probe.MapInfo, im *ptx.Image) {
+	out := probesReadDir(t, testutil.BpftimeDir(t, "", "thread-hist"), []string{"thread-hist"}, func(m probe.MapInfo, im *ptx.Image) {
 		d := im.Bytes[probe.MapHdrSize:]
 		for g := 0; g < 10; g++ { // rows 0-9 exited 3 times, row 10 7 times
 			le.PutUint64(d[8*g:], 3)

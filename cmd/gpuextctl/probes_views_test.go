@@ -15,7 +15,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
-	"github.com/gpuext/gpuext/internal/probetest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // `gpuextctl probes read` with the config's probeDir shows a hash view's
@@ -23,7 +23,7 @@ import (
 // the order the probe's descriptor declares them.
 func TestProbesReadHashAndRecordsViews(t *testing.T) {
 	le := binary.LittleEndian
-	out := probesReadDir(t, probetest.ExampleDir(t, "kernel-block-hist", "slow-blocks"),
+	out := probesReadDir(t, testutil.ExampleDir(t, "kernel-block-hist", "slow-blocks"),
 		[]string{"kernel-block-hist", "slow-blocks"}, func(m probe.MapInfo, im *ptx.Image) {
 			switch m.Name {
 			case "kbh_hist":

@@ -16,7 +16,7 @@ import (
 
 	"github.com/gpuext/gpuext/internal/agent"
 	"github.com/gpuext/gpuext/internal/config"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // A node where / is private (no systemd) and the container runtime gave the
@@ -188,10 +188,10 @@ func TestPingAnswersOnlyWhileTheAgentServes(t *testing.T) {
 // without mountPropagation: Bidirectional: it must refuse to mount a bpffs
 // the host would never see; with shared mounts it mounts one.
 func TestSetupNodeInContainerMountsBPFFSOnlyWhereTheHostSeesIt(t *testing.T) {
-	privtest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
-		privtest.SkipOrFail(t, "unshare (util-linux) missing")
+		testutil.SkipOrFail(t, "unshare (util-linux) missing")
 	}
 	dir, err := os.MkdirTemp("", "gpuextctl-setup-")
 	if err != nil {

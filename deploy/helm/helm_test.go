@@ -19,7 +19,7 @@ import (
 
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 func here() string {
@@ -37,7 +37,7 @@ func helmBinary(t *testing.T) string {
 		p = filepath.Join(here(), "..", "..", ".cache", "k8s", "bin", "helm")
 	}
 	if _, err := os.Stat(p); err != nil {
-		privtest.SkipOrFail(t, "helm not found at %s (make deps builds it; or set GPUEXT_HELM): %v", p, err)
+		testutil.SkipOrFail(t, "helm not found at %s (make deps builds it; or set GPUEXT_HELM): %v", p, err)
 	}
 	return p
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/test/lab"
 )
 
@@ -17,10 +18,10 @@ import (
 // with its defaults installs the image's device runtime into the host
 // directory given to the container.
 func TestImageImportsAndRunsInContainerd(t *testing.T) {
-	lab.RequireRoot(t)
+	testutil.RequireRoot(t)
 	fixtures(t)
 	bin := t.TempDir()
-	repo := lab.RepoRoot()
+	repo := testutil.RepoRoot()
 	for name, pkg := range map[string]string{
 		"gpuext-nri-plugin": "./nri-plugin", "gpuext-oci-hook": "./oci-hook/cmd/gpuext-oci-hook",
 		"gpuext-runc": "./oci-hook/cmd/gpuext-runc", "gpuextctl": "./cmd/gpuextctl",

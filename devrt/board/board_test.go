@@ -14,43 +14,36 @@ import (
 	"time"
 
 	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
-)
+var apps struct {
+	once sync.Once
+	err  error
+}
 
-// buildDevrt builds the interposer, the fake libcuda and the test apps
-// (devrt/build.sh) and testdata/slotapp.c, once per test binary.
+// buildDevrt is devrt/build.sh's output (testutil.BuildDevrt: the
+// interposer, the fake libcuda, the test apps) with this package's
+// testdata/slotapp.c and gateapp.c built into its fake/, once per test
+// binary.
 func buildDevrt(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "gpuext-board-build-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildDir = dir
-		if b, err := exec.Command("sh", "../build.sh", dir).CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("devrt/build.sh: %w\n%s", err, b)
-			return
-		}
+	dir := testutil.BuildDevrt(t)
+	apps.once.Do(func() {
 		for _, app := range []string{"slotapp", "gateapp"} {
 			cc := exec.Command("gcc", "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-I../lib", "-I../include",
 				"-o", filepath.Join(dir, "fake", app), "testdata/"+app+".c",
 				"-L"+filepath.Join(dir, "fake"), "-l:libcuda.so.1")
 			if b, err := cc.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("%s: %w\n%s", app, err, b)
+				apps.err = fmt.Errorf("%s: %w\n%s", app, err, b)
 				return
 			}
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if apps.err != nil {
+		t.Fatal(apps.err)
 	}
-	return buildDir
+	return dir
 }
 
 type tenant struct{ dir, acct string }

@@ -15,17 +15,17 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/internal/admission"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // hostRun makes a small tmpfs, as the host's /run (where the state dir
 // lives) is on most hosts, and returns it.
 func hostRun(t *testing.T, size string) string {
 	t.Helper()
-	privtest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	dir := t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size+",mode=0755"); err != nil {
-		privtest.SkipOrFail(t, "mount a tmpfs: %v", err)
+		testutil.SkipOrFail(t, "mount a tmpfs: %v", err)
 	}
 	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
 	return dir

@@ -17,7 +17,7 @@ import (
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/cgroup/cgrouptest"
 	"github.com/gpuext/gpuext/internal/admission"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -40,7 +40,7 @@ func newCoreLab(t *testing.T, mode admission.FailMode) *coreLab {
 // the host's /run is).
 func newCoreLabIn(t *testing.T, mode admission.FailMode, stateDir string, tune ...func(*admission.Config)) *coreLab {
 	t.Helper()
-	privtest.UnmountUnder(t, stateDir) // the tenants' accounting dirs
+	testutil.UnmountUnder(t, stateDir) // the tenants' accounting dirs
 	reg, _ := bpftest.Registry(t)
 	res, err := cgroup.NewResolver("/")
 	if err != nil {

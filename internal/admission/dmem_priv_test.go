@@ -13,7 +13,7 @@ import (
 	"github.com/gpuext/gpuext/bpf/bpftest"
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/internal/admission"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -44,7 +44,7 @@ func TestDmemFollowsTheTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	stateDir := t.TempDir()
-	privtest.UnmountUnder(t, stateDir)
+	testutil.UnmountUnder(t, stateDir)
 	reg, _ := bpftest.Registry(t)
 	var log strings.Builder
 	lg := logrus.New()

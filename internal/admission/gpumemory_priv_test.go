@@ -26,7 +26,7 @@ import (
 	"github.com/gpuext/gpuext/internal/deviceplugin"
 	"github.com/gpuext/gpuext/internal/deviceplugin/deviceplugintest"
 	"github.com/gpuext/gpuext/internal/deviceplugin/pools"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -50,7 +50,7 @@ func newGPULab(t *testing.T, mode admission.FailMode, noKubelet bool) *gpuLab {
 	}
 	dir := deviceplugintest.KubeletDir(t)
 	l := &gpuLab{stateDir: t.TempDir()}
-	privtest.UnmountUnder(t, l.stateDir)
+	testutil.UnmountUnder(t, l.stateDir)
 	if !noKubelet {
 		l.kubelet = deviceplugintest.ServePodResources(t, dir)
 	}

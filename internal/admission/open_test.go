@@ -8,13 +8,13 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/internal/config"
-	"github.com/gpuext/gpuext/internal/probetest"
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/policies"
 	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // probeDir is a probe directory holding the example probe kernel-block-hist.
-func exampleProbeDir(t *testing.T) string { return probetest.ExampleDir(t, "kernel-block-hist") }
+func exampleProbeDir(t *testing.T) string { return testutil.ExampleDir(t, "kernel-block-hist") }
 
 // A container selects a probe of the config's probeDir with
 // probes.gpuext.io like a built-in one; without the directory the name is

@@ -14,7 +14,7 @@ import (
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/internal/admission"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -28,7 +28,7 @@ func constrainedLab(t *testing.T) *coreLab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	privtest.UnmountUnder(t, l.stateDir)
+	testutil.UnmountUnder(t, l.stateDir)
 	lg := logrus.New()
 	lg.SetOutput(&strings.Builder{})
 	l.core, err = admission.New(admission.Config{FailMode: admission.FailOpen, StateDir: l.stateDir, DevrtDir: t.TempDir()},

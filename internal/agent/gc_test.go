@@ -13,7 +13,7 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/internal/agentapi"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // roundCore records the reconcile rounds it is asked for and answers with
@@ -45,7 +45,7 @@ func (c *roundCore) Reconcile(grace time.Duration, runtimes ...bpf.Runtime) (int
 // grace is refused by name without a round; a core that cannot reconcile
 // says so.
 func TestGCThroughTheAPI(t *testing.T) {
-	privtest.RequireRoot(t) // the server answers root peers only
+	testutil.RequireRoot(t) // the server answers root peers only
 	core := &roundCore{dropped: 3}
 	sock := filepath.Join(sockDir(t), "agent", "agent.sock")
 	s, err := Listen(sock, func() (Core, error) { return core, nil }, logrus.NewEntry(logrus.New()))

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/internal/deviceplugin/pools"
-	"github.com/gpuext/gpuext/internal/gpuview/gpuviewtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // TestDiscoverOverFakeNVML runs the agent's real discovery chain where no
@@ -16,7 +16,7 @@ import (
 // of 24 GiB with their UUIDs. On the GPU machine the same chain met the
 // H100's NVML (make gpu-node, docs/gpu-node.md).
 func TestDiscoverOverFakeNVML(t *testing.T) {
-	bin, fake := gpuviewtest.BuildOverFake(t)
+	bin, fake := testutil.BuildGpuviewOverFake(t)
 	t.Setenv("LD_LIBRARY_PATH", fake)
 	t.Setenv("FAKECUDA_DEVICES", "2")
 	t.Setenv("FAKECUDA_TOTAL_BYTES", "25769803776")

@@ -18,7 +18,7 @@ import (
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/failmode"
 	"github.com/gpuext/gpuext/internal/hostagent"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // testConfig is an agent of its own: a pin dir under /sys/fs/bpf, a state
@@ -26,13 +26,13 @@ import (
 // socket limit).
 func testConfig(t *testing.T) config.Config {
 	t.Helper()
-	privtest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	dir, err := os.MkdirTemp("/tmp", "gx-hostagent-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	privtest.UnmountUnder(t, dir) // the tenants' accounting dirs (tmpfs), before the removal
+	testutil.UnmountUnder(t, dir) // the tenants' accounting dirs (tmpfs), before the removal
 	cfg := config.Default()
 	cfg.PinDir = fmt.Sprintf("/sys/fs/bpf/gpuext-hostagent-%d-%d", os.Getpid(), time.Now().UnixNano())
 	t.Cleanup(func() { os.RemoveAll(cfg.PinDir) })

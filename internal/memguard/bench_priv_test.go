@@ -17,7 +17,7 @@ import (
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/cgroup/cgrouptest"
 	"github.com/gpuext/gpuext/internal/admission"
-	"github.com/gpuext/gpuext/internal/gpuview/gpuviewtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // BenchmarkGuardCPU is the guard's cost the issue bounds (at most 0.5% of
@@ -54,7 +54,7 @@ func BenchmarkGuardCPU(b *testing.B) {
 			pids = append(pids, fmt.Sprintf("%d:%d:%d", (i*perTenant+j)%gpus, cmd.Process.Pid, 1<<30))
 		}
 	}
-	bin, fake := gpuviewtest.BuildOverFake(b)
+	bin, fake := testutil.BuildGpuviewOverFake(b)
 	wrapper := filepath.Join(b.TempDir(), "gpuview.sh")
 	script := fmt.Sprintf("#!/bin/sh\nexport LD_LIBRARY_PATH=%s FAKECUDA_DEVICES=%d FAKENVML_PROCESSES=%s\nexec %s \"$@\"\n",
 		fake, gpus, strings.Join(pids, ","), bin)

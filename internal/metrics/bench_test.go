@@ -17,7 +17,7 @@ import (
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/devrt/board"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // BenchmarkScrape200Tenants is the scrape cost the issue asks for: 200
@@ -34,7 +34,7 @@ func BenchmarkScrape200Tenants(b *testing.B) {
 }
 
 func benchScrape(b *testing.B, tenants, withProbes int) {
-	privtest.RequireRoot(b)
+	testutil.RequireRoot(b)
 	pinDir := fmt.Sprintf("/sys/fs/bpf/gpuext-bench-metrics-%d", time.Now().UnixNano())
 	reg, err := bpf.OpenRegistry(pinDir)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup/cgrouptest"
-	"github.com/gpuext/gpuext/internal/gpuview/gpuviewtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // TestNVMLOverFakeDriver runs the real chain where no GPU is: the agent's
@@ -21,7 +21,7 @@ import (
 func TestNVMLOverFakeDriver(t *testing.T) {
 	dir, id := cgrouptest.New(t)
 	cmd := cgrouptest.RunIn(t, dir, "sleep", "30")
-	bin, fake := gpuviewtest.BuildOverFake(t)
+	bin, fake := testutil.BuildGpuviewOverFake(t)
 	work := t.TempDir()
 	cfg := filepath.Join(work, "config.json") // no registry there: gpuext-gpuview lists processes only
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, `{"pinDir": %q}`, filepath.Join(work, "no-registry")), 0o644); err != nil {

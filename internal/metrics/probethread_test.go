@@ -9,7 +9,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe/compile"
 	"github.com/gpuext/gpuext/devrt/probe/helpers"
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
-	"github.com/gpuext/gpuext/internal/probetest"
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/policies/probes"
 )
 
@@ -17,7 +17,7 @@ import (
 // shows as the rows used and the entry's sum over its rows, labelled by
 // probe, map and field.
 func TestProbePerThreadSeries(t *testing.T) {
-	cat, err := probes.BuiltinWithDir(probetest.BpftimeDir(t, "", "thread-hist"))
+	cat, err := probes.BuiltinWithDir(testutil.BpftimeDir(t, "", "thread-hist"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe/maps"
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
 	"github.com/gpuext/gpuext/internal/admission"
-	"github.com/gpuext/gpuext/internal/probetest"
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/policies/probes"
 )
 
@@ -25,7 +25,7 @@ import (
 // examples/probes (a hash view and a records view) from a probe directory.
 func exampleCatalog(t *testing.T) *probes.Catalog {
 	t.Helper()
-	cat, err := probes.BuiltinWithDir(probetest.ExampleDir(t, "kernel-block-hist", "slow-blocks"))
+	cat, err := probes.BuiltinWithDir(testutil.ExampleDir(t, "kernel-block-hist", "slow-blocks"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // tenantDir is a host root with one tenant-writable dir "t" under it.
@@ -234,10 +234,10 @@ func TestNames(t *testing.T) {
 
 // A device node is not opened (its driver's open never runs): O_PATH first.
 func TestDeviceNodeNotOpened(t *testing.T) {
-	privtest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	root, dir := tenantDir(t)
 	if err := syscall.Mknod(filepath.Join(dir, "usage"), syscall.S_IFCHR|0o666, int(1<<8|5)); err != nil { // /dev/zero
-		privtest.SkipOrFail(t, "mknod: %v", err)
+		testutil.SkipOrFail(t, "mknod: %v", err)
 	}
 	d := openT(t, root)
 	if _, err := d.ReadFile("usage", 1<<20); !errors.Is(err, ErrNotRegular) {

@@ -22,6 +22,7 @@ import (
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/hostagent"
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/nri-plugin/plugin"
 )
 
@@ -181,7 +182,7 @@ type fixture struct {
 }
 
 func newFixture(t testing.TB) fixture {
-	cgrouptest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	dir, err := os.MkdirTemp("/tmp", "gpuext-nri-")
 	if err != nil {
 		t.Fatal(err)

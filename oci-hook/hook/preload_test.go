@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 func TestPreloadBlocker(t *testing.T) {
@@ -21,7 +21,7 @@ func TestPreloadBlocker(t *testing.T) {
 	copyBin := func(src, dst string, mode os.FileMode) {
 		data, err := os.ReadFile(src)
 		if err != nil {
-			privtest.SkipOrFail(t, "%s: %v", src, err)
+			testutil.SkipOrFail(t, "%s: %v", src, err)
 		}
 		if err := os.WriteFile(mk(dst), data, mode); err != nil {
 			t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // runcLine is one runc command line and what runc makes of it.
@@ -235,10 +235,10 @@ func runcBundle(t *testing.T, runc, dir string) {
 // gave, or nothing where it said runc refuses; on a line runc versions
 // read differently the installed one takes one of the readings.
 func TestParseRuncArgsAgainstRealRunc(t *testing.T) {
-	privtest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	runc, err := exec.LookPath("runc")
 	if err != nil {
-		privtest.SkipOrFail(t, "no runc in PATH (apt-get install runc)")
+		testutil.SkipOrFail(t, "no runc in PATH (apt-get install runc)")
 	}
 	base, err := os.MkdirTemp("", "gx-runcargs-")
 	if err != nil {

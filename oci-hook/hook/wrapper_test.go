@@ -16,7 +16,7 @@ import (
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/agent"
 	"github.com/gpuext/gpuext/internal/config"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -269,7 +269,7 @@ type agentFixture struct {
 
 func newAgentFixture(t *testing.T, extra map[string]any) agentFixture {
 	t.Helper()
-	privtest.RequireRoot(t) // the agent answers root peers only
+	testutil.RequireRoot(t) // the agent answers root peers only
 	sockDir, err := os.MkdirTemp("", "gx-agent-")
 	if err != nil {
 		t.Fatal(err)

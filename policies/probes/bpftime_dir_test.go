@@ -9,7 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/gpuext/gpuext/internal/probetest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // bpftimeProbes are the bpftime-style test programs with descriptors.
@@ -20,7 +20,7 @@ var bpftimeProbes = []string{"thread-hist", "ret-snoop", "launch-bins", "call-co
 // maps as the loader makes them (a per-thread array, a GPU array, a GPU
 // ring buffer).
 func TestLoadDirBpftimePrograms(t *testing.T) {
-	d, err := LoadDir(probetest.BpftimeDir(t, "", bpftimeProbes...))
+	d, err := LoadDir(testutil.BpftimeDir(t, "", bpftimeProbes...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestLoadDirBpftimePrograms(t *testing.T) {
 // refused naming the map, its bpftime type and what the view needs.
 func TestLoadDirBpftimeMapTypes(t *testing.T) {
 	obj := filepath.Join(t.TempDir(), "bt-types.bpf.o")
-	probetest.BuildBpftime(t, filepath.Join("testdata", "dir", "bt_types.bpf.c"), obj)
+	testutil.BuildBpftime(t, filepath.Join("testdata", "dir", "bt_types.bpf.c"), obj)
 	const views = `[
     {"map": "bt_hash", "kind": "hash", "key": [{"name": "block", "type": "u64"}], "value": [{"name": "exits", "type": "u64"}]},
     {"map": "bt_shared", "kind": "counters", "fields": ["exits"]},
@@ -99,7 +99,7 @@ func TestLoadDirPerThreadRowsBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	probetest.BuildBpftime(t, src, filepath.Join(dir, "bt-types.bpf.o"))
+	testutil.BuildBpftime(t, src, filepath.Join(dir, "bt-types.bpf.o"))
 	writeFile(t, dir, "bt-types.json", `{"name": "bt-types", "description": "rows", "programs": ["bt_exit"], "views": [{"map": "bt_rows", "kind": "per-thread", "fields": ["a"]}]}`)
 	_, err = LoadDir(dir)
 	if err == nil || !errors.Is(err, ErrBadProbeDir) || !strings.Contains(err.Error(), `map "bt_rows"`) || !strings.Contains(err.Error(), "16777217") {
@@ -111,7 +111,7 @@ func TestLoadDirPerThreadRowsBound(t *testing.T) {
 // its device programs and a view per map (per-thread, counters, records,
 // hash as the loader maps them).
 func TestDescribeBpftimeObjects(t *testing.T) {
-	src := probetest.BpftimeDir(t, "", bpftimeProbes...)
+	src := testutil.BpftimeDir(t, "", bpftimeProbes...)
 	want := map[string]string{"thread-hist": "th_count:per-thread", "ret-snoop": "rs_events:records",
 		"launch-bins": "lb_hist:counters", "call-counter": "cc_pid:counters,cc_start:hash,cc_totals:counters"}
 	for _, name := range bpftimeProbes {

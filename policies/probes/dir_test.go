@@ -8,15 +8,15 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/devrt/probe/verifier"
-	"github.com/gpuext/gpuext/internal/probetest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // buildObject compiles a probe source with clang as the SDK's probe.mk does.
-func buildObject(t *testing.T, src, out string) { probetest.Build(t, src, out) }
+func buildObject(t *testing.T, src, out string) { testutil.Build(t, src, out) }
 
 // exampleDir is a probe directory holding the two example probes (examples/probes).
 func exampleDir(t *testing.T) string {
-	return probetest.ExampleDir(t, "kernel-block-hist", "slow-blocks")
+	return testutil.ExampleDir(t, "kernel-block-hist", "slow-blocks")
 }
 
 func writeFile(t *testing.T, dir, name, content string) {

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/internal/probetest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // A probe's hostWrites name u64 elements of its arrays that the interposer
@@ -18,7 +18,7 @@ import (
 // clock offset (lg_clock[0]), and every bad element is refused when the
 // directory loads, naming the file, the element and the field.
 func TestLoadDirHostWrites(t *testing.T) {
-	src := probetest.BpftimeDir(t, "", "launch-gap")
+	src := testutil.BpftimeDir(t, "", "launch-gap")
 	d, err := LoadDir(src)
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +75,7 @@ func TestLoadDirHostWrites(t *testing.T) {
 // the map and its bpftime type.
 func TestLoadDirHostWriteMapTypes(t *testing.T) {
 	obj := filepath.Join(t.TempDir(), "bt-types.bpf.o")
-	probetest.BuildBpftime(t, filepath.Join("testdata", "dir", "bt_types.bpf.c"), obj)
+	testutil.BuildBpftime(t, filepath.Join("testdata", "dir", "bt_types.bpf.c"), obj)
 	for _, tc := range []struct{ name, hostWrites, want string }{
 		{"hash", `[{"map": "bt_hash", "key": 0, "value": "launch-time"}]`,
 			`hostWrites[0].map: map "bt_hash" is a hash (type 1501) map of 8-byte values, the interposer writes a u64 element of an array`},
@@ -112,7 +112,7 @@ func TestLoadDirHostWriteMapTypes(t *testing.T) {
 // uprobe's clock read, or with the device writing lg_host, nothing is
 // inferred.
 func TestDescribeHostWrites(t *testing.T) {
-	src := probetest.BpftimeDir(t, "", "launch-gap")
+	src := testutil.BpftimeDir(t, "", "launch-gap")
 	obj, err := os.ReadFile(filepath.Join(src, "launch-gap.bpf.o"))
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +138,7 @@ func TestDescribeHostWrites(t *testing.T) {
 		t.Errorf("the described entry does not load: %v", err)
 	}
 
-	text, err := os.ReadFile(filepath.Join(probetest.RepoRoot(t), "devrt", "probe", "compile", "testdata", "bpftime", "launch_gap.bpf.c"))
+	text, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), "devrt", "probe", "compile", "testdata", "bpftime", "launch_gap.bpf.c"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestDescribeHostWrites(t *testing.T) {
 				t.Fatal(err)
 			}
 			o := filepath.Join(t.TempDir(), "launch-gap.bpf.o")
-			probetest.BuildBpftime(t, s, o)
+			testutil.BuildBpftime(t, s, o)
 			obj, err := os.ReadFile(o)
 			if err != nil {
 				t.Fatal(err)

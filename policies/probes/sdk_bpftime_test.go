@@ -7,8 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuext/gpuext/internal/privtest"
-	"github.com/gpuext/gpuext/internal/probetest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // A bpftime-style source as bpftime ships its examples (an unused
@@ -22,10 +21,10 @@ import (
 func TestSDKBuildsBpftimeSources(t *testing.T) {
 	for _, tool := range []string{"make", "clang"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			privtest.SkipOrFail(t, "%s not found (test/lab/install-deps.sh installs it): %v", tool, err)
+			testutil.SkipOrFail(t, "%s not found (test/lab/install-deps.sh installs it): %v", tool, err)
 		}
 	}
-	root, tmp := probetest.RepoRoot(t), t.TempDir()
+	root, tmp := testutil.RepoRoot(), t.TempDir()
 	runMake := func(dir string, args ...string) (string, error) {
 		b, err := exec.Command("make", append([]string{"-C", dir}, args...)...).CombinedOutput()
 		return string(b), err

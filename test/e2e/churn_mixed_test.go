@@ -15,6 +15,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // TestChurnNRIAndOCIHooksAtOnce: one agent, one registry, two runtimes at
@@ -33,7 +34,7 @@ func TestChurnNRIAndOCIHooksAtOnce(t *testing.T) {
 	// The OCI side: the hook binary, a config naming the plugin's agent socket.
 	hookBin := filepath.Join(l.work, "gpuext-oci-hook")
 	build := exec.Command("go", "build", "-o", hookBin, "./oci-hook/cmd/gpuext-oci-hook")
-	build.Dir, build.Env = ociRepoRoot(t), append(os.Environ(), "CGO_ENABLED=0")
+	build.Dir, build.Env = testutil.RepoRoot(), append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build hook: %v\n%s", err, out)
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/internal/admission"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/test/lab"
 )
 
@@ -42,20 +42,20 @@ func startCtdLab(t *testing.T, failMode string, extra ...map[string]string) *ctd
 // is the lab's own).
 func startCtdLabWith(t *testing.T, opts lab.ContainerdOptions, failMode string, extra ...map[string]string) *ctdLab {
 	t.Helper()
-	root := lab.RepoRoot()
+	root := testutil.RepoRoot()
 	work, err := os.MkdirTemp("", "gpuext-ctd-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(work) })
-	privtest.UnmountUnder(t, work) // the tenants' accounting dirs, before the removal
+	testutil.UnmountUnder(t, work) // the tenants' accounting dirs, before the removal
 	bin := filepath.Join(work, "gpuext-nri-plugin")
 	build := exec.Command("go", "build", "-o", bin, "./nri-plugin")
 	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build plugin: %v\n%s", err, out)
 	}
-	devrt := buildDevrt(t, work)
+	devrt := installDevrt(t, filepath.Join(work, "devrt"))
 	l := &ctdLab{
 		work:     work,
 		pinDir:   fmt.Sprintf("/sys/fs/bpf/gpuext-e2e-%d", time.Now().UnixNano()),
@@ -90,21 +90,16 @@ func startCtdLabWith(t *testing.T, opts lab.ContainerdOptions, failMode string, 
 	return l
 }
 
-// buildDevrt builds the device runtime (and its CI fixtures) with
-// devrt/build.sh into work/devrt-build and returns a directory holding only
-// the library, as an operator installs it.
-func buildDevrt(t *testing.T, work string) string {
+// installDevrt installs the device runtime (testutil.BuildDevrt, built
+// once per test binary) into dir as an operator installs it: a directory
+// holding only the library. It returns dir.
+func installDevrt(t *testing.T, dir string) string {
 	t.Helper()
-	build := filepath.Join(work, "devrt-build")
-	if out, err := exec.Command("sh", filepath.Join(lab.RepoRoot(), "devrt", "build.sh"), build).CombinedOutput(); err != nil {
-		t.Fatalf("devrt/build.sh: %v\n%s", err, out)
-	}
-	dir := filepath.Join(work, "devrt")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	data, err := os.ReadFile(filepath.Join(testutil.BuildDevrt(t), admission.DevrtLibrary))
+	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(filepath.Join(build, admission.DevrtLibrary))
-	if err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, admission.DevrtLibrary), data, 0o755); err != nil {

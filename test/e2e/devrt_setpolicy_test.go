@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // TestContainerdSetPolicyReachesRunningProcess: the device-runtime half of
@@ -21,7 +23,7 @@ func TestContainerdSetPolicyReachesRunningProcess(t *testing.T) {
 	payload := payloadDir(t, l)
 	ctl := filepath.Join(l.work, "gpuextctl")
 	build := exec.Command("go", "build", "-o", ctl, "./cmd/gpuextctl")
-	build.Dir = ociRepoRoot(t)
+	build.Dir = testutil.RepoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build gpuextctl: %v\n%s", err, out)
 	}

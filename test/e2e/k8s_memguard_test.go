@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/test/k8s/k8slab"
 )
 
@@ -26,7 +27,7 @@ func k8sHostAgent(t *testing.T, c *k8slab.Cluster, work string, cfg map[string]s
 	t.Helper()
 	bin := filepath.Join(work, "gpuext-nri-plugin")
 	build := exec.Command("go", "build", "-o", bin, "./nri-plugin")
-	build.Dir, build.Env = k8slab.RepoRoot(), append(os.Environ(), "CGO_ENABLED=0")
+	build.Dir, build.Env = testutil.RepoRoot(), append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the agent: %v\n%s", err, out)
 	}
@@ -109,7 +110,7 @@ spec:
 func TestK8sMemoryGuardTerminationMessage(t *testing.T) {
 	work, pinDir := k8sWorkDirs(t, "k8sguard")
 
-	devrt := buildDevrt(t, work)
+	devrt := installDevrt(t, filepath.Join(work, "devrt"))
 	payload := payloadDirIn(t, work)
 	gpuview, ledger := fakeGuardGpuview(t)
 	c := k8slab.Start(t, k8slab.Options{})

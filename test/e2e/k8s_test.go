@@ -18,7 +18,7 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/internal/admission"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/test/k8s/k8slab"
 	"github.com/gpuext/gpuext/test/lab"
 )
@@ -87,7 +87,7 @@ func TestK8sClusterRunsPod(t *testing.T) {
 // binaries and the device runtime built here, and returns the archive.
 func k8sAgentImage(t *testing.T, work, name string) string {
 	t.Helper()
-	root := k8slab.RepoRoot()
+	root := testutil.RepoRoot()
 	bin := filepath.Join(work, "bin")
 	for out, pkg := range map[string]string{
 		"gpuext-nri-plugin": "./nri-plugin", "gpuext-oci-hook": "./oci-hook/cmd/gpuext-oci-hook",
@@ -99,7 +99,7 @@ func k8sAgentImage(t *testing.T, work, name string) string {
 			t.Fatalf("go build %s: %v\n%s", pkg, err, o)
 		}
 	}
-	buildDevrt(t, bin) // bin/devrt/libgpuext-devrt.so, where the image builder takes it
+	installDevrt(t, filepath.Join(bin, "devrt")) // bin/devrt/libgpuext-devrt.so, where the image builder takes it
 	tar := filepath.Join(work, "gpuext-image.tar")
 	cmd := exec.Command("go", "run", "./deploy/image", "--bin", bin, "--name", name, "--out", tar)
 	cmd.Dir = root
@@ -266,7 +266,7 @@ devicePlugin:
 `, name, tag, c.NRISocket, pinDir, stateDir, filepath.Join(work, "devrt"), filepath.Join(work, "sock", "agent.sock"), c.KubeletRoot)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	chart := filepath.Join(k8slab.RepoRoot(), "deploy", "helm", "gpuext")
+	chart := filepath.Join(testutil.RepoRoot(), "deploy", "helm", "gpuext")
 	if out, err := c.HelmErr("install", "gpuext", chart, "-n", "gpuext-system", "--create-namespace",
 		"-f", values, "--wait", "--timeout", "3m"); err != nil {
 		t.Fatalf("%v\n%s\nagent pods:\n%s", err, out, c.K(t, "-n", "gpuext-system", "describe", "pods"))
@@ -445,14 +445,14 @@ func k8sIsBPFFS(dir string) bool {
 // at the end) and a pin dir of its own (removed at the end).
 func k8sWorkDirs(t *testing.T, name string) (work, pinDir string) {
 	t.Helper()
-	lab.RequireRoot(t)
+	testutil.RequireRoot(t)
 	k8sMountBPFFS(t)
 	work, err := os.MkdirTemp("", "gpuext-"+name+"-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(work) })
-	privtest.UnmountUnder(t, work) // the tenants' accounting dirs, before the removal
+	testutil.UnmountUnder(t, work) // the tenants' accounting dirs, before the removal
 	pinDir = fmt.Sprintf("/sys/fs/bpf/gpuext-%s-%d", name, time.Now().UnixNano())
 	t.Cleanup(func() { os.RemoveAll(pinDir) })
 	return work, pinDir

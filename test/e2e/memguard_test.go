@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuext/gpuext/internal/gpuview/gpuviewtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // guardLab starts the containerd lab with the agent's gpuext-gpuview over
@@ -38,7 +38,7 @@ func guardLab(t *testing.T) (*ctdLab, string) {
 // 256 MiB of driver context).
 func fakeGuardGpuview(t *testing.T) (wrapper, ledger string) {
 	t.Helper()
-	bin, fake := gpuviewtest.BuildOverFake(t)
+	bin, fake := testutil.BuildGpuviewOverFake(t)
 	ledger, err := os.MkdirTemp("", "gpuext-ledger-")
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // ociDockerd is a private dockerd started by test/lab/dockerd.sh with the
@@ -21,7 +23,7 @@ func ociStartDockerd(t *testing.T, l *ociLab) *ociDockerd {
 	t.Helper()
 	labDir := filepath.Join(l.Dir, "lab")
 	d := &ociDockerd{
-		script:   filepath.Join(ociRepoRoot(t), "test", "lab", "dockerd.sh"),
+		script:   filepath.Join(testutil.RepoRoot(), "test", "lab", "dockerd.sh"),
 		DataRoot: filepath.Join(labDir, "docker", "data"),
 		// dockerd passes its environment down to containerd, the shim and
 		// the runtime: GPUEXT_CONFIG reaches gpuext-runc (daemon.json

@@ -15,13 +15,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
@@ -42,14 +41,7 @@ func ociRequirePrivileged(t *testing.T, tools ...string) {
 	if len(missing) == 0 {
 		return
 	}
-	privtest.SkipOrFail(t, "privileged e2e test needs %s", strings.Join(missing, ", "))
-}
-
-// ociRepoRoot is the module root (test/e2e/../..).
-func ociRepoRoot(t *testing.T) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	testutil.SkipOrFail(t, "privileged e2e test needs %s", strings.Join(missing, ", "))
 }
 
 func ociRandom(n int) string {
@@ -109,7 +101,7 @@ func ociNewLab(t *testing.T) *ociLab {
 			t.Errorf("remove work dir: %v", err)
 		}
 	})
-	privtest.UnmountUnder(t, dir) // the tenants' accounting dirs, before the removal
+	testutil.UnmountUnder(t, dir) // the tenants' accounting dirs, before the removal
 	l.build(t)
 	l.devrt(t)
 	l.WriteConfig(t, "fail-open", nil)
@@ -178,7 +170,7 @@ func (l *ociLab) build(t *testing.T) {
 		{"-o", l.Agent, "./nri-plugin"},
 	} {
 		cmd := exec.Command("go", append([]string{"build"}, b...)...)
-		cmd.Dir = ociRepoRoot(t)
+		cmd.Dir = testutil.RepoRoot()
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go build: %v\n%s", err, out)
@@ -194,29 +186,15 @@ func (l *ociLab) Ctl(t *testing.T) string {
 		return ctl
 	}
 	build := exec.Command("go", "build", "-o", ctl, "./cmd/gpuextctl")
-	build.Dir = ociRepoRoot(t)
+	build.Dir = testutil.RepoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build gpuextctl: %v\n%s", err, out)
 	}
 	return ctl
 }
 
-// devrt installs the device runtime (devrt/build.sh, shared with the
-// containerd tests) into the lab's devrt dir.
-func (l *ociLab) devrt(t *testing.T) {
-	t.Helper()
-	if err := os.MkdirAll(l.DevrtDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	built := buildDevrt(t, t.TempDir())
-	data, err := os.ReadFile(filepath.Join(built, "libgpuext-devrt.so"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(l.DevrtDir, "libgpuext-devrt.so"), data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-}
+// devrt installs the device runtime into the lab's devrt dir.
+func (l *ociLab) devrt(t *testing.T) { installDevrt(t, l.DevrtDir) }
 
 // WriteConfig (re)writes the gpuext config. The wrapper and hooks read it
 // at every call; a running agent is restarted to read it, as an operator

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // ociPodman drives test/lab/podman.sh with private storage.
@@ -19,7 +21,7 @@ type ociPodman struct {
 func ociNewPodman(t *testing.T, l *ociLab, extraEnv ...string) *ociPodman {
 	t.Helper()
 	p := &ociPodman{
-		script: filepath.Join(ociRepoRoot(t), "test", "lab", "podman.sh"),
+		script: filepath.Join(testutil.RepoRoot(), "test", "lab", "podman.sh"),
 		env:    append([]string{"GPUEXT_LAB_DIR=" + filepath.Join(l.Dir, "lab")}, extraEnv...),
 	}
 	t.Cleanup(func() {
@@ -41,7 +43,7 @@ func (p *ociPodman) podman(args ...string) (string, string, error) {
 func ociRenderHooks(t *testing.T, l *ociLab) string {
 	t.Helper()
 	dir := filepath.Join(l.Dir, "hooks.d")
-	render := filepath.Join(ociRepoRoot(t), "deploy", "podman", "render.sh")
+	render := filepath.Join(testutil.RepoRoot(), "deploy", "podman", "render.sh")
 	if out, err := exec.Command(render, l.Hook, l.Config, dir).CombinedOutput(); err != nil {
 		t.Fatalf("render.sh: %v\n%s", err, out)
 	}

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 const (
@@ -29,7 +31,7 @@ const (
 // continuation lines) fails, naming what this reader must learn first.
 func ociUnitExecStart(t *testing.T) []string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(ociRepoRoot(t), ociUnitFile))
+	data, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), ociUnitFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +97,7 @@ func TestOCISystemdUnitPairsWithDaemonJSON(t *testing.T) {
 	if !has("--config", ociUnitConfig) {
 		t.Errorf("ExecStart %v does not read %s", argv, ociUnitConfig)
 	}
-	data, err := os.ReadFile(filepath.Join(ociRepoRoot(t), ociUnitDaemonJSON))
+	data, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), ociUnitDaemonJSON))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // Image is the busybox image every lab runtime has imported.
@@ -30,20 +30,12 @@ func ScriptsDir() string {
 	return filepath.Dir(file)
 }
 
-// RepoRoot is the repository root.
-func RepoRoot() string { return filepath.Clean(filepath.Join(ScriptsDir(), "..", "..")) }
-
-// skipOrFail skips the test, or fails it when CI=true.
-
-// RequireRoot skips the test when not root (fails it when CI=true).
-func RequireRoot(t testing.TB) { privtest.RequireRoot(t) }
-
 // binDir is where install-deps.sh put containerd, ctr, the shim and crictl.
 func binDir() string {
 	if d := os.Getenv("GPUEXT_LAB_BIN"); d != "" {
 		return d
 	}
-	return filepath.Join(RepoRoot(), ".cache", "bin")
+	return filepath.Join(testutil.RepoRoot(), ".cache", "bin")
 }
 
 // Containerd is a running private containerd started by StartContainerd.
@@ -82,10 +74,10 @@ type ContainerdOptions struct {
 // and stops it, unmounts and removes the dir in t.Cleanup.
 func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	t.Helper()
-	RequireRoot(t)
+	testutil.RequireRoot(t)
 	for _, b := range []string{"containerd", "ctr", "containerd-shim-runc-v2", "crictl"} {
 		if _, err := os.Stat(filepath.Join(binDir(), b)); err != nil {
-			privtest.SkipOrFail(t, "%s missing: run test/lab/install-deps.sh (make deps)", b)
+			testutil.SkipOrFail(t, "%s missing: run test/lab/install-deps.sh (make deps)", b)
 		}
 	}
 	// Under /tmp: socket paths must stay short (t.TempDir can be too long).

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // Prometheus is a real Prometheus server (built by install-prometheus.sh)
@@ -45,7 +45,7 @@ func StartPrometheus(t testing.TB, job string, targets ...string) *Prometheus {
 	t.Helper()
 	bin := filepath.Join(binDir(), "prometheus")
 	if _, err := os.Stat(bin); err != nil {
-		privtest.SkipOrFail(t, "no Prometheus server at %s (test/lab/install-prometheus.sh builds it): %v", bin, err)
+		testutil.SkipOrFail(t, "no Prometheus server at %s (test/lab/install-prometheus.sh builds it): %v", bin, err)
 	}
 	dir, err := os.MkdirTemp("", "gpuext-prometheus-")
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe/helpers"
 	"github.com/gpuext/gpuext/devrt/probe/internal/bpfc"
 	"github.com/gpuext/gpuext/devrt/probe/verifier"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/policies/probes"
 )
 
@@ -160,7 +160,7 @@ func TestWriteDirSwapsWholeBundles(t *testing.T) {
 func TestDefaultCompileUsesEmbeddedHelpers(t *testing.T) {
 	b, err := Compile([]string{"launch-stats"})
 	if errors.Is(err, helpers.ErrNotBuilt) {
-		privtest.SkipOrFail(t, "%v", err)
+		testutil.SkipOrFail(t, "%v", err)
 	}
 	if err != nil {
 		t.Fatal(err)

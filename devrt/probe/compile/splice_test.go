@@ -10,7 +10,7 @@ import (
 
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/helpers"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/policies/probes"
 )
 
@@ -20,7 +20,7 @@ func spliceCLI(t *testing.T) string {
 	t.Helper()
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
-		privtest.SkipOrFail(t, "gcc is needed to check bundles against the interposer's splice")
+		testutil.SkipOrFail(t, "gcc is needed to check bundles against the interposer's splice")
 	}
 	devrt := filepath.Join("..", "..")
 	out := filepath.Join(t.TempDir(), "ptxpatch_cli")

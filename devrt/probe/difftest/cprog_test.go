@@ -11,13 +11,13 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/difftest"
 	"github.com/gpuext/gpuext/devrt/probe/internal/bpfc"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // TestCPrograms runs the clang-compiled programs of testdata/ (README.md)
 // with several inputs each in the kernel and in the PTX interpreter.
 func TestCPrograms(t *testing.T) {
-	privtest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	for _, name := range []string{"arith", "maps"} {
 		obj := bpfc.CompileFlags(t, filepath.Join("testdata", name+".c"), []string{"-mcpu=v3"})
 		for seed := uint64(0); seed < 16; seed++ {
@@ -59,7 +59,7 @@ func TestCPrograms(t *testing.T) {
 // every update flag and a bad one, plain, atomic and compare-and-swap
 // writes, a struct value).
 func TestPerThreadMapAgainstKernelArray(t *testing.T) {
-	privtest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	obj := bpfc.CompileFlags(t, filepath.Join("testdata", "perthread.c"), []string{"-mcpu=v3"})
 	for seed := uint64(0); seed < 32; seed++ {
 		kspec, err := ebpf.LoadCollectionSpec(obj)

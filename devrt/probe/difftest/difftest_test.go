@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"github.com/gpuext/gpuext/devrt/probe/difftest"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // TestKernelVsDevice runs every corpus program in the host kernel and in
 // the PTX interpreter and requires the same r0, context and maps.
 func TestKernelVsDevice(t *testing.T) {
-	privtest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	start := time.Now()
 	corpus := difftest.Corpus(0)
 	if len(corpus) < 300 {
@@ -63,7 +63,7 @@ func TestCorpusDeterministic(t *testing.T) {
 // back, pass the Go twin of probe_diff.cu, and a wrong expectation is
 // reported as a mismatch.
 func TestGPUCorpusSelfCheck(t *testing.T) {
-	privtest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	module, exp, err := difftest.BuildCorpus(difftest.Corpus(48), "")
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // hostDriver builds testdata/hostdiff: helpers.cu compiled for the host
@@ -31,7 +31,7 @@ func hostBuild(t *testing.T, name, driverSrc string, flags ...string) string {
 	t.Helper()
 	gxx, err := exec.LookPath("g++")
 	if err != nil {
-		privtest.SkipOrFail(t, "g++ is needed to build the helper library for the host")
+		testutil.SkipOrFail(t, "g++ is needed to build the helper library for the host")
 	}
 	out := filepath.Join(t.TempDir(), name)
 	args := append([]string{"-std=c++17", "-O1", "-Wall", "-Werror", "-DGPUEXT_HELPERS_HOST_TEST"}, flags...)

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 const fakeLib = `//
@@ -77,7 +77,7 @@ func TestParseTargetSuffix(t *testing.T) {
 func TestEmbeddedLibrary(t *testing.T) {
 	lib, err := PTX()
 	if errors.Is(err, ErrNotBuilt) {
-		privtest.SkipOrFail(t, "%v", err)
+		testutil.SkipOrFail(t, "%v", err)
 	}
 	if err != nil {
 		t.Fatal(err)

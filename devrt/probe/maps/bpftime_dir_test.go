@@ -10,7 +10,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe/compile"
 	"github.com/gpuext/gpuext/devrt/probe/helpers"
 	"github.com/gpuext/gpuext/devrt/probe/ptxinterp"
-	"github.com/gpuext/gpuext/internal/probetest"
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/policies/probes"
 )
 
@@ -24,7 +24,7 @@ import (
 // every number exact.
 func TestBpftimeProbeDirViews(t *testing.T) {
 	names := []string{"thread-hist", "ret-snoop", "launch-bins", "call-counter"}
-	cat, err := probes.BuiltinWithDir(probetest.BpftimeDir(t, "", names...))
+	cat, err := probes.BuiltinWithDir(testutil.BpftimeDir(t, "", names...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestBpftimeProbeDirViews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(b.Manifest.Kernels) != "["+probetest.BpftimeKernel+"]" || !b.Manifest.LaunchTime {
+	if fmt.Sprint(b.Manifest.Kernels) != "["+testutil.BpftimeKernel+"]" || !b.Manifest.LaunchTime {
 		t.Fatalf("manifest kernels %v launch time %v, want the sections' kernel and launch time", b.Manifest.Kernels, b.Manifest.LaunchTime)
 	}
 	m, err := ptxinterp.Load(".version " + b.Manifest.MinPTX + "\n.target sm_70\n.address_size 64\n\n" + b.PTX)
@@ -46,7 +46,7 @@ func TestBpftimeProbeDirViews(t *testing.T) {
 	)
 	le := binary.LittleEndian
 	le.PutUint64(m.Global(probe.SymPidTgid), tgid<<32|tid)
-	kid := probe.KernelID(probetest.BpftimeKernel)
+	kid := probe.KernelID(testutil.BpftimeKernel)
 	entry := func(launch, bx int) uint64 { return 1_000_000_000*uint64(launch+1) + 50_000 + uint64(bx)*1000 }
 	for launch := 0; launch < 2; launch++ {
 		// launch 0 started 50-54 us before its blocks (bin lt100us), launch 1 500-504 us (lt1ms)

@@ -14,8 +14,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe/helpers"
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
 	"github.com/gpuext/gpuext/devrt/probe/ptxinterp"
-	"github.com/gpuext/gpuext/internal/privtest"
-	"github.com/gpuext/gpuext/internal/probetest"
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/policies/probes"
 )
 
@@ -27,10 +26,10 @@ func sdkProbeDir(t *testing.T, examples ...string) string {
 	t.Helper()
 	for _, tool := range []string{"make", "clang"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			privtest.SkipOrFail(t, "%s not found (test/lab/install-deps.sh installs it): %v", tool, err)
+			testutil.SkipOrFail(t, "%s not found (test/lab/install-deps.sh installs it): %v", tool, err)
 		}
 	}
-	root, tmp := probetest.RepoRoot(t), t.TempDir()
+	root, tmp := testutil.RepoRoot(), t.TempDir()
 	run := func(dir string, args ...string) {
 		t.Helper()
 		cmd := exec.Command("make", append([]string{"-s", "-C", dir}, args...)...)

@@ -25,7 +25,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/test/lab"
 )
 
@@ -45,15 +45,12 @@ func ScriptsDir() string {
 	return filepath.Dir(filepath.Dir(file))
 }
 
-// RepoRoot is the repository root.
-func RepoRoot() string { return filepath.Clean(filepath.Join(ScriptsDir(), "..", "..")) }
-
 // BinDir is where test/k8s/install.sh put gpuext-kube, its symlinks and helm.
 func BinDir() string {
 	if d := os.Getenv("GPUEXT_K8S_BIN"); d != "" {
 		return d
 	}
-	return filepath.Join(RepoRoot(), ".cache", "k8s", "bin")
+	return filepath.Join(testutil.RepoRoot(), ".cache", "k8s", "bin")
 }
 
 // Cluster is a running cluster started by Start. The fields are values
@@ -85,15 +82,15 @@ type Options struct {
 // a time (the kubelet's device plugin dir is fixed).
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
-	privtest.RequireRoot(t)
+	testutil.RequireRoot(t)
 	for _, b := range []string{"gpuext-kube", "kubectl", "kubelet", "helm"} {
 		if _, err := os.Stat(filepath.Join(BinDir(), b)); err != nil {
-			privtest.SkipOrFail(t, "%s missing: run test/k8s/install.sh (make deps)", filepath.Join(BinDir(), b))
+			testutil.SkipOrFail(t, "%s missing: run test/k8s/install.sh (make deps)", filepath.Join(BinDir(), b))
 		}
 	}
 	for _, b := range []string{"containerd", "crictl"} {
 		if _, err := os.Stat(filepath.Join(labBinDir(), b)); err != nil {
-			privtest.SkipOrFail(t, "%s missing: run test/lab/install-deps.sh (make deps)", b)
+			testutil.SkipOrFail(t, "%s missing: run test/lab/install-deps.sh (make deps)", b)
 		}
 	}
 	// Under /tmp: socket paths must stay short.
@@ -151,7 +148,7 @@ func labBinDir() string {
 	if d := os.Getenv("GPUEXT_LAB_BIN"); d != "" {
 		return d
 	}
-	return filepath.Join(RepoRoot(), ".cache", "bin")
+	return filepath.Join(testutil.RepoRoot(), ".cache", "bin")
 }
 
 // script runs cluster.sh with this cluster's environment; its output is

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuext/gpuext/internal/privtest"
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // Flags are the clang flags every probe is built with (before -I and the
@@ -77,7 +77,7 @@ func requireClang(t testing.TB) string {
 	if err == nil {
 		return p
 	}
-	privtest.SkipOrFail(t, "clang not found (test/lab/install-deps.sh installs it): %v", err)
+	testutil.SkipOrFail(t, "clang not found (test/lab/install-deps.sh installs it): %v", err)
 	return ""
 }
 

@@ -1,4 +1,4 @@
-package probetest
+package testutil
 
 import (
 	"os"
@@ -19,7 +19,7 @@ const BpftimeKernel = "_Z4gridPj"
 // BpftimeKernel replaces it in the sections (a copy of the source is built).
 func BpftimeDir(t testing.TB, kernel string, names ...string) string {
 	t.Helper()
-	root, dir, tmp := RepoRoot(t), t.TempDir(), t.TempDir()
+	root, dir, tmp := RepoRoot(), t.TempDir(), t.TempDir()
 	td := filepath.Join(root, "devrt", "probe", "compile", "testdata", "bpftime")
 	for _, name := range names {
 		src := filepath.Join(td, strings.ReplaceAll(name, "-", "_")+".bpf.c")

@@ -1,32 +1,15 @@
-package probetest
+package testutil
+
+// Device probes for tests: the example probes of examples/probes (or any
+// probe source) compiled with clang as the SDK's probe.mk does, into a
+// probe directory (the config's probeDir).
 
 import (
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
-
-	"github.com/gpuext/gpuext/internal/privtest"
 )
-
-// RepoRoot is the module's root (where go.mod is), above the working directory.
-func RepoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
 
 // Build compiles a probe source into out with clang as probe.mk does
 // (BTF and line info, warnings as errors), against the tree's headers.
@@ -42,9 +25,9 @@ func compileBPF(t testing.TB, src, out string, include ...string) {
 	t.Helper()
 	clang, err := exec.LookPath("clang")
 	if err != nil {
-		privtest.SkipOrFail(t, "clang not found (test/lab/install-deps.sh installs it): %v", err)
+		SkipOrFail(t, "clang not found (test/lab/install-deps.sh installs it): %v", err)
 	}
-	root := RepoRoot(t)
+	root := RepoRoot()
 	args := []string{"--target=bpf", "-g", "-O2", "-Wall", "-Werror"}
 	for _, d := range include {
 		args = append(args, "-I", filepath.Join(root, d))
@@ -59,7 +42,7 @@ func compileBPF(t testing.TB, src, out string, include ...string) {
 // examples/probes: each NAME.json and NAME.bpf.o built from NAME.bpf.c.
 func ExampleDir(t testing.TB, examples ...string) string {
 	t.Helper()
-	root, dir := RepoRoot(t), t.TempDir()
+	root, dir := RepoRoot(), t.TempDir()
 	for _, ex := range examples {
 		src := filepath.Join(root, "examples", "probes", ex)
 		Build(t, filepath.Join(src, ex+".bpf.c"), filepath.Join(dir, ex+".bpf.o"))

@@ -1,7 +1,8 @@
-// Package privtest is the one rule for privileged tests: they skip when run
-// locally without what they need, and fail when CI=true, so a CI run can
-// never pass by skipping them.
-package privtest
+package testutil
+
+// The one rule for privileged tests: they skip when run locally without
+// what they need, and fail when CI=true, so a CI run can never pass by
+// skipping them.
 
 import (
 	"os"
