@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
-	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/lib/testutil"
 )
 
@@ -37,7 +36,7 @@ type tenant struct {
 	t       *testing.T
 	bin     string
 	dir     string
-	file    admission.TenantFile // what write puts in the tenant dir
+	file    tenantcfg.File // what write puts in the tenant dir
 	acct    string
 	fakeLog string
 	preload string
@@ -47,13 +46,13 @@ type tenant struct {
 // newTenant writes the tenant dir of a policy with this quota and class
 // (and timesliceUs 2000) with admission's own writer; tune changes the
 // tenant file before it is written.
-func newTenant(t *testing.T, id int, quota uint64, class string, tune ...func(*admission.TenantFile)) *tenant {
+func newTenant(t *testing.T, id int, quota uint64, class string, tune ...func(*tenantcfg.File)) *tenant {
 	t.Helper()
 	bin := testutil.BuildDevrt(t)
 	dir := t.TempDir()
 	tn := &tenant{t: t, bin: bin, dir: dir, acct: filepath.Join(dir, "acct"),
 		fakeLog: filepath.Join(dir, "fake.log"), preload: filepath.Join(bin, "libgpuext-devrt.so"),
-		file: admission.TenantFile{ABIVersion: 1, TenantID: uint32(id), TenantKey: fmt.Sprintf("test/%d", id), Policy: "quota",
+		file: tenantcfg.File{ABIVersion: 1, TenantID: uint32(id), TenantKey: fmt.Sprintf("test/%d", id), Policy: "quota",
 			Class: class, QuotaBytes: quota, TimesliceUS: 2000, Probes: []string{}, ProbeKernels: []string{}}}
 	if err := os.Mkdir(tn.acct, 0o777); err != nil {
 		t.Fatal(err)
@@ -71,12 +70,12 @@ func newTenant(t *testing.T, id int, quota uint64, class string, tune ...func(*a
 // write (re)writes the tenant dir from tn.file as admission does (temp file + rename).
 func (tn *tenant) write() {
 	tn.t.Helper()
-	if err := admission.WriteTenantFiles(tn.dir, tn.file); err != nil {
+	if err := tenantcfg.WriteFiles(tn.dir, tn.file); err != nil {
 		tn.t.Fatal(err)
 	}
 }
 
-func (tn *tenant) settings() string { return filepath.Join(tn.dir, admission.TenantSettingsFile) }
+func (tn *tenant) settings() string { return filepath.Join(tn.dir, tenantcfg.FileName) }
 
 // env is the injection's env (docs/injection.md) with the test's paths.
 func (tn *tenant) env() []string {
@@ -89,8 +88,8 @@ func (tn *tenant) env() []string {
 		env = append(env, kv)
 	}
 	env = append(env, "LD_LIBRARY_PATH="+filepath.Join(tn.bin, "fake"), "FAKECUDA_LOG="+tn.fakeLog,
-		admission.EnvTenantDir+"="+tn.dir, admission.EnvTenantConfig+"="+filepath.Join(tn.dir, admission.TenantConfigFile),
-		admission.EnvTenantAcct+"="+tn.acct, admission.EnvTenantID+"=1", tenantcfg.EnvDevrtDebug+"=1")
+		tenantcfg.EnvTenantDir+"="+tn.dir, tenantcfg.EnvTenantConfig+"="+filepath.Join(tn.dir, tenantcfg.ConfigFileName),
+		tenantcfg.EnvTenantAcct+"="+tn.acct, tenantcfg.EnvTenantID+"=1", tenantcfg.EnvDevrtDebug+"=1")
 	if tn.preload != "" {
 		env = append(env, "LD_PRELOAD="+tn.preload)
 	}
@@ -476,8 +475,8 @@ func TestNoHardCodedPaths(t *testing.T) {
 func TestPriorityBoard(t *testing.T) {
 	// A long window so that the best-effort app surely launches inside it
 	// (the window is activeWindowUs, never the driver timeslice).
-	lc := newTenant(t, 12, 0, "latency-critical", func(f *admission.TenantFile) { f.ActiveWindowUS = 400000 })
-	be := newTenant(t, 13, 0, "best-effort", func(f *admission.TenantFile) { f.LaunchGate = true })
+	lc := newTenant(t, 12, 0, "latency-critical", func(f *tenantcfg.File) { f.ActiveWindowUS = 400000 })
+	be := newTenant(t, 13, 0, "best-effort", func(f *tenantcfg.File) { f.LaunchGate = true })
 	board := filepath.Join(t.TempDir(), "board")
 	dump := filepath.Join(lc.bin, "usage_dump")
 	publish := func(usageFiles ...string) {
@@ -715,24 +714,24 @@ func TestInterposerSeesWhatAdmissionWrote(t *testing.T) {
 		id     int
 		quota  uint64
 		class  string
-		tune   func(*admission.TenantFile)
+		tune   func(*tenantcfg.File)
 		want   string // the start-up line's settings
 		wantUA string // the usage header's class
 	}{
 		// classes as the kernel ABI numbers them (kmod/include/gpuext_prio.h): latency-critical 0, standard 1, best-effort 2
-		{"latency-critical window", 31, 5 * gib, "latency-critical", func(f *admission.TenantFile) { f.ActiveWindowUS = 7000 },
+		{"latency-critical window", 31, 5 * gib, "latency-critical", func(f *tenantcfg.File) { f.ActiveWindowUS = 7000 },
 			"tenant=31 quota=5368709120 class=0 window_ns=7000000 ", "0"},
 		// the driver timeslice is not the window (issue 14): the default is
-		{"timeslice is not the window", 32, 0, "best-effort", func(f *admission.TenantFile) { f.TimesliceUS = 16000; f.SMPercent = 40 },
+		{"timeslice is not the window", 32, 0, "best-effort", func(f *tenantcfg.File) { f.TimesliceUS = 16000; f.SMPercent = 40 },
 			fmt.Sprintf("tenant=32 quota=0 class=2 window_ns=%d ", tenantcfg.DefaultActiveWindow.Nanoseconds()), "2"},
-		{"default window", 33, 2 * gib, "standard", func(f *admission.TenantFile) { f.TimesliceUS = 0 },
+		{"default window", 33, 2 * gib, "standard", func(f *tenantcfg.File) { f.TimesliceUS = 0 },
 			fmt.Sprintf("tenant=33 quota=%d class=1 window_ns=%d ", 2*gib, tenantcfg.DefaultActiveWindow.Nanoseconds()), "1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tn := newTenant(t, tc.id, tc.quota, tc.class, tc.tune)
 			// What people read, made to disagree: the interposer must not care.
 			js := fmt.Sprintf(`{"tenantId": 99, "priorityClass": "latency-critical", "quotaBytes": %d, "activeWindowUs": 1}`, 1*gib)
-			if err := os.WriteFile(filepath.Join(tn.dir, admission.TenantConfigFile), []byte(js), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(tn.dir, tenantcfg.ConfigFileName), []byte(js), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			lines, stderr := tn.run("app_procaddr", "info")
@@ -841,7 +840,7 @@ func TestBadSettingsFileRunsWithDefaults(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			tn.extra = []string{admission.EnvTenantID + "=34"}
+			tn.extra = []string{tenantcfg.EnvTenantID + "=34"}
 			lines, stderr := tn.run("app_procaddr", "alloc", "6GiB", "info", "launch", "1")
 			// no quota: the 6GiB allocation and the device's own size
 			wantLines(t, lines, "alloc 6442450944 ok", fmt.Sprintf("info free=%d total=%d", 74*gib, 80*gib), "launch 1 ok")

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
 )
 
 // A best-effort tenant with smPercent and mpsClientPriority: with an MPS
@@ -19,8 +19,8 @@ import (
 // the board (the SM share is the isolation); without a server it says so and
 // the launch gate stays on (the policy has launchGate).
 func TestMPSShare(t *testing.T) {
-	lc := newTenant(t, 22, 0, "latency-critical", func(f *admission.TenantFile) { f.ActiveWindowUS = 400000 })
-	be := newTenant(t, 23, 0, "best-effort", func(f *admission.TenantFile) { f.SMPercent = 40; f.MPSClientPriority = 1; f.LaunchGate = true })
+	lc := newTenant(t, 22, 0, "latency-critical", func(f *tenantcfg.File) { f.ActiveWindowUS = 400000 })
+	be := newTenant(t, 23, 0, "best-effort", func(f *tenantcfg.File) { f.SMPercent = 40; f.MPSClientPriority = 1; f.LaunchGate = true })
 	board := filepath.Join(t.TempDir(), "board")
 	pipe := t.TempDir()
 	for _, tn := range []*tenant{lc, be} {
@@ -115,7 +115,7 @@ func TestMPSShare(t *testing.T) {
 // A latency-critical tenant under MPS keeps normal priority and the whole
 // GPU: the interposer sets neither variable for it.
 func TestMPSLatencyCriticalUntouched(t *testing.T) {
-	lc := newTenant(t, 24, 0, "latency-critical", func(f *admission.TenantFile) { f.SMPercent = 30; f.MPSClientPriority = 1 })
+	lc := newTenant(t, 24, 0, "latency-critical", func(f *tenantcfg.File) { f.SMPercent = 30; f.MPSClientPriority = 1 })
 	pipe := t.TempDir()
 	if err := os.WriteFile(filepath.Join(pipe, "control"), nil, 0o644); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
 )
 
 // gpuTenant is a tenant given quotas on host GPUs, as admission writes it
@@ -22,7 +22,7 @@ func gpuTenant(t *testing.T, id int, gpus []int, quotas []uint64, visible string
 	for _, q := range quotas {
 		most = max(most, q)
 	}
-	tn := newTenant(t, id, most, "standard", func(f *admission.TenantFile) {
+	tn := newTenant(t, id, most, "standard", func(f *tenantcfg.File) {
 		f.GPUs, f.GPUQuotaBytes = gpus, quotas
 	})
 	tn.extra = []string{"FAKECUDA_DEVICES=2", fmt.Sprintf("FAKECUDA_TOTAL_BYTES=%d", 8*gib)}

@@ -19,6 +19,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/launches"
 	"github.com/gpuext/gpuext/devrt/probe/maps"
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/policies/probes"
@@ -185,10 +186,10 @@ func probeRows(stateDir string, cat *probes.Catalog) ([]ProbesRow, error) {
 			continue
 		}
 		dir := admission.TenantDir(stateDir, id)
-		var tf admission.TenantFile
-		if b, err := os.ReadFile(filepath.Join(dir, admission.TenantConfigFile)); err == nil {
+		var tf tenantcfg.File
+		if b, err := os.ReadFile(filepath.Join(dir, tenantcfg.ConfigFileName)); err == nil {
 			if err := json.Unmarshal(b, &tf); err != nil {
-				return nil, fmt.Errorf("tenant %d: %s: %w", id, admission.TenantConfigFile, err)
+				return nil, fmt.Errorf("tenant %d: %s: %w", id, tenantcfg.ConfigFileName, err)
 			}
 		}
 		manifest, err := probe.ReadManifest(filepath.Join(dir, admission.TenantProbesDir, probe.ManifestFile))

@@ -14,6 +14,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe/helpers"
 	"github.com/gpuext/gpuext/devrt/probe/maps"
 	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/policies/probes"
 )
@@ -29,14 +30,14 @@ func probeState(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for id, tf := range map[string]admission.TenantFile{
+	for id, tf := range map[string]tenantcfg.File{
 		"7": {TenantID: 7, TenantKey: "nri/ctr/abc", Policy: "default", Probes: set},
 		"8": {TenantID: 8, TenantKey: "nri/ctr/def", Policy: "batch", Probes: []string{}},
 	} {
 		dir := filepath.Join(state, "tenants", id)
 		os.MkdirAll(dir, 0o755)
 		data, _ := json.Marshal(tf)
-		os.WriteFile(filepath.Join(dir, admission.TenantConfigFile), data, 0o644)
+		os.WriteFile(filepath.Join(dir, tenantcfg.ConfigFileName), data, 0o644)
 		if len(tf.Probes) > 0 {
 			if err := b.WriteDir(filepath.Join(dir, admission.TenantProbesDir)); err != nil {
 				t.Fatal(err)
@@ -153,8 +154,8 @@ func TestProbesLaunchCountAndRunningBlocks(t *testing.T) {
 		id := strconv.FormatUint(uint64(tc.id), 10)
 		dir := filepath.Join(state, "tenants", id)
 		os.MkdirAll(dir, 0o755)
-		data, _ := json.Marshal(admission.TenantFile{TenantID: tc.id, TenantKey: "nri/ctr/" + id, Policy: "default", Probes: tc.set})
-		os.WriteFile(filepath.Join(dir, admission.TenantConfigFile), data, 0o644)
+		data, _ := json.Marshal(tenantcfg.File{TenantID: tc.id, TenantKey: "nri/ctr/" + id, Policy: "default", Probes: tc.set})
+		os.WriteFile(filepath.Join(dir, tenantcfg.ConfigFileName), data, 0o644)
 		if err := b.WriteDir(filepath.Join(dir, admission.TenantProbesDir)); err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
-	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -80,7 +79,7 @@ func settingsWrite(args []string, out io.Writer) error {
 		return err
 	}
 	prio := policies.PriorityPolicy{Class: policies.PriorityClass(*class), SMPercent: uint32(*sm), MPSClientPriority: uint32(*mpsPrio), LaunchGate: *gate}
-	tf := admission.TenantFile{
+	tf := tenantcfg.File{
 		ABIVersion: bpf.ABIVersion, TenantID: uint32(*tenant), TenantKey: fmt.Sprintf("manual/%d", *tenant), Policy: *policy,
 		Class: *class, QuotaBytes: q, TimesliceUS: uint32(*timeslice), ActiveWindowUS: uint32(*window),
 		SMPercent: prio.EffectiveSMPercent(), MPSClientPriority: prio.EffectiveMPSClientPriority(), LaunchGate: prio.EffectiveLaunchGate(), Probes: names, ProbeKernels: []string{},
@@ -89,7 +88,7 @@ func settingsWrite(args []string, out io.Writer) error {
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		return err
 	}
-	return admission.WriteTenantFiles(*dir, tf)
+	return tenantcfg.WriteFiles(*dir, tf)
 }
 
 // parseGPUQuotas reads --gpus and --gpu-quotas: both empty (the quota
@@ -125,7 +124,7 @@ func parseGPUQuotas(gpus, quotas string) ([]int, []uint64, error) {
 // settingsShow prints a settings.bin as the interposer's start-up line does.
 func settingsShow(path string, out io.Writer) error {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		path = filepath.Join(path, admission.TenantSettingsFile)
+		path = filepath.Join(path, tenantcfg.FileName)
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {

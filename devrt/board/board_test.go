@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/lib/testutil"
 )
 
@@ -52,11 +52,11 @@ type tenant struct{ dir, acct string }
 // newTenant writes a tenant of class; a best-effort one has the launch
 // gate (launchGate), which these tests are about.
 func newTenant(t testing.TB, state string, id int, class string, windowUs int) tenant {
-	return newTenantFile(t, state, admission.TenantFile{TenantID: uint32(id), Policy: "p", Class: class, ActiveWindowUS: uint32(windowUs),
+	return newTenantFile(t, state, tenantcfg.File{TenantID: uint32(id), Policy: "p", Class: class, ActiveWindowUS: uint32(windowUs),
 		LaunchGate: class == "best-effort"})
 }
 
-func newTenantFile(t testing.TB, state string, tf admission.TenantFile) tenant {
+func newTenantFile(t testing.TB, state string, tf tenantcfg.File) tenant {
 	t.Helper()
 	id := strconv.Itoa(int(tf.TenantID))
 	tn := tenant{dir: filepath.Join(state, "tenants", id), acct: filepath.Join(state, "acct", id)}
@@ -65,7 +65,7 @@ func newTenantFile(t testing.TB, state string, tf admission.TenantFile) tenant {
 			t.Fatal(err)
 		}
 	}
-	if err := admission.WriteTenantFiles(tn.dir, tf); err != nil {
+	if err := tenantcfg.WriteFiles(tn.dir, tf); err != nil {
 		t.Fatal(err)
 	}
 	return tn
@@ -84,7 +84,7 @@ func openPublisher(t testing.TB, state string) *Publisher {
 
 func (tn tenant) env(build, boardPath string) []string {
 	return append(os.Environ(), "LD_PRELOAD="+filepath.Join(build, "libgpuext-devrt.so"),
-		"LD_LIBRARY_PATH="+filepath.Join(build, "fake"), admission.EnvTenantDir+"="+tn.dir,
+		"LD_LIBRARY_PATH="+filepath.Join(build, "fake"), tenantcfg.EnvTenantDir+"="+tn.dir,
 		"GPUEXT_TENANT_ACCT="+tn.acct, "GPUEXT_BOARD="+boardPath, "FAKECUDA_KERNEL_US=0")
 }
 
@@ -212,7 +212,7 @@ func TestBestEffortWithoutGateNeverWaits(t *testing.T) {
 	build := buildDevrt(t)
 	state := t.TempDir()
 	lc := newTenant(t, state, 1, "latency-critical", 60000)
-	free := newTenantFile(t, state, admission.TenantFile{TenantID: 2, Policy: "p", Class: "best-effort"})
+	free := newTenantFile(t, state, tenantcfg.File{TenantID: 2, Policy: "p", Class: "best-effort"})
 	gated := newTenant(t, state, 3, "best-effort", 0)
 	pub := openPublisher(t, state)
 	boardPath := filepath.Join(state, "board", FileName)

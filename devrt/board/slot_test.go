@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
 )
 
 // The liveness beacon of a slot is an open-file-description lock, which
@@ -23,7 +23,7 @@ import (
 func TestSlotSurvivesSecondOpen(t *testing.T) {
 	build := buildDevrt(t)
 	state := t.TempDir()
-	tn := newTenantFile(t, state, admission.TenantFile{TenantID: 4, Policy: "quota", Class: "standard", QuotaBytes: 3 << 29}) // 1.5 GiB
+	tn := newTenantFile(t, state, tenantcfg.File{TenantID: 4, Policy: "quota", Class: "standard", QuotaBytes: 3 << 29}) // 1.5 GiB
 	hold(t, build, tn, "hold", "slotapp", "alloc", "1GiB", "reopen")
 	u, err := ReadUsage(tn.acct)
 	if err != nil {

@@ -6,5 +6,8 @@
 // Both are generated from the C headers by gen.go; nothing is mirrored by
 // hand, and `make lint` fails when the generated files drift from the
 // headers. Encode is what admission writes; Decode makes the interposer's
-// checks, for tests and tools.
+// checks, for tests and tools. File is the tenant's config.json, its
+// human-readable view, from which Settings derives settings.bin; WriteFiles
+// writes both (admission, and the device runtime's tests, which so need
+// nothing of the agent).
 package tenantcfg

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
 )
 
 // Layer 1 of the GPU memory quota: the kernel's cgroup dmem controller.
@@ -199,7 +200,7 @@ func (c *Core) tenantQuotas(id bpf.TenantID, dm cgroup.Dmem) ([]DmemQuota, error
 	if err != nil {
 		return nil, fmt.Errorf("tenant %d: its quotas: %w", id, err)
 	}
-	var tf TenantFile
+	var tf tenantcfg.File
 	if err := json.Unmarshal(data, &tf); err != nil {
 		return nil, fmt.Errorf("tenant %d config.json: %w", id, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -174,7 +175,7 @@ func (c *Core) grantedGPUMemory(id bpf.TenantID) (GPUMemory, error) {
 	if err != nil {
 		return GPUMemory{}, fmt.Errorf("tenant %d: the GPU memory it was given: %w", id, err)
 	}
-	var tf TenantFile
+	var tf tenantcfg.File
 	if err := json.Unmarshal(data, &tf); err != nil {
 		return GPUMemory{}, fmt.Errorf("tenant %d config.json: %w", id, err)
 	}
@@ -204,7 +205,7 @@ func (c *Core) samePodGPUs(key string, t tenantGPUs) error {
 	if err != nil {
 		return nil // not written yet (a sibling's admission failed): nothing to differ from
 	}
-	var have TenantFile
+	var have tenantcfg.File
 	if err := json.Unmarshal(data, &have); err != nil {
 		return fmt.Errorf("tenant %d config.json: %w", id, err)
 	}

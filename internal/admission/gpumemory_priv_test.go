@@ -90,18 +90,18 @@ func podInfo(ctr string, podAnn map[string]string) admission.ContainerInfo {
 }
 
 // tenant reads what the device runtime and people see of a decision's tenant.
-func (l *gpuLab) tenant(t *testing.T, d admission.Decision) (admission.TenantFile, tenantcfg.Settings) {
+func (l *gpuLab) tenant(t *testing.T, d admission.Decision) (tenantcfg.File, tenantcfg.Settings) {
 	t.Helper()
 	dir := admission.TenantDir(l.stateDir, uint64(d.Tenant))
-	var tf admission.TenantFile
-	data, err := os.ReadFile(filepath.Join(dir, admission.TenantConfigFile))
+	var tf tenantcfg.File
+	data, err := os.ReadFile(filepath.Join(dir, tenantcfg.ConfigFileName))
 	if err == nil {
 		err = json.Unmarshal(data, &tf)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin, err := os.ReadFile(filepath.Join(dir, admission.TenantSettingsFile))
+	bin, err := os.ReadFile(filepath.Join(dir, tenantcfg.FileName))
 	if err != nil {
 		t.Fatal(err)
 	}

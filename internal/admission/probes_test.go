@@ -14,6 +14,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/probe/compile"
 	"github.com/gpuext/gpuext/devrt/probe/helpers"
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/policies"
 	"github.com/gpuext/gpuext/policies/probes"
 )
@@ -54,15 +55,15 @@ func admitProbes(t *testing.T, c *Core, sel policies.Selection) (string, error, 
 }
 
 // readTenantFile is the tenant dir's config.json, decoded: a missing or
-// malformed file fails the test (an empty TenantFile would pass every
+// malformed file fails the test (an empty tenantcfg.File would pass every
 // check of what it does not list).
-func readTenantFile(t *testing.T, dir string) (TenantFile, []byte) {
+func readTenantFile(t *testing.T, dir string) (tenantcfg.File, []byte) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, TenantConfigFile))
 	if err != nil {
 		t.Fatalf("tenant config.json: %v", err)
 	}
-	var tf TenantFile
+	var tf tenantcfg.File
 	if err := json.Unmarshal(b, &tf); err != nil {
 		t.Fatalf("tenant config.json: %v\n%s", err, b)
 	}

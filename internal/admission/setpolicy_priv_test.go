@@ -41,7 +41,7 @@ func constrainedLab(t *testing.T) *coreLab {
 
 func readSettings(t *testing.T, dir string) ([]byte, tenantcfg.Settings) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, admission.TenantSettingsFile))
+	b, err := os.ReadFile(filepath.Join(dir, tenantcfg.FileName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestSetPolicyChangesARunningTenant(t *testing.T) {
 	if _, s := readSettings(t, dir); s.Class != tenantcfg.ClassStandard || s.QuotaBytes != 1<<30 {
 		t.Fatalf("settings.bin after set-policy: class %v quota %d, want standard, 1GiB", s.Class, s.QuotaBytes)
 	}
-	cfgJSON, _ := os.ReadFile(filepath.Join(dir, admission.TenantConfigFile))
+	cfgJSON, _ := os.ReadFile(filepath.Join(dir, tenantcfg.ConfigFileName))
 	if !strings.Contains(string(cfgJSON), `"policy": "quota"`) {
 		t.Fatalf("config.json after set-policy:\n%s", cfgJSON)
 	}

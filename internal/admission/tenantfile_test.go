@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"syscall"
 	"testing"
 	"time"
 
@@ -13,107 +12,6 @@ import (
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/policies"
 )
-
-// settingsFrom says, for every TenantFile field, which tenantcfg.Settings
-// fields (settings.bin, what the device runtime reads) it feeds, or why the
-// device runtime has no use for it. A field added to TenantFile fails
-// TestTenantFileFieldsReachSettings until it is listed here: either it gets
-// a counterpart in devrt/include/gpuext_devrt_tenant.h and TenantFile.Settings,
-// or a reason it stays on the host.
-var settingsFrom = map[string]struct {
-	fields   []string
-	hostOnly string
-}{
-	"ABIVersion":        {hostOnly: "the kernel ABI's version, for readers of config.json; settings.bin carries its own"},
-	"TenantID":          {fields: []string{"TenantID"}},
-	"TenantKey":         {hostOnly: "a name: the device runtime sees ids"},
-	"Policy":            {hostOnly: "a name: GPUEXT_POLICY carries it into the container"},
-	"QuotaAction":       {hostOnly: "read by the agent's memory guard on the host, which acts on processes the device runtime may not be in"},
-	"Class":             {fields: []string{"Class"}},
-	"QuotaBytes":        {fields: []string{"QuotaBytes"}},
-	"TimesliceUS":       {hostOnly: "the kernel's TSG timeslice; never the latency-critical window (issue 14)"},
-	"Interleave":        {hostOnly: "the kernel's runlist interleave (gpuext_tenant_config)"},
-	"ActiveWindowUS":    {fields: []string{"ActiveWindow"}},
-	"SMPercent":         {fields: []string{"SMPercent"}},
-	"MPSClientPriority": {fields: []string{"MPSClientPriority"}},
-	"LaunchGate":        {fields: []string{"LaunchGate"}},
-	"Eviction":          {hostOnly: "a kernel policy (gpuext_tenant_config)"},
-	"Prefetch":          {hostOnly: "a kernel policy (gpuext_tenant_config)"},
-	"Probes":            {hostOnly: "the interposer finds the compiled probes in probes/"},
-	"ProbeKernels":      {hostOnly: "the interposer reads the kernel list from probes/module.conf"},
-	"GPUs":              {hostOnly: "host GPU indices: the interposer sees device ordinals, in this order"},
-	"GPUQuotaBytes":     {fields: []string{"DeviceQuotas"}},
-	"GPUMemoryBytes":    {hostOnly: "the scheduler's grant, the quotas' ceiling: a policy change keeps it; the interposer enforces GPUQuotaBytes"},
-}
-
-// TestTenantFileFieldsReachSettings changes one TenantFile field at a time
-// and checks which settings the device runtime would see change: exactly
-// the ones settingsFrom lists. Every settings field is fed by some field.
-func TestTenantFileFieldsReachSettings(t *testing.T) {
-	base := TenantFile{Class: string(policies.Standard)}
-	typ := reflect.TypeOf(base)
-	fed := map[string]bool{}
-	for i := 0; i < typ.NumField(); i++ {
-		f := typ.Field(i)
-		want, ok := settingsFrom[f.Name]
-		if !ok {
-			t.Errorf("TenantFile.%s has no settings counterpart: give it one in gpuext_devrt_tenant.h and TenantFile.Settings, or list it in settingsFrom as host-only with the reason", f.Name)
-			continue
-		}
-		if (len(want.fields) == 0) == (want.hostOnly == "") {
-			t.Errorf("settingsFrom[%q]: give settings fields or a host-only reason, not both or neither", f.Name)
-		}
-		changed := base
-		v := reflect.ValueOf(&changed).Elem().Field(i)
-		switch {
-		case f.Name == "Class":
-			v.SetString(string(policies.LatencyCritical))
-		case v.Kind() == reflect.String:
-			v.SetString("x")
-		case v.Kind() == reflect.Uint32, v.Kind() == reflect.Uint64:
-			v.SetUint(37)
-		case v.Kind() == reflect.Bool:
-			v.SetBool(true)
-		case v.Type() == reflect.TypeOf([]uint64(nil)):
-			v.Set(reflect.ValueOf([]uint64{37}))
-		case v.Type() == reflect.TypeOf([]int(nil)):
-			v.Set(reflect.ValueOf([]int{1}))
-		case v.Kind() == reflect.Slice:
-			v.Set(reflect.ValueOf([]string{"x"}))
-		default:
-			t.Fatalf("TenantFile.%s: kind %s: teach this test to change it", f.Name, v.Kind())
-		}
-		got := changedFields(base.Settings(), changed.Settings())
-		if !reflect.DeepEqual(got, want.fields) {
-			t.Errorf("changing TenantFile.%s changes settings %v, settingsFrom says %v", f.Name, got, want.fields)
-		}
-		for _, s := range got {
-			fed[s] = true
-		}
-	}
-	for name := range settingsFrom {
-		if _, ok := typ.FieldByName(name); !ok {
-			t.Errorf("settingsFrom lists %q, which TenantFile no longer has", name)
-		}
-	}
-	st := reflect.TypeOf(tenantcfg.Settings{})
-	for i := 0; i < st.NumField(); i++ {
-		if !fed[st.Field(i).Name] {
-			t.Errorf("settings field %s is fed by no TenantFile field", st.Field(i).Name)
-		}
-	}
-}
-
-func changedFields(a, b tenantcfg.Settings) []string {
-	var out []string
-	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
-	for i := 0; i < va.NumField(); i++ {
-		if !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
-			out = append(out, va.Type().Field(i).Name)
-		}
-	}
-	return out
-}
 
 // The settings file admission writes for every catalog policy is one the
 // device runtime takes, with the policy's class (every catalog class has
@@ -131,7 +29,7 @@ func TestTenantDirSettingsForCatalog(t *testing.T) {
 		if !ok {
 			t.Errorf("class %q has no device runtime class", name)
 		}
-		if got := devrtClass(name); got != id {
+		if got := tenantcfg.ClassOf(name); got != id {
 			t.Errorf("class %q: settings.bin class %d, want %d", name, got, id)
 		}
 		if other, dup := seen[id]; dup {
@@ -157,47 +55,10 @@ func TestTenantDirSettingsForCatalog(t *testing.T) {
 		if !reflect.DeepEqual(s, want) {
 			t.Errorf("%s: settings.bin %+v, want %+v", name, s, want)
 		}
-		var tf TenantFile
+		var tf tenantcfg.File
 		if b, err := os.ReadFile(filepath.Join(dir, TenantConfigFile)); err != nil || json.Unmarshal(b, &tf) != nil || !reflect.DeepEqual(tf.Settings(), s) {
 			t.Errorf("%s: config.json does not describe settings.bin: %+v vs %+v (%v)", name, tf.Settings(), s, err)
 		}
-	}
-}
-
-// A tenant dir written again with the same settings keeps its files (a
-// running process compares the inode and mtime to see new settings); new
-// settings replace the file.
-func TestWriteTenantFilesOnlyWhenChanged(t *testing.T) {
-	dir := t.TempDir()
-	tf := TenantFile{TenantID: 4, Class: string(policies.BestEffort), QuotaBytes: 1 << 30, SMPercent: 30}
-	if err := WriteTenantFiles(dir, tf); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, TenantSettingsFile)
-	ino := func() uint64 {
-		st, err := os.Stat(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.Sys().(*syscall.Stat_t).Ino
-	}
-	first := ino()
-	if err := WriteTenantFiles(dir, tf); err != nil {
-		t.Fatal(err)
-	}
-	if ino() != first {
-		t.Error("the same settings replaced settings.bin")
-	}
-	tf.QuotaBytes = 2 << 30
-	if err := WriteTenantFiles(dir, tf); err != nil {
-		t.Fatal(err)
-	}
-	if ino() == first {
-		t.Error("new settings did not replace settings.bin")
-	}
-	b, _ := os.ReadFile(path)
-	if s, err := tenantcfg.Decode(b); err != nil || s.QuotaBytes != 2<<30 || s.Class != tenantcfg.ClassBestEffort {
-		t.Errorf("settings.bin after the change: %+v, %v", s, err)
 	}
 }
 
@@ -249,11 +110,11 @@ func writtenSettings(t *testing.T, c *Core, id bpf.TenantID, key string, p polic
 // unknown name is standard in settings.bin (never 0, latency-critical).
 func TestOneClassNumbering(t *testing.T) {
 	for _, name := range policies.Classes {
-		if k, d := uint32(priorityIDs[name]), uint32(devrtClass(name)); k != d {
+		if k, d := uint32(priorityIDs[name]), uint32(tenantcfg.ClassOf(name)); k != d {
 			t.Errorf("class %q: kernel ABI %d, settings.bin %d", name, k, d)
 		}
 	}
-	if got := devrtClass("no-such-class"); got != tenantcfg.ClassStandard {
+	if got := tenantcfg.ClassOf("no-such-class"); got != tenantcfg.ClassStandard {
 		t.Errorf("unknown class: settings.bin class %d, want standard (%d)", got, tenantcfg.ClassStandard)
 	}
 	if len(policies.Classes) != 3 {

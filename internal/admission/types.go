@@ -29,7 +29,7 @@ const (
 	ContainerBoardDir  = "/run/gpuext/board"
 	BoardFile          = "board"
 	DevrtLibrary       = "libgpuext-devrt.so"
-	TenantConfigFile   = "config.json"
+	TenantConfigFile   = tenantcfg.ConfigFileName
 	// TenantProbesDir holds the tenant's compiled device probes
 	// (module.ptx, module.conf, manifest.json; docs/device-probes.md).
 	TenantProbesDir = probe.BundleDir

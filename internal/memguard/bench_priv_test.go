@@ -16,6 +16,7 @@ import (
 	"github.com/gpuext/gpuext/bpf/bpftest"
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/cgroup/cgrouptest"
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/lib/testutil"
 )
@@ -46,7 +47,7 @@ func BenchmarkGuardCPU(b *testing.B) {
 		if err := os.MkdirAll(tdir, 0o755); err != nil {
 			b.Fatal(err)
 		}
-		if err := admission.WriteTenantFiles(tdir, admission.TenantFile{TenantID: uint32(tid), Policy: "quota", QuotaBytes: 4 << 30}); err != nil {
+		if err := tenantcfg.WriteFiles(tdir, tenantcfg.File{TenantID: uint32(tid), Policy: "quota", QuotaBytes: 4 << 30}); err != nil {
 			b.Fatal(err)
 		}
 		for j := range perTenant {

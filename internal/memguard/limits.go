@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/internal/admission"
 )
 
@@ -48,7 +49,7 @@ func RegistryLimits(reg Lister, stateDir string, action Action) func() ([]Limit,
 			live[t.ID] = true
 			l := Limit{Tenant: t.ID, Key: t.Key, Policy: t.Policy, Quota: t.Config.QuotaBytes, Action: action}
 			var st unix.Stat_t
-			path := filepath.Join(admission.TenantDir(stateDir, uint64(t.ID)), admission.TenantConfigFile)
+			path := filepath.Join(admission.TenantDir(stateDir, uint64(t.ID)), tenantcfg.ConfigFileName)
 			if err := unix.Lstat(path, &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
 				at := stamp{ino: st.Ino, size: uint64(st.Size), mtime: st.Mtim.Nano()}
 				c, ok := cache[t.ID]

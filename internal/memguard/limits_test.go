@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/internal/admission"
 )
 
@@ -18,19 +19,19 @@ func (l listed) List() ([]bpf.Tenant, error) { return l, nil }
 // a quota is not held; a changed file is read again.
 func TestRegistryLimitsFromTenantFiles(t *testing.T) {
 	state := t.TempDir()
-	write := func(id uint32, tf admission.TenantFile) {
+	write := func(id uint32, tf tenantcfg.File) {
 		dir := admission.TenantDir(state, uint64(id))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		tf.TenantID = id
-		if err := admission.WriteTenantFiles(dir, tf); err != nil {
+		if err := tenantcfg.WriteFiles(dir, tf); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write(1, admission.TenantFile{Policy: "quota", QuotaBytes: 4 << 30})
-	write(2, admission.TenantFile{Policy: "batch", QuotaBytes: 8 << 30, GPUs: []int{3, 1}, GPUQuotaBytes: []uint64{2 << 30, 6 << 30}, QuotaAction: "report"})
-	write(3, admission.TenantFile{Policy: "default"})
+	write(1, tenantcfg.File{Policy: "quota", QuotaBytes: 4 << 30})
+	write(2, tenantcfg.File{Policy: "batch", QuotaBytes: 8 << 30, GPUs: []int{3, 1}, GPUQuotaBytes: []uint64{2 << 30, 6 << 30}, QuotaAction: "report"})
+	write(3, tenantcfg.File{Policy: "default"})
 	reg := listed{
 		{ID: 1, Key: "a", Cgroups: []bpf.CgroupEntry{{CgroupID: 10}}},
 		{ID: 2, Key: "b", Cgroups: []bpf.CgroupEntry{{CgroupID: 20}, {CgroupID: 21}}},
@@ -51,7 +52,7 @@ func TestRegistryLimitsFromTenantFiles(t *testing.T) {
 		t.Errorf("tenant 2: %+v (want per-GPU quotas and the policy's report)", l)
 	}
 	// set-policy rewrote tenant 1's file: the next refresh reads it
-	write(1, admission.TenantFile{Policy: "quota", QuotaBytes: 2 << 30, QuotaAction: "report"})
+	write(1, tenantcfg.File{Policy: "quota", QuotaBytes: 2 << 30, QuotaAction: "report"})
 	if ls, _ = limits(); ls[0].Quota != 2<<30 || ls[0].Action != ActionReport {
 		t.Errorf("tenant 1 after its file changed: %+v", ls[0])
 	}

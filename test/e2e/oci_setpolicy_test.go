@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/internal/admission"
 )
 
@@ -43,7 +44,7 @@ func TestOCISetPolicy(t *testing.T) {
 	reg := l.Registry(t)
 	e := ociAssertRegistered(t, reg, b.ID, b.CgroupsPath, "batch")
 	pid := ociInitPid(t, b)
-	settings := filepath.Join(admission.TenantDir(l.StateDir, uint64(e.Tenant.ID)), admission.TenantSettingsFile)
+	settings := filepath.Join(admission.TenantDir(l.StateDir, uint64(e.Tenant.ID)), tenantcfg.FileName)
 
 	// forbidden: refused with the key and value, nothing changes
 	out, err := exec.Command(ctl, "--config", l.Config, "tenants", "set-policy", e.Tenant.Key, "latency-critical").CombinedOutput()

@@ -94,7 +94,7 @@ func (l *setPolicyLab) admit(t *testing.T, name, policy string) (string, admissi
 
 func (l *setPolicyLab) settings(t *testing.T, id bpf.TenantID) tenantcfg.Settings {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(admission.TenantDir(l.stateDir, uint64(id)), admission.TenantSettingsFile))
+	b, err := os.ReadFile(filepath.Join(admission.TenantDir(l.stateDir, uint64(id)), tenantcfg.FileName))
 	if err != nil {
 		t.Fatal(err)
 	}
