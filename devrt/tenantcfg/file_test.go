@@ -147,4 +147,3 @@ func TestWriteFilesOnlyWhenChanged(t *testing.T) {
 		t.Errorf("settings.bin after the change: %+v, %v", s, err)
 	}
 }
-

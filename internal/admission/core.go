@@ -13,11 +13,9 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
-	"github.com/gpuext/gpuext/devrt/probe/compile"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/failmode"
 	"github.com/gpuext/gpuext/policies"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // Config is the admission core's configuration (the shared part of the NRI
@@ -57,24 +55,17 @@ const (
 	MPSRootDeny  = config.MPSRootDeny
 )
 
-// Core is the admission core. It is safe for concurrent use, and several
-// processes may run one at a time against the same registry.
+// Core is the admission core: a Planner (what to do for a container) and
+// the registry, cgroups and state directory it applies plans to. It is safe
+// for concurrent use, and several processes may run one at a time against
+// the same registry.
 type Core struct {
-	cfg         Config
-	reg         *bpf.Registry
-	catalog     *policies.Catalog
-	constraints *policies.Constraints
-	resolver    *cgroup.Resolver
-	log         *logrus.Entry
-	// compileProbes turns a probe set, limited to the container's kernels
-	// (probe-kernels.gpuext.io; nil = no limit), into the tenant's probe
-	// module (compile.CompileKernels: cached per set and kernels, so only
-	// a set's first admission pays for verification and translation).
-	compileProbes func(probes, kernels []string) (*compile.Bundle, error)
-	obs           Observer // SetObserver; nil: nobody observes
-	// gpuMem answers what GPU memory the scheduler gave a Kubernetes
-	// container (SetGPUMemory; nil: no device plugin, no request).
-	gpuMem GPUMemorySource
+	*Planner
+	cfg      Config
+	reg      *bpf.Registry
+	resolver *cgroup.Resolver
+	log      *logrus.Entry
+	obs      Observer // SetObserver; nil: nobody observes
 	// decisionKey authenticates the decisions Admit makes (Decision.MAC).
 	decisionKey []byte
 	// unboundedAcct warns once that acct dirs cannot be bounded here.
@@ -100,7 +91,11 @@ func New(cfg Config, reg *bpf.Registry, catalog *policies.Catalog, constraints *
 	if log == nil {
 		log = logrus.NewEntry(logrus.StandardLogger())
 	}
-	c := &Core{cfg: cfg}
+	pl, err := NewPlanner(cfg.FailMode, catalog, constraints, log)
+	if err != nil {
+		return nil, err
+	}
+	c := &Core{Planner: pl, cfg: cfg}
 	if err := os.MkdirAll(c.boardDir(), 0o755); err != nil {
 		return nil, fmt.Errorf("board dir: %w", err)
 	}
@@ -109,31 +104,23 @@ func New(cfg Config, reg *bpf.Registry, catalog *policies.Catalog, constraints *
 		return nil, err
 	}
 	c.decisionKey = key
-	c.reg, c.catalog, c.constraints, c.resolver, c.log = reg, catalog, constraints, resolver, log
-	c.compileProbes = compile.CompileKernels
-	if pc := catalog.Algorithms().Probes; pc != probes.Builtin() {
-		// a probe directory's probes too: a compiler (and cache) of its own
-		c.compileProbes = compile.NewCompiler(pc, nil).CompileKernels
-	}
+	c.reg, c.resolver, c.log = reg, resolver, log
 	return c, nil
 }
-
-// ProbeCatalog is the probe catalog the core's selections name (built-in
-// and the host's probe directory): what the views of its tenants' probes
-// come from.
-func (c *Core) ProbeCatalog() *probes.Catalog { return c.catalog.Algorithms().Probes }
 
 // Registry returns the tenant registry the core writes.
 func (c *Core) Registry() *bpf.Registry { return c.reg }
 
-// Admit decides the container's policy once: it selects, reserves the
-// tenant, writes the tenant and accounting directories and returns the
-// injection. The fail mode is applied here, for every runtime path and every
-// error kind (KindOf): in strict mode any error refuses the container (it
-// wraps ErrRefused); in fail-open mode Admit returns no error: a bad request
-// gets the default policy (Decision.RequestErr), an internal error a decision
-// to run without gpuext (Decision.Skipped). It is idempotent: admitting the
-// same container twice returns the same tenant.
+// Admit decides the container's policy once: it plans (Planner.Plan: the
+// selection, the tenant, its config and files, against the registry as it
+// is), then applies the plan (reserves the tenant, writes the tenant and
+// accounting directories) and returns the injection. The fail mode is
+// applied here, for every runtime path and every error kind (KindOf): in
+// strict mode any error refuses the container (it wraps ErrRefused); in
+// fail-open mode Admit returns no error: a bad request gets the default
+// policy (Decision.RequestErr), an internal error a decision to run
+// without gpuext (Decision.Skipped). It is idempotent: admitting the same
+// container twice returns the same tenant.
 func (c *Core) Admit(info ContainerInfo) (d Decision, err error) {
 	if c.obs != nil {
 		start := time.Now()
@@ -172,65 +159,30 @@ func ApplyFailMode(mode FailMode, info ContainerInfo, log *logrus.Entry, step st
 }
 
 func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
-	if info.ID == "" {
-		return Decision{}, errors.New("admit: container id is empty")
-	}
-	sel, reqErr := c.selectPolicy(info)
-	var gpus tenantGPUs
-	floor := false // fail-open: the GPU memory is the least the scheduler can have given (gpuMemoryOrFloor)
-	if reqErr == nil {
-		gm, fl, err := c.gpuMemoryOrFloor(info, sel, log)
-		if err != nil {
-			return Decision{}, err
-		}
-		floor = fl
-		gpus, reqErr = applyGPUMemory(&sel, gm)
-	}
-	if reqErr == nil && sel.Tenant == policies.TenantPod {
-		if key := tenantKey(info, sel); isPodKey(key, info.Runtime) {
-			reqErr = c.samePodTenant(key, sel, configDigest(sel.Policy.Name, tenantConfig(sel.Policy, false)))
-			if reqErr == nil {
-				reqErr = c.samePodGPUs(key, gpus)
-			}
-		}
-	}
-	if reqErr != nil {
-		if failmode.Decide(c.cfg.FailMode, KindOf(reqErr)) == failmode.Refused {
-			return Decision{}, reqErr
-		}
-		log.WithError(reqErr).WithFields(logrus.Fields{"failMode": c.cfg.FailMode, "errorKind": KindOf(reqErr)}).
-			Warn("bad gpu policy request: container starts with the default policy")
-		sel = policies.Selection{Policy: c.catalog.Default(), Tenant: "container"}
-		// the default policy keeps the GPU memory the scheduler gave the
-		// container as its quota: fail-open never lifts the request
-		var err error
-		if gpus, floor, err = c.gpuQuota(info, &sel, log); err != nil {
-			return Decision{}, err
-		}
-	}
-	log = log.WithField("policy", sel.Policy.Name)
-	// probes dropped in fail-open mode (they did not compile) are logged
-	// there, and sel.Policy.Probes is then empty
-	bundle, _, err := c.probeBundle(info, &sel, log)
+	p, err := c.plan(info, registryState{c}, log)
 	if err != nil {
 		return Decision{}, err
 	}
-	key := tenantKey(info, sel)
-	failedOpen := reqErr != nil || floor
-	cfg := tenantConfig(sel.Policy, failedOpen)
-	digest := configDigest(sel.Policy.Name, cfg)
+	return c.apply(info, p, log.WithField("policy", p.Selection.Policy.Name))
+}
+
+// apply makes a plan true: it reserves the plan's tenant (or finds it
+// reserved: a pod's, a re-admission), writes its tenant and accounting
+// directories and returns the decision with the injection.
+func (c *Core) apply(info ContainerInfo, p Plan, log *logrus.Entry) (Decision, error) {
+	pol := p.Selection.Policy
 	unlock, err := c.lockState(false)
 	if err != nil {
 		return Decision{}, err
 	}
 	defer unlock()
-	id, err := c.reg.Reserve(key, sel.Policy.Name, cfg)
+	id, err := c.reg.Reserve(p.TenantKey, pol.Name, p.Config)
 	if err != nil {
-		return Decision{}, fmt.Errorf("reserve tenant %q: %w", key, err)
+		return Decision{}, fmt.Errorf("reserve tenant %q: %w", p.TenantKey, err)
 	}
-	d := Decision{Tenant: id, TenantKey: key, Policy: sel.Policy, ConfigDigest: digest, RequestErr: reqErr,
-		FailedOpen: failedOpen}
-	dir, err := c.writeTenantDir(id, key, sel.Policy, bundle, gpus)
+	d := Decision{Tenant: id, TenantKey: p.TenantKey, Policy: pol, ConfigDigest: p.ConfigDigest, RequestErr: p.RequestErr,
+		FailedOpen: p.FailedOpen}
+	dir, err := c.writeTenantDir(id, p.File, p.Probes)
 	if err != nil {
 		return Decision{}, c.undoReserve(info, err)
 	}
@@ -242,16 +194,16 @@ func (c *Core) admit(info ContainerInfo, log *logrus.Entry) (Decision, error) {
 	if err != nil {
 		return Decision{}, c.undoReserve(info, err)
 	}
-	d.Injection = c.injection(info, id, dir, acct, sel.Policy)
-	fields := logrus.Fields{"tenant": id, "tenantKey": key, "configDigest": digest}
-	if len(sel.Policy.Probes) > 0 {
-		fields["probes"] = strings.Join(sel.Policy.Probes, ",")
+	d.Injection = c.injection(info, id, dir, acct, pol)
+	fields := logrus.Fields{"tenant": id, "tenantKey": p.TenantKey, "configDigest": p.ConfigDigest}
+	if len(pol.Probes) > 0 {
+		fields["probes"] = strings.Join(pol.Probes, ",")
 	}
-	if bundle != nil && len(bundle.Manifest.Kernels) > 0 {
-		fields["probeKernels"] = strings.Join(bundle.Manifest.Kernels, ",")
+	if p.Probes != nil && len(p.Probes.Manifest.Kernels) > 0 {
+		fields["probeKernels"] = strings.Join(p.Probes.Manifest.Kernels, ",")
 	}
-	if len(gpus.GPUs) > 0 {
-		fields["gpus"], fields["gpuQuotaBytes"] = gpus.GPUs, gpus.Quotas
+	if len(p.GPUs.GPUs) > 0 {
+		fields["gpus"], fields["gpuQuotaBytes"] = p.GPUs.GPUs, p.GPUs.Quotas
 	}
 	log.WithFields(fields).Info("admitted container")
 	return d, nil
@@ -264,29 +216,6 @@ func (c *Core) undoReserve(info ContainerInfo, err error) error {
 		return errors.Join(err, fmt.Errorf("release reserved tenant: %w", rerr))
 	}
 	return err
-}
-
-// samePodTenant refuses a container of a pod tenant that asks for other
-// settings than the tenant already has: one tenant has one config, and the
-// last container admitted must not change its siblings' quota or class.
-func (c *Core) samePodTenant(key string, sel policies.Selection, digest string) error {
-	id, ok, err := c.reg.LookupKey(key)
-	if err != nil || !ok {
-		return err
-	}
-	t, err := c.reg.TenantRecord(id)
-	if errors.Is(err, bpf.ErrNoTenant) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if have := configDigest(t.Policy, t.Config); have != digest {
-		return fmt.Errorf("%w: %s=pod: this container asks for policy %q (config %s), its pod's tenant %d has policy %q (config %s): "+
-			"per-container settings are not possible in a pod tenant, set them for the pod (KEY/pod)",
-			errRequest, policies.KeyTenant, sel.Policy.Name, digest, id, t.Policy, have)
-	}
-	return nil
 }
 
 // Register attaches the container's cgroup to the tenant of its decision.

@@ -7,7 +7,12 @@
 //     tenant (bpf registry), the tenant and accounting directories, and the
 //     injection (mounts and env) for the device runtime: one Decision per
 //     container (decision.go). Called when the container is created, before
-//     its process runs.
+//     its process runs. It is two steps: Planner.Plan decides everything
+//     (policy, tenant key, kernel-facing config, per-GPU quotas, probes,
+//     the tenant file) from the request, the catalog, the constraints and
+//     a snapshot of the registry (State), writing nothing and needing no
+//     root; Core.apply then reserves the tenant and writes its files
+//     (plan.go). Admit is the only caller of apply.
 //   - Register: applies a stored Decision (never selects again): container
 //     -> cgroup -> cgroup id (cgroup), attached to the decision's tenant
 //     after checking the decision against the registry. RegisterOCI reads
@@ -24,7 +29,7 @@
 // hooks, which do not link the core, apply the same rule to theirs.
 // ContainerInfo, the injection and the decision's record are the agent
 // API's types (internal/agentapi). The files follow the jobs: core.go
-// (lifecycle), open.go (a core from the config file), decision.go (the
+// (lifecycle), plan.go (the planning step), open.go (a core from the config file), decision.go (the
 // Decision, its record, the decision stored in the registry),
 // decisionkey.go (its MAC),
 // select.go (selection, the tenant key), probes.go, injection.go,

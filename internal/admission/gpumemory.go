@@ -66,15 +66,15 @@ func (g GPUMemory) indices() []int {
 // memory request from now on: it becomes the tenant's quota on each GPU,
 // which a quota key may lower, never raise. Call it before the core is
 // shared (it is not synchronised with calls in flight); nil turns it off.
-func (c *Core) SetGPUMemory(src GPUMemorySource) { c.gpuMem = src }
+func (pl *Planner) SetGPUMemory(src GPUMemorySource) { pl.gpuMem = src }
 
 // gpuMemory asks the source for a Kubernetes container's GPU memory; none
 // without a source, or for a container that is not a pod's.
-func (c *Core) gpuMemory(info ContainerInfo, sel policies.Selection) (GPUMemory, error) {
-	if c.gpuMem == nil || info.Runtime != bpf.RuntimeNRI || info.PodName == "" {
+func (pl *Planner) gpuMemory(info ContainerInfo, sel policies.Selection) (GPUMemory, error) {
+	if pl.gpuMem == nil || info.Runtime != bpf.RuntimeNRI || info.PodName == "" {
 		return GPUMemory{}, nil
 	}
-	gm, err := c.gpuMem.GPUMemory(info, sel.Tenant == policies.TenantPod)
+	gm, err := pl.gpuMem.GPUMemory(info, sel.Tenant == policies.TenantPod)
 	if err != nil {
 		return GPUMemory{}, fmt.Errorf("gpu memory of container %q of pod %s/%s: %w", info.Name, info.PodNamespace, info.PodName, err)
 	}
@@ -86,12 +86,12 @@ func (c *Core) gpuMemory(info ContainerInfo, sel policies.Selection) (GPUMemory,
 // never lifts what the scheduler reserved: a container the source's floor
 // says was given GPU memory keeps that floor as its quota on each of its
 // GPUs (floor true), logged. Strict mode, or no floor: the error.
-func (c *Core) gpuMemoryOrFloor(info ContainerInfo, sel policies.Selection, log *logrus.Entry) (gm GPUMemory, floor bool, err error) {
-	gm, err = c.gpuMemory(info, sel)
-	if err == nil || c.cfg.FailMode == FailClosed {
+func (pl *Planner) gpuMemoryOrFloor(info ContainerInfo, sel policies.Selection, log *logrus.Entry) (gm GPUMemory, floor bool, err error) {
+	gm, err = pl.gpuMemory(info, sel)
+	if err == nil || pl.failMode == FailClosed {
 		return gm, false, err
 	}
-	src, ok := c.gpuMem.(GPUMemoryFloor)
+	src, ok := pl.gpuMem.(GPUMemoryFloor)
 	if !ok {
 		return gm, false, err
 	}
@@ -99,25 +99,25 @@ func (c *Core) gpuMemoryOrFloor(info ContainerInfo, sel policies.Selection, log 
 	if !ok {
 		return gm, false, err
 	}
-	log.WithError(err).WithFields(logrus.Fields{"failMode": c.cfg.FailMode, "gpus": fl.indices(), "gpuQuotaBytes": fl.GPUs}).
+	log.WithError(err).WithFields(logrus.Fields{"failMode": pl.failMode, "gpus": fl.indices(), "gpuQuotaBytes": fl.GPUs}).
 		Warn("GPU memory the scheduler gave the container is not known: fail-open keeps it at the least it can have been given on each of its GPUs, never unlimited")
 	return fl, true, nil
 }
 
 // gpuQuota is gpuMemoryOrFloor then applyGPUMemory: the GPU memory the
 // scheduler gave the container becomes the selection's quota on each GPU.
-func (c *Core) gpuQuota(info ContainerInfo, sel *policies.Selection, log *logrus.Entry) (tenantGPUs, bool, error) {
-	gm, floor, err := c.gpuMemoryOrFloor(info, *sel, log)
+func (pl *Planner) gpuQuota(info ContainerInfo, sel *policies.Selection, log *logrus.Entry) (TenantGPUs, bool, error) {
+	gm, floor, err := pl.gpuMemoryOrFloor(info, *sel, log)
 	if err != nil {
-		return tenantGPUs{}, false, err
+		return TenantGPUs{}, false, err
 	}
 	t, err := applyGPUMemory(sel, gm)
 	return t, floor, err
 }
 
-// tenantGPUs is the per-GPU part of a tenant: the host GPU index and the
+// TenantGPUs is the per-GPU part of a tenant: the host GPU index and the
 // quota of each device ordinal the container sees.
-type tenantGPUs struct {
+type TenantGPUs struct {
 	GPUs   []int
 	Quotas []uint64
 	// Granted is what the scheduler gave on each GPU (the quota's
@@ -133,25 +133,25 @@ type tenantGPUs struct {
 // the key; a catalog policy's quota above it is capped to the request. The
 // policy's QuotaBytes becomes the largest per-GPU quota (the kernel-facing
 // config holds one).
-func applyGPUMemory(sel *policies.Selection, gm GPUMemory) (tenantGPUs, error) {
+func applyGPUMemory(sel *policies.Selection, gm GPUMemory) (TenantGPUs, error) {
 	if len(gm.GPUs) == 0 {
-		return tenantGPUs{}, nil
+		return TenantGPUs{}, nil
 	}
 	if sel.Tenant == policies.TenantPod && len(gm.ContainerGPUs) > 0 && !slices.Equal(gm.ContainerGPUs, gm.indices()) {
-		return tenantGPUs{}, fmt.Errorf("%w: %s=pod: this container was given %s on GPUs %v, its pod on GPUs %v: "+
+		return TenantGPUs{}, fmt.Errorf("%w: %s=pod: this container was given %s on GPUs %v, its pod on GPUs %v: "+
 			"the containers of a pod tenant see their GPUs as the same device ordinals only when each is given the same GPUs",
 			errRequest, policies.KeyTenant, gm.Resource, gm.ContainerGPUs, gm.indices())
 	}
 	asked := sel.Policy.Memory.QuotaBytes
 	key := sel.Sources[policies.KeyQuota]
-	var t tenantGPUs
+	var t TenantGPUs
 	var most uint64
 	for _, s := range gm.GPUs {
 		q := s.Bytes
 		if asked > 0 && asked <= s.Bytes {
 			q = asked
 		} else if asked > 0 && key != "" {
-			return tenantGPUs{}, fmt.Errorf("%w: %s=%q: above the %s of %s given on GPU %d: a quota may lower the request, never raise it",
+			return TenantGPUs{}, fmt.Errorf("%w: %s=%q: above the %s of %s given on GPU %d: a quota may lower the request, never raise it",
 				errRequest, key, sel.Policy.Memory.Quota, policies.FormatSize(s.Bytes), gm.Resource, s.GPU)
 		}
 		t.GPUs = append(t.GPUs, s.GPU)
@@ -191,28 +191,4 @@ func (c *Core) grantedGPUMemory(id bpf.TenantID) (GPUMemory, error) {
 		gm.GPUs = append(gm.GPUs, GPUShare{GPU: g, Bytes: granted[i]})
 	}
 	return gm, nil
-}
-
-// samePodGPUs refuses a container whose per-GPU quotas differ from those
-// its pod's tenant was admitted with (the tenant's config.json, which the
-// host wrote): one tenant has one set of quotas.
-func (c *Core) samePodGPUs(key string, t tenantGPUs) error {
-	id, ok, err := c.reg.LookupKey(key)
-	if err != nil || !ok {
-		return err
-	}
-	data, err := os.ReadFile(filepath.Join(c.tenantDir(id), TenantConfigFile))
-	if err != nil {
-		return nil // not written yet (a sibling's admission failed): nothing to differ from
-	}
-	var have tenantcfg.File
-	if err := json.Unmarshal(data, &have); err != nil {
-		return fmt.Errorf("tenant %d config.json: %w", id, err)
-	}
-	if !slices.Equal(have.GPUs, t.GPUs) || !slices.Equal(have.GPUQuotaBytes, t.Quotas) {
-		return fmt.Errorf("%w: %s=pod: this container's GPU quotas %v on GPUs %v differ from its pod's tenant %d (%v on GPUs %v): "+
-			"per-container settings are not possible in a pod tenant",
-			errRequest, policies.KeyTenant, t.Quotas, t.GPUs, id, have.GPUQuotaBytes, have.GPUs)
-	}
-	return nil
 }

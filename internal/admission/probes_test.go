@@ -27,8 +27,9 @@ func probeCore(t *testing.T, mode FailMode, compileProbes func(probes, kernels [
 	if compileProbes == nil {
 		compileProbes = compile.NewCompiler(probes.Builtin(), func() (helpers.Library, error) { return helpers.Library{}, nil }).CompileKernels
 	}
-	return &Core{cfg: Config{FailMode: mode, StateDir: t.TempDir(), DevrtDir: "/unused"}, catalog: policies.BuiltinCatalog(),
-		log: logrus.NewEntry(logger), compileProbes: compileProbes}, hook
+	log := logrus.NewEntry(logger)
+	pl := &Planner{failMode: mode, catalog: policies.BuiltinCatalog(), log: log, compileProbes: compileProbes}
+	return &Core{Planner: pl, cfg: Config{FailMode: mode, StateDir: t.TempDir(), DevrtDir: "/unused"}, log: log}, hook
 }
 
 func selectFor(t *testing.T, labels map[string]string) policies.Selection {
@@ -47,7 +48,7 @@ func admitProbes(t *testing.T, c *Core, sel policies.Selection) (string, error, 
 	if err != nil {
 		return "", nil, err
 	}
-	dir, err := c.writeTenantDir(7, "nri/ctr/c1", sel.Policy, b, tenantGPUs{})
+	dir, err := c.writeTenantDir(7, tenantFile("nri/ctr/c1", sel.Policy, b, TenantGPUs{}), b)
 	if err != nil {
 		t.Fatal(err)
 	}

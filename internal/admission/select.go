@@ -11,11 +11,11 @@ import (
 // selectPolicy validates the container's request against the catalog and
 // the admin constraints; the error names the key (the fail mode is applied
 // by Admit).
-func (c *Core) selectPolicy(info ContainerInfo) (policies.Selection, error) {
+func (pl *Planner) selectPolicy(info ContainerInfo) (policies.Selection, error) {
 	req := requestOf(info)
-	sel, err := c.catalog.Select(req)
-	if err == nil && c.constraints != nil {
-		err = c.constraints.Check(req, sel)
+	sel, err := pl.catalog.Select(req)
+	if err == nil && pl.constraints != nil {
+		err = pl.constraints.Check(req, sel)
 	}
 	if err != nil {
 		return policies.Selection{}, err

@@ -129,7 +129,7 @@ func (c *Core) setPolicy(pc PolicyChange, log *logrus.Entry) (Decision, error) {
 		// the tenant was released meanwhile and the key got a new one
 		return Decision{}, errors.Join(fmt.Errorf("tenant %d (%s) is gone", t.ID, t.Key), c.releaseIfEmpty(t.Key))
 	}
-	if _, err := c.writeTenantDir(id, t.Key, sel.Policy, bundle, gpus); err != nil {
+	if _, err := c.writeTenantDir(id, tenantFile(t.Key, sel.Policy, bundle, gpus), bundle); err != nil {
 		return Decision{}, fmt.Errorf("tenant %d: registry updated, tenant dir not: %w", id, err)
 	}
 	log.WithFields(logrus.Fields{"tenant": id, "tenantKey": t.Key, "oldPolicy": t.Policy, "configDigest": digest}).

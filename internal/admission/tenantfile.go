@@ -12,12 +12,12 @@ import (
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/lib/strictjson"
 	"github.com/gpuext/gpuext/lib/tenantfs"
-	"github.com/gpuext/gpuext/policies"
 )
 
-// writeTenantDir writes the tenant's settings.bin, config.json and probes/ directory
-// (the compiled probe module, or none when probes is nil).
-func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy, probes *compile.Bundle, gpus tenantGPUs) (string, error) {
+// writeTenantDir writes tenant id's settings.bin and config.json (f with
+// the id) and its probes/ directory (the compiled probe module, or none
+// when probes is nil).
+func (c *Core) writeTenantDir(id bpf.TenantID, f tenantcfg.File, probes *compile.Bundle) (string, error) {
 	dir := c.tenantDir(id)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -32,22 +32,8 @@ func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy, pr
 	} else if err := compile.RemoveDir(probesDir); err != nil {
 		return "", fmt.Errorf("tenant probes: %w", err)
 	}
-	probeNames := p.Probes
-	if probeNames == nil {
-		probeNames = []string{}
-	}
-	probeKernels := []string{}
-	if probes != nil && len(probes.Manifest.Kernels) > 0 {
-		probeKernels = probes.Manifest.Kernels
-	}
-	tf := tenantcfg.File{
-		ABIVersion: abiVersion, TenantID: uint32(id), TenantKey: key, Policy: p.Name,
-		Class: string(p.Priority.Class), QuotaBytes: p.Memory.QuotaBytes, TimesliceUS: p.Priority.TimesliceUS,
-		Interleave: p.Priority.Interleave, ActiveWindowUS: p.Priority.ActiveWindowUS, SMPercent: p.Priority.EffectiveSMPercent(), MPSClientPriority: p.Priority.EffectiveMPSClientPriority(), LaunchGate: p.Priority.EffectiveLaunchGate(), Eviction: p.Memory.Eviction.Name, Prefetch: p.Memory.Prefetch.Name,
-		Probes: probeNames, ProbeKernels: probeKernels, GPUs: gpus.GPUs, GPUQuotaBytes: gpus.Quotas, GPUMemoryBytes: gpus.Granted,
-		QuotaAction: p.Memory.QuotaAction,
-	}
-	if err := tenantcfg.WriteFiles(dir, tf); err != nil {
+	f.TenantID = uint32(id)
+	if err := tenantcfg.WriteFiles(dir, f); err != nil {
 		return "", err
 	}
 	return dir, nil

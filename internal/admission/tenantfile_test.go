@@ -90,7 +90,7 @@ func TestTenantDirLaunchGate(t *testing.T) {
 // returns it and the settings.bin there, decoded as the interposer would.
 func writtenSettings(t *testing.T, c *Core, id bpf.TenantID, key string, p policies.Policy) (string, tenantcfg.Settings) {
 	t.Helper()
-	dir, err := c.writeTenantDir(id, key, p, nil, tenantGPUs{})
+	dir, err := c.writeTenantDir(id, tenantFile(key, p, nil, TenantGPUs{}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
