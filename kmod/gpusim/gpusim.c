@@ -120,6 +120,22 @@ static struct gpusim_ctx *gpusim_find(const char *name)
 	return NULL;
 }
 
+/*
+ * gpusim_read_cmd() - a command written to one of gpusim's debugfs command
+ * files (ctl, <ctx>/ctl, runlist, vidmem), copied into @buf of @size bytes
+ * as a NUL-terminated line for sscanf: -E2BIG when it does not fit with its
+ * terminator, -EFAULT when it cannot be read.
+ */
+static int gpusim_read_cmd(char *buf, size_t size, const char __user *ubuf, size_t len)
+{
+	if (len >= size)
+		return -E2BIG;
+	if (copy_from_user(buf, ubuf, len))
+		return -EFAULT;
+	buf[len] = 0;
+	return 0;
+}
+
 #include "runlist.c" /* TSG runlist through the gpuext sched call sites */
 #include "vidmem.c" /* video memory charged to the cgroup dmem controller */
 
@@ -676,11 +692,9 @@ static ssize_t gpusim_ctx_ctl_write(struct file *f, const char __user *ubuf, siz
 	u64 id = 0;
 	int n, err;
 
-	if (len >= sizeof(buf))
-		return -E2BIG;
-	if (copy_from_user(buf, ubuf, len))
-		return -EFAULT;
-	buf[len] = 0;
+	err = gpusim_read_cmd(buf, sizeof(buf), ubuf, len);
+	if (err)
+		return err;
 	n = sscanf(buf, "%15s %llu", cmd, &id);
 	if (n < 1)
 		return -EINVAL;
@@ -804,11 +818,9 @@ static ssize_t gpusim_ctl_write(struct file *f, const char __user *ubuf, size_t 
 	struct gpusim_ctx *c = NULL;
 	int err;
 
-	if (len >= sizeof(buf))
-		return -E2BIG;
-	if (copy_from_user(buf, ubuf, len))
-		return -EFAULT;
-	buf[len] = 0;
+	err = gpusim_read_cmd(buf, sizeof(buf), ubuf, len);
+	if (err)
+		return err;
 	if (sscanf(buf, "%23s %31s", cmd, name) != 2)
 		return -EINVAL;
 	mutex_lock(&gpusim_lock);

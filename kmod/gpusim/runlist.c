@@ -134,11 +134,9 @@ static ssize_t gpusim_runlist_write(struct file *f, const char __user *ubuf, siz
 	struct gpusim_tsg *g;
 	int n, err;
 
-	if (len >= sizeof(buf))
-		return -E2BIG;
-	if (copy_from_user(buf, ubuf, len))
-		return -EFAULT;
-	buf[len] = 0;
+	err = gpusim_read_cmd(buf, sizeof(buf), ubuf, len);
+	if (err)
+		return err;
 	n = sscanf(buf, "%15s %31s %31s", cmd, name, ctx);
 	mutex_lock(&gpusim_lock);
 	if (n == 3 && !strcmp(cmd, "create")) {

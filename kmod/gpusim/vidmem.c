@@ -150,11 +150,9 @@ static ssize_t gpusim_vidmem_write(struct file *f, const char __user *ubuf, size
 	u64 bytes = 0;
 	int n, err;
 
-	if (len >= sizeof(buf))
-		return -E2BIG;
-	if (copy_from_user(buf, ubuf, len))
-		return -EFAULT;
-	buf[len] = 0;
+	err = gpusim_read_cmd(buf, sizeof(buf), ubuf, len);
+	if (err)
+		return err;
 	n = sscanf(buf, "%7s %llu", cmd, &bytes);
 	if (n == 2 && !strcmp(cmd, "alloc"))
 		err = gpusim_vidmem_alloc(vf, bytes);
