@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // payloadDir holds what the test app needs inside a busybox container: the
@@ -25,11 +27,11 @@ func payloadDir(t *testing.T, l *ctdLab) string {
 	return payloadDirIn(t, l.work)
 }
 
-// payloadDirIn is payloadDir for a work dir whose devrt-build buildDevrt
-// made.
+// payloadDirIn is payloadDir under a work dir: work/payload, from the
+// device runtime's build (testutil.BuildDevrt).
 func payloadDirIn(t *testing.T, work string) string {
 	t.Helper()
-	build := filepath.Join(work, "devrt-build")
+	build := testutil.BuildDevrt(t)
 	dir := filepath.Join(work, "payload")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

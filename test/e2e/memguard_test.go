@@ -44,7 +44,7 @@ func fakeGuardGpuview(t *testing.T) (wrapper, ledger string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(ledger) })
-	wrapper = filepath.Join(filepath.Dir(bin), "gpuview-fake.sh")
+	wrapper = filepath.Join(t.TempDir(), "gpuview-fake.sh") // beside no other test's: the build is shared
 	script := fmt.Sprintf("#!/bin/sh\nexport LD_LIBRARY_PATH=%s FAKENVML_LEDGER_DIR=%s FAKENVML_CONTEXT_BYTES=%d\nexec %s \"$@\"\n",
 		fake, ledger, 256<<20, bin)
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
@@ -104,8 +104,9 @@ func TestContainerdMemoryGuardStopsATenantThatBypassesTheInterposer(t *testing.T
 	}
 
 	// a host process in no tenant holding 20 GiB: never the guard's business
-	host := exec.Command(filepath.Join(l.work, "devrt-build", "fake", "app_procaddr"), "alloc", "20GiB", "hold")
-	host.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(l.work, "devrt-build", "fake"), "FAKECUDA_LEDGER_DIR="+ledger)
+	fake := filepath.Join(testutil.BuildDevrt(t), "fake")
+	host := exec.Command(filepath.Join(fake, "app_procaddr"), "alloc", "20GiB", "hold")
+	host.Env = append(os.Environ(), "LD_LIBRARY_PATH="+fake, "FAKECUDA_LEDGER_DIR="+ledger)
 	hostOut, _ := host.StdoutPipe()
 	if err := host.Start(); err != nil {
 		t.Fatal(err)

@@ -30,12 +30,36 @@ func ScriptsDir() string {
 	return filepath.Dir(file)
 }
 
-// binDir is where install-deps.sh put containerd, ctr, the shim and crictl.
-func binDir() string {
+// BinDir is where install-deps.sh put containerd, ctr, the shim, crictl
+// and prometheus ($GPUEXT_LAB_BIN, else .cache/bin).
+func BinDir() string {
 	if d := os.Getenv("GPUEXT_LAB_BIN"); d != "" {
 		return d
 	}
 	return filepath.Join(testutil.RepoRoot(), ".cache", "bin")
+}
+
+// RequireBinaries skips the test (fails it when CI=true) unless each of
+// names is in dir, saying which script installs it (make deps runs them all).
+func RequireBinaries(t testing.TB, dir, installer string, names ...string) {
+	t.Helper()
+	for _, b := range names {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			testutil.SkipOrFail(t, "%s missing: run %s (make deps)", filepath.Join(dir, b), installer)
+		}
+	}
+}
+
+// WorkDir is a fresh work dir for one lab instance, under /tmp: the
+// sockets inside must keep their paths short (t.TempDir can be too long).
+// The caller removes it, after the instance's clean-up.
+func WorkDir(t testing.TB, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatalf("lab work dir: %v", err)
+	}
+	return dir
 }
 
 // Containerd is a running private containerd started by StartContainerd.
@@ -75,16 +99,8 @@ type ContainerdOptions struct {
 func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	t.Helper()
 	testutil.RequireRoot(t)
-	for _, b := range []string{"containerd", "ctr", "containerd-shim-runc-v2", "crictl"} {
-		if _, err := os.Stat(filepath.Join(binDir(), b)); err != nil {
-			testutil.SkipOrFail(t, "%s missing: run test/lab/install-deps.sh (make deps)", b)
-		}
-	}
-	// Under /tmp: socket paths must stay short (t.TempDir can be too long).
-	dir, err := os.MkdirTemp("", "gpuext-labgo-")
-	if err != nil {
-		t.Fatalf("lab work dir: %v", err)
-	}
+	RequireBinaries(t, BinDir(), "test/lab/install-deps.sh", "containerd", "ctr", "containerd-shim-runc-v2", "crictl")
+	dir := WorkDir(t, "gpuext-labgo-")
 	c := &Containerd{Dir: dir}
 	c.baseEnv = append(os.Environ(), "GPUEXT_LAB_DIR="+dir)
 	if opts.RuncWrapper != "" {

@@ -43,7 +43,7 @@ func FreePort(t testing.TB) int {
 // skips, or fails when CI=true (make deps builds it).
 func StartPrometheus(t testing.TB, job string, targets ...string) *Prometheus {
 	t.Helper()
-	bin := filepath.Join(binDir(), "prometheus")
+	bin := filepath.Join(BinDir(), "prometheus")
 	if _, err := os.Stat(bin); err != nil {
 		testutil.SkipOrFail(t, "no Prometheus server at %s (test/lab/install-prometheus.sh builds it): %v", bin, err)
 	}

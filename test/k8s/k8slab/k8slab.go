@@ -83,21 +83,9 @@ type Options struct {
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	testutil.RequireRoot(t)
-	for _, b := range []string{"gpuext-kube", "kubectl", "kubelet", "helm"} {
-		if _, err := os.Stat(filepath.Join(BinDir(), b)); err != nil {
-			testutil.SkipOrFail(t, "%s missing: run test/k8s/install.sh (make deps)", filepath.Join(BinDir(), b))
-		}
-	}
-	for _, b := range []string{"containerd", "crictl"} {
-		if _, err := os.Stat(filepath.Join(labBinDir(), b)); err != nil {
-			testutil.SkipOrFail(t, "%s missing: run test/lab/install-deps.sh (make deps)", b)
-		}
-	}
-	// Under /tmp: socket paths must stay short.
-	dir, err := os.MkdirTemp("", "gpuext-k8slab-")
-	if err != nil {
-		t.Fatalf("k8s lab work dir: %v", err)
-	}
+	lab.RequireBinaries(t, BinDir(), "test/k8s/install.sh", "gpuext-kube", "kubectl", "kubelet", "helm")
+	lab.RequireBinaries(t, lab.BinDir(), "test/lab/install-deps.sh", "containerd", "crictl")
+	dir := lab.WorkDir(t, "gpuext-k8slab-")
 	c := &Cluster{Dir: dir}
 	c.baseEnv = append(os.Environ(), "GPUEXT_K8S_DIR="+dir)
 	out, err := c.script(context.Background(), "env")
@@ -142,13 +130,6 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	logf("%s\n(cluster up in %s)", strings.TrimSpace(out), time.Since(begin).Round(time.Second))
 	return c
-}
-
-func labBinDir() string {
-	if d := os.Getenv("GPUEXT_LAB_BIN"); d != "" {
-		return d
-	}
-	return filepath.Join(testutil.RepoRoot(), ".cache", "bin")
 }
 
 // script runs cluster.sh with this cluster's environment; its output is
