@@ -46,12 +46,14 @@ var (
 	hookStdDenied = []string{"net/http", "crypto/tls", "crypto/x509"}
 )
 
-// listedPackage is what `go list -deps -json` says of one package.
+// listedPackage is what `go list -json` says of one package.
 type listedPackage struct {
-	ImportPath string
-	Standard   bool
-	EmbedFiles []string
-	Imports    []string
+	ImportPath   string
+	Standard     bool
+	EmbedFiles   []string
+	Imports      []string
+	TestImports  []string // of the package's own tests (go list without -deps)
+	XTestImports []string
 }
 
 // thinViolations lists what in deps a hook binary may not link, each with
@@ -90,26 +92,34 @@ func thinViolations(deps []listedPackage) []string {
 
 func goListDeps(t *testing.T, pkg string) []listedPackage {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-deps", "-json=ImportPath,Standard,EmbedFiles,Imports", pkg)
-	cmd.Env = append(cmd.Environ(), "CGO_ENABLED=0") // the hooks are static binaries
+	// the hooks are static binaries
+	return goList(t, []string{"CGO_ENABLED=0"}, "-deps", "-json=ImportPath,Standard,EmbedFiles,Imports", pkg)
+}
+
+// goList runs go list with args (one of them -json=...) and env added to
+// the environment, and decodes what it prints.
+func goList(t *testing.T, env []string, args ...string) []listedPackage {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list"}, args...)...)
+	cmd.Env = append(cmd.Environ(), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr.String())
+		t.Fatalf("go list %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	}
-	var deps []listedPackage
+	var pkgs []listedPackage
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for {
 		var p listedPackage
 		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			t.Fatalf("go list -deps %s: %v", pkg, err)
+			t.Fatalf("go list %s: %v", strings.Join(args, " "), err)
 		}
-		deps = append(deps, p)
+		pkgs = append(pkgs, p)
 	}
-	return deps
+	return pkgs
 }
 
 // TestHookImports: gpuext-oci-hook and gpuext-runc link the agent's API

@@ -1,11 +1,6 @@
 package agentapi
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"io"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -25,14 +20,6 @@ const modulePath = "github.com/gpuext/gpuext"
 // and any sibling of that name).
 var lowerLayers = []string{"policies", "devrt", "bpf", "cgroup", "kmod", "lib", "gpubpf"}
 
-// layerPackage is what `go list -json` says of one package of the module.
-type layerPackage struct {
-	ImportPath   string
-	Imports      []string
-	TestImports  []string
-	XTestImports []string
-}
-
 // topFolder is the module-relative top-level folder of a package of the
 // module, and false for a package of another module.
 func topFolder(path string) (string, bool) {
@@ -50,7 +37,7 @@ func isLower(top string) bool {
 
 // layerViolations lists every import against the layers, as
 // "IMPORTER imports IMPORTED (why)".
-func layerViolations(pkgs []layerPackage) []string {
+func layerViolations(pkgs []listedPackage) []string {
 	var bad []string
 	for _, p := range pkgs {
 		top, ok := topFolder(p.ImportPath)
@@ -79,23 +66,9 @@ func layerViolations(pkgs []layerPackage) []string {
 // TestLayers: no lower package imports internal/, and lib/ imports nothing
 // of the module outside lib/ (go list of every package, tests included).
 func TestLayers(t *testing.T) {
-	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,TestImports,XTestImports", modulePath+"/...")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, stderr.String())
-	}
-	var pkgs []layerPackage
+	pkgs := goList(t, nil, "-json=ImportPath,Imports,TestImports,XTestImports", modulePath+"/...")
 	lower := map[string]int{}
-	for dec := json.NewDecoder(bytes.NewReader(out)); ; {
-		var p layerPackage
-		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("go list: %v", err)
-		}
-		pkgs = append(pkgs, p)
+	for _, p := range pkgs {
 		if top, _ := topFolder(p.ImportPath); isLower(top) {
 			lower[top]++
 		}
@@ -116,7 +89,7 @@ func TestLayers(t *testing.T) {
 // and lets the arrows the layers allow pass.
 func TestLayerViolations(t *testing.T) {
 	m := func(rel string) string { return modulePath + "/" + rel }
-	ok := []layerPackage{
+	ok := []listedPackage{
 		{ImportPath: m("policies"), Imports: []string{m("lib/strictjson"), m("policies/grammar"), "fmt"}},
 		{ImportPath: m("devrt/board"), Imports: []string{m("bpf"), m("lib/tenantfs")}, TestImports: []string{m("lib/testutil")}},
 		{ImportPath: m("lib/tenantfs"), Imports: []string{"golang.org/x/sys/unix"}, XTestImports: []string{m("lib/testutil")}},
@@ -127,15 +100,15 @@ func TestLayerViolations(t *testing.T) {
 		t.Fatalf("allowed arrows reported: %q", v)
 	}
 	for _, tc := range []struct {
-		pkg  layerPackage
+		pkg  listedPackage
 		want string
 	}{
-		{layerPackage{ImportPath: m("policies"), Imports: []string{m("internal/strictjson")}}, "policies imports " + m("internal/strictjson")},
-		{layerPackage{ImportPath: m("devrt"), TestImports: []string{m("internal/admission")}}, "devrt imports " + m("internal/admission")},
-		{layerPackage{ImportPath: m("cgroup/cgrouptest"), XTestImports: []string{m("internal/privtest")}}, "cgrouptest imports"},
-		{layerPackage{ImportPath: m("gpubpf/verifier"), Imports: []string{m("internal/config")}}, "gpubpf/verifier imports"},
-		{layerPackage{ImportPath: m("lib/testutil"), Imports: []string{m("bpf")}}, "(lib/ imports nothing of the module outside lib/)"},
-		{layerPackage{ImportPath: m("kmod/sdkcheck"), Imports: []string{m("internal/logging")}}, "a lower package imports nothing of internal/"},
+		{listedPackage{ImportPath: m("policies"), Imports: []string{m("internal/strictjson")}}, "policies imports " + m("internal/strictjson")},
+		{listedPackage{ImportPath: m("devrt"), TestImports: []string{m("internal/admission")}}, "devrt imports " + m("internal/admission")},
+		{listedPackage{ImportPath: m("cgroup/cgrouptest"), XTestImports: []string{m("internal/privtest")}}, "cgrouptest imports"},
+		{listedPackage{ImportPath: m("gpubpf/verifier"), Imports: []string{m("internal/config")}}, "gpubpf/verifier imports"},
+		{listedPackage{ImportPath: m("lib/testutil"), Imports: []string{m("bpf")}}, "(lib/ imports nothing of the module outside lib/)"},
+		{listedPackage{ImportPath: m("kmod/sdkcheck"), Imports: []string{m("internal/logging")}}, "a lower package imports nothing of internal/"},
 	} {
 		v := layerViolations(append(slices.Clone(ok), tc.pkg))
 		if len(v) != 1 || !strings.Contains(v[0], tc.want) {
