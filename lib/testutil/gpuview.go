@@ -26,12 +26,8 @@ func BuildGpuviewOverFake(t testing.TB) (bin, fakeLibDir string) {
 	t.Helper()
 	fakeLibDir = filepath.Join(BuildDevrt(t), "fake")
 	gpuviewBuild.once.Do(func() {
-		dir, err := os.MkdirTemp("", "gpuext-gpuview-build-")
-		if err != nil {
-			gpuviewBuild.err = err
-			return
-		}
-		gpuviewBuild.bin = filepath.Join(dir, "gpuext-gpuview")
+		// beside the device runtime's build: one directory per test binary
+		gpuviewBuild.bin = filepath.Join(filepath.Dir(fakeLibDir), "gpuext-gpuview")
 		build := exec.Command("go", "build", "-o", gpuviewBuild.bin, "./cmd/gpuext-gpuview")
 		build.Dir, build.Env = RepoRoot(), append(os.Environ(), "CGO_ENABLED=1")
 		gpuviewBuild.out, gpuviewBuild.err = build.CombinedOutput()
