@@ -295,6 +295,14 @@ func (p Policy) ValidateWith(algs Algorithms) error {
 	if mp := p.Priority.MPSClientPriority; mp > MaxMPSClientPriority {
 		return fieldError("priority.mpsClientPriority", fmt.Sprintf("%d is out of range 0..%d (0 normal, 1 below normal)", mp, MaxMPSClientPriority))
 	}
+	if lt := p.Priority.LatencyTarget; lt != "" {
+		if p.Priority.Class != LatencyCritical {
+			return fieldError("priority.latencyTarget", fmt.Sprintf("%q: only a %s policy has a latency target (class is %q)", lt, LatencyCritical, p.Priority.Class))
+		}
+		if _, _, err := ParseLatencyTarget(lt); err != nil {
+			return fieldError("priority.latencyTarget", err.Error())
+		}
+	}
 	if il := p.Priority.Interleave; il != 0 && (il < MinInterleave || il > MaxInterleave) {
 		return fieldError("priority.interleave", fmt.Sprintf("%d is out of range %d..%d; 0 = driver default", il, MinInterleave, MaxInterleave))
 	}
@@ -410,6 +418,9 @@ func (p Policy) Summary() string {
 	}
 	if p.Priority.EffectiveLaunchGate() {
 		b.WriteString(" launch-gate")
+	}
+	if lt := p.Priority.LatencyTarget; lt != "" && p.Priority.Class == LatencyCritical {
+		fmt.Fprintf(&b, " latency-target=p99<=%s", lt)
 	}
 	if len(p.Probes) > 0 {
 		fmt.Fprintf(&b, " probes=%s", strings.Join(p.Probes, ","))

@@ -64,6 +64,10 @@ type TenantFile struct {
 	// more than its quota by the driver's count (the policy's
 	// memory.quotaAction; empty: the node's memoryGuard.action).
 	QuotaAction string `json:"quotaAction,omitempty"`
+	// LatencyTarget: a latency-critical tenant's latency target (the
+	// policy's priority.latencyTarget, as written there), which the agent's
+	// latency controller holds. Empty: none.
+	LatencyTarget string `json:"latencyTarget,omitempty"`
 }
 
 // devrtClass is a catalog class name as the device runtime's class: the
@@ -102,7 +106,23 @@ func (tf TenantFile) Settings() tenantcfg.Settings {
 		MPSClientPriority: min(tf.MPSClientPriority, tenantcfg.MaxMPSClientPriority),
 		LaunchGate:        tf.LaunchGate, // the interposer gates best-effort processes only
 		DeviceQuotas:      tf.GPUQuotaBytes,
+		LatencyTarget:     tf.latencyTarget(),
 	}
+}
+
+// latencyTarget is the settings' form of LatencyTarget: none unless the
+// tenant is latency-critical and the target parses (policies validated it;
+// a hand-written config.json with a bad one has none rather than a file the
+// host's readers refuse).
+func (tf TenantFile) latencyTarget() tenantcfg.LatencyTarget {
+	if tf.LatencyTarget == "" || policies.PriorityClass(tf.Class) != policies.LatencyCritical {
+		return tenantcfg.LatencyTarget{}
+	}
+	ratio, p99, err := policies.ParseLatencyTarget(tf.LatencyTarget)
+	if err != nil {
+		return tenantcfg.LatencyTarget{}
+	}
+	return tenantcfg.LatencyTarget{P99: p99, RatioMilli: ratio}
 }
 
 // WriteTenantFiles writes tf into the tenant dir: settings.bin, what the
@@ -165,12 +185,21 @@ func (c *Core) writeTenantDir(id bpf.TenantID, key string, p policies.Policy, pr
 		Class: string(p.Priority.Class), QuotaBytes: p.Memory.QuotaBytes, TimesliceUS: p.Priority.TimesliceUS,
 		Interleave: p.Priority.Interleave, ActiveWindowUS: p.Priority.ActiveWindowUS, SMPercent: p.Priority.EffectiveSMPercent(), MPSClientPriority: p.Priority.EffectiveMPSClientPriority(), LaunchGate: p.Priority.EffectiveLaunchGate(), Eviction: p.Memory.Eviction.Name, Prefetch: p.Memory.Prefetch.Name,
 		Probes: probeNames, ProbeKernels: probeKernels, GPUs: gpus.GPUs, GPUQuotaBytes: gpus.Quotas, GPUMemoryBytes: gpus.Granted,
-		QuotaAction: p.Memory.QuotaAction,
+		QuotaAction: p.Memory.QuotaAction, LatencyTarget: latencyTargetOf(p.Priority),
 	}
 	if err := WriteTenantFiles(dir, tf); err != nil {
 		return "", err
 	}
 	return dir, nil
+}
+
+// latencyTargetOf is the policy's latency target where it applies (a
+// latency-critical tenant; an override that changes the class drops it).
+func latencyTargetOf(p policies.PriorityPolicy) string {
+	if p.Class != policies.LatencyCritical {
+		return ""
+	}
+	return p.LatencyTarget
 }
 
 // MaxTenantFile bounds what ReadTenantFile reads of a config.json.

@@ -35,6 +35,7 @@ func (a *Agent) startMetrics(cfg config.Config) {
 		return
 	}
 	observer.SetBoard(a.board)
+	observer.SetLatency(a.latencyStatus)
 	observer.SetProbeCatalog(func() *probes.Catalog {
 		if core, err := a.Core(); err == nil {
 			return core.ProbeCatalog() // built in and the config's probeDir

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/latency"
 	"github.com/gpuext/gpuext/internal/memguard"
 	"github.com/gpuext/gpuext/policies"
 	"github.com/gpuext/gpuext/policies/probes"
@@ -31,6 +32,8 @@ type Agent struct {
 	mu    sync.Mutex
 	board func() Board           // the running board publisher, or nil
 	guard func() memguard.Status // the GPU memory guard's state, or nil
+	// latencyStatus is the latency controller's state (ok false: none runs)
+	latencyStatus func() (latency.Status, bool)
 	// tenants is the tenant collector of NewRegistry (nil for NewAgent alone)
 	tenants *TenantCollector
 }
@@ -110,6 +113,7 @@ func NewAgent(r prometheus.Registerer) *Agent {
 		}
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, v)
 	}
+	r.MustRegister(newLatencyCollector(a.latencyNow))
 	r.MustRegister(
 		guardFunc("gpuext_memory_guard_up", "1 while the GPU memory guard reads every GPU's processes from NVML (gpuext-gpuview --watch); 0 when it is off, has no driver or its last sample failed.", false,
 			func(s memguard.Status) float64 { return b2f(s.Up) }),
