@@ -257,3 +257,39 @@ func countLogged(h *test.Hook, msg string) int {
 	}
 	return n
 }
+
+// A tenant serving two kinds of request, short (250us) and long (1ms)
+// alternately: beside best-effort work the short kind takes 2x while the
+// long kind's tail, the p99, does not move. A relative target of 1.5x is
+// missed (at the percentiles of the short kind), where p99 alone would
+// call it met.
+func TestRelativeTargetSeesEveryKindOfRequest(t *testing.T) {
+	n := newNode()
+	n.hosts[1] = board.HostTenant{Class: tenantcfg.ClassLatencyCritical, Target: tenantcfg.LatencyTarget{RatioMilli: 1500}}
+	n.usage[2].LiveProcesses, n.usage[3].LiveProcesses = 0, 0
+	c, _ := newController(n, Config{})
+	now := time.Unix(1000, 0)
+	c.Step(now)
+	n.requests(1, 500, 250*time.Microsecond)
+	n.requests(1, 500, time.Millisecond)
+	now = now.Add(time.Second)
+	c.Step(now)
+	n.usage[2].LiveProcesses = 1
+	var s Status
+	for i := 0; i < 5; i++ {
+		n.requests(1, 500, 500*time.Microsecond)
+		n.requests(1, 500, time.Millisecond)
+		now = now.Add(time.Second)
+		s = c.Step(now)
+	}
+	lc := tenantStatus(t, s, 1)
+	if lc.P99 > lc.SoloP99 {
+		t.Fatalf("p99 %v moved from %v alone: the test means it not to", lc.P99, lc.SoloP99)
+	}
+	if lc.Verdict != Missed || lc.Ratio < 1.2 || lc.WorstQuantile > 0.5 {
+		t.Errorf("lc = %+v: want missed, about 2/1.5 = 1.33 of the target, at a percentile of the short requests", lc)
+	}
+	if n.pace != board.PaceRequest {
+		t.Error("missed, not paced")
+	}
+}

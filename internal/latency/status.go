@@ -86,10 +86,15 @@ func (t *TenantStatus) Cell() string {
 		return "-"
 	}
 	switch t.Verdict {
-	case Met:
-		return fmt.Sprintf("p99 %s <= %s met", short(t.P99), short(t.TargetP99))
-	case Missed:
-		return fmt.Sprintf("p99 %s > %s MISSED", short(t.P99), short(t.TargetP99))
+	case Met, Missed:
+		v := "met"
+		if t.Verdict == Missed {
+			v = "MISSED"
+		}
+		if t.WorstQuantile > 0 && t.WorstQuantile < 0.99 { // a relative target, set by another percentile
+			return fmt.Sprintf("p99 %s, p%.0f at %.2f of %s: %s", short(t.P99), t.WorstQuantile*100, t.Ratio, t.Target, v)
+		}
+		return fmt.Sprintf("p99 %s (target %s, %.2f of it): %s", short(t.P99), short(t.TargetP99), t.Ratio, v)
 	case NoBaseline:
 		return "target " + t.Target + ": not yet seen alone"
 	default:

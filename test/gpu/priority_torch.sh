@@ -259,7 +259,7 @@ if want priority-torch; then
 			line="$line ctl_shares=$(for f in "$D"/be*.txt; do grep -o 'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=[0-9]*' "$f" | head -1 | cut -d= -f2; done | paste -sd,)"
 			line="$line $(python3 -c 'import json,sys
 s=json.load(open(sys.argv[1])); t=[x for x in s["tenants"] if x["tenant"]==1][0]
-print("ctl_solo_p99_us=%d ctl_p99_us=%d ctl_target_us=%d ctl_verdict=%s ctl_budget=%.0f ctl_pace=%d" % (t["soloP99Ns"]/1000, t["p99Ns"]/1000, t["targetP99Ns"]/1000, t["verdict"] or "none", s["budget"], s["pace"]))' "$D/latency-end.json" 2>/dev/null || echo ctl_status=none)"
+print("ctl_solo_p99_us=%d ctl_p99_us=%d ctl_target_us=%d ctl_ratio=%.2f ctl_quantile=%.2f ctl_verdict=%s ctl_budget=%.0f ctl_pace=%d" % (t["soloP99Ns"]/1000, t["p99Ns"]/1000, t["targetP99Ns"]/1000, t["ratio"], t["worstQuantile"], t["verdict"] or "none", s["budget"], s["pace"]))' "$D/latency-end.json" 2>/dev/null || echo ctl_status=none)"
 			line="$line ctl_log=$(grep -c "latency target missed" "$D/ctl.txt")miss,$(grep -c "pacing off" "$D/ctl.txt")relax"
 		fi
 		line="$line be_ticks=$(for f in "$D"/be*.txt; do grep -c '^be_tick' "$f"; done | paste -sd,)"
