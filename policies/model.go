@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuext/gpuext/policies/probes"
+	"github.com/gpuext/gpuext/gpubpf/programs"
 )
 
 // Limits of the policy model (they match kmod/include/gpuext_abi.h where the
@@ -22,7 +22,7 @@ const (
 
 var (
 	policyNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`) // fits GPUEXT_NAME_LEN
-	probeNameRE  = probes.NameRE
+	probeNameRE  = programs.NameRE
 	// ptxIdentRE: a kernel name as probe-kernels.gpuext.io takes it.
 	ptxIdentRE = regexp.MustCompile(`^[A-Za-z_$.][A-Za-z0-9_$.]*$`)
 )
@@ -62,9 +62,9 @@ type Algorithms struct {
 	Eviction []AlgorithmSpec
 	Prefetch []AlgorithmSpec
 	// Probes are the device probes policies and probes.gpuext.io may name:
-	// the built-in ones and a probe directory's (probes.LoadDir); nil = the
+	// the built-in ones and a probe directory's (programs.LoadDir); nil = the
 	// built-in catalog.
-	Probes *probes.Catalog
+	Probes *programs.Catalog
 }
 
 // BuiltinAlgorithms are EvictionAlgorithms and PrefetchAlgorithms.
@@ -108,7 +108,7 @@ func (a Algorithms) orBuiltin() Algorithms {
 		a.Eviction, a.Prefetch = EvictionAlgorithms, PrefetchAlgorithms
 	}
 	if a.Probes == nil {
-		a.Probes = probes.Builtin()
+		a.Probes = programs.Builtin()
 	}
 	return a
 }
@@ -309,7 +309,7 @@ func (p Policy) ValidateWith(algs Algorithms) error {
 	return nil
 }
 
-func validateProbes(list []string, path string, known *probes.Catalog) error {
+func validateProbes(list []string, path string, known *programs.Catalog) error {
 	if len(list) > MaxProbes {
 		return fieldError(path, fmt.Sprintf("%d probes, at most %d", len(list), MaxProbes))
 	}
@@ -322,10 +322,10 @@ func validateProbes(list []string, path string, known *probes.Catalog) error {
 		}
 	}
 	// Names are well-formed; now each must be a probe of the probe catalog
-	// (policies/probes, with the host's probe directory), so a typo fails
+	// (gpubpf/programs, with the host's probe directory), so a typo fails
 	// at admission, not on the device.
 	if known == nil {
-		known = probes.Builtin()
+		known = programs.Builtin()
 	}
 	for i, name := range list {
 		if err := known.Check([]string{name}); err != nil {

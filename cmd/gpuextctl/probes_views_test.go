@@ -8,11 +8,11 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/devrt/probe/compile"
-	"github.com/gpuext/gpuext/devrt/probe/helpers"
-	"github.com/gpuext/gpuext/devrt/probe/maps"
-	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/devrt/probefiles/maps"
+	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/helpers"
+	"github.com/gpuext/gpuext/gpubpf/ptx"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/probetest"
@@ -24,7 +24,7 @@ import (
 func TestProbesReadHashAndRecordsViews(t *testing.T) {
 	le := binary.LittleEndian
 	out := probesReadDir(t, probetest.ExampleDir(t, "kernel-block-hist", "slow-blocks"),
-		[]string{"kernel-block-hist", "slow-blocks"}, func(m probe.MapInfo, im *ptx.Image) {
+		[]string{"kernel-block-hist", "slow-blocks"}, func(m abi.MapInfo, im *ptx.Image) {
 			switch m.Name {
 			case "kbh_hist":
 				for _, e := range []struct {
@@ -65,7 +65,7 @@ func TestProbesReadHashAndRecordsViews(t *testing.T) {
 // lets fill write each map's image, writes one process's map file, status
 // and the manifest as the interposer would, and returns what `gpuextctl
 // probes read` prints for them.
-func probesReadDir(t *testing.T, dir string, names []string, fill func(probe.MapInfo, *ptx.Image)) string {
+func probesReadDir(t *testing.T, dir string, names []string, fill func(abi.MapInfo, *ptx.Image)) string {
 	t.Helper()
 	cfg := config.Default()
 	cfg.ProbeDir = dir

@@ -5,7 +5,7 @@
  * a process whose tenant has device probes, patched image or not, and
  * writes what the host measured to $GPUEXT_TENANT_ACCT/probes/<pid>.launches
  * (<pid>: the process's key, probe_load.c gx_key), every second and at
- * exit (temp + rename). The host (devrt/probe/launches, whose layout_gen.go
+ * exit (temp + rename). The host (devrt/probefiles/launches, whose layout_gen.go
  * is generated from this header) decodes it. The file is written by the
  * tenant's processes and read by root: the reader checks every count and
  * string here before it uses it.

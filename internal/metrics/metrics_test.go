@@ -18,10 +18,10 @@ import (
 	"github.com/gpuext/gpuext/bpf/kernelpolicy"
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/devrt/board"
-	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/devrt/probe/compile"
-	"github.com/gpuext/gpuext/devrt/probe/maps"
-	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/devrt/probefiles/maps"
+	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/ptx"
 	"github.com/gpuext/gpuext/internal/admission"
 )
 
@@ -355,7 +355,7 @@ func TestKernelCore(t *testing.T) {
 // probeTenant writes what admission and the device runtime write for a
 // tenant with the launch-stats and launch-latency probes: the manifest in
 // the tenant dir, one .maps file per process in the acct dir.
-func probeTenant(t testing.TB, state string, id bpf.TenantID, pids int) *probe.Manifest {
+func probeTenant(t testing.TB, state string, id bpf.TenantID, pids int) *abi.Manifest {
 	t.Helper()
 	b, err := compile.Compile([]string{"launch-stats", "launch-latency"}) // cached after the first
 	if err != nil {
@@ -363,7 +363,7 @@ func probeTenant(t testing.TB, state string, id bpf.TenantID, pids int) *probe.M
 	}
 	dir := filepath.Join(admission.TenantDir(state, uint64(id)), admission.TenantProbesDir)
 	os.MkdirAll(dir, 0o755)
-	if err := os.WriteFile(filepath.Join(dir, probe.ManifestFile), b.ManifestJSON(), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, abi.ManifestFile), b.ManifestJSON(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	acct := filepath.Join(admission.AcctDir(state, uint64(id)), admission.AcctProbesDir)

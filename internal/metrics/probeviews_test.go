@@ -11,21 +11,21 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/devrt/probe/compile"
-	"github.com/gpuext/gpuext/devrt/probe/helpers"
-	"github.com/gpuext/gpuext/devrt/probe/maps"
-	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/devrt/probefiles/maps"
+	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/helpers"
+	"github.com/gpuext/gpuext/gpubpf/programs"
+	"github.com/gpuext/gpuext/gpubpf/ptx"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/probetest"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // exampleCatalog is the built-in probe catalog with the example probes of
 // examples/probes (a hash view and a records view) from a probe directory.
-func exampleCatalog(t *testing.T) *probes.Catalog {
+func exampleCatalog(t *testing.T) *programs.Catalog {
 	t.Helper()
-	cat, err := probes.BuiltinWithDir(probetest.ExampleDir(t, "kernel-block-hist", "slow-blocks"))
+	cat, err := programs.BuiltinWithDir(probetest.ExampleDir(t, "kernel-block-hist", "slow-blocks"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func writeProbeFiles(t testing.TB, state string, id bpf.TenantID, b *compile.Bun
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, probe.ManifestFile), b.ManifestJSON(), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, abi.ManifestFile), b.ManifestJSON(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	f := &maps.File{PID: pid, Seq: 1, Tenant: uint32(id), Final: true}
@@ -64,11 +64,11 @@ func writeProbeFiles(t testing.TB, state string, id bpf.TenantID, b *compile.Bun
 
 // gatherWithCatalog scrapes a tenant collector over reg and state that
 // renders probes through cat (nil: the built-in catalog).
-func gatherWithCatalog(t testing.TB, reg Registry, state string, cat *probes.Catalog) map[string]*dto.MetricFamily {
+func gatherWithCatalog(t testing.TB, reg Registry, state string, cat *programs.Catalog) map[string]*dto.MetricFamily {
 	t.Helper()
 	r := prometheus.NewRegistry()
 	tc := NewTenantCollector(reg, state, nil)
-	tc.SetProbeCatalog(func() *probes.Catalog { return cat })
+	tc.SetProbeCatalog(func() *programs.Catalog { return cat })
 	r.MustRegister(tc)
 	fams, err := r.Gather()
 	if err != nil {
@@ -120,7 +120,7 @@ func TestProbeHashAndRecordsSeries(t *testing.T) {
 		}
 	})
 	reg := &fakeRegistry{tenants: []bpf.Tenant{tenant(id, "ns", "pod", "default", 0, "app")}}
-	gather := func(c *probes.Catalog) map[string]*dto.MetricFamily { return gatherWithCatalog(t, reg, state, c) }
+	gather := func(c *programs.Catalog) map[string]*dto.MetricFamily { return gatherWithCatalog(t, reg, state, c) }
 	fams := gather(cat)
 	for _, c := range []struct {
 		name  string

@@ -1,5 +1,5 @@
 // hash_storm.cu - the device hash map of the probe helper library
-// (devrt/probe/helpers/helpers.cu, included as is) under bpftime's
+// (gpubpf/helpers/helpers.cu, included as is) under bpftime's
 // cuda-counter storm, on the GPU: every thread of 64 blocks of 256 updates
 // its block's key (u64 blockIdx.x, BPF_ANY) into a hash whose max_entries is
 // exactly 64 (128 buckets, as probe.Layout sizes it), 10 launches. No more
@@ -20,7 +20,7 @@
 #include <cuda_runtime.h>
 
 #ifndef GX_HELPERS_CU
-#define GX_HELPERS_CU "../../devrt/probe/helpers/helpers.cu"
+#define GX_HELPERS_CU "../../gpubpf/helpers/helpers.cu"
 #endif
 #include GX_HELPERS_CU
 
