@@ -125,11 +125,13 @@ gpu-node-prep: deps build ## here, as root: what gpu-node carries, into out/gpu-
 gpu-node: ## on the GPU machine (carry out/gpu-node from gpu-node-prep): containerd + NRI + CDI + runc + MPS + the agent, containers from annotations with real frameworks; one PASS/FAIL line per check
 	@bash test/gpu-node/gpu-node.sh
 
-lint: ## gofmt, go vet, the hooks' imports (go list -deps), generated files up to date
+lint: ## gofmt, go vet, the hooks' and the policy model's imports (go list -deps), generated files up to date
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
 	@# the hooks are thin clients of the agent: go list -deps of both binaries against what they may link (internal/agentapi/deps_test.go)
 	@$(GO) test -count=1 -run '^(TestHookImports|TestThinViolations)$$' ./internal/agentapi >/dev/null || { $(GO) test -count=1 -run '^TestHookImports$$' ./internal/agentapi; echo "a hook binary links more than the agent's API and small pure packages: see internal/agentapi/deps_test.go"; exit 1; }
+	@# the policy model is pure (of gpubpf only the probe names leaf) and gpubpf imports neither policies nor devrt (internal/agentapi/deps_test.go)
+	@$(GO) test -count=1 -run '^(TestPolicyImports|TestPolicyViolations)$$' ./internal/agentapi >/dev/null || { $(GO) test -count=1 -run '^TestPolicyImports$$' ./internal/agentapi; echo "policies links cilium/ebpf or the device-eBPF toolchain, or gpubpf links policies or devrt: see internal/agentapi/deps_test.go"; exit 1; }
 	@# never skipped: without clang (make deps installs it, as CI does) lint fails instead of passing unchecked
 	@command -v clang >/dev/null && test -f /usr/include/bpf/bpf_helpers.h || { echo "lint: the bpf2go drift check needs clang and libbpf-dev (make deps installs them): not skipped, failing"; exit 1; }
 	@$(GO) generate ./bpf/... ./gpubpf/programs && git diff --exit-code --stat -- bpf/ gpubpf/programs/ || { echo "generated bpf files differ from the committed ones: run make generate and commit"; exit 1; }

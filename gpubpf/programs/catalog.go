@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"maps"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/programs/catalog"
 	"github.com/gpuext/gpuext/internal/strictjson"
 )
 
@@ -23,13 +23,13 @@ import (
 var builtinFS embed.FS
 
 // ErrUnknownProbe: a probe name the catalog does not hold.
-var ErrUnknownProbe = errors.New("unknown probe")
+var ErrUnknownProbe = catalog.ErrUnknownProbe
 
 // ErrBadCatalog: a catalog entry that does not decode or does not match its object.
 var ErrBadCatalog = errors.New("bad probe catalog")
 
 // NameRE is what a probe name looks like (the policy model checks the same).
-var NameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,30}$`)
+var NameRE = catalog.NameRE
 
 // ViewKind says how the CLI renders one map of a probe.
 type ViewKind string
@@ -524,14 +524,7 @@ func (c *Catalog) Names() []string { return slices.Sorted(maps.Keys(c.probes)) }
 
 // Check returns an error wrapping ErrUnknownProbe for the first name the
 // catalog does not hold.
-func (c *Catalog) Check(names []string) error {
-	for _, n := range names {
-		if _, ok := c.probes[n]; !ok {
-			return fmt.Errorf("%w %q (known: %s)", ErrUnknownProbe, n, strings.Join(c.Names(), ", "))
-		}
-	}
-	return nil
-}
+func (c *Catalog) Check(names []string) error { return catalog.Check(c.Names(), names) }
 
 // Object returns a copy of the probe's ELF object.
 func (c *Catalog) Object(name string) ([]byte, error) {

@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/programs/catalog"
 	"github.com/gpuext/gpuext/internal/strictjson"
 )
 
@@ -31,6 +32,10 @@ func TestBuiltinCatalog(t *testing.T) {
 	c := Builtin()
 	if got, want := strings.Join(c.Names(), ","), "launch-count,launch-latency,launch-stats,sm-histogram"; got != want {
 		t.Fatalf("Names() = %s, want %s", got, want)
+	}
+	// the names the policy model checks without loading the objects
+	if got, want := strings.Join(catalog.Names(), ","), strings.Join(c.Names(), ","); got != want {
+		t.Fatalf("catalog.Names() = %s, the loaded catalog has %s", got, want)
 	}
 	for _, name := range c.Names() {
 		p, _ := c.Get(name)

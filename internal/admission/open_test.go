@@ -36,9 +36,16 @@ func TestProbeDirSelection(t *testing.T) {
 	if pc := cat.Algorithms().Probes; pc == programs.Builtin() || pc.Check([]string{"kernel-block-hist"}) != nil {
 		t.Errorf("the catalog's probes are not the directory's")
 	}
+	// what the core compiles and shows views from: the same catalog
+	if pc := programCatalog(cat); pc == programs.Builtin() || pc.Check([]string{"kernel-block-hist"}) != nil {
+		t.Errorf("the core's program catalog is not the directory's")
+	}
 	builtin, err := Catalog(config.Default())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if programCatalog(builtin) != programs.Builtin() {
+		t.Errorf("without probeDir the core's program catalog is not the built-in one")
 	}
 	if _, err := builtin.Select(req); !errors.Is(err, policies.ErrBadValue) || !strings.Contains(err.Error(), `unknown probe "kernel-block-hist"`) {
 		t.Errorf("without probeDir: err = %v, want the probe unknown", err)
