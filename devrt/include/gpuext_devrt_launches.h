@@ -76,7 +76,7 @@ struct gpuext_devrt_launches_coverage {
 };
 
 struct gpuext_devrt_launches_row {
-	uint64_t kernel_id; /* FNV-1a 64 of the whole name (probe.KernelID); 0 in an "other" row */
+	uint64_t kernel_id; /* FNV-1a 64 of the whole name (gpubpf/abi.KernelID); 0 in an "other" row */
 	char name[GPUEXT_DEVRT_LAUNCHES_NAME_SIZE]; /* the name's first bytes, NUL padded */
 	uint32_t name_len;  /* the whole name's length: more than the prefix means it was cut */
 	uint32_t measured;  /* GPUEXT_DEVRT_MEASURED_* */

@@ -8,7 +8,7 @@ import (
 )
 
 // The ABI numbers are generated from the headers (abi_gen.go); what stays
-// hand-written in Go must agree with them: probe.Ctx, which the verifier
+// hand-written in Go must agree with them: abi.Ctx, which the verifier
 // reads field by field, has the header's offsets and sizes, and every
 // helper the header defines has a name here.
 func TestCtxIsTheHeaders(t *testing.T) {
@@ -23,12 +23,12 @@ func TestCtxIsTheHeaders(t *testing.T) {
 	}
 	typ := reflect.TypeOf(Ctx{})
 	if typ.NumField() != len(want) || typ.Size() != CtxSize {
-		t.Fatalf("probe.Ctx: %d fields, %d bytes; struct gpuext_probe_ctx: %d fields, %d bytes", typ.NumField(), typ.Size(), len(want), CtxSize)
+		t.Fatalf("abi.Ctx: %d fields, %d bytes; struct gpuext_probe_ctx: %d fields, %d bytes", typ.NumField(), typ.Size(), len(want), CtxSize)
 	}
 	for i, w := range want {
 		f := typ.Field(i)
 		if f.Name != w.name || f.Offset != w.off || f.Type.Size() != w.size {
-			t.Errorf("probe.Ctx field %d: %s at %d (%d bytes), the header: %s at %d (%d bytes)", i, f.Name, f.Offset, f.Type.Size(), w.name, w.off, w.size)
+			t.Errorf("abi.Ctx field %d: %s at %d (%d bytes), the header: %s at %d (%d bytes)", i, f.Name, f.Offset, f.Type.Size(), w.name, w.off, w.size)
 		}
 	}
 }

@@ -7,7 +7,7 @@
 // call (ThreadRegs), and PTX's operand-size rules (a register must have the
 // instruction type's size, except the relaxed rules of ld, st and cvt).
 //
-// The helper library (probe.FuncMapLookup, FuncMapUpdate, FuncMapDelete,
+// The helper library (abi.FuncMapLookup, FuncMapUpdate, FuncMapDelete,
 // FuncRingbufOut), when the module only declares it, is implemented
 // natively with the device map operations of gpubpf/ptx (Image.Lookup,
 // Update, Delete, RingbufOutput): that code is the executable

@@ -48,12 +48,12 @@
 //     map value or handed to a helper as data (a leak: the host reads maps)
 //     and r0 is a scalar at exit.
 //   - Maps: Array, Hash, PerCPUArray (per-warp on the device) and RingBuf,
-//     with a layout probe.Layout accepts; ring buffers only for
+//     with a layout abi.Layout accepts; ring buffers only for
 //     ringbuf_output, delete only on hashes. Global variables are direct
 //     pointers into the value of a single-entry array (.bss, .data,
 //     .rodata); .rodata (BPF_F_RDONLY_PROG) is never written. Only maps a
 //     program references are checked.
-//   - Helpers: the attach point's whitelist (probe.HelperNames), with
+//   - Helpers: the attach point's whitelist (abi.HelperNames), with
 //     argument checks; kernel helpers that need the host (trace_printk,
 //     perf_event_output, probe_read*, get_current_*) are named as such.
 //     BPF-to-BPF calls and kfuncs are rejected.

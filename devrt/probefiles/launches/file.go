@@ -102,7 +102,7 @@ type Coverage struct {
 
 // Row is one kernel (or the "other" row of a class).
 type Row struct {
-	// KernelID is FNV-1a 64 of the whole name (probe.KernelID); 0 in an "other" row.
+	// KernelID is FNV-1a 64 of the whole name (abi.KernelID); 0 in an "other" row.
 	KernelID uint64 `json:"kernelId"`
 	// Name is the name's first bytes; NameLen the whole name's length.
 	Name      string   `json:"name"`
