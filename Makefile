@@ -130,8 +130,8 @@ lint: ## gofmt, go vet, the hooks' and the policy model's imports (go list -deps
 	$(GO) vet ./...
 	@# the hooks are thin clients of the agent: go list -deps of both binaries against what they may link (internal/agentapi/deps_test.go)
 	@$(GO) test -count=1 -run '^(TestHookImports|TestThinViolations)$$' ./internal/agentapi >/dev/null || { $(GO) test -count=1 -run '^TestHookImports$$' ./internal/agentapi; echo "a hook binary links more than the agent's API and small pure packages: see internal/agentapi/deps_test.go"; exit 1; }
-	@# the policy model is pure (of gpubpf only the probe names leaf) and gpubpf imports neither policies nor devrt (internal/agentapi/deps_test.go)
-	@$(GO) test -count=1 -run '^(TestPolicyImports|TestPolicyViolations)$$' ./internal/agentapi >/dev/null || { $(GO) test -count=1 -run '^TestPolicyImports$$' ./internal/agentapi; echo "policies links cilium/ebpf or the device-eBPF toolchain, or gpubpf links policies or devrt: see internal/agentapi/deps_test.go"; exit 1; }
+	@# the policy model is pure (of gpubpf only the probe names leaf), gpubpf imports neither policies nor devrt, and no import loop (tests included) in policies, gpubpf, devrt (internal/agentapi/deps_test.go)
+	@$(GO) test -count=1 -run '^(TestPolicyImports|TestPolicyViolations|TestNoImportLoops|TestImportLoop)$$' ./internal/agentapi >/dev/null || { $(GO) test -count=1 -run '^(TestPolicyImports|TestNoImportLoops)$$' ./internal/agentapi; echo "policies links cilium/ebpf or the device-eBPF toolchain, gpubpf links policies or devrt, or an import loop: see internal/agentapi/deps_test.go"; exit 1; }
 	@# never skipped: without clang (make deps installs it, as CI does) lint fails instead of passing unchecked
 	@command -v clang >/dev/null && test -f /usr/include/bpf/bpf_helpers.h || { echo "lint: the bpf2go drift check needs clang and libbpf-dev (make deps installs them): not skipped, failing"; exit 1; }
 	@$(GO) generate ./bpf/... ./gpubpf/programs && git diff --exit-code --stat -- bpf/ gpubpf/programs/ || { echo "generated bpf files differ from the committed ones: run make generate and commit"; exit 1; }

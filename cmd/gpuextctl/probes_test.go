@@ -12,9 +12,9 @@ import (
 
 	"github.com/gpuext/gpuext/devrt/probefiles/maps"
 	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/gpubpf/helpers"
 	"github.com/gpuext/gpuext/gpubpf/programs"
-	"github.com/gpuext/gpuext/gpubpf/ptx"
 	"github.com/gpuext/gpuext/internal/admission"
 )
 
@@ -53,9 +53,9 @@ func probeState(t *testing.T) string {
 	for _, pid := range []uint32{100, 200} {
 		f := &maps.File{PID: pid, Final: pid == 100}
 		for _, mi := range b.Manifest.Maps {
-			im := ptx.NewImage(mi.Layout)
+			im := devmap.NewImage(mi.Layout)
 			for i, v := range counts[mi.Name] {
-				im.Update(binary.LittleEndian.AppendUint32(nil, i), binary.LittleEndian.AppendUint64(nil, v/2), ptx.FlagAny, 0)
+				im.Update(binary.LittleEndian.AppendUint32(nil, i), binary.LittleEndian.AppendUint64(nil, v/2), devmap.FlagAny, 0)
 			}
 			f.Maps = append(f.Maps, maps.Map{Name: mi.Name, Present: true, Bytes: im.Bytes})
 		}
@@ -162,9 +162,9 @@ func TestProbesLaunchCountAndRunningBlocks(t *testing.T) {
 		os.MkdirAll(acct, 0o777)
 		f := &maps.File{PID: 300}
 		for _, mi := range b.Manifest.Maps {
-			im := ptx.NewImage(mi.Layout)
+			im := devmap.NewImage(mi.Layout)
 			for i, v := range tc.counts[mi.Name] {
-				im.Update(binary.LittleEndian.AppendUint32(nil, i), binary.LittleEndian.AppendUint64(nil, v), ptx.FlagAny, 0)
+				im.Update(binary.LittleEndian.AppendUint32(nil, i), binary.LittleEndian.AppendUint64(nil, v), devmap.FlagAny, 0)
 			}
 			f.Maps = append(f.Maps, maps.Map{Name: mi.Name, Present: true, Bytes: im.Bytes})
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/gpubpf/helpers"
 	"github.com/gpuext/gpuext/gpubpf/internal/bpfc"
 	"github.com/gpuext/gpuext/gpubpf/programs"
@@ -126,18 +127,18 @@ func runGridWith(t *testing.T, b *Bundle, form string, setup func(m *ptxinterp.M
 	return m
 }
 
-func mapImage(t *testing.T, b *Bundle, m *ptxinterp.Machine, name string) *ptx.Image {
+func mapImage(t *testing.T, b *Bundle, m *ptxinterp.Machine, name string) *devmap.Image {
 	t.Helper()
 	for _, mi := range b.Manifest.Maps {
 		if mi.Name == name {
-			return &ptx.Image{Layout: mi.Layout, Bytes: bytes.Clone(m.Global(mi.Symbol))}
+			return &devmap.Image{Layout: mi.Layout, Bytes: bytes.Clone(m.Global(mi.Symbol))}
 		}
 	}
 	t.Fatalf("bundle has no map %q", name)
 	return nil
 }
 
-func u64s(t *testing.T, im *ptx.Image) []uint64 {
+func u64s(t *testing.T, im *devmap.Image) []uint64 {
 	t.Helper()
 	ents, err := im.Entries()
 	if err != nil {

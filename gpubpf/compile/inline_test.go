@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/gpubpf/abi"
-	"github.com/gpuext/gpuext/gpubpf/ptx"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/gpubpf/ptxinterp"
 )
 
@@ -184,7 +184,7 @@ func TestSplicedLateEntryExact(t *testing.T) {
 // apart (the interpreter's GlobaltimerStep in these tests).
 func checkLaunchStats(t *testing.T, form string, layout abi.MapLayout, img []byte, blocks uint64) {
 	t.Helper()
-	ents, err := (&ptx.Image{Layout: layout, Bytes: img}).Entries()
+	ents, err := (&devmap.Image{Layout: layout, Bytes: img}).Entries()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/gpubpf/abi"
-	"github.com/gpuext/gpuext/gpubpf/ptx"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/gpubpf/ptxinterp"
 )
 
@@ -55,7 +55,7 @@ func TestSplicedLateEntryManyKernels(t *testing.T) {
 				}
 			}
 			if check != nil {
-				ents, err := (&ptx.Image{Layout: b.Manifest.Maps[0].Layout, Bytes: bytes.Clone(m.Global(b.Manifest.Maps[0].Symbol))}).Entries()
+				ents, err := (&devmap.Image{Layout: b.Manifest.Maps[0].Layout, Bytes: bytes.Clone(m.Global(b.Manifest.Maps[0].Symbol))}).Entries()
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/gpubpf/ptx"
 	"github.com/gpuext/gpuext/gpubpf/ptxinterp"
 )
@@ -33,7 +34,7 @@ type MapExpect struct {
 	Symbol string
 	Init   []byte // the symbol's bytes before the run: descriptor + data
 	// Entries: the kernel's map contents after the run, in the form the
-	// device image decodes to (ptx.Image.Entries): "key:value" hex pairs
+	// device image decodes to (devmap.Image.Entries): "key:value" hex pairs
 	// ordered by key, space separated.
 	Entries string
 	// Image: the symbol's bytes after the run in ptxinterp, i.e. per the
@@ -90,7 +91,7 @@ func BuildCorpus(cases []Case, helpers string) (string, []Expect, error) {
 			if !ok {
 				continue // not referenced by the program: not in the module
 			}
-			init, err := ptx.MapImage(c.Spec.Maps[n])
+			init, err := devmap.MapImage(c.Spec.Maps[n])
 			if err != nil {
 				return "", nil, err
 			}
@@ -130,10 +131,10 @@ func runDeviceImages(c Case) (*deviceRun, error) {
 		return nil, fmt.Errorf("run %s: %w", c.Name, err)
 	}
 	out := &deviceRun{Result: r, images: map[string][]byte{}}
-	out.Maps = map[string][]ptx.Entry{}
+	out.Maps = map[string][]devmap.Entry{}
 	for _, mi := range d.Module.Manifest.Maps {
 		img := bytes.Clone(vm.Global(mi.Symbol))
-		ents, err := (&ptx.Image{Layout: mi.Layout, Bytes: img}).Entries()
+		ents, err := (&devmap.Image{Layout: mi.Layout, Bytes: img}).Entries()
 		if err != nil {
 			return nil, fmt.Errorf("decode %s: %w", mi.Symbol, err)
 		}
@@ -309,7 +310,7 @@ func CheckCorpus(module string, exp []Expect, strict bool) ([]string, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s: %s: %w", e.Name, m.Symbol, err)
 			}
-			ents, err := (&ptx.Image{Layout: l, Bytes: g}).Entries()
+			ents, err := (&devmap.Image{Layout: l, Bytes: g}).Entries()
 			if err != nil {
 				out = append(out, fmt.Sprintf("MISMATCH %s: map %s: %v", e.Name, m.Symbol, err))
 				continue

@@ -39,7 +39,7 @@ func (g *gen) newMap(t ebpf.MapType) *mapGen {
 		ms.ValueSize = []uint32{8, 12, 16}[g.r.IntN(3)]
 		ms.MaxEntries = []uint32{4, 8, 16}[g.r.IntN(3)]
 		// Never more distinct keys than entries: the device hash does not
-		// count entries (see ptx.Image.Update), the kernel does.
+		// count entries (see devmap.Image.Update), the kernel does.
 		for i := uint32(0); i < ms.MaxEntries; i++ {
 			k := make([]byte, ms.KeySize)
 			for j := range k {

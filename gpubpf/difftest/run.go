@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
 
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/gpubpf/ptx"
 )
 
@@ -20,7 +21,7 @@ import (
 type Result struct {
 	R0   uint64 // the kernel reports the low 32 bits only; compare R0 as uint32
 	Ctx  []byte
-	Maps map[string][]ptx.Entry // by map name, entries ordered by key
+	Maps map[string][]devmap.Entry // by map name, entries ordered by key
 }
 
 // ErrVerifier wraps a kernel verifier rejection (a generator bug).
@@ -43,7 +44,7 @@ func RunKernel(c Case) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("run %s: %w", c.Name, err)
 	}
-	res := Result{R0: uint64(ret), Ctx: out, Maps: map[string][]ptx.Entry{}}
+	res := Result{R0: uint64(ret), Ctx: out, Maps: map[string][]devmap.Entry{}}
 	for name, m := range coll.Maps {
 		ents, err := dumpKernelMap(m)
 		if err != nil {
@@ -54,8 +55,8 @@ func RunKernel(c Case) (Result, error) {
 	return res, nil
 }
 
-func dumpKernelMap(m *ebpf.Map) ([]ptx.Entry, error) {
-	var out []ptx.Entry
+func dumpKernelMap(m *ebpf.Map) ([]devmap.Entry, error) {
+	var out []devmap.Entry
 	switch m.Type() {
 	case ebpf.Array:
 		for i := uint32(0); i < m.MaxEntries(); i++ {
@@ -63,7 +64,7 @@ func dumpKernelMap(m *ebpf.Map) ([]ptx.Entry, error) {
 			if err := m.Lookup(i, &v); err != nil {
 				return nil, err
 			}
-			out = append(out, ptx.Entry{Key: binary.LittleEndian.AppendUint32(nil, i), Value: v})
+			out = append(out, devmap.Entry{Key: binary.LittleEndian.AppendUint32(nil, i), Value: v})
 		}
 	case ebpf.PerCPUArray:
 		// The host's view: per index, the u64 words summed over CPUs.
@@ -79,7 +80,7 @@ func dumpKernelMap(m *ebpf.Map) ([]ptx.Entry, error) {
 					binary.LittleEndian.PutUint64(sum[w:], binary.LittleEndian.Uint64(sum[w:])+binary.LittleEndian.Uint64(all[c+w:]))
 				}
 			}
-			out = append(out, ptx.Entry{Key: binary.LittleEndian.AppendUint32(nil, i), Value: sum[:m.ValueSize()]})
+			out = append(out, devmap.Entry{Key: binary.LittleEndian.AppendUint32(nil, i), Value: sum[:m.ValueSize()]})
 		}
 	case ebpf.RingBuf:
 		rd, err := ringbuf.NewReader(m)
@@ -96,13 +97,13 @@ func dumpKernelMap(m *ebpf.Map) ([]ptx.Entry, error) {
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, ptx.Entry{Key: binary.LittleEndian.AppendUint64(nil, n), Value: rec.RawSample})
+			out = append(out, devmap.Entry{Key: binary.LittleEndian.AppendUint64(nil, n), Value: rec.RawSample})
 		}
 	case ebpf.Hash:
 		var k, v []byte
 		it := m.Iterate()
 		for it.Next(&k, &v) {
-			out = append(out, ptx.Entry{Key: bytes.Clone(k), Value: bytes.Clone(v)})
+			out = append(out, devmap.Entry{Key: bytes.Clone(k), Value: bytes.Clone(v)})
 		}
 		if err := it.Err(); err != nil {
 			return nil, err
@@ -189,7 +190,7 @@ func word(b []byte, off int) uint64 {
 	return binary.LittleEndian.Uint64(b[off:])
 }
 
-func fmtEntries(es []ptx.Entry) string {
+func fmtEntries(es []devmap.Entry) string {
 	var parts []string
 	for _, e := range es {
 		parts = append(parts, fmt.Sprintf("%x:%x", e.Key, e.Value))

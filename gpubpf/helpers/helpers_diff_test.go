@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/gpubpf/abi"
-	"github.com/gpuext/gpuext/gpubpf/ptx"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/internal/privtest"
 )
 
@@ -120,11 +120,11 @@ func TestHelpersMatchSpec(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			spec := ptx.NewImage(l)
+			spec := devmap.NewImage(l)
 			d := startDriver(t, drv)
 			d.send("image %s", hx(spec.Bytes))
 			r := rand.New(rand.NewPCG(uint64(len(tc.name)), 7))
-			slots := []uint32{0, ptx.Slot(3, 5), ptx.Slot(107, 63), ptx.Slot(255, 1), ptx.Slot(12, 12)}[:tc.slots]
+			slots := []uint32{0, devmap.Slot(3, 5), devmap.Slot(107, 63), devmap.Slot(255, 1), devmap.Slot(12, 12)}[:tc.slots]
 			key := func() []byte {
 				if tc.ks == 4 {
 					return binary.LittleEndian.AppendUint32(nil, uint32(r.IntN(tc.keySpace)))

@@ -5,6 +5,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/gpubpf/verifier"
 )
 
@@ -31,7 +32,7 @@ import (
 // every per-warp map (its pointer or its map could be anywhere).
 func atomicOnlyMaps(spec *ebpf.CollectionSpec, progs []string, fused map[string][]int) map[string]bool {
 	return onlyAddedTo(spec, progs, fused, func(name string, ms *ebpf.MapSpec) bool {
-		l, err := SpecLayout(ms)
+		l, err := devmap.SpecLayout(ms)
 		return err == nil && l.Type == abi.MapPerWarp
 	})
 }

@@ -7,6 +7,6 @@
 // division by zero gives 0, modulo by zero leaves the dividend (truncated
 // to 32 bits in ALU32), shift counts are masked, and every pointer is a
 // generic address so loads, stores and atomics use generic ld/st/atom.
-// Programs, map images and map decoding are also exported for the
-// differential test (gpubpf/difftest) and the GPU corpus tool.
+// Programs are also exported for the differential test (gpubpf/difftest)
+// and the GPU corpus tool; map images and their decoding are gpubpf/devmap.
 package ptx

@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 )
 
 // The inline form of an attach point (docs/device-probes.md, "Inline
@@ -114,7 +115,7 @@ func knownLookups(spec *ebpf.CollectionSpec, insns asm.Instructions, raw []int, 
 			if op.JumpOp() == asm.Call {
 				if ins.IsBuiltinCall() && (ins.Constant == abi.HelperMapLookupElem || ins.Constant == abi.HelperMapUpdateElem) && regs[asm.R1].mapName != "" {
 					if ms, ok := spec.Maps[regs[asm.R1].mapName]; ok {
-						if l, err := SpecLayout(ms); err == nil && (l.Type == abi.MapArray || l.Type == abi.MapPerWarp || l.Type == abi.MapPerThread) && l.KeySize == 4 {
+						if l, err := devmap.SpecLayout(ms); err == nil && (l.Type == abi.MapArray || l.Type == abi.MapPerWarp || l.Type == abi.MapPerThread) && l.KeySize == 4 {
 							k := inlineKey{mapName: regs[asm.R1].mapName, keyOff: regs[asm.R2].off, keyKnow: regs[asm.R2].stack}
 							if v, ok := slots[k.keyOff]; ok && k.keyKnow {
 								k.keyConst, k.keyVal = true, v
@@ -184,7 +185,7 @@ func knownLookups(spec *ebpf.CollectionSpec, insns asm.Instructions, raw []int, 
 // (32 + idx*stride + 8) and PER_WARP (32 + (slot*max + idx)*stride, slot =
 // (%smid*64 + %warpid) % nslots), with the layout known here.
 func (t *progTranslator) inlineLookup(k inlineKey) error {
-	l, err := SpecLayout(t.spec.Maps[k.mapName])
+	l, err := devmap.SpecLayout(t.spec.Maps[k.mapName])
 	if err != nil {
 		return err
 	}
@@ -453,7 +454,7 @@ func (d *deferSet) flush(spec *ebpf.CollectionSpec, blockSlot map[string]bool) (
 		if d.merged[e] {
 			continue
 		}
-		l, err := SpecLayout(spec.Maps[e.mapName])
+		l, err := devmap.SpecLayout(spec.Maps[e.mapName])
 		if err != nil {
 			return "", err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/gpubpf/ptx"
 	"github.com/gpuext/gpuext/gpubpf/ptxinterp"
 )
@@ -186,7 +187,7 @@ func TestInlineLookups(t *testing.T) {
 		}
 	}
 	// the counts are there at all: arr[2], arr[3] and arr[0] by every thread (3 x 40)
-	arr := ptx.Image{Layout: m.Manifest.Maps[0].Layout, Bytes: inl["arr"]}
+	arr := devmap.Image{Layout: m.Manifest.Maps[0].Layout, Bytes: inl["arr"]}
 	ents, _ := arr.Entries()
 	if got := fmt.Sprint(ents); !strings.Contains(got, "[120 0 0 0 0 0 0 0]") {
 		t.Errorf("arr = %v", got)
@@ -237,7 +238,7 @@ func TestInlinePerWarpSlots(t *testing.T) {
 	call, inl := runBoth(t, m, 3, 40)
 	for i, mi := range m.Manifest.Maps {
 		sum := func(b []byte) string {
-			ents, err := (&ptx.Image{Layout: m.Manifest.Maps[i].Layout, Bytes: b}).Entries()
+			ents, err := (&devmap.Image{Layout: m.Manifest.Maps[i].Layout, Bytes: b}).Entries()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -325,7 +326,7 @@ func TestInlineUnguardedExitComputesItsOwnSlot(t *testing.T) {
 	}
 	call, inl := runBoth(t, m, 3, 40)
 	sum := func(b []byte) string {
-		ents, err := (&ptx.Image{Layout: m.Manifest.Maps[0].Layout, Bytes: b}).Entries()
+		ents, err := (&devmap.Image{Layout: m.Manifest.Maps[0].Layout, Bytes: b}).Entries()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -404,7 +405,7 @@ func TestInlineDeferredCounts(t *testing.T) {
 		}
 		call, inl := runBoth(t, m, blocks, threads)
 		ents := func(b []byte) []uint64 {
-			v, err := (&ptx.Image{Layout: m.Manifest.Maps[0].Layout, Bytes: b}).Entries()
+			v, err := (&devmap.Image{Layout: m.Manifest.Maps[0].Layout, Bytes: b}).Entries()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/gpubpf/verifier"
 )
 
@@ -227,7 +228,7 @@ func (t *progTranslator) translate(insns asm.Instructions) error {
 	t.raw, t.list = raw, insns
 	if t.inline {
 		for _, k := range t.lookups {
-			if l, err := SpecLayout(t.spec.Maps[k.mapName]); err != nil || l.Type != abi.MapPerWarp {
+			if l, err := devmap.SpecLayout(t.spec.Maps[k.mapName]); err != nil || l.Type != abi.MapPerWarp {
 				continue
 			}
 			if t.blockSlot[k.mapName] && t.bslotName != "" {
@@ -392,7 +393,7 @@ func (t *progTranslator) ldImm(ins asm.Instruction) error {
 	if name == "" || !ok {
 		return fmt.Errorf("map reference %q: not a map of the collection", name)
 	}
-	l, err := SpecLayout(ms)
+	l, err := devmap.SpecLayout(ms)
 	if err != nil {
 		return err
 	}
@@ -745,7 +746,7 @@ func (t *progTranslator) helperCall(fn string, nargs int) {
 // size, r4 flags). In a bpftime program, where every lane may emit a
 // record, a ring that cannot take the record is seen inline first: the
 // drop is counted once a warp (warpAdd) and the call skipped, with the
-// helper's result (-EAGAIN). Without it every lane of a full ring added 1
+// helper's result (-devmap.EAGAIN). Without it every lane of a full ring added 1
 // to the one drop counter; head only grows, so a ring full at that read
 // stays full. Anything else (not a ring, flags, room) goes to the helper,
 // which decides as before, or, in the inline form when the record is a
@@ -800,14 +801,14 @@ func (t *progTranslator) ringbufOutput(data, size asm.Register) {
 	t.emit("add.u64 %%t1, %%t1, %%t2")
 	t.emit("cvta.to.global.u64 %%t1, %%t1")
 	t.warpAdd("%t1", 64, 1, "")
-	t.emit("mov.u64 %%r0, %d", -EAGAIN)
+	t.emit("mov.u64 %%r0, %d", -devmap.EAGAIN)
 	t.emit("bra %s", done)
 	fmt.Fprintf(&t.out, "%s:\n", call)
 	if inline {
 		t.ringRecord(off, n, drop)
 		t.emit("bra %s", done)
 		fmt.Fprintf(&t.out, "%s:\n", einval)
-		t.emit("mov.u64 %%r0, %d", -EINVAL)
+		t.emit("mov.u64 %%r0, %d", -devmap.EINVAL)
 	} else {
 		t.helperCall(abi.FuncRingbufOut, 4)
 	}
@@ -919,7 +920,7 @@ func (t *progTranslator) call(ins asm.Instruction, tgt int) error {
 	k, known := t.lookups[t.cur]
 	perThread := false
 	if known {
-		if l, err := SpecLayout(t.spec.Maps[k.mapName]); err == nil && l.Type == abi.MapPerThread {
+		if l, err := devmap.SpecLayout(t.spec.Maps[k.mapName]); err == nil && l.Type == abi.MapPerThread {
 			perThread = true
 		}
 	}
@@ -1046,7 +1047,7 @@ func (t *progTranslator) call(ins asm.Instruction, tgt int) error {
 // callsPerThreadMap: the program references a per-thread map.
 func (t *progTranslator) callsPerThreadMap() bool {
 	for _, k := range t.lookups {
-		if l, err := SpecLayout(t.spec.Maps[k.mapName]); err == nil && l.Type == abi.MapPerThread {
+		if l, err := devmap.SpecLayout(t.spec.Maps[k.mapName]); err == nil && l.Type == abi.MapPerThread {
 			return true
 		}
 	}
@@ -1109,10 +1110,10 @@ const perThreadMaxCopy = 64
 // perThreadAccess emits a lookup (r0 = the value's address, or 0) or an
 // update (r0 = 0 / -errno) of a per-thread map, inline: the thread's row
 // is its linear id in the launch; a thread past the last row finds none
-// and is counted in the u64 after the rows (ptx.Image is the spec).
+// and is counted in the u64 after the rows (devmap.Image is the spec).
 func (t *progTranslator) perThreadAccess(k inlineKey, update bool) error {
 	ms := t.spec.Maps[k.mapName]
-	l, err := SpecLayout(ms)
+	l, err := devmap.SpecLayout(ms)
 	if err != nil {
 		return err
 	}
@@ -1147,22 +1148,22 @@ func (t *progTranslator) perThreadAccess(k inlineKey, update bool) error {
 		t.countNoRow(noRow, "%p1")
 		return nil
 	}
-	// flags > BPF_EXIST: -EINVAL before anything; no row: -E2BIG, counted;
-	// index out of range: -E2BIG; BPF_NOEXIST: -EEXIST (an entry exists)
-	t.emit("mov.u64 %%r0, %d", -E2BIG)
-	t.emit("setp.gt.u64 %%p0, %%r4, %d", FlagExist)
-	t.emit("@%%p0 mov.u64 %%r0, %d", -EINVAL)
+	// flags > BPF_EXIST: -devmap.EINVAL before anything; no row: -devmap.E2BIG, counted;
+	// index out of range: -devmap.E2BIG; BPF_NOEXIST: -devmap.EEXIST (an entry exists)
+	t.emit("mov.u64 %%r0, %d", -devmap.E2BIG)
+	t.emit("setp.gt.u64 %%p0, %%r4, %d", devmap.FlagExist)
+	t.emit("@%%p0 mov.u64 %%r0, %d", -devmap.EINVAL)
 	// counted when the flags are good and the thread has no row
 	t.emit("or.pred %%p3, %%p1, %%p0")
 	t.countNoRow(noRow, "%p3")
 	t.emit("not.pred %%p0, %%p0")
 	t.emit("and.pred %%p2, %%p2, %%p0")
-	t.emit("setp.eq.u64 %%p0, %%r4, %d", FlagNoExist)
+	t.emit("setp.eq.u64 %%p0, %%r4, %d", devmap.FlagNoExist)
 	t.emit("and.pred %%p0, %%p0, %%p2")
-	t.emit("@%%p0 mov.u64 %%r0, %d", -EEXIST)
+	t.emit("@%%p0 mov.u64 %%r0, %d", -devmap.EEXIST)
 	t.emit("not.pred %%p0, %%p0")
 	t.emit("and.pred %%p2, %%p2, %%p0")
-	for b := uint32(0); b < round8(l.ValueSize); b++ {
+	for b := uint32(0); b < (l.ValueSize+7)&^7; b++ {
 		if b < l.ValueSize {
 			t.emit("@%%p2 ld.u8 %%w0, [%%r3+%d]", b)
 		} else {

@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 )
 
 // Options tunes Translate.
@@ -151,7 +152,7 @@ func Translate(spec *ebpf.CollectionSpec, progs []string, opt Options) (*Module,
 	}
 	for _, mn := range mapOrder {
 		ms := spec.Maps[mn]
-		im, err := MapImage(ms)
+		im, err := devmap.MapImage(ms)
 		if err != nil {
 			return nil, err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/gpubpf/ptx"
 	"github.com/gpuext/gpuext/gpubpf/ptxinterp"
 )
@@ -119,7 +120,7 @@ func TestDispatchRunsProbes(t *testing.T) {
 	if _, err := vm.Call(abi.FuncExit, ptxinterp.Thread0(), kid); err != nil {
 		t.Fatal(err)
 	}
-	l := ptx.Image{Layout: m.Manifest.Maps[1].Layout, Bytes: vm.Global("__gpuext_map_launches")}
+	l := devmap.Image{Layout: m.Manifest.Maps[1].Layout, Bytes: vm.Global("__gpuext_map_launches")}
 	ents, err := l.Entries()
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +128,7 @@ func TestDispatchRunsProbes(t *testing.T) {
 	if got := binary.LittleEndian.Uint64(ents[0].Value); got != 1 {
 		t.Errorf("launch count = %d, want 1", got)
 	}
-	h := ptx.Image{Layout: m.Manifest.Maps[0].Layout, Bytes: vm.Global("__gpuext_map_kernels")}
+	h := devmap.Image{Layout: m.Manifest.Maps[0].Layout, Bytes: vm.Global("__gpuext_map_kernels")}
 	ents, err = h.Entries()
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +189,7 @@ func TestLinearIDs(t *testing.T) {
 				}
 			}
 		}
-		img := ptx.Image{Layout: m.Manifest.Maps[0].Layout, Bytes: vm.Global("__gpuext_map_ids")}
+		img := devmap.Image{Layout: m.Manifest.Maps[0].Layout, Bytes: vm.Global("__gpuext_map_ids")}
 		ents, err := img.Entries()
 		if err != nil {
 			t.Fatal(err)

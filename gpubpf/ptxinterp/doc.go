@@ -9,7 +9,7 @@
 //
 // The helper library (abi.FuncMapLookup, FuncMapUpdate, FuncMapDelete,
 // FuncRingbufOut), when the module only declares it, is implemented
-// natively with the device map operations of gpubpf/ptx (Image.Lookup,
+// natively with the device map operations of gpubpf/devmap (Image.Lookup,
 // Update, Delete, RingbufOutput): that code is the executable
 // specification the CUDA helper library must match. The map descriptor is
 // read from the map symbol in memory, as the device helpers do.

@@ -5,11 +5,11 @@ import (
 	"fmt"
 
 	"github.com/gpuext/gpuext/gpubpf/abi"
-	"github.com/gpuext/gpuext/gpubpf/ptx"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 )
 
 // native runs a helper-library function the module declares but does not
-// define, per the device map operations of gpubpf/ptx.
+// define, per the device map operations of gpubpf/devmap.
 func (m *Machine) native(f *function, args [][]byte) ([]byte, error) {
 	arg := func(i int) uint64 { return binary.LittleEndian.Uint64(args[i]) }
 	want := func(n int) error {
@@ -40,7 +40,7 @@ func (m *Machine) native(f *function, args [][]byte) ([]byte, error) {
 		}
 		if f.name == abi.FuncMapDelete {
 			r = im.Delete(key)
-		} else if off := im.Lookup(key, ptx.Slot(m.thread.SMID, m.thread.WarpID)); off != 0 {
+		} else if off := im.Lookup(key, devmap.Slot(m.thread.SMID, m.thread.WarpID)); off != 0 {
 			r = int64(base + off)
 		}
 	case abi.FuncMapUpdate:
@@ -59,7 +59,7 @@ func (m *Machine) native(f *function, args [][]byte) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: value: %w", f.name, err)
 		}
-		r = im.Update(key, val, arg(3), ptx.Slot(m.thread.SMID, m.thread.WarpID))
+		r = im.Update(key, val, arg(3), devmap.Slot(m.thread.SMID, m.thread.WarpID))
 	case abi.FuncRingbufOut:
 		if err := want(4); err != nil {
 			return nil, err
@@ -70,7 +70,7 @@ func (m *Machine) native(f *function, args [][]byte) ([]byte, error) {
 		}
 		size := arg(2)
 		if size > uint64(im.Layout.MaxEntries) {
-			r = -ptx.EAGAIN
+			r = -devmap.EAGAIN
 			break
 		}
 		data, err := m.Read(arg(1), int(size))
@@ -87,7 +87,7 @@ func (m *Machine) native(f *function, args [][]byte) ([]byte, error) {
 
 // mapImage reads the descriptor at a map's generic address and returns a
 // live view of the whole symbol.
-func (m *Machine) mapImage(addr uint64) (*ptx.Image, uint64, error) {
+func (m *Machine) mapImage(addr uint64) (*devmap.Image, uint64, error) {
 	hdr, err := m.mem(addr, abi.MapHdrSize, spaceGeneric)
 	if err != nil {
 		return nil, 0, fmt.Errorf("map descriptor: %w", err)
@@ -110,5 +110,5 @@ func (m *Machine) mapImage(addr uint64) (*ptx.Image, uint64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("map data: %w", err)
 	}
-	return &ptx.Image{Layout: l, Bytes: b}, addr, nil
+	return &devmap.Image{Layout: l, Bytes: b}, addr, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"os/exec"
 	"slices"
 	"strings"
@@ -295,5 +296,102 @@ func TestPolicyViolations(t *testing.T) {
 	v := deniedViolations(tool, toolchainDenied, nil, nil)
 	if len(v) != 3 || !strings.Contains(v[0], "policies (imported by github.com/gpuext/gpuext/gpubpf/maps)") {
 		t.Errorf("a toolchain test that imports the policy model and the runtime: %q, want three violations", v)
+	}
+}
+
+// loopTrees are the trees whose packages may not import each other in a
+// loop, tests included: the policy model, the device-eBPF toolchain and
+// the device runtime.
+var loopTrees = []string{"github.com/gpuext/gpuext/policies/...", "github.com/gpuext/gpuext/gpubpf/...", "github.com/gpuext/gpuext/devrt/..."}
+
+// importLoop returns one loop of the graph (package -> the packages it or
+// its tests import) as the packages along it, the first repeated at the
+// end; nil when there is none.
+func importLoop(graph map[string][]string) []string {
+	const (
+		unseen = iota
+		open
+		done
+	)
+	state := map[string]int{}
+	var path, loop []string
+	var visit func(p string) bool
+	visit = func(p string) bool {
+		state[p] = open
+		path = append(path, p)
+		for _, q := range graph[p] {
+			switch state[q] {
+			case open:
+				loop = append(slices.Clone(path[slices.Index(path, q):]), q)
+				return true
+			case unseen:
+				if _, ok := graph[q]; ok && visit(q) {
+					return true
+				}
+			}
+		}
+		path = path[:len(path)-1]
+		state[p] = done
+		return false
+	}
+	for _, p := range slices.Sorted(maps.Keys(graph)) {
+		if state[p] == unseen && visit(p) {
+			return loop
+		}
+	}
+	return nil
+}
+
+// TestNoImportLoops: no loop among the packages of loopTrees, counting
+// test imports (go would refuse a loop of plain imports; one closed by an
+// external test is a loop a reader meets all the same).
+func TestNoImportLoops(t *testing.T) {
+	args := append([]string{"list", "-json=ImportPath,Imports,TestImports,XTestImports"}, loopTrees...)
+	cmd := exec.Command("go", args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	var listed []struct {
+		ImportPath                         string
+		Imports, TestImports, XTestImports []string
+	}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var p struct {
+			ImportPath                         string
+			Imports, TestImports, XTestImports []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatalf("go list: %v", err)
+		}
+		listed = append(listed, p)
+	}
+	graph := map[string][]string{}
+	for _, p := range listed {
+		// an external test (package p_test) imports p itself: no loop
+		graph[p.ImportPath] = slices.DeleteFunc(slices.Concat(p.Imports, p.TestImports, p.XTestImports),
+			func(q string) bool { return q == p.ImportPath })
+	}
+	if len(graph) < 20 {
+		t.Fatalf("go list %s: %d packages: the check would pass on anything", strings.Join(loopTrees, " "), len(graph))
+	}
+	if loop := importLoop(graph); loop != nil {
+		t.Errorf("an import loop (tests included): %s", strings.Join(loop, " -> "))
+	}
+}
+
+// importLoop finds a loop that only a test import closes, and none where
+// the imports only go one way.
+func TestImportLoop(t *testing.T) {
+	const ptx, interp, abi = "gpubpf/ptx", "gpubpf/ptxinterp", "gpubpf/abi"
+	if loop := importLoop(map[string][]string{ptx: {abi}, interp: {ptx, abi}, abi: {"fmt"}}); loop != nil {
+		t.Errorf("one-way imports: loop %q", loop)
+	}
+	loop := importLoop(map[string][]string{ptx: {abi, interp}, interp: {ptx}, abi: nil})
+	if want := []string{ptx, interp, ptx}; !slices.Equal(loop, want) {
+		t.Errorf("ptx's test imports the interpreter, which imports ptx: loop %q, want %q", loop, want)
 	}
 }

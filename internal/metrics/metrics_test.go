@@ -21,7 +21,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/probefiles/maps"
 	"github.com/gpuext/gpuext/gpubpf/abi"
 	"github.com/gpuext/gpuext/gpubpf/compile"
-	"github.com/gpuext/gpuext/gpubpf/ptx"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/internal/admission"
 )
 
@@ -373,13 +373,13 @@ func probeTenant(t testing.TB, state string, id bpf.TenantID, pids int) *abi.Man
 	for pid := 1; pid <= pids; pid++ {
 		f := &maps.File{PID: uint32(100 + pid), Image: 0, Seq: 1, Tenant: uint32(id), Final: true}
 		for _, m := range b.Manifest.Maps {
-			im := ptx.NewImage(m.Layout)
+			im := devmap.NewImage(m.Layout)
 			vals := map[string][]uint64{
 				"ls_counters": {10, 40, 4000, 40},                         // launches, blocks, blockNs, blockExits
 				"lat_hist":    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 5, 2}, // 2^10..2^13 ns
 			}[m.Name]
 			for i, v := range vals {
-				if v != 0 && im.Update(u32(uint32(i)), u64(v), ptx.FlagAny, 0) != 0 {
+				if v != 0 && im.Update(u32(uint32(i)), u64(v), devmap.FlagAny, 0) != 0 {
 					t.Fatalf("%s[%d]", m.Name, i)
 				}
 			}

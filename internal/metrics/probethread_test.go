@@ -7,9 +7,9 @@ import (
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/gpubpf/abi"
 	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/gpubpf/helpers"
 	"github.com/gpuext/gpuext/gpubpf/programs"
-	"github.com/gpuext/gpuext/gpubpf/ptx"
 	"github.com/gpuext/gpuext/internal/probetest"
 )
 
@@ -26,7 +26,7 @@ func TestProbePerThreadSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	state, id := t.TempDir(), bpf.TenantID(6)
-	writeProbeFiles(t, state, id, b, 78, func(_ string, im *ptx.Image) {
+	writeProbeFiles(t, state, id, b, 78, func(_ string, im *devmap.Image) {
 		for g := 0; g < 300; g++ { // 300 threads, 5 exits each
 			binary.LittleEndian.PutUint64(im.Bytes[abi.MapHdrSize+8*g:], 5)
 		}

@@ -14,9 +14,9 @@ import (
 	"github.com/gpuext/gpuext/devrt/probefiles/maps"
 	"github.com/gpuext/gpuext/gpubpf/abi"
 	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/gpubpf/helpers"
 	"github.com/gpuext/gpuext/gpubpf/programs"
-	"github.com/gpuext/gpuext/gpubpf/ptx"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/probetest"
 )
@@ -35,7 +35,7 @@ func exampleCatalog(t *testing.T) *programs.Catalog {
 // writeProbeFiles writes what admission and the device runtime write for
 // tenant id with bundle b: its manifest in the tenant dir, and process
 // pid's .maps (each map image set by fill) and .status in the acct dir.
-func writeProbeFiles(t testing.TB, state string, id bpf.TenantID, b *compile.Bundle, pid uint32, fill func(name string, im *ptx.Image)) {
+func writeProbeFiles(t testing.TB, state string, id bpf.TenantID, b *compile.Bundle, pid uint32, fill func(name string, im *devmap.Image)) {
 	t.Helper()
 	dir := filepath.Join(admission.TenantDir(state, uint64(id)), admission.TenantProbesDir)
 	acct := filepath.Join(admission.AcctDir(state, uint64(id)), admission.AcctProbesDir)
@@ -49,7 +49,7 @@ func writeProbeFiles(t testing.TB, state string, id bpf.TenantID, b *compile.Bun
 	}
 	f := &maps.File{PID: pid, Seq: 1, Tenant: uint32(id), Final: true}
 	for _, m := range b.Manifest.Maps {
-		im := ptx.NewImage(m.Layout)
+		im := devmap.NewImage(m.Layout)
 		fill(m.Name, im)
 		f.Maps = append(f.Maps, maps.Map{Name: m.Name, Present: true, Layout: m.Layout, Bytes: im.Bytes})
 	}
@@ -99,14 +99,14 @@ func TestProbeHashAndRecordsSeries(t *testing.T) {
 		k := le.AppendUint64(nil, kernel)
 		return append(le.AppendUint32(k, bucket), 0, 0, 0, 0)
 	}
-	writeProbeFiles(t, state, id, b, 77, func(name string, im *ptx.Image) {
+	writeProbeFiles(t, state, id, b, 77, func(name string, im *devmap.Image) {
 		switch name {
 		case "kbh_hist":
 			for _, e := range []struct {
 				k []byte
 				n uint64
 			}{{key(1, 10), 3}, {key(2, 14), 4}} {
-				if im.Update(e.k, le.AppendUint64(nil, e.n), ptx.FlagAny, 0) != 0 {
+				if im.Update(e.k, le.AppendUint64(nil, e.n), devmap.FlagAny, 0) != 0 {
 					t.Fatal("hash update")
 				}
 			}

@@ -10,7 +10,7 @@
 // the context and the maps, and compares them with the kernel's results.
 // Maps are compared decoded (array: every index; hash: the live entries
 // ordered by key), as the host reads them; --strict also compares the map
-// bytes with the executable device map spec (gpubpf/ptx/devmap.go:
+// bytes with the executable device map spec (gpubpf/devmap/devmap.go:
 // seq words, bucket positions), which checks the helper library byte for
 // byte (per-warp maps excepted: their bytes depend on the SM that ran the
 // block).

@@ -7,7 +7,7 @@ import (
 	"fmt"
 
 	"github.com/gpuext/gpuext/gpubpf/abi"
-	"github.com/gpuext/gpuext/gpubpf/ptx"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/internal/tenantfs"
 )
 
@@ -217,13 +217,13 @@ func Encode(f *File) []byte {
 	return b
 }
 
-// image views the map through the device map specification of gpubpf/ptx.
-func (m Map) image() *ptx.Image { return &ptx.Image{Layout: m.Layout, Bytes: m.Bytes} }
+// image views the map through the device map specification of gpubpf/devmap.
+func (m Map) image() *devmap.Image { return &devmap.Image{Layout: m.Layout, Bytes: m.Bytes} }
 
 // Entries decodes the map: every index of an array, the live keys of a
 // hash, every index of a per-warp array summed over the warp slots (as
 // little-endian u64 words), the records of a ringbuf keyed by sequence.
-func (m Map) Entries() ([]ptx.Entry, error) {
+func (m Map) Entries() ([]devmap.Entry, error) {
 	if !m.Present {
 		return nil, nil
 	}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/gpuext/gpuext/gpubpf/abi"
-	"github.com/gpuext/gpuext/gpubpf/ptx"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 )
 
 // rawMap is one map entry of a hand-made .maps file: the size its header
@@ -263,7 +263,7 @@ func TestPerThreadMapDecodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	im := ptx.NewImage(l)
+	im := devmap.NewImage(l)
 	le := binary.LittleEndian
 	for row := uint64(0); row < 3; row++ {
 		le.PutUint64(im.Bytes[abi.MapHdrSize+8*(2*row):], row+1) // entry 0

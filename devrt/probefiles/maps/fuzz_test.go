@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/gpubpf/programs"
-	"github.com/gpuext/gpuext/gpubpf/ptx"
 )
 
 // seedMaps are maps of every device map type, filled with the device map
@@ -26,16 +26,16 @@ func seedMaps(t testing.TB) []Map {
 		}
 		return l
 	}
-	arr := ptx.NewImage(lay(abi.MapArray, 4, 8, 4))
-	arr.Update(u32(1), u64(40), ptx.FlagAny, 0)
-	big := ptx.NewImage(lay(abi.MapArray, 4, 24, 2)) // values over 8 bytes carry a seq word
-	big.Update(u32(0), []byte("twenty-four bytes long!!"), ptx.FlagAny, 0)
-	h := ptx.NewImage(lay(abi.MapHash, 8, 8, 4))
+	arr := devmap.NewImage(lay(abi.MapArray, 4, 8, 4))
+	arr.Update(u32(1), u64(40), devmap.FlagAny, 0)
+	big := devmap.NewImage(lay(abi.MapArray, 4, 24, 2)) // values over 8 bytes carry a seq word
+	big.Update(u32(0), []byte("twenty-four bytes long!!"), devmap.FlagAny, 0)
+	h := devmap.NewImage(lay(abi.MapHash, 8, 8, 4))
 	for k := uint64(1); k <= 3; k++ {
-		h.Update(u64(k), u64(k*k), ptx.FlagAny, 0)
+		h.Update(u64(k), u64(k*k), devmap.FlagAny, 0)
 	}
 	h.Delete(u64(2))
-	rb := ptx.NewImage(lay(abi.MapRingbuf, 0, 0, 40))
+	rb := devmap.NewImage(lay(abi.MapRingbuf, 0, 0, 40))
 	rb.RingbufOutput([]byte("launch-1"), 0)
 	rb.RingbufOutput([]byte("a longer record"), 0)
 	rb.RingbufOutput([]byte("dropped"), 0)
@@ -53,9 +53,9 @@ func catalogMaps(t testing.TB) []Map {
 		if err != nil {
 			t.Fatal(err)
 		}
-		im := ptx.NewImage(l)
+		im := devmap.NewImage(l)
 		for i, v := range vals {
-			im.Update(u32(i), u64(v), ptx.FlagAny, 0)
+			im.Update(u32(i), u64(v), devmap.FlagAny, 0)
 		}
 		return mapOf(name, im)
 	}
@@ -117,8 +117,8 @@ func FuzzDecode(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	pw := ptx.NewImage(l)
-	pw.Update(u32(0), u64(5), ptx.FlagAny, ptx.Slot(3, 1))
+	pw := devmap.NewImage(l)
+	pw.Update(u32(0), u64(5), devmap.FlagAny, devmap.Slot(3, 1))
 	f.Add(Encode(&File{PID: 3, Maps: []Map{mapOf("ls_counters", pw)}}))
 	cat := programs.Builtin()
 	names := cat.Names()

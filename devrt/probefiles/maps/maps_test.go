@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/gpubpf/programs"
-	"github.com/gpuext/gpuext/gpubpf/ptx"
 )
 
 func u32(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
@@ -28,17 +28,17 @@ func layout(t *testing.T, typ abi.MapType, k, v, n uint32) abi.MapLayout {
 
 // counterImage is an array of u64 counters holding vals, built with the
 // device map operations (what the helpers leave on the GPU).
-func counterImage(t *testing.T, n uint32, vals map[uint32]uint64) *ptx.Image {
-	im := ptx.NewImage(layout(t, abi.MapArray, 4, 8, n))
+func counterImage(t *testing.T, n uint32, vals map[uint32]uint64) *devmap.Image {
+	im := devmap.NewImage(layout(t, abi.MapArray, 4, 8, n))
 	for i, v := range vals {
-		if rc := im.Update(u32(i), u64(v), ptx.FlagAny, 0); rc != 0 {
+		if rc := im.Update(u32(i), u64(v), devmap.FlagAny, 0); rc != 0 {
 			t.Fatalf("update %d: %d", i, rc)
 		}
 	}
 	return im
 }
 
-func mapOf(name string, im *ptx.Image) Map {
+func mapOf(name string, im *devmap.Image) Map {
 	return Map{Name: name, Present: true, Layout: im.Layout, Bytes: im.Bytes}
 }
 
@@ -86,18 +86,18 @@ func TestDecodeRejects(t *testing.T) {
 
 func TestMapTypes(t *testing.T) {
 	// per-warp: three warps in different slots add to entry 1; the host sums them.
-	pw := ptx.NewImage(layout(t, abi.MapPerWarp, 4, 8, 2))
-	for i, slot := range []uint32{ptx.Slot(0, 0), ptx.Slot(5, 3), ptx.Slot(255, 63)} {
-		pw.Update(u32(1), u64(uint64(10*(i+1))), ptx.FlagAny, slot)
+	pw := devmap.NewImage(layout(t, abi.MapPerWarp, 4, 8, 2))
+	for i, slot := range []uint32{devmap.Slot(0, 0), devmap.Slot(5, 3), devmap.Slot(255, 63)} {
+		pw.Update(u32(1), u64(uint64(10*(i+1))), devmap.FlagAny, slot)
 	}
 	c, err := mapOf("pw", pw).Counters()
 	if err != nil || c[0] != 0 || c[1] != 60 {
 		t.Errorf("per-warp sum %v %v, want [0 60]", c, err)
 	}
 	// hash: live keys only.
-	h := ptx.NewImage(layout(t, abi.MapHash, 8, 8, 16))
+	h := devmap.NewImage(layout(t, abi.MapHash, 8, 8, 16))
 	for k := uint64(1); k <= 5; k++ {
-		h.Update(u64(k), u64(k*k), ptx.FlagAny, 0)
+		h.Update(u64(k), u64(k*k), devmap.FlagAny, 0)
 	}
 	h.Delete(u64(3))
 	ents, err := mapOf("h", h).Entries()
@@ -108,13 +108,13 @@ func TestMapTypes(t *testing.T) {
 		t.Error("a hash is not counters")
 	}
 	// ringbuf: 64 bytes hold two 16-byte records and one 24-byte one; the next drops.
-	rb := ptx.NewImage(layout(t, abi.MapRingbuf, 0, 0, 64))
+	rb := devmap.NewImage(layout(t, abi.MapRingbuf, 0, 0, 64))
 	for _, rec := range []string{"launch-1", "launch-2", "a longer one"} {
 		if rc := rb.RingbufOutput([]byte(rec), 0); rc != 0 {
 			t.Fatalf("output %q: %d", rec, rc)
 		}
 	}
-	if rc := rb.RingbufOutput([]byte("x"), 0); rc != -ptx.EAGAIN {
+	if rc := rb.RingbufOutput([]byte("x"), 0); rc != -devmap.EAGAIN {
 		t.Fatalf("full ringbuf: %d", rc)
 	}
 	recs, dropped, err := mapOf("rb", rb).Ringbuf()

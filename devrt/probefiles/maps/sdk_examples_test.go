@@ -11,9 +11,9 @@ import (
 
 	"github.com/gpuext/gpuext/gpubpf/abi"
 	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/gpubpf/helpers"
 	"github.com/gpuext/gpuext/gpubpf/programs"
-	"github.com/gpuext/gpuext/gpubpf/ptx"
 	"github.com/gpuext/gpuext/gpubpf/ptxinterp"
 	"github.com/gpuext/gpuext/internal/privtest"
 	"github.com/gpuext/gpuext/internal/probetest"
@@ -207,7 +207,7 @@ func TestViewsOfForeignSizes(t *testing.T) {
 	}
 }
 
-func entry(k, v []byte) ptx.Entry { return ptx.Entry{Key: k, Value: v} }
+func entry(k, v []byte) devmap.Entry { return devmap.Entry{Key: k, Value: v} }
 
 // A hash view whose layout is not the map's (the probe directory changed
 // its descriptor after the tenant's module was built) counts the entries
@@ -216,7 +216,7 @@ func TestHashViewOfAnotherLayout(t *testing.T) {
 	hv := programs.View{Map: "h", Kind: programs.ViewHash,
 		Key: []programs.Field{{Name: "k", Type: programs.FieldU64}}, Value: []programs.Field{{Name: "n", Type: programs.FieldU64}, {Name: "m", Type: programs.FieldU64}}}
 	hagg := &Aggregate{Layout: abi.MapLayout{Type: abi.MapHash, KeySize: 4, ValueSize: 8}}
-	hagg.HashEntries = []ptx.Entry{entry(make([]byte, 4), make([]byte, 8))}
+	hagg.HashEntries = []devmap.Entry{entry(make([]byte, 4), make([]byte, 8))}
 	if h := hashSummary(hv, hagg); h.Keys != 0 || h.BadSize != 1 || len(h.Top) != 0 {
 		t.Errorf("hash %+v, want the entry counted as of another size", h)
 	}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/gpuext/gpuext/devrt/probefiles/launches"
 	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/gpubpf/programs"
-	"github.com/gpuext/gpuext/gpubpf/ptx"
 	"github.com/gpuext/gpuext/internal/tenantfs"
 )
 
@@ -101,8 +101,8 @@ type Aggregate struct {
 	// HashEntries: a hash map's live entries, image after image (the
 	// views sum one key's values); RecordData: a ringbuf's records in
 	// file order, the last MaxKeptRecords of them.
-	HashEntries []ptx.Entry `json:"-"`
-	RecordData  [][]byte    `json:"-"`
+	HashEntries []devmap.Entry `json:"-"`
+	RecordData  [][]byte       `json:"-"`
 	// Images is how many images' copies were added.
 	Images int `json:"images"`
 	// Parts: each image's counters, as Counters sums them (a mean over

@@ -1,4 +1,4 @@
-package ptx
+package devmap
 
 import (
 	"bytes"
