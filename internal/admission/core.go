@@ -13,11 +13,11 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/cgroup"
-	"github.com/gpuext/gpuext/devrt/probe/compile"
+	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/failmode"
 	"github.com/gpuext/gpuext/policies"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // Config is the admission core's configuration (the shared part of the NRI
@@ -111,7 +111,7 @@ func New(cfg Config, reg *bpf.Registry, catalog *policies.Catalog, constraints *
 	c.decisionKey = key
 	c.reg, c.catalog, c.constraints, c.resolver, c.log = reg, catalog, constraints, resolver, log
 	c.compileProbes = compile.CompileKernels
-	if pc := catalog.Algorithms().Probes; pc != probes.Builtin() {
+	if pc := programCatalog(catalog); pc != programs.Builtin() {
 		// a probe directory's probes too: a compiler (and cache) of its own
 		c.compileProbes = compile.NewCompiler(pc, nil).CompileKernels
 	}
@@ -121,7 +121,17 @@ func New(cfg Config, reg *bpf.Registry, catalog *policies.Catalog, constraints *
 // ProbeCatalog is the probe catalog the core's selections name (built-in
 // and the host's probe directory): what the views of its tenants' probes
 // come from.
-func (c *Core) ProbeCatalog() *probes.Catalog { return c.catalog.Algorithms().Probes }
+func (c *Core) ProbeCatalog() *programs.Catalog { return programCatalog(c.catalog) }
+
+// programCatalog is the program catalog whose names cat's policies select:
+// the one Catalog put in its algorithms (with the host's probe directory),
+// else the built-in one (the policy model holds only the names).
+func programCatalog(cat *policies.Catalog) *programs.Catalog {
+	if pc, ok := cat.Algorithms().Probes.(*programs.Catalog); ok && pc != nil {
+		return pc
+	}
+	return programs.Builtin()
+}
 
 // Registry returns the tenant registry the core writes.
 func (c *Core) Registry() *bpf.Registry { return c.reg }

@@ -11,11 +11,11 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
 
-	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/devrt/probe/compile"
-	"github.com/gpuext/gpuext/devrt/probe/helpers"
+	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/helpers"
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/policies"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // probeCore is a Core with only what the tenant-directory path needs: a
@@ -24,7 +24,7 @@ import (
 func probeCore(t *testing.T, mode FailMode, compileProbes func(probes, kernels []string) (*compile.Bundle, error)) (*Core, *test.Hook) {
 	logger, hook := test.NewNullLogger()
 	if compileProbes == nil {
-		compileProbes = compile.NewCompiler(probes.Builtin(), func() (helpers.Library, error) { return helpers.Library{}, nil }).CompileKernels
+		compileProbes = compile.NewCompiler(programs.Builtin(), func() (helpers.Library, error) { return helpers.Library{}, nil }).CompileKernels
 	}
 	return &Core{cfg: Config{FailMode: mode, StateDir: t.TempDir(), DevrtDir: "/unused"}, catalog: policies.BuiltinCatalog(),
 		log: logrus.NewEntry(logger), compileProbes: compileProbes}, hook
@@ -87,12 +87,12 @@ func TestAdmitWritesProbeModule(t *testing.T) {
 			t.Errorf("module.conf lacks %q:\n%s", want, conf)
 		}
 	}
-	ptxText, err := os.ReadFile(filepath.Join(dir, TenantProbesDir, probe.ModuleFile))
-	if err != nil || !strings.Contains(string(ptxText), probe.FuncEntry) {
+	ptxText, err := os.ReadFile(filepath.Join(dir, TenantProbesDir, abi.ModuleFile))
+	if err != nil || !strings.Contains(string(ptxText), abi.FuncEntry) {
 		t.Errorf("module.ptx: %v", err)
 	}
-	var m probe.Manifest
-	b, err := os.ReadFile(filepath.Join(dir, TenantProbesDir, probe.ManifestFile))
+	var m abi.Manifest
+	b, err := os.ReadFile(filepath.Join(dir, TenantProbesDir, abi.ManifestFile))
 	if err != nil {
 		t.Fatal(err)
 	}

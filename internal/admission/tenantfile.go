@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/devrt/probe/compile"
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
+	"github.com/gpuext/gpuext/gpubpf/compile"
 	"github.com/gpuext/gpuext/internal/atomicfile"
 	"github.com/gpuext/gpuext/internal/strictjson"
 	"github.com/gpuext/gpuext/internal/tenantfs"

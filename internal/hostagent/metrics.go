@@ -3,10 +3,10 @@ package hostagent
 import (
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/bpf/kernelpolicy"
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/deviceplugin"
 	"github.com/gpuext/gpuext/internal/metrics"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // startMetrics serves /metrics once, when the config asks for it
@@ -36,7 +36,7 @@ func (a *Agent) startMetrics(cfg config.Config) {
 	}
 	observer.SetBoard(a.board)
 	observer.SetLatency(a.latencyStatus)
-	observer.SetProbeCatalog(func() *probes.Catalog {
+	observer.SetProbeCatalog(func() *programs.Catalog {
 		if core, err := a.Core(); err == nil {
 			return core.ProbeCatalog() // built in and the config's probeDir
 		}

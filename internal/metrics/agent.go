@@ -8,11 +8,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/latency"
 	"github.com/gpuext/gpuext/internal/memguard"
 	"github.com/gpuext/gpuext/policies"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // Agent is the agent's own metrics. It is the admission core's Observer
@@ -41,7 +41,7 @@ type Agent struct {
 // SetProbeCatalog makes the tenant collector's probe series render through
 // the probe catalog f returns (the agent's current core's: it changes when
 // the runtime reconfigures the agent). No-op without NewRegistry's collector.
-func (a *Agent) SetProbeCatalog(f func() *probes.Catalog) {
+func (a *Agent) SetProbeCatalog(f func() *programs.Catalog) {
 	if a.tenants != nil {
 		a.tenants.SetProbeCatalog(f)
 	}
