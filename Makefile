@@ -22,7 +22,7 @@ deps: ## install what the tests and demo need (apt packages, containerd, crictl;
 	@test/lab/install-deps.sh
 
 generate: ## regenerate the bpf2go bindings (clang) and the devrt layouts, env names and probe ABI (gcc); CI fails if they differ from the committed ones
-	$(GO) generate ./bpf/... ./devrt/board/... ./devrt/probe/maps ./devrt/probe/launches ./policies/probes ./devrt/tenantcfg ./devrt/probe
+	$(GO) generate ./bpf/... ./devrt/board/... ./devrt/probefiles/maps ./devrt/probefiles/launches ./gpubpf/programs ./devrt/tenantcfg ./gpubpf/abi
 
 build: ## build the static binaries and the device runtime (libgpuext-devrt.so) into bin/
 	@mkdir -p $(BIN)/devrt
@@ -77,15 +77,15 @@ bench: deps image ## admission latency, crictl with/without the plugin (bench/re
 # The policy SDK: the headers come from kmod/include (one source), never copies kept in the tree.
 SDK_DIR ?= $(BIN)/sdk
 SDK_HEADERS := kmod/include/gpuext_abi.h kmod/include/gpuext_prio.h kmod/include/gpuext_ops.h kmod/include/gpuext_kfuncs.h kmod/include/gpuext_policy.h
-# the device probes' header (policies/probes, beside the built-in probes that include it)
-SDK_PROBE_HEADERS := $(wildcard policies/probes/*.h)
+# the device probes' header (gpubpf/programs, beside the built-in probes that include it)
+SDK_PROBE_HEADERS := $(wildcard gpubpf/programs/*.h)
 .PHONY: sdk
-sdk: ## the kernel-policy and device-probe SDK into SDK_DIR (default bin/sdk): headers from kmod/include and policies/probes, policy.mk, probe.mk, their Makefile templates (docs/write-a-policy.md, docs/write-a-probe.md)
+sdk: ## the kernel-policy and device-probe SDK into SDK_DIR (default bin/sdk): headers from kmod/include and gpubpf/programs, policy.mk, probe.mk, their Makefile templates (docs/write-a-policy.md, docs/write-a-probe.md)
 	install -d $(SDK_DIR)/include
 	install -m 0644 $(SDK_HEADERS) $(SDK_PROBE_HEADERS) $(SDK_DIR)/include/
 	install -m 0644 sdk/policy.mk sdk/Makefile.template sdk/probe.mk sdk/Makefile.probe.template $(SDK_DIR)/
-	@# bpftime-style device programs build unchanged with -I $(SDK_DIR)/include/bpftime (policies/probes/bpftime, when the tree has it)
-	if [ -d policies/probes/bpftime ]; then rm -rf $(SDK_DIR)/include/bpftime && cp -r policies/probes/bpftime $(SDK_DIR)/include/bpftime; fi
+	@# bpftime-style device programs build unchanged with -I $(SDK_DIR)/include/bpftime (gpubpf/programs/bpftime, when the tree has it)
+	if [ -d gpubpf/programs/bpftime ]; then rm -rf $(SDK_DIR)/include/bpftime && cp -r gpubpf/programs/bpftime $(SDK_DIR)/include/bpftime; fi
 	install -d $(SDK_DIR)/include/compat/gpu_ext
 	install -m 0644 kmod/include/compat/gpu_ext/*.h $(SDK_DIR)/include/compat/gpu_ext/
 
@@ -94,7 +94,7 @@ kernel-test: ## boot Debian's 6.12 kernel in qemu with gpuext.ko + gpusim.ko and
 	@KERNEL_LAB_SERIES=7.x test/kernel/lab.sh all
 
 gpu-prep: build ## here, as root (needs Go and BPF_PROG_TEST_RUN): what gpu-test carries: bin/ (static gpuextctl), out/gpu/corpus (the differential corpus with the kernel's own results), out/gpu/probedir (the example probes built with the SDK), out/gpu/bpftime-dir (our bpftime-style programs), out/gpu/bpftime-objs (when out/bpftime holds bpftime's objects), out/gpu/kubelet-stub (the kubelet's side of the device plugin, for the multi-gpu section)
-	$(GO) run ./devrt/probe/cmd/gpuext-probe-corpus --out out/gpu/corpus
+	$(GO) run ./gpubpf/cmd/gpuext-probe-corpus --out out/gpu/corpus
 	gzip -f out/gpu/corpus/corpus.txt out/gpu/corpus/corpus.ptx  # ~100 MB of mostly-zero map images -> ~1 MB
 	CGO_ENABLED=0 $(GO) build -trimpath -o out/gpu/kubelet-stub ./test/gpu/kubeletstub  # static: no Go on the GPU machine
 	@# the example probes (examples/probes), built outside the tree with only the SDK, as a probeDir
@@ -102,17 +102,17 @@ gpu-prep: build ## here, as root (needs Go and BPF_PROG_TEST_RUN): what gpu-test
 	for p in examples/probes/*/; do n=$$(basename $$p); cp -r $$p $$d/$$n && \
 		$(MAKE) -s -C $$d/$$n GPUEXT_SDK=$$d/sdk install PROBE_DIR=$(CURDIR)/out/gpu/probedir >/dev/null || { rm -rf $$d; exit 1; }; done; \
 	rm -rf $$d; echo "out/gpu/probedir: $$(cd out/gpu/probedir && echo *)"
-	@# our bpftime-style programs (devrt/probe/compile/testdata/bpftime) built with the SDK's include/bpftime, sections naming vecadd's kernel, as a probeDir
+	@# our bpftime-style programs (gpubpf/compile/testdata/bpftime) built with the SDK's include/bpftime, sections naming vecadd's kernel, as a probeDir
 	@rm -rf out/gpu/bpftime-dir && mkdir -p out/gpu/bpftime-dir && d=$$(mktemp -d) && $(MAKE) -s sdk SDK_DIR=$$d/sdk && \
 	for s in thread_hist ret_snoop launch_bins call_counter launch_gap; do n=$$(echo $$s | tr _ -); \
-		sed 's/_Z4gridPj/_Z4vaddPKfS0_Pfi/g' devrt/probe/compile/testdata/bpftime/$$s.bpf.c >$$d/$$s.bpf.c && \
+		sed 's/_Z4gridPj/_Z4vaddPKfS0_Pfi/g' gpubpf/compile/testdata/bpftime/$$s.bpf.c >$$d/$$s.bpf.c && \
 		clang --target=bpf -g -O2 -Wall -Werror -I $$d/sdk/include/bpftime -I $$d/sdk/include -c $$d/$$s.bpf.c -o out/gpu/bpftime-dir/$$n.bpf.o && \
-		cp devrt/probe/compile/testdata/bpftime/$$n.json out/gpu/bpftime-dir/ || { rm -rf $$d; exit 1; }; done; \
+		cp gpubpf/compile/testdata/bpftime/$$n.json out/gpu/bpftime-dir/ || { rm -rf $$d; exit 1; }; done; \
 	rm -rf $$d; echo "out/gpu/bpftime-dir: $$(cd out/gpu/bpftime-dir && echo *)"
 	@# objects built by hand from bpftime's unmodified sources (out/bpftime/*.o, never committed): one probe directory each with a generated descriptor
 	@rm -rf out/gpu/bpftime-objs; if ls out/bpftime/*.o >/dev/null 2>&1; then \
 	i=0; for o in out/bpftime/*.o; do i=$$((i + 1)); n=$$(printf 'bt%02d-%s' $$i "$$(basename $$o .o | sed 's/[.]bpf$$//; s/_/-/g' | tr A-Z a-z | tr -cd 'a-z0-9-')" | cut -c1-31); mkdir -p out/gpu/bpftime-objs/$$n && cp $$o out/gpu/bpftime-objs/$$n/$$n.bpf.o && \
-		$(GO) run ./devrt/probe/cmd/gpuext-probe-describe --name $$n out/gpu/bpftime-objs/$$n/$$n.bpf.o >out/gpu/bpftime-objs/$$n/$$n.json 2>out/gpu/bpftime-objs/$$n/describe.err && \
+		$(GO) run ./gpubpf/cmd/gpuext-probe-describe --name $$n out/gpu/bpftime-objs/$$n/$$n.bpf.o >out/gpu/bpftime-objs/$$n/$$n.json 2>out/gpu/bpftime-objs/$$n/describe.err && \
 		rm out/gpu/bpftime-objs/$$n/describe.err || rm -f out/gpu/bpftime-objs/$$n/$$n.json; done; \
 	echo "out/gpu/bpftime-objs: $$(cd out/gpu/bpftime-objs && echo *)"; fi
 
@@ -125,22 +125,24 @@ gpu-node-prep: deps build ## here, as root: what gpu-node carries, into out/gpu-
 gpu-node: ## on the GPU machine (carry out/gpu-node from gpu-node-prep): containerd + NRI + CDI + runc + MPS + the agent, containers from annotations with real frameworks; one PASS/FAIL line per check
 	@bash test/gpu-node/gpu-node.sh
 
-lint: ## gofmt, go vet, the hooks' imports (go list -deps), the layers' imports, generated files up to date
+lint: ## gofmt, go vet, the hooks' and the policy model's imports (go list -deps), the layers' imports, generated files up to date
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
 	@# the hooks are thin clients of the agent: go list -deps of both binaries against what they may link (internal/agentapi/deps_test.go)
 	@$(GO) test -count=1 -run '^(TestHookImports|TestThinViolations)$$' ./internal/agentapi >/dev/null || { $(GO) test -count=1 -run '^TestHookImports$$' ./internal/agentapi; echo "a hook binary links more than the agent's API and small pure packages: see internal/agentapi/deps_test.go"; exit 1; }
+	@# the policy model is pure (of gpubpf only the probe names leaf), gpubpf imports neither policies nor devrt, and no import loop (tests included) in policies, gpubpf, devrt (internal/agentapi/deps_test.go)
+	@$(GO) test -count=1 -run '^(TestPolicyImports|TestPolicyViolations|TestNoImportLoops|TestImportLoop)$$' ./internal/agentapi >/dev/null || { $(GO) test -count=1 -run '^(TestPolicyImports|TestNoImportLoops)$$' ./internal/agentapi; echo "policies links cilium/ebpf or the device-eBPF toolchain, gpubpf links policies or devrt, or an import loop: see internal/agentapi/deps_test.go"; exit 1; }
 	@# the layers: no lower package (policies, devrt, bpf, cgroup, kmod, lib, gpubpf) imports internal/; lib/ imports only lib/ (internal/agentapi/layers_test.go)
 	@$(GO) test -count=1 -run '^(TestLayers|TestLayerViolations)$$' ./internal/agentapi >/dev/null || { $(GO) test -count=1 -run '^TestLayers$$' ./internal/agentapi; echo "a lower package imports internal/, or lib/ imports outside lib/: see internal/agentapi/layers_test.go"; exit 1; }
 	@# never skipped: without clang (make deps installs it, as CI does) lint fails instead of passing unchecked
 	@command -v clang >/dev/null && test -f /usr/include/bpf/bpf_helpers.h || { echo "lint: the bpf2go drift check needs clang and libbpf-dev (make deps installs them): not skipped, failing"; exit 1; }
-	@$(GO) generate ./bpf/... ./policies/probes && git diff --exit-code --stat -- bpf/ policies/probes/ || { echo "generated bpf files differ from the committed ones: run make generate and commit"; exit 1; }
+	@$(GO) generate ./bpf/... ./gpubpf/programs && git diff --exit-code --stat -- bpf/ gpubpf/programs/ || { echo "generated bpf files differ from the committed ones: run make generate and commit"; exit 1; }
 	@bash kmod/nvidia/check.sh --dry-run  # CI has no NVIDIA tree: patch format only, no build claimed
 	@$(GO) generate ./devrt/board && git diff --exit-code --stat -- devrt/board/ || { echo "devrt/board/layout_gen.go differs from devrt/include/gpuext_devrt_shm.h: run make generate and commit"; exit 1; }
-	@$(GO) generate ./devrt/probe/maps && git diff --exit-code --stat -- devrt/probe/maps/layout_gen.go || { echo "devrt/probe/maps/layout_gen.go differs from devrt/include/gpuext_devrt_maps.h: run make generate and commit"; exit 1; }
-	@$(GO) generate ./devrt/probe/launches && git diff --exit-code --stat -- devrt/probe/launches/layout_gen.go || { echo "devrt/probe/launches/layout_gen.go differs from devrt/include/gpuext_devrt_launches.h: run make generate and commit"; exit 1; }
+	@$(GO) generate ./devrt/probefiles/maps && git diff --exit-code --stat -- devrt/probefiles/maps/layout_gen.go || { echo "devrt/probefiles/maps/layout_gen.go differs from devrt/include/gpuext_devrt_maps.h: run make generate and commit"; exit 1; }
+	@$(GO) generate ./devrt/probefiles/launches && git diff --exit-code --stat -- devrt/probefiles/launches/layout_gen.go || { echo "devrt/probefiles/launches/layout_gen.go differs from devrt/include/gpuext_devrt_launches.h: run make generate and commit"; exit 1; }
 	@$(GO) generate ./devrt/tenantcfg && git diff --exit-code --stat -- devrt/tenantcfg/ || { echo "devrt/tenantcfg/*_gen.go differ from devrt/include/gpuext_devrt_tenant.h, gpuext_devrt_env.h: run make generate and commit"; exit 1; }
-	@$(GO) generate ./devrt/probe && git diff --exit-code --stat -- devrt/probe/abi_gen.go || { echo "devrt/probe/abi_gen.go differs from kmod/include/gpuext_abi.h, devrt/lib/ptxpatch.h, devrt/include/gpuext_devrt_probes.h: run make generate and commit"; exit 1; }
+	@$(GO) generate ./gpubpf/abi && git diff --exit-code --stat -- gpubpf/abi/abi_gen.go || { echo "gpubpf/abi/abi_gen.go differs from kmod/include/gpuext_abi.h, devrt/lib/ptxpatch.h, devrt/include/gpuext_devrt_probes.h: run make generate and commit"; exit 1; }
 
 clean: ## remove build outputs (keeps the .cache of containerd/crictl)
 	rm -rf $(BIN)

@@ -6,7 +6,7 @@ package devrt
 // probes count it (device) or only the host does (host, with the image's
 // reason), counts graph replays by the graph's kernel nodes, times
 // host-measured launches with events, and the root reader
-// (devrt/probe/maps, devrt/probe/launches) reads it back.
+// (devrt/probefiles/maps, devrt/probefiles/launches) reads it back.
 
 import (
 	"fmt"
@@ -15,9 +15,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/devrt/probe/launches"
-	"github.com/gpuext/gpuext/devrt/probe/maps"
+	"github.com/gpuext/gpuext/devrt/probefiles/launches"
+	"github.com/gpuext/gpuext/devrt/probefiles/maps"
+	"github.com/gpuext/gpuext/gpubpf/abi"
 )
 
 // hostLaunches reads the run's <pid>.launches and the tenant's merged table.
@@ -78,7 +78,7 @@ func TestHostLaunchesSASSOnly(t *testing.T) {
 	k1 := rowNamed(t, tab.Kernels, "fake_i0_k1")
 	if k1.Launches != 5 || k1.Blocks != 5*8 || k1.Measured != launches.Host || k1.Reason != "sass-only" ||
 		k1.GridLast != [3]uint32{4, 2, 1} || k1.BlockLast != [3]uint32{128, 1, 1} || k1.MaxBlocks != 8 ||
-		k1.MaxThreads != 128 || k1.KernelID != probe.KernelID("fake_i0_k1") || k1.LatCount != 0 {
+		k1.MaxThreads != 128 || k1.KernelID != abi.KernelID("fake_i0_k1") || k1.LatCount != 0 {
 		t.Errorf("kernel row %+v", k1)
 	}
 	if k2 := rowNamed(t, tab.Kernels, "fake_i0_k2"); k2.Launches != 3 {
@@ -156,7 +156,7 @@ func TestHostLaunchesMixCoversEveryLaunch(t *testing.T) {
 		}
 	}
 	if cut.NameLen != 1456 || len(cut.Name) != launches.NameSize-1 || !strings.HasPrefix(long, cut.Name) ||
-		cut.KernelID != probe.KernelID(long) || cut.Measured != launches.Device || cut.Launches != 1 {
+		cut.KernelID != abi.KernelID(long) || cut.Measured != launches.Device || cut.Launches != 1 {
 		t.Errorf("long name row %+v", cut)
 	}
 }

@@ -10,11 +10,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/devrt/probe/compile"
-	"github.com/gpuext/gpuext/devrt/probe/maps"
+	"github.com/gpuext/gpuext/devrt/probefiles/maps"
+	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/lib/testutil"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // Our own programs in bpftime's style (threadhist, kernelretsnoop,
@@ -27,7 +27,7 @@ import (
 // thread's tid, into the module once.
 func TestProbesBpftimeFromAProbeDirectory(t *testing.T) {
 	names := []string{"thread-hist", "ret-snoop", "launch-bins", "call-counter"}
-	cat, err := probes.BuiltinWithDir(testutil.BpftimeDir(t, "", names...))
+	cat, err := programs.BuiltinWithDir(testutil.BpftimeDir(t, "", names...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,13 +49,13 @@ func TestProbesBpftimeFromAProbeDirectory(t *testing.T) {
 		t.Fatalf("status %v, want image 0 patched, its kernel probed", st)
 	}
 	img := string(r.image(t, "image-0.ptx"))
-	for _, sym := range []string{"__gpuext_map_th_count", "__gpuext_map_rs_events", "__gpuext_map_lb_hist", "__gpuext_map_cc_start", probe.SymPidTgid} {
+	for _, sym := range []string{"__gpuext_map_th_count", "__gpuext_map_rs_events", "__gpuext_map_lb_hist", "__gpuext_map_cc_start", abi.SymPidTgid} {
 		if !strings.Contains(img, sym) {
 			t.Errorf("the driver's PTX lacks %s", sym)
 		}
 	}
 	// the app's one thread binds the image: tid = pid
-	want := fmt.Sprintf("cuMemcpyHtoDAsync_v2 dst=%s bytes=8 value=%d ", probe.SymPidTgid, uint64(r.pid)<<32|uint64(r.pid))
+	want := fmt.Sprintf("cuMemcpyHtoDAsync_v2 dst=%s bytes=8 value=%d ", abi.SymPidTgid, uint64(r.pid)<<32|uint64(r.pid))
 	if n := countPrefix(tn.driverCalls(r.pid), want); n != 1 {
 		t.Errorf("%d writes of %q, want 1", n, want)
 	}
@@ -65,15 +65,15 @@ func TestProbesBpftimeFromAProbeDirectory(t *testing.T) {
 	for _, mi := range b.Manifest.Maps {
 		sym := m.maps[mi.Name]
 		l := mi.Layout
-		if len(sym) < probe.MapHdrSize || uint64(len(sym)) != probe.MapHdrSize+l.DataSize ||
+		if len(sym) < abi.MapHdrSize || uint64(len(sym)) != abi.MapHdrSize+l.DataSize ||
 			[5]uint32{le.Uint32(sym), le.Uint32(sym[4:]), le.Uint32(sym[8:]), le.Uint32(sym[12:]), le.Uint32(sym[16:])} != [5]uint32{uint32(l.Type), l.KeySize, l.ValueSize, l.MaxEntries, l.NBuckets} {
 			t.Errorf("map %s: %d bytes copied out, manifest %+v", mi.Name, len(sym), l)
 		}
 	}
-	if l := layoutOf(b.Manifest, "th_count"); l.Type != probe.MapPerThread || l.NBuckets != probe.MapThreadSlots {
-		t.Errorf("th_count: %+v, want a per-thread map of %d rows", l, probe.MapThreadSlots)
+	if l := layoutOf(b.Manifest, "th_count"); l.Type != abi.MapPerThread || l.NBuckets != abi.MapThreadSlots {
+		t.Errorf("th_count: %+v, want a per-thread map of %d rows", l, abi.MapThreadSlots)
 	}
-	if l := layoutOf(b.Manifest, "rs_events"); l.Type != probe.MapRingbuf {
+	if l := layoutOf(b.Manifest, "rs_events"); l.Type != abi.MapRingbuf {
 		t.Errorf("rs_events: %+v, want a ring buffer", l)
 	}
 	ten, err := maps.ReadTenant(r.probes, &b.Manifest)
@@ -90,11 +90,11 @@ func TestProbesBpftimeFromAProbeDirectory(t *testing.T) {
 	}
 }
 
-func layoutOf(m probe.Manifest, name string) probe.MapLayout {
+func layoutOf(m abi.Manifest, name string) abi.MapLayout {
 	for _, mi := range m.Maps {
 		if mi.Name == name {
 			return mi.Layout
 		}
 	}
-	return probe.MapLayout{}
+	return abi.MapLayout{}
 }

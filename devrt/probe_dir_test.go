@@ -12,10 +12,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/devrt/probe/compile"
+	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/lib/testutil"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // A module.conf line longer than the parser reads (a kernel name past its
@@ -52,7 +52,7 @@ func TestProbesConfLineTooLong(t *testing.T) {
 // layout of the manifest.
 func TestProbesFromAProbeDirectory(t *testing.T) {
 	dir := testutil.ExampleDir(t, "kernel-block-hist", "slow-blocks")
-	cat, err := probes.BuiltinWithDir(dir)
+	cat, err := programs.BuiltinWithDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,13 +83,13 @@ func TestProbesFromAProbeDirectory(t *testing.T) {
 	le := binary.LittleEndian
 	for _, mi := range b.Manifest.Maps {
 		sym := m.maps[mi.Name]
-		if len(sym) < probe.MapHdrSize {
+		if len(sym) < abi.MapHdrSize {
 			t.Errorf("map %s: %d bytes copied out", mi.Name, len(sym))
 			continue
 		}
 		l := mi.Layout
 		if got := [4]uint32{le.Uint32(sym), le.Uint32(sym[4:]), le.Uint32(sym[8:]), le.Uint32(sym[12:])}; got != [4]uint32{uint32(l.Type), l.KeySize, l.ValueSize, l.MaxEntries} ||
-			uint64(len(sym)) != probe.MapHdrSize+l.DataSize {
+			uint64(len(sym)) != abi.MapHdrSize+l.DataSize {
 			t.Errorf("map %s: descriptor %v and %d bytes, manifest %+v", mi.Name, got, len(sym), l)
 		}
 	}

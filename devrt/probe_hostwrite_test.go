@@ -16,10 +16,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/devrt/probe/compile"
+	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/lib/testutil"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // Our launchlate-shaped launch-gap, from a probe directory: at bind the
@@ -31,7 +31,7 @@ import (
 // gets; the status file says so, and the maps file holds both.
 func TestProbesHostWrites(t *testing.T) {
 	const skew = -3_600_000_000_000
-	cat, err := probes.BuiltinWithDir(testutil.BpftimeDir(t, "", "launch-gap"))
+	cat, err := programs.BuiltinWithDir(testutil.BpftimeDir(t, "", "launch-gap"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func TestProbesHostWrites(t *testing.T) {
 	for _, c := range tn.driverCalls(r.pid) {
 		var v uint64
 		switch {
-		case strings.Contains(c, " cuStreamWriteValue64_v2 dst="+probe.SymLaunchNs+" "):
+		case strings.Contains(c, " cuStreamWriteValue64_v2 dst="+abi.SymLaunchNs+" "):
 			fmt.Sscanf(c[strings.Index(c, "value="):], "value=%d", &v)
 			launchNs = append(launchNs, v)
 		case strings.Contains(c, " cuStreamWriteValue64_v2 dst="+sym+" "):

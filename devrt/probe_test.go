@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuext/gpuext/devrt/probe"
+	"github.com/gpuext/gpuext/gpubpf/abi"
 	"github.com/gpuext/gpuext/lib/testutil"
 )
 
@@ -150,7 +150,7 @@ func TestPTXPatchGolden(t *testing.T) {
 			origBodies := entryBodies(string(orig))
 			for _, e := range tc.probed {
 				b := bodies[e]
-				id := fmt.Sprintf("0x%016xU", probe.KernelID(e))
+				id := fmt.Sprintf("0x%016xU", abi.KernelID(e))
 				entryCall := "call.uni __gpuext_probe_entry"
 				if tc.guard {
 					// only thread 0 of the block calls: a plain call, branched around by the others
@@ -297,7 +297,7 @@ func TestPTXPatchLongKernelName(t *testing.T) {
 func TestKernelIDMatchesGo(t *testing.T) {
 	got := patchFile(t, filepath.Join("testdata", "ptx", "fragment.conf"), filepath.Join("testdata", "ptx", "fragment.ptx"),
 		filepath.Join("testdata", "ptx", "vecadd.ptx"))
-	want := fmt.Sprintf("0x%016x", probe.KernelID("_Z6vecAddPKfS0_Pfi"))
+	want := fmt.Sprintf("0x%016x", abi.KernelID("_Z6vecAddPKfS0_Pfi"))
 	if !strings.Contains(got, want) {
 		t.Fatalf("patched vecadd has no kernel id %s", want)
 	}
@@ -629,7 +629,7 @@ func TestProbesPatchFatbinImage(t *testing.T) {
 	}
 	bodies := entryBodies(got)
 	for _, e := range []string{"_Z4fillPii", "_Z5emptyv", "_Z4skipPi"} {
-		id := fmt.Sprintf("0x%016x", probe.KernelID(e))
+		id := fmt.Sprintf("0x%016x", abi.KernelID(e))
 		if b := bodies[e]; !strings.Contains(b, "call.uni __gpuext_probe_entry") || !strings.Contains(b, "call __gpuext_probe_exit") ||
 			!strings.Contains(b, id) {
 			t.Errorf("entry %s lacks the probe calls (id %s):\n%s", e, id, b)

@@ -88,6 +88,12 @@ type PriorityPolicy struct {
 	// trainers, whose launches run ahead of the GPU, made no progress at
 	// all (docs/devrt.md, "The launch gate with real frameworks").
 	LaunchGate bool `json:"launchGate,omitempty"`
+	// LatencyTarget is, for a latency-critical tenant, the bound on its
+	// requests' p99 the agent holds by pacing and sharing out the GPU to
+	// best-effort tenants (docs/priority-control.md): "1.5x" (at most 1.5
+	// times the tenant's own p99 with no best-effort process on the node)
+	// or a duration ("800us", "2ms"). Empty: none.
+	LatencyTarget string `json:"latencyTarget,omitempty"`
 }
 
 // MaxMPSClientPriority is the lowest MPS client priority CUDA knows

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 )
 
 // TestBuiltinCatalog is the smoke test of the embedded catalog: every file
@@ -47,7 +48,7 @@ func TestBuiltinCatalog(t *testing.T) {
 		t.Errorf("Default() = %+v", d)
 	}
 	lc, _ := c.Get("latency-critical")
-	if got, want := lc.Summary(), "class=latency-critical quota=unlimited evict=priority-weighted(weight=8) prefetch=tree-threshold(threshold=25) timeslice=1ms interleave=8 active-window=6ms"; got != want {
+	if got, want := lc.Summary(), "class=latency-critical quota=unlimited evict=priority-weighted(weight=8) prefetch=tree-threshold(threshold=25) timeslice=1ms interleave=8 active-window=6ms latency-target=p99<=1.5x"; got != want {
 		t.Errorf("Summary() = %q, want %q", got, want)
 	}
 }
@@ -86,6 +87,10 @@ func TestLoadCatalogErrors(t *testing.T) {
 		{"unknown probe", "batch.json", strings.Replace(good, `"priority"`, `"probes":["launch-stats","kernel-timer"],"priority"`, 1), []string{"probes[1]", `unknown probe "kernel-timer"`}},
 		{"wrong type", "batch.json", strings.Replace(good, `"best-effort"}`, `"best-effort","interleave":"8"}`, 1), []string{"priority.interleave"}},
 		{"sm share over 100", "batch.json", strings.Replace(good, `"best-effort"}`, `"best-effort","smPercent":140}`, 1), []string{"priority.smPercent", "140 is above 100"}},
+		{"latency target on best-effort", "batch.json", strings.Replace(good, `"best-effort"}`, `"best-effort","latencyTarget":"1.5x"}`, 1), []string{"priority.latencyTarget", "only a latency-critical policy"}},
+		{"latency target not a ratio or duration", "batch.json", strings.Replace(good, `"best-effort"}`, `"latency-critical","latencyTarget":"fast"}`, 1), []string{"priority.latencyTarget", `"fast"`, "ratio such as"}},
+		{"latency target ratio too small", "batch.json", strings.Replace(good, `"best-effort"}`, `"latency-critical","latencyTarget":"1x"}`, 1), []string{"priority.latencyTarget", `"1x"`, "out of range"}},
+		{"latency target too short", "batch.json", strings.Replace(good, `"best-effort"}`, `"latency-critical","latencyTarget":"2us"}`, 1), []string{"priority.latencyTarget", `"2us"`, "out of range"}},
 		{"tenant-quota without quota", "batch.json", strings.Replace(good, "fifo", "tenant-quota", 1), []string{"tenant-quota", "needs a quota"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -153,6 +158,25 @@ func TestParseAlgorithm(t *testing.T) {
 	for _, in := range []string{"", ":a=1", "lfu:", "lfu:decay", "lfu:decay=x", "lfu:decay=1,decay=2", "lfu:=3"} {
 		if _, err := ParseAlgorithm(in); !errors.Is(err, ErrBadValue) {
 			t.Errorf("ParseAlgorithm(%q) error = %v, want ErrBadValue", in, err)
+		}
+	}
+}
+
+// A latency target reads as a ratio or a duration, each to what the
+// device runtime's settings carry.
+func TestParseLatencyTarget(t *testing.T) {
+	for in, want := range map[string]struct {
+		ratio uint32
+		p99   time.Duration
+	}{"1.5x": {1500, 0}, "2x": {2000, 0}, "1.05x": {1050, 0}, "800us": {0, 800 * time.Microsecond}, "2ms": {0, 2 * time.Millisecond}, "1.2345ms": {0, 1234 * time.Microsecond}} {
+		r, d, err := ParseLatencyTarget(in)
+		if err != nil || r != want.ratio || d != want.p99 {
+			t.Errorf("ParseLatencyTarget(%q) = %d, %v, %v; want %d, %v", in, r, d, err, want.ratio, want.p99)
+		}
+	}
+	for _, bad := range []string{"", "x", "1.5", "-2x", "NaNx", "101x", "0.5x", "11s", "-1ms"} {
+		if _, _, err := ParseLatencyTarget(bad); err == nil {
+			t.Errorf("ParseLatencyTarget(%q): no error", bad)
 		}
 	}
 }

@@ -7,6 +7,11 @@
 // admin constraints that say which namespaces may ask for what.
 //
 // The package is pure: no root, no kernel, no I/O beyond reading catalog and
-// constraint files. Every bad request is a *KeyError that names the key as
+// constraint files. It imports the standard library, the key grammar and,
+// of the device toolchain, only the names of the built-in device probes
+// (gpubpf/programs/catalog): the set a policy's probes are checked against
+// is a ProbeSet that admission fills with the program catalog, so the
+// model links neither the verifier nor cilium/ebpf (internal/agentapi's
+// TestPolicyImports fails when it does). Every bad request is a *KeyError that names the key as
 // the user wrote it and wraps one of the exported sentinel errors.
 package policies

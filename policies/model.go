@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuext/gpuext/policies/probes"
+	"github.com/gpuext/gpuext/gpubpf/programs/catalog"
 )
 
 // Limits of the policy model (they match kmod/include/gpuext_abi.h where the
@@ -22,7 +22,7 @@ const (
 
 var (
 	policyNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`) // fits GPUEXT_NAME_LEN
-	probeNameRE  = probes.NameRE
+	probeNameRE  = catalog.NameRE
 	// ptxIdentRE: a kernel name as probe-kernels.gpuext.io takes it.
 	ptxIdentRE = regexp.MustCompile(`^[A-Za-z_$.][A-Za-z0-9_$.]*$`)
 )
@@ -62,10 +62,26 @@ type Algorithms struct {
 	Eviction []AlgorithmSpec
 	Prefetch []AlgorithmSpec
 	// Probes are the device probes policies and probes.gpuext.io may name:
-	// the built-in ones and a probe directory's (probes.LoadDir); nil = the
-	// built-in catalog.
-	Probes *probes.Catalog
+	// admission sets the program catalog (gpubpf/programs: the built-in
+	// probes and the host's probe directory); nil = BuiltinProbes.
+	Probes ProbeSet
 }
+
+// ProbeSet is a set of device probes that a policy may select.
+// gpubpf/programs.Catalog is one; the policy model needs no more of it, so
+// it links neither the device toolchain nor cilium/ebpf.
+type ProbeSet interface {
+	// Check returns an error naming the first of names that the set does
+	// not hold, and the names it holds.
+	Check(names []string) error
+}
+
+// BuiltinProbes are the device probes gpuext ships (gpubpf/programs/catalog).
+var BuiltinProbes ProbeSet = builtinProbes{}
+
+type builtinProbes struct{}
+
+func (builtinProbes) Check(names []string) error { return catalog.Check(catalog.Names(), names) }
 
 // BuiltinAlgorithms are EvictionAlgorithms and PrefetchAlgorithms.
 func BuiltinAlgorithms() Algorithms {
@@ -108,7 +124,7 @@ func (a Algorithms) orBuiltin() Algorithms {
 		a.Eviction, a.Prefetch = EvictionAlgorithms, PrefetchAlgorithms
 	}
 	if a.Probes == nil {
-		a.Probes = probes.Builtin()
+		a.Probes = BuiltinProbes
 	}
 	return a
 }
@@ -295,6 +311,14 @@ func (p Policy) ValidateWith(algs Algorithms) error {
 	if mp := p.Priority.MPSClientPriority; mp > MaxMPSClientPriority {
 		return fieldError("priority.mpsClientPriority", fmt.Sprintf("%d is out of range 0..%d (0 normal, 1 below normal)", mp, MaxMPSClientPriority))
 	}
+	if lt := p.Priority.LatencyTarget; lt != "" {
+		if p.Priority.Class != LatencyCritical {
+			return fieldError("priority.latencyTarget", fmt.Sprintf("%q: only a %s policy has a latency target (class is %q)", lt, LatencyCritical, p.Priority.Class))
+		}
+		if _, _, err := ParseLatencyTarget(lt); err != nil {
+			return fieldError("priority.latencyTarget", err.Error())
+		}
+	}
 	if il := p.Priority.Interleave; il != 0 && (il < MinInterleave || il > MaxInterleave) {
 		return fieldError("priority.interleave", fmt.Sprintf("%d is out of range %d..%d; 0 = driver default", il, MinInterleave, MaxInterleave))
 	}
@@ -309,7 +333,7 @@ func (p Policy) ValidateWith(algs Algorithms) error {
 	return nil
 }
 
-func validateProbes(list []string, path string, known *probes.Catalog) error {
+func validateProbes(list []string, path string, known ProbeSet) error {
 	if len(list) > MaxProbes {
 		return fieldError(path, fmt.Sprintf("%d probes, at most %d", len(list), MaxProbes))
 	}
@@ -321,11 +345,11 @@ func validateProbes(list []string, path string, known *probes.Catalog) error {
 			return fieldError(fmt.Sprintf("%s[%d]", path, i), fmt.Sprintf("probe %q listed twice", name))
 		}
 	}
-	// Names are well-formed; now each must be a probe of the probe catalog
-	// (policies/probes, with the host's probe directory), so a typo fails
-	// at admission, not on the device.
+	// Names are well-formed; now each must be a probe of the program
+	// catalog (gpubpf/programs, with the host's probe directory), so a typo
+	// fails at admission, not on the device.
 	if known == nil {
-		known = probes.Builtin()
+		known = BuiltinProbes
 	}
 	for i, name := range list {
 		if err := known.Check([]string{name}); err != nil {
@@ -410,6 +434,9 @@ func (p Policy) Summary() string {
 	}
 	if p.Priority.EffectiveLaunchGate() {
 		b.WriteString(" launch-gate")
+	}
+	if lt := p.Priority.LatencyTarget; lt != "" && p.Priority.Class == LatencyCritical {
+		fmt.Fprintf(&b, " latency-target=p99<=%s", lt)
 	}
 	if len(p.Probes) > 0 {
 		fmt.Fprintf(&b, " probes=%s", strings.Join(p.Probes, ","))

@@ -15,6 +15,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/board"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
+	"github.com/gpuext/gpuext/internal/latency"
 )
 
 // runBoard refuses to publish a second priority board beside the agent's,
@@ -29,6 +30,7 @@ func runBoard(cfg config.Config, args []string, out io.Writer) error {
 	standalone := fs.Bool("standalone", false, "publish the board without an agent (the device runtime run by hand, no container runtime); refused while an agent answers at --socket")
 	socket := fs.String("socket", cfg.AgentSocket, "the agent's API socket (--standalone refuses to run beside an agent answering there)")
 	interval := fs.Duration("interval", time.Millisecond, "shortest gap between two reads of the latency-critical tenants' deadlines (the publisher reads on their wake FIFOs and a quarter window before a deadline passes, not on a clock)")
+	control := fs.Bool("latency-control", true, "also run the latency controller (latency-critical tenants' latencyTarget: the share of best-effort contexts and the pacing of their launches; status in STATEDIR/latency.json)")
 	trace := fs.String("trace", "", "write a line per read of a latency-critical tenant's deadline to this file (NOW TENANT WHY DEADLINE PUBLISHED BUSY, monotonic ns; for diagnosing the launch gate)")
 	if err := parseFlags(fs, args, out); err != nil {
 		return err
@@ -61,6 +63,21 @@ func runBoard(cfg config.Config, args []string, out io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fmt.Fprintf(out, "publishing %s (Ctrl-C stops)\n", filepath.Join(cfg.StateDir, "board", board.FileName))
+	done := make(chan struct{})
+	if *control {
+		on, budget, stallAfter := cfg.LatencyControlSpec()
+		if !on {
+			close(done)
+		} else {
+			ctl := latency.New(latency.Config{Budget: float64(budget), StallAfter: stallAfter},
+				board.TenantSettings(admission.TenantsRoot(cfg.StateDir)), filepath.Join(cfg.StateDir, "acct"), pub, nil)
+			ctl.SetStatusFile(latency.StatusPath(cfg.StateDir))
+			go func() { defer close(done); ctl.Run(ctx) }()
+		}
+	} else {
+		close(done)
+	}
 	pub.Run(ctx, *interval)
+	<-done
 	return nil
 }

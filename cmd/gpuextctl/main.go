@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/bpf/kernelpolicy"
@@ -21,6 +22,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/board"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
+	"github.com/gpuext/gpuext/internal/latency"
 	"github.com/gpuext/gpuext/policies"
 )
 
@@ -168,6 +170,10 @@ type TenantRow struct {
 	// From the device runtime's usage file of the tenant, when its
 	// processes have used the GPU.
 	Usage *board.Usage `json:"usage,omitempty"`
+	// From the agent's latency controller (its status file), while it runs:
+	// a latency-critical tenant's target, p99 and verdict; a best-effort
+	// tenant's stall.
+	Latency *latency.TenantStatus `json:"latency,omitempty"`
 }
 
 func tenants(cfg config.Config, args []string, out io.Writer) error {
@@ -201,6 +207,7 @@ func tenants(cfg config.Config, args []string, out io.Writer) error {
 		return err
 	}
 	res, resErr := cgroup.NewResolver(cfg.HostRoot) // no cgroups here: the layer is the device runtime's
+	lat, _ := latency.ReadStatus(latency.StatusPath(cfg.StateDir), time.Now())
 	rows := []TenantRow{}
 	for _, t := range list {
 		base := TenantRow{
@@ -211,6 +218,7 @@ func tenants(cfg config.Config, args []string, out io.Writer) error {
 		if u, err := board.ReadUsage(admission.AcctDir(cfg.StateDir, uint64(t.ID))); err == nil {
 			base.Usage = &u
 		}
+		base.Latency = lat.Tenant(t.ID)
 		if len(t.Cgroups) == 0 {
 			base.Runtime = "-"
 			base.Layer = admission.EnforcingLayer(nil, base.QuotaBytes)
@@ -242,9 +250,9 @@ func tenants(cfg config.Config, args []string, out io.Writer) error {
 func tenantTable(out io.Writer, rows []TenantRow, wide bool) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	if wide {
-		fmt.Fprintln(tw, "TENANT\tCONTAINER\tNAME\tPOD\tRUNTIME\tCGROUP\tCGROUP-ID\tPOLICY\tQUOTA\tLAYER\tPRIORITY\tMEM-NOW\tMEM-PEAK\tREFUSED\tDELAYED")
+		fmt.Fprintln(tw, "TENANT\tCONTAINER\tNAME\tPOD\tRUNTIME\tCGROUP\tCGROUP-ID\tPOLICY\tQUOTA\tLAYER\tPRIORITY\tMEM-NOW\tMEM-PEAK\tREFUSED\tDELAYED\tLATENCY")
 	} else {
-		fmt.Fprintln(tw, "TENANT\tCONTAINER\tPOD\tPOLICY\tQUOTA\tLAYER\tPRIORITY\tMEM-NOW\tMEM-PEAK")
+		fmt.Fprintln(tw, "TENANT\tCONTAINER\tPOD\tPOLICY\tQUOTA\tLAYER\tPRIORITY\tMEM-NOW\tMEM-PEAK\tLATENCY")
 	}
 	for _, r := range rows {
 		policy := r.Policy
@@ -261,16 +269,16 @@ func tenantTable(out io.Writer, rows []TenantRow, wide bool) error {
 			refused, delayed = strconv.FormatUint(u.RefusedAllocs, 10), strconv.FormatUint(u.DelayedLaunches, 10)
 		}
 		if wide {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Tenant, short(r.Container),
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Tenant, short(r.Container),
 				dash(r.ContainerName), dash(r.Pod), r.Runtime, dash(shortPath(r.Cgroup)), idStr(r.CgroupID), policy, quota,
-				r.Layer, r.Priority, used, peak, refused, delayed)
+				r.Layer, r.Priority, used, peak, refused, delayed, r.Latency.Cell())
 			continue
 		}
 		name := r.ContainerName // the short id where the runtime gave no name
 		if name == "" {
 			name = short(r.Container)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Tenant, name, dash(r.Pod), policy, quota, r.Layer, r.Priority, used, peak)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Tenant, name, dash(r.Pod), policy, quota, r.Layer, r.Priority, used, peak, r.Latency.Cell())
 	}
 	return tw.Flush()
 }

@@ -16,13 +16,13 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/devrt/probe/launches"
-	"github.com/gpuext/gpuext/devrt/probe/maps"
+	"github.com/gpuext/gpuext/devrt/probefiles/launches"
+	"github.com/gpuext/gpuext/devrt/probefiles/maps"
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
+	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // ProbesRow is one tenant of `gpuextctl probes` (also the --json element).
@@ -171,7 +171,7 @@ func reasonList(m map[string]int) string {
 
 // probeRows reads every tenant directory of stateDir that has probes
 // selected or probe accounting, with what its processes counted.
-func probeRows(stateDir string, cat *probes.Catalog) ([]ProbesRow, error) {
+func probeRows(stateDir string, cat *programs.Catalog) ([]ProbesRow, error) {
 	ents, err := os.ReadDir(admission.TenantsRoot(stateDir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return []ProbesRow{}, nil
@@ -192,7 +192,7 @@ func probeRows(stateDir string, cat *probes.Catalog) ([]ProbesRow, error) {
 				return nil, fmt.Errorf("tenant %d: %s: %w", id, tenantcfg.ConfigFileName, err)
 			}
 		}
-		manifest, err := probe.ReadManifest(filepath.Join(dir, admission.TenantProbesDir, probe.ManifestFile))
+		manifest, err := abi.ReadManifest(filepath.Join(dir, admission.TenantProbesDir, abi.ManifestFile))
 		if errors.Is(err, fs.ErrNotExist) {
 			manifest = nil
 		} else if err != nil {

@@ -6,18 +6,18 @@ import (
 	"io"
 	"strings"
 
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // ProbeVerdicts is one probe of the catalog as `gpuextctl probes catalog`
 // shows it: the programs that run and those refused, with why.
 type ProbeVerdicts struct {
-	Name    string           `json:"name"`
-	Source  string           `json:"source"`
-	Runs    []string         `json:"runs"`
-	Refused []probes.Refusal `json:"refused,omitempty"`
+	Name    string             `json:"name"`
+	Source  string             `json:"source"`
+	Runs    []string           `json:"runs"`
+	Refused []programs.Refusal `json:"refused,omitempty"`
 }
 
 // probesCatalogCmd is `gpuextctl probes catalog`: every probe a container
@@ -48,7 +48,7 @@ func probesCatalogCmd(cfg config.Config, args []string, out io.Writer) error {
 	return nil
 }
 
-func probeVerdicts(cat *probes.Catalog, names []string) []ProbeVerdicts {
+func probeVerdicts(cat *programs.Catalog, names []string) []ProbeVerdicts {
 	rows := []ProbeVerdicts{}
 	for _, name := range names {
 		p, ok := cat.Get(name)

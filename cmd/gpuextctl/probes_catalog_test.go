@@ -19,7 +19,7 @@ import (
 // reasons beside the built-in probes.
 func TestProbesCatalogShowsVerdicts(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join(testutil.RepoRoot(), "policies", "probes", "testdata", "dir", "mixed.bpf.c")
+	src := filepath.Join(testutil.RepoRoot(), "gpubpf", "programs", "testdata", "dir", "mixed.bpf.c")
 	testutil.Build(t, src, filepath.Join(dir, "mixed.bpf.o"))
 	desc := `{"name": "mixed", "description": "three verdicts", "views": [{"map": "mixed_counts", "kind": "counters", "fields": ["exits", "spins"]}]}`
 	if err := os.WriteFile(filepath.Join(dir, "mixed.json"), []byte(desc), 0o644); err != nil {

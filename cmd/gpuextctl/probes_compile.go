@@ -6,11 +6,11 @@ import (
 	"io"
 	"strings"
 
-	"github.com/gpuext/gpuext/devrt/probe/compile"
+	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/policies"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // stringList is a repeatable flag.
@@ -29,7 +29,7 @@ func probesCompileCmd(cfg config.Config, args []string, out io.Writer) error {
 	fset.Var(&kernels, "kernel", "probe only this .entry (mangled name); repeatable; none = every kernel; narrows a probe's catalog kernels as probe-kernels.gpuext.io does")
 	fset.Usage = func() {
 		fmt.Fprintln(out, "Usage: gpuextctl probes compile --out DIR [--kernel NAME]... PROBE[,PROBE...]")
-		fmt.Fprintln(out, "\nVerifies and translates catalog probes (policies/probes) and those of the config's")
+		fmt.Fprintln(out, "\nVerifies and translates catalog probes (gpubpf/programs) and those of the config's")
 		fmt.Fprintln(out, "probeDir (gpuextctl --config FILE) into a probe module.")
 		fset.PrintDefaults()
 	}
@@ -53,7 +53,7 @@ func probesCompileCmd(cfg config.Config, args []string, out io.Writer) error {
 	}
 	// The bundle admission makes for a container that selects these
 	// probes and probe-kernels.gpuext.io=KERNEL,...
-	compileKernels, cat := compile.CompileKernels, probes.Builtin()
+	compileKernels, cat := compile.CompileKernels, programs.Builtin()
 	if cfg.ProbeDir != "" {
 		var err error
 		if cat, err = admission.ProbeCatalog(cfg); err != nil {

@@ -8,8 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gpuext/gpuext/devrt/probe/launches"
-	"github.com/gpuext/gpuext/devrt/probe/maps"
+	"github.com/gpuext/gpuext/devrt/probefiles/launches"
+	"github.com/gpuext/gpuext/devrt/probefiles/maps"
 )
 
 // LaunchCoverage is how a tenant's launches were observed: device-side (the

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuext/gpuext/devrt/probe/launches"
+	"github.com/gpuext/gpuext/devrt/probefiles/launches"
 )
 
 // The interposer's launch table next to the device counts: LAUNCHES is the

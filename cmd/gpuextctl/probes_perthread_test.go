@@ -4,8 +4,8 @@ import (
 	"encoding/binary"
 	"testing"
 
-	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/lib/testutil"
 )
 
@@ -15,8 +15,8 @@ import (
 // the accesses by threads past the last row.
 func TestProbesReadPerThreadView(t *testing.T) {
 	le := binary.LittleEndian
-	out := probesReadDir(t, testutil.BpftimeDir(t, "", "thread-hist"), []string{"thread-hist"}, func(m probe.MapInfo, im *ptx.Image) {
-		d := im.Bytes[probe.MapHdrSize:]
+	out := probesReadDir(t, testutil.BpftimeDir(t, "", "thread-hist"), []string{"thread-hist"}, func(m abi.MapInfo, im *devmap.Image) {
+		d := im.Bytes[abi.MapHdrSize:]
 		for g := 0; g < 10; g++ { // rows 0-9 exited 3 times, row 10 7 times
 			le.PutUint64(d[8*g:], 3)
 		}

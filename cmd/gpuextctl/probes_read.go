@@ -8,8 +8,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/devrt/probe/maps"
+	"github.com/gpuext/gpuext/devrt/probefiles/maps"
+	"github.com/gpuext/gpuext/gpubpf/abi"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
 )
@@ -32,11 +32,11 @@ func probesReadCmd(cfg config.Config, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var manifest *probe.Manifest
+	var manifest *abi.Manifest
 	names := cat.Names()
 	if *manifestPath != "" {
 		var err error
-		if manifest, err = probe.ReadManifest(*manifestPath); err != nil {
+		if manifest, err = abi.ReadManifest(*manifestPath); err != nil {
 			return err
 		}
 		names = manifest.Probes

@@ -10,13 +10,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuext/gpuext/devrt/probe/compile"
-	"github.com/gpuext/gpuext/devrt/probe/helpers"
-	"github.com/gpuext/gpuext/devrt/probe/maps"
-	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/devrt/probefiles/maps"
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
+	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
+	"github.com/gpuext/gpuext/gpubpf/helpers"
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/internal/admission"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // probeState lays out a state dir as admission and the interposer leave it:
@@ -26,7 +26,7 @@ func probeState(t *testing.T) string {
 	t.Helper()
 	state := t.TempDir()
 	set := []string{"launch-stats", "sm-histogram", "launch-latency"}
-	b, err := compile.NewCompiler(probes.Builtin(), func() (helpers.Library, error) { return helpers.Library{}, nil }).Compile(set)
+	b, err := compile.NewCompiler(programs.Builtin(), func() (helpers.Library, error) { return helpers.Library{}, nil }).Compile(set)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,9 +54,9 @@ func probeState(t *testing.T) string {
 	for _, pid := range []uint32{100, 200} {
 		f := &maps.File{PID: pid, Final: pid == 100}
 		for _, mi := range b.Manifest.Maps {
-			im := ptx.NewImage(mi.Layout)
+			im := devmap.NewImage(mi.Layout)
 			for i, v := range counts[mi.Name] {
-				im.Update(binary.LittleEndian.AppendUint32(nil, i), binary.LittleEndian.AppendUint64(nil, v/2), ptx.FlagAny, 0)
+				im.Update(binary.LittleEndian.AppendUint32(nil, i), binary.LittleEndian.AppendUint64(nil, v/2), devmap.FlagAny, 0)
 			}
 			f.Maps = append(f.Maps, maps.Map{Name: mi.Name, Present: true, Bytes: im.Bytes})
 		}
@@ -147,7 +147,7 @@ func TestProbesLaunchCountAndRunningBlocks(t *testing.T) {
 		// 5 blocks entered, 4 exited: one still running when the copy was taken
 		{10, []string{"launch-stats"}, map[string]map[uint32]uint64{"ls_counters": {0: 1, 1: 5, 2: 4000 - t0, 3: 4}}},
 	} {
-		b, err := compile.NewCompiler(probes.Builtin(), func() (helpers.Library, error) { return helpers.Library{}, nil }).Compile(tc.set)
+		b, err := compile.NewCompiler(programs.Builtin(), func() (helpers.Library, error) { return helpers.Library{}, nil }).Compile(tc.set)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,9 +163,9 @@ func TestProbesLaunchCountAndRunningBlocks(t *testing.T) {
 		os.MkdirAll(acct, 0o777)
 		f := &maps.File{PID: 300}
 		for _, mi := range b.Manifest.Maps {
-			im := ptx.NewImage(mi.Layout)
+			im := devmap.NewImage(mi.Layout)
 			for i, v := range tc.counts[mi.Name] {
-				im.Update(binary.LittleEndian.AppendUint32(nil, i), binary.LittleEndian.AppendUint64(nil, v), ptx.FlagAny, 0)
+				im.Update(binary.LittleEndian.AppendUint32(nil, i), binary.LittleEndian.AppendUint64(nil, v), devmap.FlagAny, 0)
 			}
 			f.Maps = append(f.Maps, maps.Map{Name: mi.Name, Present: true, Bytes: im.Bytes})
 		}

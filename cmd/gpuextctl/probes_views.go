@@ -7,8 +7,8 @@ import (
 
 	stdmaps "maps"
 
-	"github.com/gpuext/gpuext/devrt/probe/maps"
-	"github.com/gpuext/gpuext/policies/probes"
+	"github.com/gpuext/gpuext/devrt/probefiles/maps"
+	"github.com/gpuext/gpuext/gpubpf/programs"
 )
 
 // viewLines renders the hash, records and per-thread views of summaries
@@ -20,7 +20,7 @@ import (
 //	  kernel=0x2f... block=3 ns=12000
 //	PROBE: MAP: per-thread, 65536 rows, 0 accesses past the last row
 //	  exits: rows used=400 sum=800 min=2 (row 0) max=2 (row 0) log2: [2,4)=400
-func viewLines(cat *probes.Catalog, summaries []maps.ProbeSummary) []string {
+func viewLines(cat *programs.Catalog, summaries []maps.ProbeSummary) []string {
 	var out []string
 	for _, s := range summaries {
 		p, ok := cat.Get(s.Name)
@@ -29,7 +29,7 @@ func viewLines(cat *probes.Catalog, summaries []maps.ProbeSummary) []string {
 		}
 		for _, v := range p.Views {
 			switch v.Kind {
-			case probes.ViewHash:
+			case programs.ViewHash:
 				h, ok := s.Hashes[v.Map]
 				if !ok {
 					continue
@@ -52,13 +52,13 @@ func viewLines(cat *probes.Catalog, summaries []maps.ProbeSummary) []string {
 				if h.Omitted > 0 {
 					out = append(out, fmt.Sprintf("  ... %d more keys", h.Omitted))
 				}
-			case probes.ViewPerThread:
+			case programs.ViewPerThread:
 				pt, ok := s.PerThread[v.Map]
 				if !ok {
 					continue
 				}
 				out = append(out, perThreadLines(s.Name, v.Map, pt)...)
-			case probes.ViewRecords:
+			case programs.ViewRecords:
 				r, ok := s.Records[v.Map]
 				if !ok {
 					continue
@@ -80,7 +80,7 @@ func viewLines(cat *probes.Catalog, summaries []maps.ProbeSummary) []string {
 	return out
 }
 
-func fieldText(fields []probes.Field, vals map[string]any) string {
+func fieldText(fields []programs.Field, vals map[string]any) string {
 	parts := make([]string, 0, len(fields))
 	for _, f := range fields {
 		parts = append(parts, fmt.Sprintf("%s=%v", f.Name, vals[f.Name]))

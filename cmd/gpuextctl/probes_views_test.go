@@ -8,11 +8,11 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/devrt/probe/compile"
-	"github.com/gpuext/gpuext/devrt/probe/helpers"
-	"github.com/gpuext/gpuext/devrt/probe/maps"
-	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/devrt/probefiles/maps"
+	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
+	"github.com/gpuext/gpuext/gpubpf/helpers"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/lib/testutil"
@@ -24,7 +24,7 @@ import (
 func TestProbesReadHashAndRecordsViews(t *testing.T) {
 	le := binary.LittleEndian
 	out := probesReadDir(t, testutil.ExampleDir(t, "kernel-block-hist", "slow-blocks"),
-		[]string{"kernel-block-hist", "slow-blocks"}, func(m probe.MapInfo, im *ptx.Image) {
+		[]string{"kernel-block-hist", "slow-blocks"}, func(m abi.MapInfo, im *devmap.Image) {
 			switch m.Name {
 			case "kbh_hist":
 				for _, e := range []struct {
@@ -33,7 +33,7 @@ func TestProbesReadHashAndRecordsViews(t *testing.T) {
 					n      uint64
 				}{{0xaa, 10, 3}, {0xbb, 14, 5}} {
 					k := append(le.AppendUint32(le.AppendUint64(nil, e.kernel), e.bucket), 0, 0, 0, 0)
-					if im.Update(k, le.AppendUint64(nil, e.n), ptx.FlagAny, 0) != 0 {
+					if im.Update(k, le.AppendUint64(nil, e.n), devmap.FlagAny, 0) != 0 {
 						t.Fatal("hash update")
 					}
 				}
@@ -65,7 +65,7 @@ func TestProbesReadHashAndRecordsViews(t *testing.T) {
 // lets fill write each map's image, writes one process's map file, status
 // and the manifest as the interposer would, and returns what `gpuextctl
 // probes read` prints for them.
-func probesReadDir(t *testing.T, dir string, names []string, fill func(probe.MapInfo, *ptx.Image)) string {
+func probesReadDir(t *testing.T, dir string, names []string, fill func(abi.MapInfo, *devmap.Image)) string {
 	t.Helper()
 	cfg := config.Default()
 	cfg.ProbeDir = dir
@@ -84,7 +84,7 @@ func probesReadDir(t *testing.T, dir string, names []string, fill func(probe.Map
 	}
 	f := &maps.File{PID: 9, Seq: 1, Final: true}
 	for _, m := range b.Manifest.Maps {
-		im := ptx.NewImage(m.Layout)
+		im := devmap.NewImage(m.Layout)
 		fill(m, im)
 		f.Maps = append(f.Maps, maps.Map{Name: m.Name, Present: true, Layout: m.Layout, Bytes: im.Bytes})
 	}

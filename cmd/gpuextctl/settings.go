@@ -48,6 +48,7 @@ func settingsWrite(args []string, out io.Writer) error {
 	sm := fs.Uint("sm-percent", 0, "best-effort share of the SMs under MPS, on each GPU (0: not confined)")
 	mpsPrio := fs.Uint("mps-client-priority", 0, "best-effort MPS client priority (CUDA_MPS_CLIENT_PRIORITY): 0 normal, 1 below normal")
 	gate := fs.Bool("launch-gate", false, "best-effort: launches wait while latency-critical work is pending (hosts without MPS; off by default)")
+	target := fs.String("latency-target", "", "latency-critical: the p99 target the latency controller holds, \"1.5x\" (of the tenant's own p99 alone) or a duration (\"800us\"); empty: none")
 	probes := fs.String("probes", "", "comma-separated probe names (config.json only)")
 	gpus := fs.String("gpus", "", "host GPU indices the tenant was given, comma-separated in index order (\"0,1\"), as admission writes for a container given gpuext.io/gpu-memory; needs --gpu-quotas")
 	gpuQuotas := fs.String("gpu-quotas", "", "the quota on each of --gpus, in the same order (\"2GiB,3GiB\"): device ordinal i (after CUDA_VISIBLE_DEVICES) has the i-th, an ordinal past the list has no memory")
@@ -78,12 +79,20 @@ func settingsWrite(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if *target != "" {
+		if policies.PriorityClass(*class) != policies.LatencyCritical {
+			return fmt.Errorf("settings write: latency-target %q: only a latency-critical tenant has one (class %q)", *target, *class)
+		}
+		if _, _, err := policies.ParseLatencyTarget(*target); err != nil {
+			return fmt.Errorf("settings write: latency-target %w", err)
+		}
+	}
 	prio := policies.PriorityPolicy{Class: policies.PriorityClass(*class), SMPercent: uint32(*sm), MPSClientPriority: uint32(*mpsPrio), LaunchGate: *gate}
 	tf := tenantcfg.File{
 		ABIVersion: bpf.ABIVersion, TenantID: uint32(*tenant), TenantKey: fmt.Sprintf("manual/%d", *tenant), Policy: *policy,
 		Class: *class, QuotaBytes: q, TimesliceUS: uint32(*timeslice), ActiveWindowUS: uint32(*window),
 		SMPercent: prio.EffectiveSMPercent(), MPSClientPriority: prio.EffectiveMPSClientPriority(), LaunchGate: prio.EffectiveLaunchGate(), Probes: names, ProbeKernels: []string{},
-		GPUs: gpuList, GPUQuotaBytes: quotaList,
+		GPUs: gpuList, GPUQuotaBytes: quotaList, LatencyTarget: *target,
 	}
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		return err

@@ -10,7 +10,7 @@ const (
 	usageMagic            = 4992030538133423952
 	boardMagic            = 4923069151340676944
 	shmVersion            = 1
-	usageSize             = 49408
+	usageSize             = 50432
 	usageHeaderSize       = 256
 	usageOffMagic         = 0
 	usageOffVersion       = 8
@@ -23,6 +23,14 @@ const (
 	usageOffLCActiveUntil = 80
 	usageOffLCBusyUntil   = 96
 	usageOffClass         = 88
+	usageOffSynced        = 104
+	usageOffLCRequests    = 112
+	usageOffLCRequestNs   = 120
+	usageOffLatency       = 49408
+	latBuckets            = 128
+	latSub                = 8
+	latSubShift           = 3
+	latMinShift           = 10
 	classLatencyCritical  = 0
 	slotsOffset           = 256
 	slotSize              = 64
@@ -36,4 +44,8 @@ const (
 	boardOffLCActiveUntil = 16
 	boardOffSeq           = 24
 	boardOffLCBusyUntil   = 32
+	boardOffBESMPercent   = 40
+	boardOffBEPace        = 44
+	paceNone              = 0
+	paceRequest           = 1
 )

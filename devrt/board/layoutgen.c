@@ -39,6 +39,14 @@ int main(void)
 	C("usageOffLCActiveUntil", offsetof(struct gpuext_devrt_usage_header, lc_active_until_ns));
 	C("usageOffLCBusyUntil", offsetof(struct gpuext_devrt_usage_header, lc_busy_until_ns));
 	C("usageOffClass", offsetof(struct gpuext_devrt_usage_header, priority_class));
+	C("usageOffSynced", offsetof(struct gpuext_devrt_usage_header, synced));
+	C("usageOffLCRequests", offsetof(struct gpuext_devrt_usage_header, lc_requests));
+	C("usageOffLCRequestNs", offsetof(struct gpuext_devrt_usage_header, lc_request_ns));
+	C("usageOffLatency", offsetof(struct gpuext_devrt_usage, lc_latency));
+	C("latBuckets", GPUEXT_DEVRT_LAT_BUCKETS);
+	C("latSub", GPUEXT_DEVRT_LAT_SUB);
+	C("latSubShift", GPUEXT_DEVRT_LAT_SUB_SHIFT);
+	C("latMinShift", GPUEXT_DEVRT_LAT_MIN_SHIFT);
 	C("classLatencyCritical", GPUEXT_DEVRT_CLASS_LATENCY_CRITICAL);
 	C("slotsOffset", offsetof(struct gpuext_devrt_usage, slot));
 	C("slotSize", sizeof(struct gpuext_devrt_slot));
@@ -52,6 +60,10 @@ int main(void)
 	C("boardOffLCActiveUntil", offsetof(struct gpuext_devrt_board, lc_active_until_ns));
 	C("boardOffSeq", offsetof(struct gpuext_devrt_board, seq));
 	C("boardOffLCBusyUntil", offsetof(struct gpuext_devrt_board, lc_busy_until_ns));
+	C("boardOffBESMPercent", offsetof(struct gpuext_devrt_board, be_sm_percent));
+	C("boardOffBEPace", offsetof(struct gpuext_devrt_board, be_pace));
+	C("paceNone", GPUEXT_DEVRT_PACE_NONE);
+	C("paceRequest", GPUEXT_DEVRT_PACE_REQUEST);
 	printf(")\n");
 	return 0;
 }

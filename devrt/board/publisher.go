@@ -130,6 +130,7 @@ func (p *Publisher) LastPublish() time.Time {
 }
 
 func (p *Publisher) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&p.board[off])) }
+func (p *Publisher) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&p.board[off])) }
 
 // Close closes the tenants' files and unmaps the board; the board file stays.
 func (p *Publisher) Close() {
@@ -176,8 +177,12 @@ func (p *Publisher) publish(all bool) uint64 {
 	now := monotonicNow()
 	var until, busy uint64
 	p.readAt = math.MaxUint64
+	// While the latency controller paces best-effort launches, they wait on
+	// each request's expected end, which a latency-critical process writes
+	// silently at the request's start: read every tenant every interval.
+	poll := atomic.LoadUint32(p.u32(boardOffBEPace)) == paceRequest
 	for _, t := range p.lc {
-		if !all && !t.woke && t.readAt > now {
+		if !all && !poll && !t.woke && t.readAt > now {
 			until, busy = max(until, t.last), max(busy, t.busy)
 			p.readAt = min(p.readAt, t.readAt)
 			continue
@@ -222,6 +227,9 @@ func (p *Publisher) publish(all bool) uint64 {
 			t.readAt = t.last - ahead
 		}
 		p.readAt = min(p.readAt, t.readAt)
+	}
+	if poll && len(p.lc) > 0 {
+		p.readAt = now // Run waits its interval, then reads again
 	}
 	if atomic.LoadUint64(p.u64(boardOffLCActiveUntil)) != until || atomic.LoadUint64(p.u64(boardOffLCBusyUntil)) != busy {
 		atomic.StoreUint64(p.u64(boardOffLCBusyUntil), busy)

@@ -20,6 +20,11 @@ type HostTenant struct {
 	// Window: for a latency-critical tenant, how long after a launch its
 	// work counts as pending; a deadline it writes is clamped to now + Window.
 	Window time.Duration
+	// Target: a latency-critical tenant's latency target (zero: none).
+	Target tenantcfg.LatencyTarget
+	// SMPercent: a best-effort tenant's MPS share in its policy, the most
+	// the latency controller may give its contexts (0: not confined).
+	SMPercent uint32
 }
 
 // Source is the host's view of its tenants, by tenant id (the name of the
@@ -87,7 +92,7 @@ func (s *settingsDirs) Tenants() (map[bpf.TenantID]HostTenant, error) {
 			c = cachedSettings{ino: ino, size: fi.Size(), mtime: fi.ModTime()}
 			if b, err := os.ReadFile(path); err == nil {
 				if st, err := tenantcfg.Decode(b); err == nil {
-					c.host, c.ok = HostTenant{Class: st.Class, Window: st.ActiveWindow}, true
+					c.host, c.ok = HostTenant{Class: st.Class, Window: st.ActiveWindow, Target: st.LatencyTarget, SMPercent: st.SMPercent}, true
 				}
 			}
 			s.cache[id] = c

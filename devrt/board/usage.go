@@ -3,7 +3,9 @@ package board
 import (
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -25,6 +27,17 @@ type Usage struct {
 	RefusedAllocs   uint64
 	DelayedLaunches uint64
 	Launches        uint64
+	// Synced counts the waits for the GPU that returned, every class:
+	// completed work (a tenant with live processes whose count stands still
+	// makes no progress).
+	Synced uint64
+	// LCRequests and LCRequestTime are a latency-critical tenant's ended
+	// requests and their summed durations; Latency their histogram.
+	LCRequests    uint64
+	LCRequestTime time.Duration
+	Latency       Histogram
+	// LiveProcesses is how many slots have a live owner.
+	LiveProcesses int
 }
 
 // ReadUsage reads the usage file of the tenant accounting dir acctDir
@@ -54,7 +67,11 @@ func ReadUsage(acctDir string) (Usage, error) {
 		return Usage{}, fmt.Errorf("usage file %s: %w: not initialised", f.Path(), ErrUsageInvalid)
 	}
 	u := Usage{TenantID: le(usageOffTenantID), QuotaBytes: le(usageOffQuota), PeakBytes: le(usageOffPeak),
-		RefusedAllocs: le(usageOffRefused), DelayedLaunches: le(usageOffDelayed), Launches: le(usageOffLaunches)}
+		RefusedAllocs: le(usageOffRefused), DelayedLaunches: le(usageOffDelayed), Launches: le(usageOffLaunches),
+		Synced: le(usageOffSynced), LCRequests: le(usageOffLCRequests), LCRequestTime: time.Duration(min(le(usageOffLCRequestNs), math.MaxInt64))}
+	for i := range u.Latency {
+		u.Latency[i] = le(usageOffLatency + 8*i)
+	}
 	for i := 0; i < nSlots; i++ {
 		off := slotsOffset + i*slotSize
 		if *(*uint32)(unsafe.Pointer(&data[off+slotOffPid])) == 0 {
@@ -66,6 +83,7 @@ func ReadUsage(acctDir string) (Usage, error) {
 			continue // its owner is gone
 		}
 		u.UsedBytes += le(off + slotOffBytes)
+		u.LiveProcesses++
 	}
 	return u, nil
 }
@@ -91,5 +109,11 @@ func EncodeUsage(u Usage) []byte {
 	put(usageOffRefused, u.RefusedAllocs)
 	put(usageOffDelayed, u.DelayedLaunches)
 	put(usageOffLaunches, u.Launches)
+	put(usageOffSynced, u.Synced)
+	put(usageOffLCRequests, u.LCRequests)
+	put(usageOffLCRequestNs, uint64(u.LCRequestTime))
+	for i, n := range u.Latency {
+		put(usageOffLatency+8*i, n)
+	}
 	return b
 }

@@ -5,7 +5,7 @@
  * a process whose tenant has device probes, patched image or not, and
  * writes what the host measured to $GPUEXT_TENANT_ACCT/probes/<pid>.launches
  * (<pid>: the process's key, probe_load.c gx_key), every second and at
- * exit (temp + rename). The host (devrt/probe/launches, whose layout_gen.go
+ * exit (temp + rename). The host (devrt/probefiles/launches, whose layout_gen.go
  * is generated from this header) decodes it. The file is written by the
  * tenant's processes and read by root: the reader checks every count and
  * string here before it uses it.
@@ -76,7 +76,7 @@ struct gpuext_devrt_launches_coverage {
 };
 
 struct gpuext_devrt_launches_row {
-	uint64_t kernel_id; /* FNV-1a 64 of the whole name (probe.KernelID); 0 in an "other" row */
+	uint64_t kernel_id; /* FNV-1a 64 of the whole name (gpubpf/abi.KernelID); 0 in an "other" row */
 	char name[GPUEXT_DEVRT_LAUNCHES_NAME_SIZE]; /* the name's first bytes, NUL padded */
 	uint32_t name_len;  /* the whole name's length: more than the prefix means it was cut */
 	uint32_t measured;  /* GPUEXT_DEVRT_MEASURED_* */

@@ -3,7 +3,7 @@
  *
  * The interposer (devrt/lib/probe_copyout.c) copies a patched image's device-probe
  * maps out of GPU memory into $GPUEXT_TENANT_ACCT/probes/<pid>-<image>.maps;
- * the host (devrt/probe/maps, whose layout_gen.go is generated from this
+ * the host (devrt/probefiles/maps, whose layout_gen.go is generated from this
  * header) decodes it. The file is written by the tenant's processes and read
  * by root: the reader checks every size here before it uses it.
  *

@@ -1,13 +1,13 @@
 /*
  * gpuext_devrt_probes.h - the device-probe contract between the host's
- * compile step (Go, devrt/probe and devrt/probe/compile) and the interposer
+ * compile step (Go, gpubpf/abi and gpubpf/compile) and the interposer
  * (C, devrt/lib/probe_*.c, ptxpatch.c), defined once: the bundle's directory
  * and file names, the module.conf format (version, directives, host_write
  * and guard values), the PTX symbols both sides name, the <key>.status line
  * keys and values, and the kernel id (FNV-1a 64 of a .entry name).
  *
- * The interposer includes this header; devrt/probe/abigen.c prints it as Go
- * constants (devrt/probe/abi_gen.go, `go generate ./devrt/probe`) and
+ * The interposer includes this header; gpubpf/abi/abigen.c prints it as Go
+ * constants (gpubpf/abi/abi_gen.go, `go generate ./gpubpf/abi`) and
  * `make lint` fails when the committed Go differs. Every string here is
  * printable ASCII without quotes or backslashes (the generator refuses
  * others).
@@ -106,9 +106,9 @@
 #define GPUEXT_DEVRT_HOSTW_LAUNCH_TIME 1
 #define GPUEXT_DEVRT_HOSTW_CLOCK_OFFSET 2
 
-/* The most host_write lines one module.conf may have (policies/probes MaxHostWrites). */
+/* The most host_write lines one module.conf may have (gpubpf/programs MaxHostWrites). */
 #define GPUEXT_DEVRT_CONF_MAX_HOST_WRITES 8
-/* The longest kernel name a kernel line may hold (policies/probes MaxKernelNameBytes). */
+/* The longest kernel name a kernel line may hold (gpubpf/programs MaxKernelNameBytes). */
 #define GPUEXT_DEVRT_CONF_MAX_KERNEL_NAME 4096
 
 /* ---- PTX symbols of a translated module ---- */
@@ -134,7 +134,7 @@
 
 /*
  * One line per event, blank-separated KEY=VALUE pairs, written by the
- * interposer (probe_load.c gx_status) and read by devrt/probe/maps
+ * interposer (probe_load.c gx_status) and read by devrt/probefiles/maps
  * (ParseStatus). The keys and values the reader acts on:
  *   image=N|- state=patched|unpatched|bound|unbound|off reason=WORD ...
  *   image=- launch_time=off reason=WORD   (launch times stopped)

@@ -110,7 +110,22 @@ struct gpuext_devrt_usage_header {
 	 * above, so a host read that sees the deadline sees it too.
 	 */
 	_Atomic uint64_t lc_busy_until_ns;
-	uint64_t reserved[19];
+	/*
+	 * Waits for the GPU that returned (cuCtxSynchronize, cuStreamSynchronize,
+	 * cuEventSynchronize), every class: completed work, which the host
+	 * watches to tell a best-effort tenant that makes no progress (stalled)
+	 * from one that runs.
+	 */
+	_Atomic uint64_t synced;
+	/*
+	 * Latency-critical tenants: requests that ended (the same requests as
+	 * lc_busy_until_ns) and their summed durations; each is also counted in
+	 * the latency histogram that follows the slots (struct
+	 * gpuext_devrt_lc_latency), which the host reads for the tenant's p99.
+	 */
+	_Atomic uint64_t lc_requests;
+	_Atomic uint64_t lc_request_ns;
+	uint64_t reserved[16];
 };
 
 /*
@@ -139,10 +154,52 @@ struct gpuext_devrt_slot_devices {
 	_Atomic uint64_t bytes[GPUEXT_DEVRT_MAX_DEVICES];
 };
 
+/*
+ * A latency-critical tenant's request durations: a log-linear histogram,
+ * GPUEXT_DEVRT_LAT_SUB buckets per doubling from 2^GPUEXT_DEVRT_LAT_MIN_SHIFT
+ * ns (1 us) over GPUEXT_DEVRT_LAT_BUCKETS / GPUEXT_DEVRT_LAT_SUB doublings
+ * (to 67 ms; longer requests count in the last bucket, shorter ones in the
+ * first). Bucket i holds durations from gpuext_devrt_lat_floor(i) to the
+ * next bucket's floor: a 12.5% step, fine enough for a target such as
+ * "p99 at most 1.5x". Counters only grow; the host takes differences over
+ * its own interval. The host computes bucket floors with the same formula
+ * (the constants are generated into its reader).
+ */
+#define GPUEXT_DEVRT_LAT_BUCKETS 128u
+#define GPUEXT_DEVRT_LAT_SUB 8u
+#define GPUEXT_DEVRT_LAT_SUB_SHIFT 3u /* log2(GPUEXT_DEVRT_LAT_SUB) */
+#define GPUEXT_DEVRT_LAT_MIN_SHIFT 10u
+
+struct gpuext_devrt_lc_latency {
+	_Atomic uint64_t bucket[GPUEXT_DEVRT_LAT_BUCKETS];
+};
+
+static inline uint32_t gpuext_devrt_lat_bucket(uint64_t ns)
+{
+	uint32_t oct;
+	uint64_t i;
+
+	if (ns < (1ull << GPUEXT_DEVRT_LAT_MIN_SHIFT))
+		return 0;
+	oct = 63u - (uint32_t)__builtin_clzll(ns);
+	i = (uint64_t)(oct - GPUEXT_DEVRT_LAT_MIN_SHIFT) * GPUEXT_DEVRT_LAT_SUB +
+	    ((ns >> (oct - GPUEXT_DEVRT_LAT_SUB_SHIFT)) & (GPUEXT_DEVRT_LAT_SUB - 1));
+	return i < GPUEXT_DEVRT_LAT_BUCKETS ? (uint32_t)i : GPUEXT_DEVRT_LAT_BUCKETS - 1;
+}
+
+/* The shortest duration bucket i holds. */
+static inline uint64_t gpuext_devrt_lat_floor(uint32_t i)
+{
+	uint32_t oct = GPUEXT_DEVRT_LAT_MIN_SHIFT + i / GPUEXT_DEVRT_LAT_SUB;
+
+	return (uint64_t)(GPUEXT_DEVRT_LAT_SUB + i % GPUEXT_DEVRT_LAT_SUB) << (oct - GPUEXT_DEVRT_LAT_SUB_SHIFT);
+}
+
 struct gpuext_devrt_usage {
 	struct gpuext_devrt_usage_header hdr;
 	struct gpuext_devrt_slot slot[GPUEXT_DEVRT_SLOTS];
 	struct gpuext_devrt_slot_devices slot_dev[GPUEXT_DEVRT_SLOTS];
+	struct gpuext_devrt_lc_latency lc_latency;
 };
 
 /* Byte of the usage file a live slot owner keeps write-locked (F_OFD_SETLK). */
@@ -167,13 +224,26 @@ struct gpuext_devrt_board {
 	 * gap to the next one is longest (priority.c).
 	 */
 	_Atomic uint64_t lc_busy_until_ns;
-	uint64_t reserved[3];
+	/*
+	 * Chosen by the host's latency controller (docs/priority-control.md):
+	 * be_sm_percent, when 1..100, is the MPS share a best-effort context
+	 * created now gets (never above its policy's smPercent; 0: the policy's);
+	 * be_pace, when GPUEXT_DEVRT_PACE_REQUEST, holds a best-effort launch
+	 * while a latency-critical request is in progress (lc_busy_until_ns), at
+	 * most the tenant's longest delay; 0: no pacing.
+	 */
+	_Atomic uint32_t be_sm_percent;
+	_Atomic uint32_t be_pace;
+	uint64_t reserved[2];
 };
+#define GPUEXT_DEVRT_PACE_NONE 0u
+#define GPUEXT_DEVRT_PACE_REQUEST 1u
 
 _Static_assert(sizeof(struct gpuext_devrt_slot) == 64, "slot layout");
 _Static_assert(sizeof(struct gpuext_devrt_usage_header) == 256, "usage header layout");
 _Static_assert(sizeof(struct gpuext_devrt_board) == 64, "board layout");
-_Static_assert(sizeof(struct gpuext_devrt_usage) == 256 + (64 + 8 * GPUEXT_DEVRT_MAX_DEVICES) * GPUEXT_DEVRT_SLOTS,
+_Static_assert(sizeof(struct gpuext_devrt_usage) ==
+		       256 + (64 + 8 * GPUEXT_DEVRT_MAX_DEVICES) * GPUEXT_DEVRT_SLOTS + 8 * GPUEXT_DEVRT_LAT_BUCKETS,
 	       "usage layout");
 
 #endif /* GPUEXT_DEVRT_SHM_H */

@@ -67,7 +67,16 @@ struct gpuext_devrt_tenant {
 	 * GPUEXT_DEVRT_MPS_PRIORITY_MAX; 0: normal (MPS's default) */
 	uint32_t mps_client_priority;
 	uint32_t flags;            /* GPUEXT_DEVRT_TENANT_* bits; others are ignored (new flags take them) */
-	uint64_t reserved;         /* 0 */
+	/*
+	 * Latency-critical: the policy's latency target (latencyTarget), for the
+	 * host's latency controller only (the device runtime does not read it;
+	 * the board's reader of this file does, so the target is known where no
+	 * agent runs). p99 of the tenant's requests at most lc_target_p99_us
+	 * (absolute) or at most lc_target_ratio_milli / 1000 times the tenant's
+	 * own p99 with no best-effort process on the node (relative); 0: none.
+	 */
+	uint32_t lc_target_p99_us;
+	uint32_t lc_target_ratio_milli;
 	/*
 	 * Per-device quotas (version 2): a container given GPU memory by the
 	 * scheduler (gpuext.io/gpu-memory) has a quota on each GPU it was

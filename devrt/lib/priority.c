@@ -80,6 +80,7 @@ static void gx_mps_share(void)
 {
 	const char *dir = getenv(GPUEXT_ENV_MPS_PIPE_DIRECTORY);
 	char ctl[4096];
+	uint32_t share;
 
 	if (gx_cfg.priority_class != GPUEXT_DEVRT_CLASS_BEST_EFFORT || (!gx_cfg.sm_percent && !gx_cfg.mps_client_priority))
 		return;
@@ -93,11 +94,27 @@ static void gx_mps_share(void)
 		       gx_cfg.launch_gate ? "stays on" : "off (the policy has no launchGate): not isolated");
 		return;
 	}
+	/* The host's latency controller may have chosen a smaller share for a
+	 * context created now (the board's be_sm_percent, from what runs on
+	 * the GPU): never a larger one than the policy's. */
+	share = gx_cfg.sm_percent;
+	if (share && gx_cfg.board_path && *gx_cfg.board_path) {
+		if (!gx_board)
+			gx_board_map();
+		if (gx_board && atomic_load_explicit(&gx_board->magic, memory_order_acquire) == GPUEXT_DEVRT_BOARD_MAGIC) {
+			uint32_t host = atomic_load_explicit(&gx_board->be_sm_percent, memory_order_relaxed);
+
+			if (host >= 1 && host < share) {
+				GX_DEBUG("smPercent %u: the host's controller chose %u for a context created now", share, host);
+				share = host;
+			}
+		}
+	}
 	/* The tenant may ask for a smaller share (1..policy's) or a lower
 	 * priority (policy's..lowest), never more: anything else of its own,
 	 * malformed or zero share included, is replaced. */
-	if (gx_cfg.sm_percent) {
-		gx_mps_env_clamp(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE, 1, gx_cfg.sm_percent, gx_cfg.sm_percent);
+	if (share) {
+		gx_mps_env_clamp(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE, 1, share, share);
 		gx_mps_confined = 1;
 	}
 	gx_mps_env_clamp(GPUEXT_ENV_MPS_CLIENT_PRIORITY, gx_cfg.mps_client_priority, GPUEXT_DEVRT_MPS_PRIORITY_MAX,
@@ -113,8 +130,8 @@ void gx_priority_open(void)
 	gx_gated = gx_cfg.priority_class == GPUEXT_DEVRT_CLASS_BEST_EFFORT && gx_cfg.launch_gate && !gx_mps_confined;
 	if (gx_cfg.priority_class == GPUEXT_DEVRT_CLASS_BEST_EFFORT)
 		GX_DEBUG("best-effort: launch gate %s", gx_gated ? "on" : gx_mps_confined ? "off (MPS share)" : "off (no launchGate)");
-	if (gx_gated && gx_cfg.board_path && *gx_cfg.board_path)
-		gx_board_map();
+	if (gx_cfg.priority_class == GPUEXT_DEVRT_CLASS_BEST_EFFORT && !gx_board && gx_cfg.board_path && *gx_cfg.board_path)
+		gx_board_map(); /* the gate, and the host's pacing (be_pace), read it */
 }
 
 static uint64_t gx_board_deadline(void)
@@ -199,18 +216,62 @@ static void gx_lc_launch(uint64_t now)
 
 void gx_priority_synced(void)
 {
+	struct gpuext_devrt_usage *u;
 	uint64_t now, start, mean, took;
 
-	if (gx_cfg.priority_class != GPUEXT_DEVRT_CLASS_LATENCY_CRITICAL || !gx_cfg.enabled)
+	if (!gx_cfg.enabled)
 		return; /* also before init: the class is standard (0) until the settings are read */
+	u = gx_acct_usage();
+	if (u)
+		atomic_fetch_add_explicit(&u->hdr.synced, 1, memory_order_relaxed);
+	if (gx_cfg.priority_class != GPUEXT_DEVRT_CLASS_LATENCY_CRITICAL)
+		return;
 	now = gx_now_ns();
 	start = atomic_exchange(&gx_lc_req_start, 0);
 	if (start && now > start) {
 		took = now - start;
 		mean = atomic_load_explicit(&gx_lc_req_mean, memory_order_relaxed);
 		atomic_store_explicit(&gx_lc_req_mean, mean ? mean - mean / 8 + took / 8 : took, memory_order_relaxed);
+		if (u) { /* the request's duration, for the host's latency controller */
+			atomic_fetch_add_explicit(&u->lc_latency.bucket[gpuext_devrt_lat_bucket(took)], 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&u->hdr.lc_request_ns, took, memory_order_relaxed);
+			atomic_fetch_add_explicit(&u->hdr.lc_requests, 1, memory_order_release);
+		}
 	}
 	gx_acct_lc_active(now);
+}
+
+/*
+ * The host's pacing (board be_pace, set by its latency controller while a
+ * latency-critical tenant misses its target): a best-effort launch waits
+ * while a latency-critical request is in progress (the board's
+ * lc_busy_until_ns), at most max_delay_ns. Unlike the gate it does not wait
+ * out the whole active window, so a trainer whose launches run ahead keeps
+ * launching between requests; and it changes at run time, where an MPS share
+ * is fixed when the context is made.
+ */
+static void gx_pace(struct gpuext_devrt_usage *u)
+{
+	uint64_t now, start, busy;
+
+	if (!gx_board || atomic_load_explicit(&gx_board->magic, memory_order_acquire) != GPUEXT_DEVRT_BOARD_MAGIC ||
+	    atomic_load_explicit(&gx_board->be_pace, memory_order_relaxed) != GPUEXT_DEVRT_PACE_REQUEST)
+		return;
+	start = now = gx_now_ns();
+	busy = gx_board_busy();
+	if (busy <= now || now >= gx_board_deadline())
+		return;
+	while (now < busy && now - start < gx_cfg.max_delay_ns) {
+		uint64_t left = busy - now;
+
+		gx_sleep_ns(left > 200000ull ? 200000ull : left);
+		now = gx_now_ns();
+		busy = gx_board_busy();
+	}
+	atomic_fetch_add(&u->hdr.delayed_launches, 1);
+	atomic_fetch_add(&u->hdr.delayed_ns, now - start);
+	if (gx_acct_slot() >= 0)
+		atomic_fetch_add(&u->slot[gx_acct_slot()].delayed, 1);
 }
 
 void gx_launch_gate(void)
@@ -228,8 +289,10 @@ void gx_launch_gate(void)
 		gx_lc_launch(gx_now_ns());
 		return;
 	case GPUEXT_DEVRT_CLASS_BEST_EFFORT:
-		if (!gx_gated)
+		if (!gx_gated) {
+			gx_pace(u);
 			return;
+		}
 		break;
 	default:
 		return;

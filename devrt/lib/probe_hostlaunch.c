@@ -161,7 +161,7 @@ static int64_t gx_mono_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
 }
 
-/* the kernel id of the device probes (gpuext_devrt_probes.h, probe.KernelID) */
+/* the kernel id of the device probes (gpuext_devrt_probes.h, gpubpf/abi.KernelID) */
 static uint64_t gx_fnv(const char *s)
 {
 	return gpuext_devrt_kernel_id(s, strlen(s));

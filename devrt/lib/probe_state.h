@@ -75,7 +75,7 @@ struct gx_drv_calls {
 };
 extern struct gx_drv_calls gx_drv;
 
-/* <key>.status line keys ("key=") and values, from gpuext_devrt_probes.h (what devrt/probe/maps parses) */
+/* <key>.status line keys ("key=") and values, from gpuext_devrt_probes.h (what devrt/probefiles/maps parses) */
 #define GX_ST_IMAGE GPUEXT_DEVRT_STATUS_KEY_IMAGE "="
 #define GX_ST_STATE GPUEXT_DEVRT_STATUS_KEY_STATE "="
 #define GX_ST_REASON GPUEXT_DEVRT_STATUS_KEY_REASON "="

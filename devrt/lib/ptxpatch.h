@@ -46,7 +46,7 @@ struct gx_ptx_opts {
 #define GX_PTX_INLINE_KID GPUEXT_DEVRT_INLINE_KID
 
 
-/* the comment line of an inline template translated for the thread-0 guard (devrt/probe/ptx, GuardMark) */
+/* the comment line of an inline template translated for the thread-0 guard (gpubpf/ptx, GuardMark) */
 #define GX_INLINE_GUARD_MARK GPUEXT_DEVRT_INLINE_GUARD_MARK
 
 /* module.conf guard_entry / guard_exit: who needs to run the attach point's programs */
@@ -73,7 +73,7 @@ struct gx_ptx_result {
 int gx_ptx_patch(const char *ptx, size_t len, const char *frag, size_t frag_len, const struct gx_ptx_opts *o,
 		 struct gx_ptx_result *res);
 
-/* The kernel id the probes see: FNV-1a 64 of the .entry name (devrt/probe.KernelID). */
+/* The kernel id the probes see: FNV-1a 64 of the .entry name (gpubpf/abi.KernelID). */
 uint64_t gx_kernel_id(const char *name, size_t n);
 
 /*
@@ -84,7 +84,7 @@ uint64_t gx_kernel_id(const char *name, size_t n);
 #define GX_CONF_VERSION GPUEXT_DEVRT_CONF_VERSION
 #define GX_CONF_MAX_MAPS 64
 #define GX_CONF_MAX_KERNELS 4096
-/* A kernel name (policies/probes MaxKernelNameBytes) and a line of module.conf. */
+/* A kernel name (gpubpf/programs MaxKernelNameBytes) and a line of module.conf. */
 #define GX_CONF_MAX_KERNEL_NAME GPUEXT_DEVRT_CONF_MAX_KERNEL_NAME
 #define GX_CONF_MAX_LINE 8192
 #define GX_CONF_MAX_HOST_WRITES GPUEXT_DEVRT_CONF_MAX_HOST_WRITES

@@ -61,6 +61,10 @@ type File struct {
 	// more than its quota by the driver's count (the policy's
 	// memory.quotaAction; empty: the node's memoryGuard.action).
 	QuotaAction string `json:"quotaAction,omitempty"`
+	// LatencyTarget: a latency-critical tenant's latency target (the
+	// policy's priority.latencyTarget, as written there), which the agent's
+	// latency controller holds. Empty: none.
+	LatencyTarget string `json:"latencyTarget,omitempty"`
 }
 
 // classes are the catalog's class names as the device runtime's classes,
@@ -105,7 +109,23 @@ func (tf File) Settings() Settings {
 		MPSClientPriority: min(tf.MPSClientPriority, MaxMPSClientPriority),
 		LaunchGate:        tf.LaunchGate, // the interposer gates best-effort processes only
 		DeviceQuotas:      tf.GPUQuotaBytes,
+		LatencyTarget:     tf.latencyTarget(),
 	}
+}
+
+// latencyTarget is the settings' form of LatencyTarget: none unless the
+// tenant is latency-critical and the target parses (policies validated it;
+// a hand-written config.json with a bad one has none rather than a file the
+// host's readers refuse).
+func (tf File) latencyTarget() LatencyTarget {
+	if tf.LatencyTarget == "" || policies.PriorityClass(tf.Class) != policies.LatencyCritical {
+		return LatencyTarget{}
+	}
+	ratio, p99, err := policies.ParseLatencyTarget(tf.LatencyTarget)
+	if err != nil {
+		return LatencyTarget{}
+	}
+	return LatencyTarget{P99: p99, RatioMilli: ratio}
 }
 
 // WriteFiles writes tf into the tenant dir: settings.bin, what the

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpuext/gpuext/policies"
 )
@@ -40,6 +41,7 @@ var settingsFrom = map[string]struct {
 	"GPUs":              {hostOnly: "host GPU indices: the interposer sees device ordinals, in this order"},
 	"GPUQuotaBytes":     {fields: []string{"DeviceQuotas"}},
 	"GPUMemoryBytes":    {hostOnly: "the scheduler's grant, the quotas' ceiling: a policy change keeps it; the interposer enforces GPUQuotaBytes"},
+	"LatencyTarget":     {fields: []string{"LatencyTarget"}},
 }
 
 // TestFileFieldsReachSettings changes one File field at a time
@@ -59,11 +61,18 @@ func TestFileFieldsReachSettings(t *testing.T) {
 		if (len(want.fields) == 0) == (want.hostOnly == "") {
 			t.Errorf("settingsFrom[%q]: give settings fields or a host-only reason, not both or neither", f.Name)
 		}
-		changed := base
+		from := base
+		if f.Name == "LatencyTarget" {
+			// a target is a latency-critical tenant's only
+			from.Class = string(policies.LatencyCritical)
+		}
+		changed := from
 		v := reflect.ValueOf(&changed).Elem().Field(i)
 		switch {
 		case f.Name == "Class":
 			v.SetString(string(policies.LatencyCritical))
+		case f.Name == "LatencyTarget":
+			v.SetString("1.5x")
 		case v.Kind() == reflect.String:
 			v.SetString("x")
 		case v.Kind() == reflect.Uint32, v.Kind() == reflect.Uint64:
@@ -79,7 +88,7 @@ func TestFileFieldsReachSettings(t *testing.T) {
 		default:
 			t.Fatalf("File.%s: kind %s: teach this test to change it", f.Name, v.Kind())
 		}
-		got := changedFields(base.Settings(), changed.Settings())
+		got := changedFields(from.Settings(), changed.Settings())
 		if !reflect.DeepEqual(got, want.fields) {
 			t.Errorf("changing File.%s changes settings %v, settingsFrom says %v", f.Name, got, want.fields)
 		}
@@ -145,5 +154,36 @@ func TestWriteFilesOnlyWhenChanged(t *testing.T) {
 	b, _ := os.ReadFile(path)
 	if s, err := Decode(b); err != nil || s.QuotaBytes != 2<<30 || s.Class != ClassBestEffort {
 		t.Errorf("settings.bin after the change: %+v, %v", s, err)
+	}
+}
+
+// A latency target reaches settings.bin for a latency-critical tenant
+// only, in the policy's two forms, and a target that does not parse (a
+// hand-written config.json) is none rather than a file the readers refuse.
+func TestFileLatencyTarget(t *testing.T) {
+	lc := string(policies.LatencyCritical)
+	for _, tc := range []struct {
+		class, target string
+		want          LatencyTarget
+	}{
+		{lc, "1.5x", LatencyTarget{RatioMilli: 1500}},
+		{lc, "800us", LatencyTarget{P99: 800 * time.Microsecond}},
+		{lc, "", LatencyTarget{}},
+		{lc, "fast", LatencyTarget{}},
+		{lc, "0.5x", LatencyTarget{}}, // below the smallest ratio policies allow
+		{string(policies.BestEffort), "1.5x", LatencyTarget{}},
+		{string(policies.Standard), "800us", LatencyTarget{}},
+	} {
+		f := File{TenantID: 2, Class: tc.class, LatencyTarget: tc.target}
+		if got := f.Settings().LatencyTarget; got != tc.want {
+			t.Errorf("class %s, latencyTarget %q: settings target %+v, want %+v", tc.class, tc.target, got, tc.want)
+		}
+		b, err := Encode(f.Settings())
+		if err != nil {
+			t.Fatalf("class %s, latencyTarget %q: %v", tc.class, tc.target, err)
+		}
+		if s, err := Decode(b); err != nil || s.LatencyTarget != tc.want {
+			t.Errorf("class %s, latencyTarget %q: settings.bin holds %+v (%v), want %+v", tc.class, tc.target, s.LatencyTarget, err, tc.want)
+		}
 	}
 }

@@ -30,7 +30,9 @@ const (
 	offMPSClientPriority   = 48
 	offFlags               = 52
 	flagLaunchGate         = 1
-	offReserved            = 56
+	offLCTargetP99Us       = 56
+	offLCTargetRatioMilli  = 60
+	offReserved2           = 68
 	offNDevices            = 64
 	offDeviceQuotaBytes    = 72
 	maxDevices             = 16
@@ -44,7 +46,8 @@ const (
 	sizeSMPercent          = 4
 	sizeMPSClientPriority  = 4
 	sizeFlags              = 4
-	sizeReserved           = 8
+	sizeLCTargetP99Us      = 4
+	sizeLCTargetRatioMilli = 4
 	sizeNDevices           = 4
 	sizeDeviceQuotaBytes   = 8
 )

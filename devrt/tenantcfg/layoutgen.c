@@ -47,7 +47,9 @@ int main(void)
 	OFF("offMPSClientPriority", mps_client_priority);
 	OFF("offFlags", flags);
 	C("flagLaunchGate", GPUEXT_DEVRT_TENANT_LAUNCH_GATE);
-	OFF("offReserved", reserved);
+	OFF("offLCTargetP99Us", lc_target_p99_us);
+	OFF("offLCTargetRatioMilli", lc_target_ratio_milli);
+	OFF("offReserved2", reserved2);
 	OFF("offNDevices", ndevices);
 	OFF("offDeviceQuotaBytes", device_quota_bytes);
 	C("maxDevices", GPUEXT_DEVRT_MAX_DEVICES);
@@ -61,7 +63,8 @@ int main(void)
 	SIZE("sizeSMPercent", sm_percent);
 	SIZE("sizeMPSClientPriority", mps_client_priority);
 	SIZE("sizeFlags", flags);
-	C("sizeReserved", offsetof(struct gpuext_devrt_tenant, ndevices) - offsetof(struct gpuext_devrt_tenant, reserved));
+	SIZE("sizeLCTargetP99Us", lc_target_p99_us);
+	SIZE("sizeLCTargetRatioMilli", lc_target_ratio_milli);
 	SIZE("sizeNDevices", ndevices);
 	SIZE("sizeDeviceQuotaBytes", device_quota_bytes[0]);
 	printf(")\n");

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 )
 
@@ -56,6 +57,33 @@ type Settings struct {
 	// have no memory. Empty: QuotaBytes applies on every device, each on
 	// its own. At most MaxDevices.
 	DeviceQuotas []uint64
+	// LatencyTarget: a latency-critical tenant's target (the policy's
+	// latencyTarget), read by the host's latency controller only. Zero:
+	// none.
+	LatencyTarget LatencyTarget
+}
+
+// LatencyTarget is a bound on a latency-critical tenant's request p99:
+// P99 (absolute) or Ratio times the tenant's own p99 with no best-effort
+// process beside it (relative, in thousandths). At most one is set; both
+// zero: no target.
+type LatencyTarget struct {
+	P99        time.Duration // microsecond resolution
+	RatioMilli uint32        // 1500: 1.5x
+}
+
+// IsZero is whether there is no target.
+func (t LatencyTarget) IsZero() bool { return t.P99 <= 0 && t.RatioMilli == 0 }
+
+// String is the policy's form: "1.5x" or "800us".
+func (t LatencyTarget) String() string {
+	switch {
+	case t.RatioMilli > 0:
+		return strconv.FormatFloat(float64(t.RatioMilli)/1000, 'f', -1, 64) + "x"
+	case t.P99 > 0:
+		return t.P99.String()
+	}
+	return ""
 }
 
 // MaxMPSClientPriority is the lowest MPS client priority (CUDA's
@@ -76,6 +104,10 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("%w: mpsClientPriority %d above %d", ErrInvalid, s.MPSClientPriority, mpsPriorityMax)
 	case s.ActiveWindow <= 0:
 		return fmt.Errorf("%w: active window %v, want > 0", ErrInvalid, s.ActiveWindow)
+	case s.LatencyTarget.P99 > 0 && s.LatencyTarget.RatioMilli > 0:
+		return fmt.Errorf("%w: latency target both absolute (%v) and relative (%d/1000)", ErrInvalid, s.LatencyTarget.P99, s.LatencyTarget.RatioMilli)
+	case s.LatencyTarget.P99 > time.Duration(math.MaxUint32)*time.Microsecond:
+		return fmt.Errorf("%w: latency target %v above %d us", ErrInvalid, s.LatencyTarget.P99, uint32(math.MaxUint32))
 	case len(s.DeviceQuotas) > maxDevices:
 		return fmt.Errorf("%w: %d device quotas, at most %d", ErrInvalid, len(s.DeviceQuotas), maxDevices)
 	}
@@ -122,6 +154,8 @@ func Encode(s Settings) ([]byte, error) {
 	if s.LaunchGate {
 		put(b, offFlags, sizeFlags, flagLaunchGate)
 	}
+	put(b, offLCTargetP99Us, sizeLCTargetP99Us, uint64(s.LatencyTarget.P99.Microseconds()))
+	put(b, offLCTargetRatioMilli, sizeLCTargetRatioMilli, uint64(s.LatencyTarget.RatioMilli))
 	put(b, offNDevices, sizeNDevices, uint64(len(s.DeviceQuotas)))
 	for i, q := range s.DeviceQuotas {
 		put(b, offDeviceQuotaBytes+i*sizeDeviceQuotaBytes, sizeDeviceQuotaBytes, q)
@@ -159,6 +193,8 @@ func Decode(b []byte) (Settings, error) {
 		// a value above uint32 cannot be: the field is 4 bytes
 		MPSClientPriority: uint32(get(b, offMPSClientPriority, sizeMPSClientPriority)),
 		LaunchGate:        get(b, offFlags, sizeFlags)&flagLaunchGate != 0,
+		LatencyTarget: LatencyTarget{P99: time.Duration(get(b, offLCTargetP99Us, sizeLCTargetP99Us)) * time.Microsecond,
+			RatioMilli: uint32(get(b, offLCTargetRatioMilli, sizeLCTargetRatioMilli))},
 	}
 	n := get(b, offNDevices, sizeNDevices)
 	if n > maxDevices {

@@ -32,6 +32,8 @@ func TestRoundTripEveryField(t *testing.T) {
 			f.SetUint(1<<31 + uint64(i))
 		case f.Kind() == reflect.Bool:
 			f.SetBool(true)
+		case f.Type() == reflect.TypeOf(LatencyTarget{}):
+			f.Set(reflect.ValueOf(LatencyTarget{RatioMilli: 1500})) // one of the two: both is refused
 		case f.Type() == reflect.TypeOf([]uint64(nil)):
 			q := make([]uint64, MaxDevices)
 			for k := range q {
@@ -76,6 +78,11 @@ func TestDecodeRefuses(t *testing.T) {
 			return b
 		}),
 		"window 0": edit(func(b []byte) []byte { binary.LittleEndian.PutUint64(b[offActiveWindowNs:], 0); return b }),
+		"both latency targets": edit(func(b []byte) []byte {
+			binary.LittleEndian.PutUint32(b[offLCTargetP99Us:], 800)
+			binary.LittleEndian.PutUint32(b[offLCTargetRatioMilli:], 1500)
+			return b
+		}),
 		"ndevices": edit(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[offNDevices:], maxDevices+1); return b }),
 		"config.json": []byte(`{"tenantId": 3, "priorityClass": "latency-critical", "quotaBytes": 1073741824, "x": "` +
 			"0123456789" + `"}`),
@@ -86,7 +93,7 @@ func TestDecodeRefuses(t *testing.T) {
 	}
 	// Reserved bytes and unknown flag bits are where new fields go: a
 	// reader ignores them.
-	b := edit(func(b []byte) []byte { b[offReserved] = 1; b[offFlags+3] = 0x80; return b })
+	b := edit(func(b []byte) []byte { b[offReserved2] = 1; b[offFlags+3] = 0x80; return b })
 	if s, err := Decode(b); err != nil || s.LaunchGate {
 		t.Errorf("reserved byte and an unknown flag set: %+v, %v", s, err)
 	}

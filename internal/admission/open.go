@@ -9,9 +9,9 @@ import (
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/bpf/kernelpolicy"
 	"github.com/gpuext/gpuext/cgroup"
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/policies"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // The wiring of a core from the config file (internal/config, which the
@@ -26,12 +26,12 @@ func KernelPolicies(c config.Config) (*kernelpolicy.Dir, error) {
 }
 
 // ProbeCatalog is the built-in probe catalog with the config's probeDir
-// (probes.LoadDir: every entry verified; a bad one is an error naming it).
-func ProbeCatalog(c config.Config) (*probes.Catalog, error) {
+// (programs.LoadDir: every entry verified; a bad one is an error naming it).
+func ProbeCatalog(c config.Config) (*programs.Catalog, error) {
 	if c.ProbeDir == "" {
-		return probes.Builtin(), nil
+		return programs.Builtin(), nil
 	}
-	cat, err := probes.BuiltinWithDir(c.ProbeDir)
+	cat, err := programs.BuiltinWithDir(c.ProbeDir)
 	if err != nil {
 		return nil, fmt.Errorf("probeDir: %w", err)
 	}

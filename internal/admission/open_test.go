@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/lib/testutil"
 	"github.com/gpuext/gpuext/policies"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // probeDir is a probe directory holding the example probe kernel-block-hist.
@@ -33,12 +33,19 @@ func TestProbeDirSelection(t *testing.T) {
 	if got := strings.Join(sel.Policy.Probes, ","); got != "launch-count,kernel-block-hist" {
 		t.Errorf("probes %s", got)
 	}
-	if pc := cat.Algorithms().Probes; pc == probes.Builtin() || pc.Check([]string{"kernel-block-hist"}) != nil {
+	if pc := cat.Algorithms().Probes; pc == programs.Builtin() || pc.Check([]string{"kernel-block-hist"}) != nil {
 		t.Errorf("the catalog's probes are not the directory's")
+	}
+	// what the core compiles and shows views from: the same catalog
+	if pc := programCatalog(cat); pc == programs.Builtin() || pc.Check([]string{"kernel-block-hist"}) != nil {
+		t.Errorf("the core's program catalog is not the directory's")
 	}
 	builtin, err := Catalog(config.Default())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if programCatalog(builtin) != programs.Builtin() {
+		t.Errorf("without probeDir the core's program catalog is not the built-in one")
 	}
 	if _, err := builtin.Select(req); !errors.Is(err, policies.ErrBadValue) || !strings.Contains(err.Error(), `unknown probe "kernel-block-hist"`) {
 		t.Errorf("without probeDir: err = %v, want the probe unknown", err)
@@ -54,7 +61,7 @@ func TestProbeDirBadEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Catalog(config.Config{ProbeDir: dir})
-	if !errors.Is(err, probes.ErrBadProbeDir) || !strings.Contains(err.Error(), "probeDir: "+filepath.Join(dir, "broken.json")+": ") {
+	if !errors.Is(err, programs.ErrBadProbeDir) || !strings.Contains(err.Error(), "probeDir: "+filepath.Join(dir, "broken.json")+": ") {
 		t.Errorf("err = %v, want the broken descriptor named", err)
 	}
 	if _, err := config.Parse([]byte(`{"probeDir": "probes"}`), "c.json"); err == nil || !strings.Contains(err.Error(), `probeDir "probes": must be an absolute path`) {

@@ -11,11 +11,11 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/devrt/probe/compile"
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
+	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/internal/failmode"
 	"github.com/gpuext/gpuext/policies"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // Admission is two steps. Planning decides everything about a container
@@ -60,7 +60,8 @@ func NewPlanner(mode FailMode, catalog *policies.Catalog, constraints *policies.
 	}
 	pl := &Planner{failMode: mode, catalog: catalog, constraints: constraints, log: log,
 		compileProbes: compile.CompileKernels}
-	if pc := catalog.Algorithms().Probes; pc != probes.Builtin() {
+	if pc := programCatalog(catalog); pc != programs.Builtin() {
+		// a probe directory's probes too: a compiler (and cache) of its own
 		pl.compileProbes = compile.NewCompiler(pc, nil).CompileKernels
 	}
 	return pl, nil
@@ -69,7 +70,17 @@ func NewPlanner(mode FailMode, catalog *policies.Catalog, constraints *policies.
 // ProbeCatalog is the probe catalog the planner's selections name (built-in
 // and the host's probe directory): what the views of its tenants' probes
 // come from.
-func (pl *Planner) ProbeCatalog() *probes.Catalog { return pl.catalog.Algorithms().Probes }
+func (pl *Planner) ProbeCatalog() *programs.Catalog { return programCatalog(pl.catalog) }
+
+// programCatalog is the program catalog whose names cat's policies select:
+// the one Catalog put in its algorithms (with the host's probe directory),
+// else the built-in one (the policy model holds only the names).
+func programCatalog(cat *policies.Catalog) *programs.Catalog {
+	if pc, ok := cat.Algorithms().Probes.(*programs.Catalog); ok && pc != nil {
+		return pc
+	}
+	return programs.Builtin()
+}
 
 // Plan is what admission does for one container, decided before anything
 // is written.
@@ -233,8 +244,17 @@ func tenantFile(key string, p policies.Policy, probes *compile.Bundle, gpus Tena
 		SMPercent: p.Priority.EffectiveSMPercent(), MPSClientPriority: p.Priority.EffectiveMPSClientPriority(),
 		LaunchGate: p.Priority.EffectiveLaunchGate(), Eviction: p.Memory.Eviction.Name, Prefetch: p.Memory.Prefetch.Name,
 		Probes: probeNames, ProbeKernels: probeKernels, GPUs: gpus.GPUs, GPUQuotaBytes: gpus.Quotas, GPUMemoryBytes: gpus.Granted,
-		QuotaAction: p.Memory.QuotaAction,
+		QuotaAction: p.Memory.QuotaAction, LatencyTarget: latencyTargetOf(p.Priority),
 	}
+}
+
+// latencyTargetOf is the policy's latency target where it applies (a
+// latency-critical tenant; an override that changes the class drops it).
+func latencyTargetOf(p policies.PriorityPolicy) string {
+	if p.Class != policies.LatencyCritical {
+		return ""
+	}
+	return p.LatencyTarget
 }
 
 // registryState is State from a core's registry and state directory: the

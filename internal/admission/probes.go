@@ -6,7 +6,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/gpuext/gpuext/devrt/probe/compile"
+	"github.com/gpuext/gpuext/gpubpf/compile"
 	"github.com/gpuext/gpuext/policies"
 )
 

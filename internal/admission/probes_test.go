@@ -11,12 +11,12 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
 
-	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/devrt/probe/compile"
-	"github.com/gpuext/gpuext/devrt/probe/helpers"
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
+	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/helpers"
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/policies"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // probeCore is a Core with only what the tenant-directory path needs: a
@@ -25,7 +25,7 @@ import (
 func probeCore(t *testing.T, mode FailMode, compileProbes func(probes, kernels []string) (*compile.Bundle, error)) (*Core, *test.Hook) {
 	logger, hook := test.NewNullLogger()
 	if compileProbes == nil {
-		compileProbes = compile.NewCompiler(probes.Builtin(), func() (helpers.Library, error) { return helpers.Library{}, nil }).CompileKernels
+		compileProbes = compile.NewCompiler(programs.Builtin(), func() (helpers.Library, error) { return helpers.Library{}, nil }).CompileKernels
 	}
 	log := logrus.NewEntry(logger)
 	pl := &Planner{failMode: mode, catalog: policies.BuiltinCatalog(), log: log, compileProbes: compileProbes}
@@ -89,12 +89,12 @@ func TestAdmitWritesProbeModule(t *testing.T) {
 			t.Errorf("module.conf lacks %q:\n%s", want, conf)
 		}
 	}
-	ptxText, err := os.ReadFile(filepath.Join(dir, TenantProbesDir, probe.ModuleFile))
-	if err != nil || !strings.Contains(string(ptxText), probe.FuncEntry) {
+	ptxText, err := os.ReadFile(filepath.Join(dir, TenantProbesDir, abi.ModuleFile))
+	if err != nil || !strings.Contains(string(ptxText), abi.FuncEntry) {
 		t.Errorf("module.ptx: %v", err)
 	}
-	var m probe.Manifest
-	b, err := os.ReadFile(filepath.Join(dir, TenantProbesDir, probe.ManifestFile))
+	var m abi.Manifest
+	b, err := os.ReadFile(filepath.Join(dir, TenantProbesDir, abi.ManifestFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 
 	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/devrt/probe/compile"
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
+	"github.com/gpuext/gpuext/gpubpf/compile"
 	"github.com/gpuext/gpuext/lib/strictjson"
 	"github.com/gpuext/gpuext/lib/tenantfs"
 )

@@ -3,8 +3,8 @@ package admission
 import (
 	"errors"
 
-	"github.com/gpuext/gpuext/devrt/probe"
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
+	"github.com/gpuext/gpuext/gpubpf/abi"
 	"github.com/gpuext/gpuext/internal/agentapi"
 	"github.com/gpuext/gpuext/internal/failmode"
 	"github.com/gpuext/gpuext/policies"
@@ -32,10 +32,10 @@ const (
 	TenantConfigFile   = tenantcfg.ConfigFileName
 	// TenantProbesDir holds the tenant's compiled device probes
 	// (module.ptx, module.conf, manifest.json; docs/device-probes.md).
-	TenantProbesDir = probe.BundleDir
+	TenantProbesDir = abi.BundleDir
 	// AcctProbesDir, under a tenant's accounting dir, is where the device
 	// runtime writes its probes' status and map copies.
-	AcctProbesDir = probe.BundleDir
+	AcctProbesDir = abi.BundleDir
 
 	// TenantSettingsFile is what the device runtime reads in the tenant
 	// dir (devrt/include/gpuext_devrt_tenant.h); config.json is its

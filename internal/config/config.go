@@ -108,6 +108,12 @@ type Config struct {
 	// that pushed its tenant over (docs/configuration.md, "What holds the quota"). On by default
 	// wherever gpuext-gpuview and the NVIDIA driver are.
 	MemoryGuard MemoryGuard `json:"memoryGuard,omitzero"`
+	// LatencyControl holds latency-critical tenants' latency targets (their
+	// policies' priority.latencyTarget) by choosing the MPS share of
+	// best-effort contexts and pacing best-effort launches
+	// (docs/priority-control.md). On by default; it acts only while a tenant
+	// with a target is on the node.
+	LatencyControl LatencyControl `json:"latencyControl,omitzero"`
 	// Gpuview is the gpuext-gpuview binary the agent runs for what it reads
 	// of NVML (the metrics' per-process series, the memory guard, the
 	// device plugin's discovery unless devicePlugin.gpuview names another).
@@ -176,6 +182,50 @@ func (g MemoryGuard) spec() (action string, interval time.Duration, margin uint6
 		}
 	}
 	return action, interval, margin, nil
+}
+
+// LatencyControl is the latencyControl section; every field is optional.
+type LatencyControl struct {
+	// Mode: "on" (default) or "off".
+	Mode string `json:"mode,omitempty"`
+	// BudgetPercent: the share of the SMs the node's best-effort contexts
+	// get together while a latency target is on the node, at start (1..100,
+	// default 60); the controller lowers it while a target is missed and
+	// raises it while every target holds with room. Each best-effort
+	// tenant's contexts get an even part, never above its policy's
+	// smPercent.
+	BudgetPercent uint32 `json:"budgetPercent,omitempty"`
+	// StallAfter: a best-effort tenant whose processes live but complete
+	// no GPU work this long is reported stalled (a Go duration, default
+	// "30s").
+	StallAfter string `json:"stallAfter,omitempty"`
+}
+
+// LatencyControlSpec is the latencyControl section's values (validated
+// when decoded): whether it runs, the starting budget (0: the
+// controller's default) and the stall time (0: its default).
+func (c Config) LatencyControlSpec() (on bool, budget uint32, stallAfter time.Duration) {
+	on, budget, stallAfter, _ = c.LatencyControl.spec()
+	return on, budget, stallAfter
+}
+
+func (l LatencyControl) spec() (on bool, budget uint32, stallAfter time.Duration, err error) {
+	switch l.Mode {
+	case "", "on":
+		on = true
+	case "off":
+	default:
+		return false, 0, 0, fmt.Errorf("latencyControl.mode %s: want \"on\" or \"off\"", shown(l.Mode))
+	}
+	if l.BudgetPercent > 100 {
+		return false, 0, 0, fmt.Errorf("latencyControl.budgetPercent %d: want 1..100 (percent of the SMs)", l.BudgetPercent)
+	}
+	if l.StallAfter != "" {
+		if stallAfter, err = time.ParseDuration(l.StallAfter); err != nil || stallAfter < time.Second {
+			return false, 0, 0, fmt.Errorf("latencyControl.stallAfter %s: want a Go duration of at least 1s", shown(l.StallAfter))
+		}
+	}
+	return on, l.BudgetPercent, stallAfter, nil
 }
 
 // DevicePluginSpec is the validated DevicePlugin section; ok is false when
@@ -326,6 +376,9 @@ func decodeInto(cfg *Config, data []byte, name string) error {
 		}
 	}
 	if _, _, _, err := cfg.MemoryGuard.spec(); err != nil {
+		return fmt.Errorf("config %s: %w", name, err)
+	}
+	if _, _, _, err := cfg.LatencyControl.spec(); err != nil {
 		return fmt.Errorf("config %s: %w", name, err)
 	}
 	return nil

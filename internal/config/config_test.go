@@ -25,6 +25,9 @@ func TestParse(t *testing.T) {
 		{name: "wrong type", in: `{"pinDir": 3}`, wantErr: "pinDir"},
 		{name: "relative MPS shm dir named", in: `{"mpsShmDirectory":"shm"}`, wantErr: `mpsShmDirectory "shm"`},
 		{name: "bad mpsRootTenants named", in: `{"mpsRootTenants":"sometimes"}`, wantErr: `mpsRootTenants "sometimes"`},
+		{name: "bad latencyControl mode named", in: `{"latencyControl":{"mode":"auto"}}`, wantErr: `latencyControl.mode "auto"`},
+		{name: "latencyControl budget over 100", in: `{"latencyControl":{"budgetPercent":140}}`, wantErr: `latencyControl.budgetPercent 140`},
+		{name: "latencyControl stallAfter too short", in: `{"latencyControl":{"stallAfter":"10ms"}}`, wantErr: `latencyControl.stallAfter "10ms"`},
 		{name: "mpsRootTenants deny", in: `{"mpsRootTenants":"deny"}`, check: func(c Config) bool { return c.MPSRootTenants == "deny" }},
 		{name: "absolute MPS dirs", in: `{"mpsPipeDirectory":"/run/mps","mpsShmDirectory":"/run/mps-shm"}`, check: func(c Config) bool {
 			return c.MPSPipeDirectory == "/run/mps" && c.MPSShmDirectory == "/run/mps-shm"

@@ -15,6 +15,7 @@ import (
 	"github.com/gpuext/gpuext/internal/deviceplugin"
 	"github.com/gpuext/gpuext/internal/failmode"
 	"github.com/gpuext/gpuext/internal/kubeowner"
+	"github.com/gpuext/gpuext/internal/latency"
 	"github.com/gpuext/gpuext/internal/logging"
 	"github.com/gpuext/gpuext/internal/memguard"
 	"github.com/gpuext/gpuext/internal/metrics"
@@ -35,7 +36,8 @@ type Agent struct {
 	// rebuilt at every Reconfigure
 	core          *admission.Core
 	reg           *bpf.Registry
-	pub           *board.Publisher // the running board publisher, for the metrics
+	pub           *board.Publisher    // the running board publisher, for the metrics
+	lat           *latency.Controller // the running latency controller (nil: off)
 	stopBoard     context.CancelFunc
 	stopReconcile context.CancelFunc
 	// started once, at the first Start or Reconfigure

@@ -8,6 +8,7 @@ import (
 	"github.com/gpuext/gpuext/devrt/board"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/config"
+	"github.com/gpuext/gpuext/internal/latency"
 	"github.com/gpuext/gpuext/internal/metrics"
 )
 
@@ -29,18 +30,46 @@ func (a *Agent) startBoardLocked(cfg config.Config) {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a.stopBoard, a.pub = cancel, pub
+	a.stopBoard, a.pub, a.lat = cancel, pub, nil
+	var ctl *latency.Controller
+	if on, budget, stallAfter := cfg.LatencyControlSpec(); on {
+		// the latency controller publishes through the same board: it
+		// stops (and clears its fields) before the board is closed
+		ctl = latency.New(latency.Config{Budget: float64(budget), StallAfter: stallAfter},
+			board.TenantSettings(admission.TenantsRoot(cfg.StateDir)), filepath.Join(cfg.StateDir, "acct"), pub, a.log)
+		ctl.SetStatusFile(latency.StatusPath(cfg.StateDir))
+		a.lat = ctl
+	}
 	go func() {
 		defer pub.Close()
+		done := make(chan struct{})
+		if ctl != nil {
+			go func() { defer close(done); ctl.Run(ctx) }()
+		} else {
+			close(done)
+		}
 		pub.Run(ctx, BoardInterval)
+		<-done
 	}()
+}
+
+// latencyStatus is the running latency controller's status, for the
+// metrics (false when none runs).
+func (a *Agent) latencyStatus() (latency.Status, bool) {
+	a.mu.Lock()
+	ctl := a.lat
+	a.mu.Unlock()
+	if ctl == nil {
+		return latency.Status{}, false
+	}
+	return ctl.Status(), true
 }
 
 // stopBoardLocked (a.mu held) stops the publisher, if one runs.
 func (a *Agent) stopBoardLocked() {
 	if a.stopBoard != nil {
 		a.stopBoard()
-		a.stopBoard, a.pub = nil, nil
+		a.stopBoard, a.pub, a.lat = nil, nil, nil
 	}
 }
 

@@ -3,10 +3,10 @@ package hostagent
 import (
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/bpf/kernelpolicy"
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/internal/config"
 	"github.com/gpuext/gpuext/internal/deviceplugin"
 	"github.com/gpuext/gpuext/internal/metrics"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // startMetrics serves /metrics once, when the config asks for it
@@ -35,7 +35,8 @@ func (a *Agent) startMetrics(cfg config.Config) {
 		return
 	}
 	observer.SetBoard(a.board)
-	observer.SetProbeCatalog(func() *probes.Catalog {
+	observer.SetLatency(a.latencyStatus)
+	observer.SetProbeCatalog(func() *programs.Catalog {
 		if core, err := a.Core(); err == nil {
 			return core.ProbeCatalog() // built in and the config's probeDir
 		}

@@ -8,10 +8,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/internal/admission"
+	"github.com/gpuext/gpuext/internal/latency"
 	"github.com/gpuext/gpuext/internal/memguard"
 	"github.com/gpuext/gpuext/policies"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // Agent is the agent's own metrics. It is the admission core's Observer
@@ -31,6 +32,8 @@ type Agent struct {
 	mu    sync.Mutex
 	board func() Board           // the running board publisher, or nil
 	guard func() memguard.Status // the GPU memory guard's state, or nil
+	// latencyStatus is the latency controller's state (ok false: none runs)
+	latencyStatus func() (latency.Status, bool)
 	// tenants is the tenant collector of NewRegistry (nil for NewAgent alone)
 	tenants *TenantCollector
 }
@@ -38,7 +41,7 @@ type Agent struct {
 // SetProbeCatalog makes the tenant collector's probe series render through
 // the probe catalog f returns (the agent's current core's: it changes when
 // the runtime reconfigures the agent). No-op without NewRegistry's collector.
-func (a *Agent) SetProbeCatalog(f func() *probes.Catalog) {
+func (a *Agent) SetProbeCatalog(f func() *programs.Catalog) {
 	if a.tenants != nil {
 		a.tenants.SetProbeCatalog(f)
 	}
@@ -110,6 +113,7 @@ func NewAgent(r prometheus.Registerer) *Agent {
 		}
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, v)
 	}
+	r.MustRegister(newLatencyCollector(a.latencyNow))
 	r.MustRegister(
 		guardFunc("gpuext_memory_guard_up", "1 while the GPU memory guard reads every GPU's processes from NVML (gpuext-gpuview --watch); 0 when it is off, has no driver or its last sample failed.", false,
 			func(s memguard.Status) float64 { return b2f(s.Up) }),

@@ -18,10 +18,10 @@ import (
 	"github.com/gpuext/gpuext/bpf/kernelpolicy"
 	"github.com/gpuext/gpuext/cgroup"
 	"github.com/gpuext/gpuext/devrt/board"
-	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/devrt/probe/compile"
-	"github.com/gpuext/gpuext/devrt/probe/maps"
-	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/devrt/probefiles/maps"
+	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
 	"github.com/gpuext/gpuext/internal/admission"
 )
 
@@ -355,7 +355,7 @@ func TestKernelCore(t *testing.T) {
 // probeTenant writes what admission and the device runtime write for a
 // tenant with the launch-stats and launch-latency probes: the manifest in
 // the tenant dir, one .maps file per process in the acct dir.
-func probeTenant(t testing.TB, state string, id bpf.TenantID, pids int) *probe.Manifest {
+func probeTenant(t testing.TB, state string, id bpf.TenantID, pids int) *abi.Manifest {
 	t.Helper()
 	b, err := compile.Compile([]string{"launch-stats", "launch-latency"}) // cached after the first
 	if err != nil {
@@ -363,7 +363,7 @@ func probeTenant(t testing.TB, state string, id bpf.TenantID, pids int) *probe.M
 	}
 	dir := filepath.Join(admission.TenantDir(state, uint64(id)), admission.TenantProbesDir)
 	os.MkdirAll(dir, 0o755)
-	if err := os.WriteFile(filepath.Join(dir, probe.ManifestFile), b.ManifestJSON(), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, abi.ManifestFile), b.ManifestJSON(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	acct := filepath.Join(admission.AcctDir(state, uint64(id)), admission.AcctProbesDir)
@@ -373,13 +373,13 @@ func probeTenant(t testing.TB, state string, id bpf.TenantID, pids int) *probe.M
 	for pid := 1; pid <= pids; pid++ {
 		f := &maps.File{PID: uint32(100 + pid), Image: 0, Seq: 1, Tenant: uint32(id), Final: true}
 		for _, m := range b.Manifest.Maps {
-			im := ptx.NewImage(m.Layout)
+			im := devmap.NewImage(m.Layout)
 			vals := map[string][]uint64{
 				"ls_counters": {10, 40, 4000, 40},                         // launches, blocks, blockNs, blockExits
 				"lat_hist":    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 5, 2}, // 2^10..2^13 ns
 			}[m.Name]
 			for i, v := range vals {
-				if v != 0 && im.Update(u32(uint32(i)), u64(v), ptx.FlagAny, 0) != 0 {
+				if v != 0 && im.Update(u32(uint32(i)), u64(v), devmap.FlagAny, 0) != 0 {
 					t.Fatalf("%s[%d]", m.Name, i)
 				}
 			}

@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/devrt/probe/launches"
+	"github.com/gpuext/gpuext/devrt/probefiles/launches"
 )
 
 // maxCoverageSeries bounds the reason label values of one tenant over its
@@ -84,7 +84,7 @@ func (r *launchReasons) keep(live []bpf.Tenant) {
 	}
 }
 
-// probeLaunches shows the tenant's launch table (devrt/probe/launches):
+// probeLaunches shows the tenant's launch table (devrt/probefiles/launches):
 // its coverage by class and reason, blocks, and the host-measured latency.
 // seen is the reasons the tenant has shown before (launchReasons), updated.
 func probeLaunches(ch chan<- prometheus.Metric, tab *launches.Table, lv []string, seen map[launchKey]bool) {

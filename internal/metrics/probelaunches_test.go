@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/devrt/probe/launches"
+	"github.com/gpuext/gpuext/devrt/probefiles/launches"
 	"github.com/gpuext/gpuext/internal/admission"
 )
 

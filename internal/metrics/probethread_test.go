@@ -5,19 +5,19 @@ import (
 	"testing"
 
 	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/devrt/probe/compile"
-	"github.com/gpuext/gpuext/devrt/probe/helpers"
-	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
+	"github.com/gpuext/gpuext/gpubpf/helpers"
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/lib/testutil"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // A per-thread map (a bpftime-style threadhist from a probe directory)
 // shows as the rows used and the entry's sum over its rows, labelled by
 // probe, map and field.
 func TestProbePerThreadSeries(t *testing.T) {
-	cat, err := probes.BuiltinWithDir(testutil.BpftimeDir(t, "", "thread-hist"))
+	cat, err := programs.BuiltinWithDir(testutil.BpftimeDir(t, "", "thread-hist"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,9 +26,9 @@ func TestProbePerThreadSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	state, id := t.TempDir(), bpf.TenantID(6)
-	writeProbeFiles(t, state, id, b, 78, func(_ string, im *ptx.Image) {
+	writeProbeFiles(t, state, id, b, 78, func(_ string, im *devmap.Image) {
 		for g := 0; g < 300; g++ { // 300 threads, 5 exits each
-			binary.LittleEndian.PutUint64(im.Bytes[probe.MapHdrSize+8*g:], 5)
+			binary.LittleEndian.PutUint64(im.Bytes[abi.MapHdrSize+8*g:], 5)
 		}
 	})
 	reg := &fakeRegistry{tenants: []bpf.Tenant{tenant(id, "ns", "pod", "default", 0, "app")}}

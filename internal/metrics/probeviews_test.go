@@ -11,21 +11,21 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpuext/gpuext/bpf"
-	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/devrt/probe/compile"
-	"github.com/gpuext/gpuext/devrt/probe/helpers"
-	"github.com/gpuext/gpuext/devrt/probe/maps"
-	"github.com/gpuext/gpuext/devrt/probe/ptx"
+	"github.com/gpuext/gpuext/devrt/probefiles/maps"
+	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/compile"
+	"github.com/gpuext/gpuext/gpubpf/devmap"
+	"github.com/gpuext/gpuext/gpubpf/helpers"
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/lib/testutil"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // exampleCatalog is the built-in probe catalog with the example probes of
 // examples/probes (a hash view and a records view) from a probe directory.
-func exampleCatalog(t *testing.T) *probes.Catalog {
+func exampleCatalog(t *testing.T) *programs.Catalog {
 	t.Helper()
-	cat, err := probes.BuiltinWithDir(testutil.ExampleDir(t, "kernel-block-hist", "slow-blocks"))
+	cat, err := programs.BuiltinWithDir(testutil.ExampleDir(t, "kernel-block-hist", "slow-blocks"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func exampleCatalog(t *testing.T) *probes.Catalog {
 // writeProbeFiles writes what admission and the device runtime write for
 // tenant id with bundle b: its manifest in the tenant dir, and process
 // pid's .maps (each map image set by fill) and .status in the acct dir.
-func writeProbeFiles(t testing.TB, state string, id bpf.TenantID, b *compile.Bundle, pid uint32, fill func(name string, im *ptx.Image)) {
+func writeProbeFiles(t testing.TB, state string, id bpf.TenantID, b *compile.Bundle, pid uint32, fill func(name string, im *devmap.Image)) {
 	t.Helper()
 	dir := filepath.Join(admission.TenantDir(state, uint64(id)), admission.TenantProbesDir)
 	acct := filepath.Join(admission.AcctDir(state, uint64(id)), admission.AcctProbesDir)
@@ -44,12 +44,12 @@ func writeProbeFiles(t testing.TB, state string, id bpf.TenantID, b *compile.Bun
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, probe.ManifestFile), b.ManifestJSON(), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, abi.ManifestFile), b.ManifestJSON(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	f := &maps.File{PID: pid, Seq: 1, Tenant: uint32(id), Final: true}
 	for _, m := range b.Manifest.Maps {
-		im := ptx.NewImage(m.Layout)
+		im := devmap.NewImage(m.Layout)
 		fill(m.Name, im)
 		f.Maps = append(f.Maps, maps.Map{Name: m.Name, Present: true, Layout: m.Layout, Bytes: im.Bytes})
 	}
@@ -64,11 +64,11 @@ func writeProbeFiles(t testing.TB, state string, id bpf.TenantID, b *compile.Bun
 
 // gatherWithCatalog scrapes a tenant collector over reg and state that
 // renders probes through cat (nil: the built-in catalog).
-func gatherWithCatalog(t testing.TB, reg Registry, state string, cat *probes.Catalog) map[string]*dto.MetricFamily {
+func gatherWithCatalog(t testing.TB, reg Registry, state string, cat *programs.Catalog) map[string]*dto.MetricFamily {
 	t.Helper()
 	r := prometheus.NewRegistry()
 	tc := NewTenantCollector(reg, state, nil)
-	tc.SetProbeCatalog(func() *probes.Catalog { return cat })
+	tc.SetProbeCatalog(func() *programs.Catalog { return cat })
 	r.MustRegister(tc)
 	fams, err := r.Gather()
 	if err != nil {
@@ -99,14 +99,14 @@ func TestProbeHashAndRecordsSeries(t *testing.T) {
 		k := le.AppendUint64(nil, kernel)
 		return append(le.AppendUint32(k, bucket), 0, 0, 0, 0)
 	}
-	writeProbeFiles(t, state, id, b, 77, func(name string, im *ptx.Image) {
+	writeProbeFiles(t, state, id, b, 77, func(name string, im *devmap.Image) {
 		switch name {
 		case "kbh_hist":
 			for _, e := range []struct {
 				k []byte
 				n uint64
 			}{{key(1, 10), 3}, {key(2, 14), 4}} {
-				if im.Update(e.k, le.AppendUint64(nil, e.n), ptx.FlagAny, 0) != 0 {
+				if im.Update(e.k, le.AppendUint64(nil, e.n), devmap.FlagAny, 0) != 0 {
 					t.Fatal("hash update")
 				}
 			}
@@ -120,7 +120,7 @@ func TestProbeHashAndRecordsSeries(t *testing.T) {
 		}
 	})
 	reg := &fakeRegistry{tenants: []bpf.Tenant{tenant(id, "ns", "pod", "default", 0, "app")}}
-	gather := func(c *probes.Catalog) map[string]*dto.MetricFamily { return gatherWithCatalog(t, reg, state, c) }
+	gather := func(c *programs.Catalog) map[string]*dto.MetricFamily { return gatherWithCatalog(t, reg, state, c) }
 	fams := gather(cat)
 	for _, c := range []struct {
 		name  string

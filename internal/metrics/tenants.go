@@ -15,11 +15,11 @@ import (
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/devrt/board"
-	"github.com/gpuext/gpuext/devrt/probe"
-	"github.com/gpuext/gpuext/devrt/probe/maps"
+	"github.com/gpuext/gpuext/devrt/probefiles/maps"
+	"github.com/gpuext/gpuext/gpubpf/abi"
+	"github.com/gpuext/gpuext/gpubpf/programs"
 	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/lib/tenantfs"
-	"github.com/gpuext/gpuext/policies/probes"
 )
 
 // Bounds of a scrape's reads of the probes' files (a tenant writes them).
@@ -66,14 +66,14 @@ type TenantCollector struct {
 	// probeCat, when set, returns the probe catalog the views come from
 	// (the agent's current core's: built in and its probe directory);
 	// nil, or a nil answer, is the built-in catalog.
-	probeCat atomic.Pointer[func() *probes.Catalog]
+	probeCat atomic.Pointer[func() *programs.Catalog]
 	// reasons: the launch reasons each tenant has shown (probeLaunches).
 	reasons launchReasons
 }
 
 // SetProbeCatalog makes the probe series render through the catalog f
 // returns (SetProbeCatalog(nil): the built-in one).
-func (c *TenantCollector) SetProbeCatalog(f func() *probes.Catalog) {
+func (c *TenantCollector) SetProbeCatalog(f func() *programs.Catalog) {
 	if f == nil {
 		c.probeCat.Store(nil)
 		return
@@ -81,13 +81,13 @@ func (c *TenantCollector) SetProbeCatalog(f func() *probes.Catalog) {
 	c.probeCat.Store(&f)
 }
 
-func (c *TenantCollector) probeCatalog() *probes.Catalog {
+func (c *TenantCollector) probeCatalog() *programs.Catalog {
 	if f := c.probeCat.Load(); f != nil {
 		if cat := (*f)(); cat != nil {
 			return cat
 		}
 	}
-	return probes.Builtin()
+	return programs.Builtin()
 }
 
 // NewTenantCollector reads reg's tenants and their files under stateDir.
@@ -278,8 +278,8 @@ func readUsage(acctDir string, id bpf.TenantID) (board.Usage, error) {
 // budget bytes (and ProbeBytesPerTenant); it returns the bytes it read and
 // false when the budget left some of them unread.
 func (c *TenantCollector) probes(ch chan<- prometheus.Metric, t bpf.Tenant, lv []string, budget int64) (int64, bool) {
-	manifest, err := probe.ReadManifest(filepath.Join(admission.TenantDir(c.stateDir, uint64(t.ID)),
-		admission.TenantProbesDir, probe.ManifestFile))
+	manifest, err := abi.ReadManifest(filepath.Join(admission.TenantDir(c.stateDir, uint64(t.ID)),
+		admission.TenantProbesDir, abi.ManifestFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, true // no probes selected
 	}
@@ -351,7 +351,7 @@ func (c *TenantCollector) probes(ch chan<- prometheus.Metric, t bpf.Tenant, lv [
 			continue
 		}
 		for _, v := range p.Views {
-			if v.Kind != probes.ViewLog2Histogram || v.Unit != "ns" {
+			if v.Kind != programs.ViewLog2Histogram || v.Unit != "ns" {
 				continue
 			}
 			if agg := ten.Maps[v.Map]; agg != nil && agg.Images > 0 {

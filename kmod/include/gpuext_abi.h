@@ -370,7 +370,7 @@ struct gpuext_tsg_submit_ctx {
 
 /*
  * A device probe is an eBPF program in ELF section GPUEXT_PROBE_SEC_* that
- * devrt/probe verifies and translates to PTX; the interposer splices a call
+ * gpubpf/ verifies and translates to PTX; the interposer splices a call
  * to it into every probed .entry of a module as the module loads.  The same
  * program text runs in the kernel through BPF_PROG_TEST_RUN in CI (the
  * differential test), so kernel helper numbers are kept where they exist.

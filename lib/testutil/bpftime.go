@@ -8,19 +8,19 @@ import (
 )
 
 // BpftimeKernel is the kernel the bpftime-style test programs
-// (devrt/probe/compile/testdata/bpftime) name in their sections.
+// (gpubpf/compile/testdata/bpftime) name in their sections.
 const BpftimeKernel = "_Z4gridPj"
 
 // BpftimeDir is a new probe directory holding the named bpftime-style
-// test programs of devrt/probe/compile/testdata/bpftime: each NAME.json
+// test programs of gpubpf/compile/testdata/bpftime: each NAME.json
 // and NAME.bpf.o, built from NAME.bpf.c with "-" as "_" against the
-// headers gpuext ships for bpftime's sources (policies/probes/bpftime,
+// headers gpuext ships for bpftime's sources (gpubpf/programs/bpftime,
 // what the SDK installs as include/bpftime). A kernel other than
 // BpftimeKernel replaces it in the sections (a copy of the source is built).
 func BpftimeDir(t testing.TB, kernel string, names ...string) string {
 	t.Helper()
 	root, dir, tmp := RepoRoot(), t.TempDir(), t.TempDir()
-	td := filepath.Join(root, "devrt", "probe", "compile", "testdata", "bpftime")
+	td := filepath.Join(root, "gpubpf", "compile", "testdata", "bpftime")
 	for _, name := range names {
 		src := filepath.Join(td, strings.ReplaceAll(name, "-", "_")+".bpf.c")
 		text, err := os.ReadFile(src)
@@ -49,5 +49,5 @@ func BpftimeDir(t testing.TB, kernel string, names ...string) string {
 // headers gpuext ships for bpftime's sources, as Build does otherwise.
 func BuildBpftime(t testing.TB, src, out string) {
 	t.Helper()
-	compileBPF(t, src, out, "policies/probes/bpftime", "policies/probes", "kmod/include")
+	compileBPF(t, src, out, "gpubpf/programs/bpftime", "gpubpf/programs", "kmod/include")
 }

@@ -16,7 +16,7 @@ import (
 // Without clang it skips, and fails under CI=true.
 func Build(t testing.TB, src, out string) {
 	t.Helper()
-	compileBPF(t, src, out, "policies/probes", "kmod/include")
+	compileBPF(t, src, out, "gpubpf/programs", "kmod/include")
 }
 
 // compileBPF is Build with the given include directories of the tree, in

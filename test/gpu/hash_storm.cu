@@ -1,8 +1,8 @@
 // hash_storm.cu - the device hash map of the probe helper library
-// (devrt/probe/helpers/helpers.cu, included as is) under bpftime's
+// (gpubpf/helpers/helpers.cu, included as is) under bpftime's
 // cuda-counter storm, on the GPU: every thread of 64 blocks of 256 updates
 // its block's key (u64 blockIdx.x, BPF_ANY) into a hash whose max_entries is
-// exactly 64 (128 buckets, as probe.Layout sizes it), 10 launches. No more
+// exactly 64 (128 buckets, as gpubpf/abi.Layout sizes it), 10 launches. No more
 // keys than max_entries are ever inserted, so every update must return 0
 // and, after the first launch already, all 64 keys must be live once, the
 // live-entry count word equal to the live buckets, no bucket half-written.
@@ -20,7 +20,7 @@
 #include <cuda_runtime.h>
 
 #ifndef GX_HELPERS_CU
-#define GX_HELPERS_CU "../../devrt/probe/helpers/helpers.cu"
+#define GX_HELPERS_CU "../../gpubpf/helpers/helpers.cu"
 #endif
 #include GX_HELPERS_CU
 

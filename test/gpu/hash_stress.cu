@@ -1,5 +1,5 @@
 // hash_stress.cu - the device hash map of the probe helper library
-// (devrt/probe/helpers/helpers.cu, included as is) under contention, on the
+// (gpubpf/helpers/helpers.cu, included as is) under contention, on the
 // GPU: every launch, thousands of threads insert, delete and look up a few
 // dozen keys of a small table (max_entries 32, 64 buckets), many threads on
 // the same key at once, so chains are long and inserts race deletes. After
@@ -21,7 +21,7 @@
 #include <vector>
 #include <cuda_runtime.h>
 
-#include "../../devrt/probe/helpers/helpers.cu"
+#include "../../gpubpf/helpers/helpers.cu"
 
 #define MAX_ENTRIES 32u
 #define NBUCKETS 64u

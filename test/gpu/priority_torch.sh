@@ -127,6 +127,16 @@ fi
 #   gpuext-P    MPS + the interposer; best-effort tenants have smPercent P
 #               and mpsClientPriority 1 (gpuext-P-p0: priority 0)
 #   gate        the interposer's launch gate, no MPS
+#   gpuext-ctl[-B]  MPS + the interposer + the latency controller (-B: its
+#               starting budget B% instead of the default 60) (gpuextctl
+#               board --standalone, as the agent runs it): the
+#               latency-critical tenant has latencyTarget
+#               GPUEXT_TORCH_TARGET (1.5x), each trainer is its own
+#               best-effort tenant capped at smPercent GPUEXT_TORCH_CTL_CAP
+#               (40) with mpsClientPriority 1; the controller chooses the
+#               share their contexts get and paces their launches. The
+#               latency-critical process first runs alone for
+#               GPUEXT_TORCH_CALIB_S (4) so the controller learns its solo p99.
 # Best-effort throughput is steps/s summed over the processes, counted
 # inside the latency-critical window. Targets per scenario and policy mode,
 # on every run: LC p99 <= 1.5x alone (graph and eager), >= 4x better than
@@ -147,10 +157,15 @@ if want priority-torch; then
 		cnn2) models=(resnet50 resnet50) ;;
 		gnn2) models=(gcn gcn) ;;
 		mix4) models=(resnet50 resnet50 gcn gcn) ;;
+		mix2) models=(resnet50 gcn) ;;
 		none) models=() ;;
 		*) bad "priority-torch" "unknown scenario $scen"; return ;;
 		esac
-		if [[ $mode == gpuext-auto ]]; then
+		local budget=""
+		if [[ $mode == gpuext-ctl* ]]; then
+			sm=${GPUEXT_TORCH_CTL_CAP:-40}
+			[[ $mode =~ ^gpuext-ctl-([0-9]+)$ ]] && budget=${BASH_REMATCH[1]} # the controller's starting budget
+		elif [[ $mode == gpuext-auto ]]; then
 			# the host's share per best-effort process: a budget for the GPU
 			# split among the best-effort processes on it
 			sm=$((${GPUEXT_TORCH_BE_BUDGET:-60} / ${#models[@]}))
@@ -161,16 +176,37 @@ if want priority-torch; then
 			[[ $mode =~ -lc([0-9]+) ]] && lcsm=${BASH_REMATCH[1]}
 		fi
 		rm -rf "$D" && mkdir -p "$D/tenants/1" "$D/tenants/2" "$D/acct/1" "$D/acct/2" "$D/board"
-		"$GPUEXTCTL" settings write --dir "$D/tenants/1" --tenant 1 --class latency-critical --active-window-us 6000
+		local target=()
+		[[ $mode == gpuext-ctl* ]] && target=(--latency-target "${GPUEXT_TORCH_TARGET:-1.5x}")
+		"$GPUEXTCTL" settings write --dir "$D/tenants/1" --tenant 1 --class latency-critical --active-window-us 6000 ${target[@]+"${target[@]}"}
 		local gate=()
 		[[ $mode == gate ]] && gate=(--launch-gate) # the gate is the policy's choice (launchGate)
 		"$GPUEXTCTL" settings write --dir "$D/tenants/2" --tenant 2 --class best-effort --sm-percent "$sm" --mps-client-priority "$prio" ${gate[@]+"${gate[@]}"}
+		if [[ $mode == gpuext-ctl* ]]; then # one best-effort tenant per trainer, as one container each
+			for i in "${!models[@]}"; do
+				mkdir -p "$D/tenants/$((2 + i))" "$D/acct/$((2 + i))"
+				"$GPUEXTCTL" settings write --dir "$D/tenants/$((2 + i))" --tenant $((2 + i)) --class best-effort --sm-percent "$sm" --mps-client-priority "$prio"
+			done
+		fi
 		[[ $mode == mps || $mode == gpuext-* ]] && tmps_start "$D/mps"
-		if [[ $mode == gate ]]; then
-			printf '{"stateDir":"%s"}\n' "$D" >"$D/gpuext.json"
-			"$GPUEXTCTL" --config "$D/gpuext.json" board --standalone --interval 200us >/dev/null 2>&1 & # no agent runs here
+		if [[ $mode == gate || $mode == gpuext-ctl* ]]; then
+			if [[ -n $budget ]]; then
+				printf '{"stateDir":"%s","latencyControl":{"budgetPercent":%d}}\n' "$D" "$budget" >"$D/gpuext.json"
+			else
+				printf '{"stateDir":"%s"}\n' "$D" >"$D/gpuext.json"
+			fi
+			local ctl=(--latency-control=false --interval 200us)
+			[[ $mode == gpuext-ctl* ]] && ctl=(--latency-control)
+			"$GPUEXTCTL" --config "$D/gpuext.json" board --standalone "${ctl[@]}" >"$D/ctl.txt" 2>&1 & # no agent runs here
 			board_pid=$!
 			sleep 0.5
+		fi
+		if [[ $mode == gpuext-ctl* ]]; then
+			# the controller learns the latency-critical tenant's p99 alone
+			env GPUEXT_DEVRT_DEBUG=0 LD_PRELOAD="$LIB" GPUEXT_TENANT_DIR="$D/tenants/1" GPUEXT_TENANT_ACCT="$D/acct/1" GPUEXT_BOARD="$D/board/board" \
+				PYTHONUNBUFFERED=1 "$PY" "$TP" lc "${GPUEXT_TORCH_CALIB_S:-4}" "$T_PERIOD_US" >"$D/calib.txt" 2>&1
+			sleep 1.2 # one more controller step
+			cp "$D/latency.json" "$D/latency-calib.json" 2>/dev/null
 		fi
 		pre() { # tenant -> the env admission would inject (policy modes only)
 			[[ $mode == gpuext-* || $mode == gate ]] || return 0
@@ -179,9 +215,12 @@ if want priority-torch; then
 			return 0
 		}
 		for i in "${!models[@]}"; do
+			local bt=2
+			[[ $mode == gpuext-ctl* ]] && bt=$((2 + i))
 			# shellcheck disable=SC2046
-			env $(pre 2) PYTHONUNBUFFERED=1 "$PY" "$TP" be "${models[$i]}" >"$D/be$i.txt" 2>&1 &
+			env $(pre $bt) PYTHONUNBUFFERED=1 "$PY" "$TP" be "${models[$i]}" >"$D/be$i.txt" 2>&1 &
 			pids+=($!)
+			[[ $mode == gpuext-ctl* ]] && sleep 1 # contexts one after another, each seeing the board as it is
 		done
 		local waited=0
 		while ((${#pids[@]} > 0)) && [[ $(cat "$D"/be*.txt 2>/dev/null | grep -c '^be_ready') -lt ${#pids[@]} ]] && ((waited < 240)); do
@@ -201,6 +240,9 @@ if want priority-torch; then
 		done
 		for i in "${pids[@]}"; do kill -TERM "$i" 2>/dev/null; done
 		for i in "${pids[@]}"; do wait "$i" 2>/dev/null; done
+		if [[ $mode == gpuext-ctl* ]]; then
+			cp "$D/latency.json" "$D/latency-end.json" 2>/dev/null
+		fi
 		[[ -n $board_pid ]] && kill "$board_pid" 2>/dev/null
 		[[ $mode == mps || $mode == gpuext-* ]] && tmps_stop
 		local figs line
@@ -211,10 +253,20 @@ if want priority-torch; then
 		line="run=$run scen=$scen mode=$mode $figs be_dtype=$GPUEXT_TORCH_BE_DTYPE"
 		[[ $mode == gpuext-* ]] && line="$line be_confined=$(cat "$D"/be*.txt | grep -c "CUDA_MPS_CLIENT_PRIORITY=$prio, launch gate off")/${#pids[@]}"
 		[[ $mode == gpuext-* ]] && line="$line sm=$sm prio=$prio lc_sm=$lcsm"
+		if [[ $mode == gpuext-ctl* ]]; then
+			# what the controller saw and chose: the shares the trainers got,
+			# its solo and last p99 of the latency-critical tenant, its verdict
+			line="$line ctl_shares=$(for f in "$D"/be*.txt; do grep -o 'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=[0-9]*' "$f" | head -1 | cut -d= -f2; done | paste -sd,)"
+			line="$line $(python3 -c 'import json,sys
+s=json.load(open(sys.argv[1])); t=[x for x in s["tenants"] if x["tenant"]==1][0]
+print("ctl_solo_p99_us=%d ctl_p99_us=%d ctl_target_us=%d ctl_ratio=%.2f ctl_quantile=%.2f ctl_verdict=%s ctl_budget=%.0f ctl_pace=%d" % (t["soloP99Ns"]/1000, t["p99Ns"]/1000, t["targetP99Ns"]/1000, t["ratio"], t["worstQuantile"], t["verdict"] or "none", s["budget"], s["pace"]))' "$D/latency-end.json" 2>/dev/null || echo ctl_status=none)"
+			line="$line ctl_log=$(grep -c "latency target missed" "$D/ctl.txt")miss,$(grep -c "pacing off" "$D/ctl.txt")relax"
+		fi
 		line="$line be_ticks=$(for f in "$D"/be*.txt; do grep -c '^be_tick' "$f"; done | paste -sd,)"
 		echo "$line" >>"$T_RES"
 		mkdir -p "$W/tplogs"
 		for f in "$D"/*.txt; do grep -v 'dlsym\|primary context' "$f" | tail -n 40 >"$W/tplogs/$run-$scen-$mode-${f##*/}"; done
+		for f in "$D"/latency-*.json; do [[ -e $f ]] && cp "$f" "$W/tplogs/$run-$scen-$mode-${f##*/}"; done
 		info "priority-torch $line"
 	}
 	# The trainers' precision: fp32 unless GPUEXT_TORCH_BE_DTYPE=bf16. Under
@@ -252,7 +304,7 @@ if want priority-torch; then
 		bad priority-torch "needs bin/gpuextctl (carry bin) and python3 with torch, torchvision, torch_geometric"
 	else
 		if [[ -n $MPS_CTL ]]; then
-			for dt in ${GPUEXT_FINITE_DTYPES:-bf16 fp32}; do tprio_finite "$dt"; done
+			for dt in ${GPUEXT_FINITE_DTYPES-bf16 fp32}; do tprio_finite "$dt"; done
 		fi
 		for run in $(seq 1 "$T_RUNS"); do
 			tprio_run "$run" none alone

@@ -21,7 +21,7 @@
 //   stats        count + %globaltimer at entry and exit - the shape of launch-stats
 //   timer-only   %globaltimer at entry and exit into a register, no memory
 //   guard-only   the leader branch and the slot's special registers, no memory
-// and the shapes the splice emits now (devrt/probe/ptx, docs/device-probes.md
+// and the shapes the splice emits now (gpubpf/ptx, docs/device-probes.md
 // "What the splice emits"), as ptxas gets them: the block's slot (linear
 // block index & 16383), %tid.x (0) added to each address, map strides as the
 // probes' maps have them:

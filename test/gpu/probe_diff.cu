@@ -1,7 +1,7 @@
 // probe_diff.cu - the GPU half of the device-probe differential test.
 //
-// devrt/probe/cmd/gpuext-probe-corpus (run as root on a host with BPF)
-// writes DIR/corpus.ptx, every corpus program of devrt/probe/difftest
+// gpubpf/cmd/gpuext-probe-corpus (run as root on a host with BPF)
+// writes DIR/corpus.ptx, every corpus program of gpubpf/difftest
 // translated to PTX with its harness entry and the CUDA helper library, and
 // DIR/corpus.txt, what the host kernel's BPF_PROG_TEST_RUN made of each
 // program. This harness JIT-loads corpus.ptx through the CUDA driver API
@@ -10,7 +10,7 @@
 // the context and the maps, and compares them with the kernel's results.
 // Maps are compared decoded (array: every index; hash: the live entries
 // ordered by key), as the host reads them; --strict also compares the map
-// bytes with the executable device map spec (devrt/probe/ptx/devmap.go:
+// bytes with the executable device map spec (gpubpf/devmap/devmap.go:
 // seq words, bucket positions), which checks the helper library byte for
 // byte (per-warp maps excepted: their bytes depend on the SM that ran the
 // block).
@@ -106,7 +106,7 @@ bad:
 	return NULL;
 }
 
-/* parse_corpus reads corpus.txt (format: devrt/probe/difftest.WriteCorpus). */
+/* parse_corpus reads corpus.txt (format: gpubpf/difftest.WriteCorpus). */
 static struct prog *parse_corpus(char *text, int *nprogs)
 {
 	int cap = 64, n = 0;

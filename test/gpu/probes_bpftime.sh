@@ -26,7 +26,7 @@
 #   probes-bpftime-obj-NAME-retargeted  an object whose sections name another app's
 #                                kernel (faiss, llama.cpp, PyTorch, ...): the same, its
 #                                descriptor retargeting it to bt_vectoradd's kernel
-# The programs (devrt/probe/compile/testdata/bpftime, our own, in bpftime's
+# The programs (gpubpf/compile/testdata/bpftime, our own, in bpftime's
 # style) are built by gpu-prep with the SDK's include/bpftime, their sections
 # naming vecadd's _Z4vaddPKfS0_Pfi, into out/gpu/bpftime-dir.
 BT_BLOCKS=64 BT_LAUNCHES=10

@@ -1,0 +1,150 @@
+package board
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
+)
+
+// A latency-critical process's requests land in its tenant's latency
+// histogram as its device runtime times them (first launch after a wait to
+// the wait's return): 60 requests whose wait takes 3 ms read a p99 of about
+// 3 ms, and every wait counts as completed work.
+func TestLatencyHistogramFromRequests(t *testing.T) {
+	build := buildDevrt(t)
+	state := t.TempDir()
+	lc := newTenantFile(t, state, tenantcfg.File{TenantID: 1, Policy: "p", Class: "latency-critical", LatencyTarget: "1.5x"})
+	cmd := exec.Command(filepath.Join(build, "fake", "gateapp"), "lcsync", "60", "4", "1000")
+	cmd.Env = append(lc.env(build, filepath.Join(state, "board", FileName)), "FAKECUDA_SYNC_US=3000")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("lcsync: %v\n%s", err, out)
+	}
+	u, err := ReadUsage(lc.acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the first request has no earlier wait to start from: 59 or 60
+	if u.LCRequests < 59 || u.Latency.Count() != u.LCRequests || u.Synced != 60 {
+		t.Fatalf("requests %d, histogram %d, synced %d: want 59-60 requests, all in the histogram, 60 waits", u.LCRequests, u.Latency.Count(), u.Synced)
+	}
+	if p99 := u.Latency.Quantile(0.99); p99 < 3*time.Millisecond || p99 > 30*time.Millisecond {
+		t.Errorf("p99 %v of requests whose wait takes 3 ms", p99)
+	}
+	if mean := u.LCRequestTime / time.Duration(u.LCRequests); mean < 3*time.Millisecond {
+		t.Errorf("mean request %v, want at least the 3 ms wait", mean)
+	}
+	// the host's reader of settings.bin knows the target
+	hosts, err := TenantSettings(filepath.Join(state, "tenants")).Tenants()
+	if err != nil || hosts[1].Target.RatioMilli != 1500 {
+		t.Errorf("host view of tenant 1: %+v, %v; want the 1.5x target", hosts[1], err)
+	}
+}
+
+// A best-effort context created while the board carries the controller's
+// share gets that share when it is below its policy's, never above; with no
+// share on the board it gets the policy's. (An MPS server's control pipe is
+// a file here: the interposer only checks it is there.)
+func TestBoardShareForNewBestEffortContexts(t *testing.T) {
+	build := buildDevrt(t)
+	state := t.TempDir()
+	be := newTenantFile(t, state, tenantcfg.File{TenantID: 2, Policy: "p", Class: "best-effort", SMPercent: 40, MPSClientPriority: 1})
+	pipe := filepath.Join(state, "mps")
+	if err := os.MkdirAll(pipe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pipe, "control"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pub := openPublisher(t, state)
+	share := func() string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(build, "fake", "app_procaddr"), "launch", "1")
+		cmd.Env = append(be.env(build, filepath.Join(state, "board", FileName)), "GPUEXT_DEVRT_DEBUG=1", "CUDA_MPS_PIPE_DIRECTORY="+pipe)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("app: %v\n%s", err, out)
+		}
+		_, v, ok := strings.Cut(string(out), "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=")
+		if !ok {
+			t.Fatalf("no share in the debug output:\n%s", out)
+		}
+		return strings.Fields(v)[0]
+	}
+	for _, tc := range []struct {
+		board uint32
+		want  string
+	}{{0, "40"}, {15, "15"}, {70, "40"}, {101, "40"}} {
+		pub.SetControl(tc.board, PaceNone)
+		if got := share(); got != tc.want {
+			t.Errorf("board share %d, policy 40: the context got %s%%, want %s%%", tc.board, got, tc.want)
+		}
+	}
+}
+
+// Pacing: while the board says so, a best-effort launch called during a
+// latency-critical request waits for the request's end; without it, it
+// goes at once; either way the best-effort process keeps launching between
+// requests. Requests here take 30 ms of waiting on the GPU, 60 ms apart
+// (the expected end is 1.5x the mean request: 45 ms); the best-effort
+// process launches every millisecond.
+func TestPacingHoldsBestEffortDuringRequests(t *testing.T) {
+	build := buildDevrt(t)
+	state := t.TempDir()
+	lc := newTenantFile(t, state, tenantcfg.File{TenantID: 1, Policy: "p", Class: "latency-critical", ActiveWindowUS: 100000})
+	be := newTenantFile(t, state, tenantcfg.File{TenantID: 2, Policy: "p", Class: "best-effort"})
+	boardPath := filepath.Join(state, "board", FileName)
+	pub := openPublisher(t, state)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); pub.Run(ctx, time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(2 * RescanInterval)
+
+	// during: best-effort launches admitted in the later half of a request
+	// (the board has seen it start), not within a millisecond of its end
+	run := func(pace uint32) (during, launches int) {
+		t.Helper()
+		pub.SetControl(0, pace)
+		beCmd := exec.Command(filepath.Join(build, "fake", "gateapp"), "be", "2000", "1000")
+		beCmd.Env = be.env(build, boardPath)
+		var beOut strings.Builder
+		beCmd.Stdout = &beOut
+		if err := beCmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		lcCmd := exec.Command(filepath.Join(build, "fake", "gateapp"), "lcsync", "25", "2", "30000")
+		lcCmd.Env = append(lc.env(build, boardPath), "FAKECUDA_SYNC_US=30000")
+		lcOut, err := lcCmd.Output()
+		if err != nil {
+			t.Fatalf("lc: %v\n%s", err, lcOut)
+		}
+		if err := beCmd.Wait(); err != nil {
+			t.Fatalf("be: %v", err)
+		}
+		reqs := fields(t, lcOut, "lc")
+		beLines := fields(t, []byte(beOut.String()), "be")
+		for _, f := range beLines {
+			for _, r := range reqs[3:] { // after the first requests: a mean to expect an end from
+				if mid := r[0] + (r[1]-r[0])/2; f[1] >= mid && f[1]+uint64(time.Millisecond) < r[1] {
+					during++
+				}
+			}
+		}
+		return during, len(beLines)
+	}
+	free, _ := run(PaceNone)
+	paced, n := run(PaceRequest)
+	if free < 50 || paced*10 > free {
+		t.Errorf("best-effort launches admitted during requests: %d paced, %d not: want at most a tenth when paced (and many when not)", paced, free)
+	}
+	if n < 100 {
+		t.Errorf("paced: the best-effort process made %d launches in 2 s, want it to keep launching between requests", n)
+	}
+	t.Logf("admitted during requests: %d not paced, %d paced; %d launches paced", free, paced, n)
+}

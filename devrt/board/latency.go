@@ -1,0 +1,122 @@
+package board
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Histogram is a latency-critical tenant's request durations as its
+// device runtime counts them (gpuext_devrt_shm.h, struct
+// gpuext_devrt_lc_latency): log-linear buckets, LatencySub per doubling
+// from 2^latMinShift ns. Counters only grow; Sub gives an interval's.
+type Histogram [latBuckets]uint64
+
+// LatencySub is how many buckets a doubling of the duration spans.
+const LatencySub = latSub
+
+// BucketFloor is the shortest duration bucket i holds (the header's
+// gpuext_devrt_lat_floor).
+func BucketFloor(i int) time.Duration {
+	oct := latMinShift + i/latSub
+	return time.Duration(uint64(latSub+i%latSub) << (oct - latSubShift))
+}
+
+// BucketOf is the bucket a duration counts in (the header's
+// gpuext_devrt_lat_bucket): for tests and for the host's own figures.
+func BucketOf(d time.Duration) int {
+	ns := uint64(max(d, 0))
+	if ns < 1<<latMinShift {
+		return 0
+	}
+	oct := 63
+	for ns>>uint(oct) == 0 {
+		oct--
+	}
+	i := (oct-latMinShift)*latSub + int((ns>>uint(oct-latSubShift))&(latSub-1))
+	return min(i, latBuckets-1)
+}
+
+// Sub is h minus an earlier reading of the same counters. A counter that
+// went down (the tenant's file was made anew) counts from zero.
+func (h Histogram) Sub(prev Histogram) Histogram {
+	var d Histogram
+	for i := range h {
+		if h[i] >= prev[i] {
+			d[i] = h[i] - prev[i]
+		} else {
+			d[i] = h[i]
+		}
+	}
+	return d
+}
+
+// Add is h plus o, bucket by bucket, saturating (the counters are a
+// tenant's to write: any value may be there).
+func (h Histogram) Add(o Histogram) Histogram {
+	for i := range h {
+		h[i] = satAdd(h[i], o[i])
+	}
+	return h
+}
+
+// Count is the number of durations counted (saturating).
+func (h Histogram) Count() uint64 {
+	var n uint64
+	for _, c := range h {
+		n = satAdd(n, c)
+	}
+	return n
+}
+
+func satAdd(a, b uint64) uint64 {
+	if a+b < a {
+		return math.MaxUint64
+	}
+	return a + b
+}
+
+// Quantile is an upper bound of the q-quantile (0 < q <= 1): the end of
+// the bucket the q-th duration falls in, so "p99 <= target" is never
+// claimed on a bucket's optimism. 0 when nothing was counted.
+func (h Histogram) Quantile(q float64) time.Duration {
+	n := h.Count()
+	if n == 0 {
+		return 0
+	}
+	rank := n // the ceil(q*n)-th duration
+	if r := math.Ceil(q * float64(n)); r < float64(n) {
+		rank = max(1, uint64(r))
+	}
+	var seen uint64
+	for i, c := range h {
+		seen = satAdd(seen, c)
+		if seen >= rank {
+			if i == latBuckets-1 {
+				return BucketFloor(i)
+			}
+			return BucketFloor(i + 1)
+		}
+	}
+	return BucketFloor(latBuckets - 1)
+}
+
+// Pace values of the board (SetControl).
+const (
+	PaceNone    = paceNone    // best-effort launches go at once
+	PaceRequest = paceRequest // they wait while a latency-critical request runs
+)
+
+// SetControl publishes the host latency controller's choices for
+// best-effort processes: the MPS share a context created now gets
+// (1..100; 0: the policy's) and the pacing of their launches.
+func (p *Publisher) SetControl(smPercent, pace uint32) {
+	atomic.StoreUint32(p.u32(boardOffBESMPercent), smPercent)
+	atomic.StoreUint32(p.u32(boardOffBEPace), pace)
+	atomic.AddUint64(p.u64(boardOffSeq), 1)
+}
+
+// Control is what SetControl last published.
+func (p *Publisher) Control() (smPercent, pace uint32) {
+	return atomic.LoadUint32(p.u32(boardOffBESMPercent)), atomic.LoadUint32(p.u32(boardOffBEPace))
+}

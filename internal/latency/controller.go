@@ -1,0 +1,468 @@
+// Package latency is the agent's latency controller: it holds the latency
+// targets of latency-critical tenants (the policy's priority.latencyTarget)
+// by choosing, for the node's best-effort tenants, the MPS share their
+// contexts get when they are created and the pacing of their launches while
+// a latency-critical request runs. It measures what it controls: each
+// latency-critical tenant's request p99 from the histogram its device
+// runtime keeps in the usage file, and each best-effort tenant's progress
+// (its completed waits for the GPU). docs/priority-control.md says what it
+// does and what it cannot.
+//
+// The controller is a loop of Step calls. Its inputs are the host's own
+// view of the tenants (board.Source: the settings admission wrote, never
+// what a tenant says of itself) and the tenants' usage files (hostile
+// input: read through devrt/board, bounded, no links); its outputs are two
+// fields of the read-only board every container maps (board.SetControl)
+// and its Status, which the agent's API, metrics and logs show.
+package latency
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/devrt/board"
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
+	"github.com/gpuext/gpuext/lib/atomicfile"
+)
+
+// Config is how the controller runs. The zero value of a field is its
+// default (Defaults).
+type Config struct {
+	// Interval between two Steps.
+	Interval time.Duration
+	// Window is how many intervals the p99 is taken over.
+	Window int
+	// MinRequests is the fewest requests in the window a p99 is judged on.
+	MinRequests uint64
+	// Budget is the share of the SMs (percent) the best-effort tenants'
+	// contexts get together at start, split evenly among the best-effort
+	// tenants; the controller lowers it while a target is missed and
+	// raises it again while every target holds with room.
+	Budget float64
+	// MinBudget and MaxBudget bound it.
+	MinBudget, MaxBudget float64
+	// StallAfter: a best-effort tenant with live processes whose device
+	// runtime counts no completed wait for the GPU and no launch for this
+	// long is reported stalled.
+	StallAfter time.Duration
+}
+
+// Defaults are Config's defaults. Budget 60: on the H200 two ResNet-50
+// trainers at 30% each held a latency-critical graph p99 at 1.5x its solo
+// figure with 0.86 of their no-policy throughput (docs/benchmarks.md).
+var Defaults = Config{Interval: time.Second, Window: 5, MinRequests: 50, Budget: 60, MinBudget: 4, MaxBudget: 100,
+	StallAfter: 30 * time.Second}
+
+func (c Config) withDefaults() Config {
+	d := Defaults
+	if c.Interval > 0 {
+		d.Interval = c.Interval
+	}
+	if c.Window > 0 {
+		d.Window = c.Window
+	}
+	if c.MinRequests > 0 {
+		d.MinRequests = c.MinRequests
+	}
+	if c.MinBudget > 0 {
+		d.MinBudget = c.MinBudget
+	}
+	if c.MaxBudget > 0 {
+		d.MaxBudget = min(c.MaxBudget, 100)
+	}
+	if c.Budget > 0 {
+		d.Budget = c.Budget
+	}
+	d.Budget = min(max(d.Budget, d.MinBudget), d.MaxBudget)
+	if c.StallAfter > 0 {
+		d.StallAfter = c.StallAfter
+	}
+	return d
+}
+
+// The controller's steps: a missed target cuts the budget by cutFactor
+// and turns pacing on; relaxAfter intervals in a row with every target
+// held under relaxBelow of it turn pacing off, then raise the budget by
+// raiseStep a time.
+const (
+	cutFactor  = 0.7
+	relaxBelow = 0.75
+	relaxAfter = 3
+	raiseStep  = 5.0
+)
+
+// Verdict is what the controller says of a latency-critical tenant's target.
+type Verdict string
+
+const (
+	Met        Verdict = "met"         // p99 within the target
+	Missed     Verdict = "missed"      // p99 above it
+	NoBaseline Verdict = "no-baseline" // relative target, the tenant not yet seen alone
+	TooFew     Verdict = "too-few"     // fewer than MinRequests requests in the window
+	NoTarget   Verdict = ""            // no target
+)
+
+// TenantStatus is the controller's view of one tenant.
+type TenantStatus struct {
+	ID    bpf.TenantID    `json:"tenant"`
+	Class tenantcfg.Class `json:"class"`
+	// latency-critical
+	Target    string        `json:"target"`      // as the policy gives it ("1.5x", "800us"); "" none
+	TargetP99 time.Duration `json:"targetP99Ns"` // the bound in force (0: not known yet)
+	P99       time.Duration `json:"p99Ns"`       // over the window (0: too few requests)
+	SoloP99   time.Duration `json:"soloP99Ns"`   // with no best-effort process on the node (0: not seen)
+	Requests  uint64        `json:"requests"`    // in the window
+	Verdict   Verdict       `json:"verdict"`
+	// Ratio is how far from the target, > 1 missed (0: not judged);
+	// WorstQuantile the percentile that set it (a relative target is judged
+	// over the tenant's percentiles, RelativeQuantiles).
+	Ratio         float64       `json:"ratio"`
+	WorstQuantile float64       `json:"worstQuantile"`
+	Processes     int           `json:"processes"` // live processes (usage-file slots)
+	Stalled       bool          `json:"stalled"`   // best-effort: live processes, no progress for StallAfter
+	StalledFor    time.Duration `json:"stalledForNs"`
+}
+
+// Status is the controller's state: per tenant, and what it publishes.
+type Status struct {
+	At        time.Time      `json:"at"`
+	Tenants   []TenantStatus `json:"tenants"`
+	Budget    float64        `json:"budget"`    // percent of the SMs for all best-effort contexts
+	SMPercent uint32         `json:"smPercent"` // the share published for a best-effort context created now (0: the policy's)
+	Pace      uint32         `json:"pace"`      // board.PaceNone or board.PaceRequest
+	Active    bool           `json:"active"`    // a latency-critical tenant with a target is live
+	Targets   int            `json:"targets"`   // latency-critical tenants with a target on the node
+}
+
+// Board is where the controller publishes (board.Publisher).
+type Board interface {
+	SetControl(smPercent, pace uint32)
+}
+
+// Controller holds the targets. Step is not safe for concurrent use;
+// Status is.
+type Controller struct {
+	cfg      Config
+	src      board.Source
+	acctRoot string
+	out      Board
+	log      *logrus.Entry
+	read     func(acctDir string) (board.Usage, error)
+
+	tenants map[bpf.TenantID]*tenant
+	budget  float64
+	pace    uint32
+	calm    int // intervals in a row with every target held with room
+	srcErr  string
+
+	statusFile string // "" none
+	fileErr    string
+
+	mu     sync.Mutex
+	status Status
+}
+
+type tenant struct {
+	prev     board.Histogram // the counters last read
+	havePrev bool
+	ring     []board.Histogram // the last Window intervals' requests
+	solo     board.Histogram   // requests while no best-effort process was live
+	synced   uint64
+	launches uint64
+	progress time.Time // when synced or launches last moved (or the tenant was first seen)
+	stalled  bool      // reported (logged once per stall)
+	logged   Verdict
+	readErr  string
+}
+
+// New returns a controller that reads the host's tenants from src, their
+// usage files under acctRoot (<stateDir>/acct) and publishes to out.
+func New(cfg Config, src board.Source, acctRoot string, out Board, log *logrus.Entry) *Controller {
+	if log == nil {
+		log = logrus.NewEntry(logrus.StandardLogger())
+	}
+	cfg = cfg.withDefaults()
+	return &Controller{cfg: cfg, src: src, acctRoot: acctRoot, out: out, log: log.WithField("component", "latency"),
+		read: board.ReadUsage, tenants: map[bpf.TenantID]*tenant{}, budget: cfg.Budget}
+}
+
+// Run steps every Interval until ctx ends, then publishes "no control"
+// (the policies' own shares, no pacing).
+func (c *Controller) Run(ctx context.Context) {
+	t := time.NewTicker(c.cfg.Interval)
+	defer t.Stop()
+	defer c.out.SetControl(0, board.PaceNone)
+	for {
+		c.Step(time.Now())
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Status is the state after the last Step.
+func (c *Controller) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.status
+	s.Tenants = slices.Clone(s.Tenants)
+	return s
+}
+
+// Step reads the tenants once, judges the targets and publishes.
+func (c *Controller) Step(now time.Time) Status {
+	hosts, err := c.src.Tenants()
+	if err != nil {
+		if msg := err.Error(); msg != c.srcErr {
+			c.log.WithError(err).Warn("tenants not read: control unchanged")
+			c.srcErr = msg
+		}
+		return c.Status()
+	}
+	c.srcErr = ""
+	ids := make([]bpf.TenantID, 0, len(hosts))
+	for id := range hosts {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for id := range c.tenants {
+		if _, ok := hosts[id]; !ok {
+			delete(c.tenants, id)
+		}
+	}
+	usage := make(map[bpf.TenantID]board.Usage, len(ids))
+	beLive, beTenants := 0, 0
+	for _, id := range ids {
+		t := c.tenants[id]
+		if t == nil {
+			t = &tenant{progress: now}
+			c.tenants[id] = t
+		}
+		u, err := c.read(filepath.Join(c.acctRoot, fmt.Sprint(uint32(id))))
+		if err != nil {
+			// no usage file yet (no process started) or a bad one: the
+			// tenant counts as idle; a bad file is said once
+			if msg := err.Error(); msg != t.readErr && !isNotExist(err) {
+				c.log.WithError(err).WithField("tenant", uint32(id)).Warn("usage file not read: the tenant counts as idle")
+				t.readErr = msg
+			}
+			u = board.Usage{}
+		} else {
+			t.readErr = ""
+		}
+		usage[id] = u
+		if hosts[id].Class == tenantcfg.ClassBestEffort {
+			beTenants++
+			if u.LiveProcesses > 0 {
+				beLive++
+			}
+		}
+	}
+
+	st := Status{At: now}
+	worst, judged := 0.0, 0
+	for _, id := range ids {
+		h, u, t := hosts[id], usage[id], c.tenants[id]
+		ts := TenantStatus{ID: id, Class: h.Class, Processes: u.LiveProcesses}
+		switch h.Class {
+		case tenantcfg.ClassLatencyCritical:
+			delta := u.Latency.Sub(t.prev)
+			if !t.havePrev {
+				delta = board.Histogram{} // what came before the controller saw it is no interval's
+			}
+			t.prev, t.havePrev = u.Latency, true
+			t.ring = append(t.ring, delta)
+			if len(t.ring) > c.cfg.Window {
+				t.ring = t.ring[len(t.ring)-c.cfg.Window:]
+			}
+			if beLive == 0 {
+				t.solo = t.solo.Add(delta)
+			}
+			var win board.Histogram
+			for _, d := range t.ring {
+				win = win.Add(d)
+			}
+			ts.Requests = win.Count()
+			if ts.Requests >= c.cfg.MinRequests {
+				ts.P99 = win.Quantile(0.99)
+			}
+			if t.solo.Count() >= c.cfg.MinRequests {
+				ts.SoloP99 = t.solo.Quantile(0.99)
+			}
+			if h.Target.IsZero() {
+				break
+			}
+			ts.Target = h.Target.String()
+			st.Targets++
+			switch {
+			case h.Target.P99 > 0:
+				ts.TargetP99 = h.Target.P99
+			case ts.SoloP99 > 0:
+				ts.TargetP99 = time.Duration(float64(ts.SoloP99) * float64(h.Target.RatioMilli) / 1000)
+			}
+			switch {
+			case ts.TargetP99 == 0:
+				ts.Verdict = NoBaseline
+			case ts.P99 == 0:
+				ts.Verdict = TooFew
+			default:
+				// how far the tenant is from its target, > 1 missed: an
+				// absolute target by its p99; a relative one by the worst of
+				// its percentiles against the same percentile alone
+				ts.Ratio = float64(ts.P99) / float64(ts.TargetP99)
+				ts.WorstQuantile = 0.99
+				if h.Target.RatioMilli > 0 {
+					ts.Ratio, ts.WorstQuantile = shift(win, t.solo)
+					ts.Ratio /= float64(h.Target.RatioMilli) / 1000
+				}
+				ts.Verdict = Met
+				if ts.Ratio > 1 {
+					ts.Verdict = Missed
+				}
+				judged++
+				worst = math.Max(worst, ts.Ratio)
+			}
+			if u.LiveProcesses > 0 {
+				st.Active = true
+			}
+			if ts.Verdict != t.logged && (ts.Verdict == Met || ts.Verdict == Missed) {
+				c.log.WithFields(logrus.Fields{"tenant": uint32(id), "target": ts.Target, "targetP99": ts.TargetP99,
+					"p99": ts.P99, "soloP99": ts.SoloP99, "requests": ts.Requests, "ratio": fmt.Sprintf("%.2f", ts.Ratio),
+					"quantile": ts.WorstQuantile}).Infof("latency target %s", ts.Verdict)
+				t.logged = ts.Verdict
+			}
+		case tenantcfg.ClassBestEffort:
+			if u.Synced != t.synced || u.Launches != t.launches || u.LiveProcesses == 0 {
+				t.synced, t.launches, t.progress = u.Synced, u.Launches, now
+				if t.stalled {
+					c.log.WithField("tenant", uint32(id)).Info("best-effort tenant progresses again")
+				}
+				t.stalled = false
+			}
+			if d := now.Sub(t.progress); u.LiveProcesses > 0 && d >= c.cfg.StallAfter {
+				ts.Stalled, ts.StalledFor = true, d
+				if !t.stalled {
+					c.log.WithFields(logrus.Fields{"tenant": uint32(id), "processes": u.LiveProcesses, "for": d.Round(time.Second)}).
+						Warn("best-effort tenant stalled: its processes live but completed no GPU work")
+					t.stalled = true
+				}
+			}
+		}
+		st.Tenants = append(st.Tenants, ts)
+	}
+
+	// The decision: only while a latency-critical tenant with a target is
+	// live and judged; otherwise no control (the policies' own shares).
+	switch {
+	case !st.Active || judged == 0:
+		c.calm = 0
+		if !st.Active {
+			c.pace = board.PaceNone
+		}
+	case worst > 1:
+		c.calm = 0
+		was, wasPace := c.budget, c.pace
+		c.budget = math.Max(c.cfg.MinBudget, c.budget*cutFactor)
+		c.pace = board.PaceRequest
+		if was != c.budget || wasPace != c.pace {
+			c.log.WithFields(logrus.Fields{"worst": fmt.Sprintf("%.2f", worst), "budget": fmt.Sprintf("%.0f", c.budget)}).
+				Info("latency target missed: best-effort launches paced during requests, a smaller share for new best-effort contexts")
+		}
+	case worst < relaxBelow:
+		c.calm++
+		if c.calm >= relaxAfter {
+			c.calm = 0
+			if c.pace != board.PaceNone {
+				c.pace = board.PaceNone
+				c.log.WithField("worst", fmt.Sprintf("%.2f", worst)).Info("latency targets held with room: pacing off")
+			} else if c.budget < c.cfg.MaxBudget {
+				c.budget = math.Min(c.cfg.MaxBudget, c.budget+raiseStep)
+			}
+		}
+	default:
+		c.calm = 0
+	}
+	st.Budget, st.Pace = c.budget, c.pace
+	// A best-effort context created while a target is on the node gets the
+	// budget's share, whether or not the latency-critical tenant runs yet:
+	// the share is fixed for the context's life.
+	if st.Targets > 0 && beTenants > 0 {
+		st.SMPercent = uint32(max(1, math.Floor(c.budget/float64(beTenants))))
+	}
+	c.out.SetControl(st.SMPercent, st.Pace)
+	c.mu.Lock()
+	c.status = st
+	c.mu.Unlock()
+	c.writeStatus(st)
+	return st
+}
+
+func (c *Controller) writeStatus(st Status) {
+	if c.statusFile == "" {
+		return
+	}
+	b, err := json.Marshal(st)
+	if err == nil {
+		err = atomicfile.Write(c.statusFile, append(b, '\n'), 0o644)
+	}
+	if err != nil && err.Error() != c.fileErr {
+		c.log.WithError(err).Warn("status file not written")
+	}
+	c.fileErr = ""
+	if err != nil {
+		c.fileErr = err.Error()
+	}
+}
+
+// RelativeQuantiles are the percentiles a relative target is judged on:
+// each against the same percentile of the tenant alone. A tenant's requests
+// are seldom of one kind (a short CUDA-graph replay and a long eager pass,
+// a small batch and a large one): its p99 is its longest kind's tail, and
+// the short kind can be slowed several times while the p99 moves little
+// (measured on the H100, docs/benchmarks.md). "At most 1.5x" holds when no
+// part of the distribution is slowed more than that.
+var RelativeQuantiles = []float64{0.25, 0.5, 0.75, 0.9, 0.99}
+
+// shift is the largest ratio of a window's percentile to the same
+// percentile alone, over RelativeQuantiles, and that percentile.
+func shift(win, solo board.Histogram) (ratio, q float64) {
+	for _, p := range RelativeQuantiles {
+		a, b := win.Quantile(p), solo.Quantile(p)
+		if a <= 0 || b <= 0 {
+			continue
+		}
+		if r := float64(a) / float64(b); r > ratio {
+			ratio, q = r, p
+		}
+	}
+	return ratio, q
+}
+
+// isNotExist: no usage file yet, or one no process has initialised: an
+// idle tenant, nothing to say.
+func isNotExist(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, board.ErrUsageInvalid)
+}
+
+// StatusFileName is the controller's status file in the state dir.
+const StatusFileName = "latency.json"
+
+// StatusPath is the status file of the controller of stateDir.
+func StatusPath(stateDir string) string { return filepath.Join(stateDir, StatusFileName) }
+
+// SetStatusFile makes every Step write the status, as JSON, to path
+// (atomically; root's state dir): what `gpuextctl tenants` shows of it.
+func (c *Controller) SetStatusFile(path string) { c.statusFile = path }

@@ -1,0 +1,295 @@
+package latency
+
+import (
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/devrt/board"
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
+)
+
+// node is a fake host: its tenants as admission wrote them and the usage
+// files their device runtimes keep (the counters only grow, as theirs do).
+type node struct {
+	hosts map[bpf.TenantID]board.HostTenant
+	usage map[bpf.TenantID]*board.Usage
+	sm    uint32
+	pace  uint32
+	sets  int
+}
+
+func (n *node) Tenants() (map[bpf.TenantID]board.HostTenant, error) { return n.hosts, nil }
+func (n *node) SetControl(sm, pace uint32)                          { n.sm, n.pace, n.sets = sm, pace, n.sets+1 }
+func (n *node) read(dir string) (board.Usage, error) {
+	id, _ := strconv.Atoi(filepath.Base(dir))
+	u, ok := n.usage[bpf.TenantID(id)]
+	if !ok {
+		return board.Usage{}, fmt.Errorf("open %s: %w", dir, fs.ErrNotExist)
+	}
+	return *u, nil
+}
+
+// requests adds count requests of duration d to a latency-critical tenant.
+func (n *node) requests(id bpf.TenantID, count uint64, d time.Duration) {
+	u := n.usage[id]
+	u.Latency[board.BucketOf(d)] += count
+	u.LCRequests += count
+}
+
+func newNode() *node {
+	return &node{
+		hosts: map[bpf.TenantID]board.HostTenant{
+			1: {Class: tenantcfg.ClassLatencyCritical, Target: tenantcfg.LatencyTarget{P99: 800 * time.Microsecond}},
+			2: {Class: tenantcfg.ClassBestEffort, SMPercent: 40},
+			3: {Class: tenantcfg.ClassBestEffort, SMPercent: 40},
+		},
+		usage: map[bpf.TenantID]*board.Usage{1: {LiveProcesses: 1}, 2: {LiveProcesses: 1}, 3: {LiveProcesses: 1}},
+	}
+}
+
+func newController(n *node, cfg Config) (*Controller, *test.Hook) {
+	l, hook := test.NewNullLogger()
+	c := New(cfg, n, "/acct", n, logrus.NewEntry(l))
+	c.read = n.read
+	return c, hook
+}
+
+func tenantStatus(t *testing.T, s Status, id bpf.TenantID) TenantStatus {
+	t.Helper()
+	for _, ts := range s.Tenants {
+		if ts.ID == id {
+			return ts
+		}
+	}
+	t.Fatalf("tenant %d not in the status %+v", id, s)
+	return TenantStatus{}
+}
+
+// A missed absolute target paces best-effort launches at once and gives
+// best-effort contexts made from then on a smaller share; once every
+// target holds with room, pacing goes first, then the share grows back.
+func TestMissedTargetPacesThenRelaxes(t *testing.T) {
+	n := newNode()
+	c, hook := newController(n, Config{})
+	now := time.Unix(1000, 0)
+	s := c.Step(now) // first read: the baseline of the counters
+	if n.sm != 30 || n.pace != board.PaceNone {
+		t.Fatalf("start: share %d pace %d, want the budget 60 split over 2 best-effort tenants (30), no pacing", n.sm, n.pace)
+	}
+	n.requests(1, 980, 300*time.Microsecond)
+	n.requests(1, 20, 2*time.Millisecond)
+	now = now.Add(time.Second)
+	s = c.Step(now)
+	lc := tenantStatus(t, s, 1)
+	if lc.Verdict != Missed || lc.P99 < 2*time.Millisecond || lc.TargetP99 != 800*time.Microsecond || lc.Requests != 1000 {
+		t.Fatalf("lc = %+v, want missed with p99 about 2ms over 1000 requests", lc)
+	}
+	if n.pace != board.PaceRequest || n.sm != 21 || s.Budget != 42 {
+		t.Fatalf("after a miss: share %d pace %d budget %.0f, want 21 (60*0.7/2), paced, 42", n.sm, n.pace, s.Budget)
+	}
+	if !logged(hook, "latency target missed") {
+		t.Error("the miss is not logged")
+	}
+	// Healthy from here: 2000 fast requests an interval push the slow ones
+	// out of the window (5 intervals), then 3 calm intervals turn pacing
+	// off, 3 more raise the budget by 5.
+	var paceOffAt, raisedAt int
+	for i := 1; i <= 20; i++ {
+		n.requests(1, 2000, 300*time.Microsecond)
+		now = now.Add(time.Second)
+		s = c.Step(now)
+		if paceOffAt == 0 && n.pace == board.PaceNone {
+			paceOffAt = i
+		}
+		if raisedAt == 0 && s.Budget > 42 {
+			raisedAt = i
+		}
+	}
+	if paceOffAt == 0 || raisedAt == 0 || raisedAt <= paceOffAt {
+		t.Fatalf("pacing off at interval %d, budget raised at %d: want pacing off first, then the budget", paceOffAt, raisedAt)
+	}
+	if lc := tenantStatus(t, s, 1); lc.Verdict != Met || lc.P99 > 350*time.Microsecond {
+		t.Errorf("lc = %+v, want met at about 300us", lc)
+	}
+}
+
+// A relative target is judged against the tenant's own p99 while no
+// best-effort process is live: unknown before that, then 1.5x of it.
+func TestRelativeTargetLearnsSoloBaseline(t *testing.T) {
+	n := newNode()
+	n.hosts[1] = board.HostTenant{Class: tenantcfg.ClassLatencyCritical, Target: tenantcfg.LatencyTarget{RatioMilli: 1500}}
+	n.usage[2].LiveProcesses, n.usage[3].LiveProcesses = 0, 0
+	c, _ := newController(n, Config{})
+	now := time.Unix(1000, 0)
+	c.Step(now)
+	if lc := tenantStatus(t, c.Status(), 1); lc.Verdict != NoBaseline {
+		t.Fatalf("before any request: %+v, want no-baseline", lc)
+	}
+	n.requests(1, 500, 200*time.Microsecond)
+	now = now.Add(time.Second)
+	s := c.Step(now)
+	lc := tenantStatus(t, s, 1)
+	if lc.SoloP99 < 200*time.Microsecond || lc.SoloP99 > 230*time.Microsecond || lc.Verdict != Met {
+		t.Fatalf("alone: %+v, want a solo p99 of about 200us and the target met", lc)
+	}
+	// best-effort work starts; the tenant's requests take 400us: 2x alone
+	n.usage[2].LiveProcesses, n.usage[3].LiveProcesses = 1, 1
+	for i := 0; i < 5; i++ {
+		n.requests(1, 500, 400*time.Microsecond)
+		now = now.Add(time.Second)
+		s = c.Step(now)
+	}
+	lc = tenantStatus(t, s, 1)
+	if lc.Verdict != Missed || lc.TargetP99 != lc.SoloP99*3/2 {
+		t.Fatalf("beside best-effort work: %+v, want missed against 1.5x the solo p99", lc)
+	}
+	if lc.SoloP99 > 230*time.Microsecond {
+		t.Errorf("the solo baseline took in requests made beside best-effort work: %v", lc.SoloP99)
+	}
+	if n.pace != board.PaceRequest {
+		t.Error("missed, not paced")
+	}
+}
+
+// Without a latency target on the node the controller publishes nothing
+// of its own: the policies' shares and no pacing. Too few requests are
+// not judged.
+func TestNoTargetNoControl(t *testing.T) {
+	n := newNode()
+	n.hosts[1] = board.HostTenant{Class: tenantcfg.ClassLatencyCritical}
+	c, _ := newController(n, Config{})
+	c.Step(time.Unix(1000, 0))
+	n.requests(1, 1000, 5*time.Millisecond)
+	s := c.Step(time.Unix(1001, 0))
+	if n.sm != 0 || n.pace != board.PaceNone || s.Targets != 0 {
+		t.Errorf("no target: share %d pace %d targets %d, want 0, none, 0", n.sm, n.pace, s.Targets)
+	}
+	if lc := tenantStatus(t, s, 1); lc.P99 < 5*time.Millisecond || lc.Verdict != NoTarget {
+		t.Errorf("lc = %+v: the p99 is still measured, with no verdict", lc)
+	}
+
+	n = newNode()
+	c, _ = newController(n, Config{})
+	c.Step(time.Unix(1000, 0))
+	n.requests(1, 10, 5*time.Millisecond)
+	s = c.Step(time.Unix(1001, 0))
+	if lc := tenantStatus(t, s, 1); lc.Verdict != TooFew || n.pace != board.PaceNone || s.Budget != Defaults.Budget {
+		t.Errorf("10 requests: %+v pace %d budget %.0f, want too-few and nothing changed", lc, n.pace, s.Budget)
+	}
+}
+
+// A best-effort tenant whose processes live but complete no GPU work for
+// StallAfter is reported, once, and clears when it moves again.
+func TestStalledBestEffort(t *testing.T) {
+	n := newNode()
+	c, hook := newController(n, Config{StallAfter: 10 * time.Second})
+	now := time.Unix(1000, 0)
+	for i := 0; i < 12; i++ {
+		n.usage[3].Synced++ // tenant 3 progresses; 2 does not
+		c.Step(now)
+		now = now.Add(time.Second)
+	}
+	s := c.Status()
+	if be := tenantStatus(t, s, 2); !be.Stalled || be.StalledFor < 10*time.Second {
+		t.Errorf("tenant 2 = %+v, want stalled", be)
+	}
+	if be := tenantStatus(t, s, 3); be.Stalled {
+		t.Errorf("tenant 3 progresses, reported stalled: %+v", be)
+	}
+	if got := countLogged(hook, "best-effort tenant stalled"); got != 1 {
+		t.Errorf("stall logged %d times, want once", got)
+	}
+	n.usage[2].Synced++
+	if be := tenantStatus(t, c.Step(now), 2); be.Stalled {
+		t.Errorf("tenant 2 moved again, still stalled: %+v", be)
+	}
+	// a tenant with no live process is idle, not stalled
+	n.usage[2].LiveProcesses = 0
+	for i := 0; i < 12; i++ {
+		now = now.Add(time.Second)
+		c.Step(now)
+	}
+	if be := tenantStatus(t, c.Status(), 2); be.Stalled {
+		t.Errorf("no live process, reported stalled: %+v", be)
+	}
+}
+
+// The budget never goes below MinBudget however often the target is
+// missed (a latency-critical tenant's own counters, which it writes, can
+// shrink the others' share only that far), and a tenant whose file cannot
+// be read counts as idle.
+func TestBudgetFloorAndUnreadable(t *testing.T) {
+	n := newNode()
+	c, _ := newController(n, Config{MinBudget: 8})
+	now := time.Unix(1000, 0)
+	c.Step(now)
+	for i := 0; i < 30; i++ {
+		n.requests(1, 1000, 60*time.Millisecond)
+		now = now.Add(time.Second)
+		c.Step(now)
+	}
+	s := c.Status()
+	if s.Budget != 8 || n.sm != 4 {
+		t.Errorf("budget %.1f share %d after 30 misses, want the floor 8 and 4 per tenant", s.Budget, n.sm)
+	}
+	delete(n.usage, 2)
+	if be := tenantStatus(t, c.Step(now.Add(time.Second)), 2); be.Processes != 0 || be.Stalled {
+		t.Errorf("unreadable tenant: %+v", be)
+	}
+}
+
+func logged(h *test.Hook, msg string) bool { return countLogged(h, msg) > 0 }
+
+func countLogged(h *test.Hook, msg string) int {
+	n := 0
+	for _, e := range h.AllEntries() {
+		if len(e.Message) >= len(msg) && e.Message[:len(msg)] == msg {
+			n++
+		}
+	}
+	return n
+}
+
+// A tenant serving two kinds of request, short (250us) and long (1ms)
+// alternately: beside best-effort work the short kind takes 2x while the
+// long kind's tail, the p99, does not move. A relative target of 1.5x is
+// missed (at the percentiles of the short kind), where p99 alone would
+// call it met.
+func TestRelativeTargetSeesEveryKindOfRequest(t *testing.T) {
+	n := newNode()
+	n.hosts[1] = board.HostTenant{Class: tenantcfg.ClassLatencyCritical, Target: tenantcfg.LatencyTarget{RatioMilli: 1500}}
+	n.usage[2].LiveProcesses, n.usage[3].LiveProcesses = 0, 0
+	c, _ := newController(n, Config{})
+	now := time.Unix(1000, 0)
+	c.Step(now)
+	n.requests(1, 500, 250*time.Microsecond)
+	n.requests(1, 500, time.Millisecond)
+	now = now.Add(time.Second)
+	c.Step(now)
+	n.usage[2].LiveProcesses = 1
+	var s Status
+	for i := 0; i < 5; i++ {
+		n.requests(1, 500, 500*time.Microsecond)
+		n.requests(1, 500, time.Millisecond)
+		now = now.Add(time.Second)
+		s = c.Step(now)
+	}
+	lc := tenantStatus(t, s, 1)
+	if lc.P99 > lc.SoloP99 {
+		t.Fatalf("p99 %v moved from %v alone: the test means it not to", lc.P99, lc.SoloP99)
+	}
+	if lc.Verdict != Missed || lc.Ratio < 1.2 || lc.WorstQuantile > 0.5 {
+		t.Errorf("lc = %+v: want missed, about 2/1.5 = 1.33 of the target, at a percentile of the short requests", lc)
+	}
+	if n.pace != board.PaceRequest {
+		t.Error("missed, not paced")
+	}
+}

@@ -1,0 +1,113 @@
+package latency
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
+)
+
+// maxStatusFile bounds what ReadStatus reads (a status of a few thousand
+// tenants).
+const maxStatusFile = 4 << 20
+
+// StaleAfter: a status file older than this is from a controller that no
+// longer runs; ReadStatus says so instead of showing it as current.
+const StaleAfter = 10 * time.Second
+
+// ErrStale is returned (with the status) for a status file older than
+// StaleAfter.
+var ErrStale = fmt.Errorf("latency controller status older than %s: the controller does not run", StaleAfter)
+
+// ReadStatus reads a controller's status file (root's state dir; opened
+// without following a link, bounded). A missing file is no status and no
+// error.
+func ReadStatus(path string, now time.Time) (*Status, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		if err == unix.ENOENT {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("latency status %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("latency status %s: not a regular file", path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxStatusFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("latency status %s: %w", path, err)
+	}
+	if len(b) > maxStatusFile {
+		return nil, fmt.Errorf("latency status %s: over %d bytes", path, maxStatusFile)
+	}
+	var s Status
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("latency status %s: %w", path, err)
+	}
+	if now.Sub(s.At) > StaleAfter {
+		return &s, ErrStale
+	}
+	return &s, nil
+}
+
+// Tenant is the status of tenant id (nil when s is nil or has none).
+func (s *Status) Tenant(id bpf.TenantID) *TenantStatus {
+	if s == nil {
+		return nil
+	}
+	for i := range s.Tenants {
+		if s.Tenants[i].ID == id {
+			return &s.Tenants[i]
+		}
+	}
+	return nil
+}
+
+// Cell is the tenant table's LATENCY column: a latency-critical tenant's
+// "p99 310us <= 450us met" (or why it is not judged), a best-effort
+// tenant's "stalled 40s", "-" otherwise.
+func (t *TenantStatus) Cell() string {
+	switch {
+	case t == nil:
+		return "-"
+	case t.Class == tenantcfg.ClassBestEffort && t.Stalled:
+		return "stalled " + t.StalledFor.Round(time.Second).String()
+	case t.Target == "" && t.P99 > 0:
+		return "p99 " + short(t.P99)
+	case t.Target == "":
+		return "-"
+	}
+	switch t.Verdict {
+	case Met, Missed:
+		v := "met"
+		if t.Verdict == Missed {
+			v = "MISSED"
+		}
+		if t.WorstQuantile > 0 && t.WorstQuantile < 0.99 { // a relative target, set by another percentile
+			return fmt.Sprintf("p99 %s, p%.0f at %.2f of %s: %s", short(t.P99), t.WorstQuantile*100, t.Ratio, t.Target, v)
+		}
+		return fmt.Sprintf("p99 %s (target %s, %.2f of it): %s", short(t.P99), short(t.TargetP99), t.Ratio, v)
+	case NoBaseline:
+		return "target " + t.Target + ": not yet seen alone"
+	default:
+		return "target " + t.Target + ": too few requests"
+	}
+}
+
+func short(d time.Duration) string {
+	switch {
+	case d >= 10*time.Millisecond:
+		return d.Round(time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond).String()
+	}
+	return d.Round(time.Microsecond).String()
+}
