@@ -49,9 +49,15 @@ func TestTenantDirSettingsForCatalog(t *testing.T) {
 		if us := p.Priority.ActiveWindowUS; us > 0 {
 			window = time.Duration(us) * time.Microsecond
 		}
+		// the built-in latency-critical policy asks for 1.5x of its p99 alone
+		var target tenantcfg.LatencyTarget
+		if p.Priority.Class == policies.LatencyCritical {
+			target = tenantcfg.LatencyTarget{RatioMilli: 1500}
+		}
 		want := tenantcfg.Settings{TenantID: 9, QuotaBytes: p.Memory.QuotaBytes, ActiveWindow: window,
 			Class: classes[p.Priority.Class], SMPercent: p.Priority.EffectiveSMPercent(),
-			MPSClientPriority: p.Priority.EffectiveMPSClientPriority(), LaunchGate: p.Priority.EffectiveLaunchGate()}
+			MPSClientPriority: p.Priority.EffectiveMPSClientPriority(), LaunchGate: p.Priority.EffectiveLaunchGate(),
+			LatencyTarget: target}
 		if !reflect.DeepEqual(s, want) {
 			t.Errorf("%s: settings.bin %+v, want %+v", name, s, want)
 		}
@@ -82,6 +88,46 @@ func TestTenantDirLaunchGate(t *testing.T) {
 	}{{"batch", batch, false}, {"batch with launchGate", gated, true}, {"launchGate, class standard", standard, false}} {
 		if _, s := writtenSettings(t, c, 12, "nri/ctr/gate", tc.p); s.LaunchGate != tc.want {
 			t.Errorf("%s: settings.bin launch gate %v, want %v", tc.name, s.LaunchGate, tc.want)
+		}
+	}
+}
+
+// A latency target reaches config.json and settings.bin only for a
+// latency-critical policy: an override to another class drops it, and a
+// policy without one has none.
+func TestTenantDirLatencyTarget(t *testing.T) {
+	c, _ := probeCore(t, FailClosed, nil)
+	lc, ok := policies.BuiltinCatalog().Get("latency-critical")
+	if !ok {
+		t.Fatal("no built-in latency-critical policy")
+	}
+	absolute := lc
+	absolute.Priority.LatencyTarget = "800us"
+	none := lc
+	none.Priority.LatencyTarget = ""
+	standard := lc
+	standard.Priority.Class = policies.Standard
+	for _, tc := range []struct {
+		name string
+		p    policies.Policy
+		json string
+		want tenantcfg.LatencyTarget
+	}{
+		{"latency-critical", lc, "1.5x", tenantcfg.LatencyTarget{RatioMilli: 1500}},
+		{"latencyTarget 800us", absolute, "800us", tenantcfg.LatencyTarget{P99: 800 * time.Microsecond}},
+		{"no latencyTarget", none, "", tenantcfg.LatencyTarget{}},
+		{"latencyTarget, class standard", standard, "", tenantcfg.LatencyTarget{}},
+	} {
+		_, s := writtenSettings(t, c, 13, "nri/ctr/lat", tc.p)
+		if s.LatencyTarget != tc.want {
+			t.Errorf("%s: settings.bin latency target %+v, want %+v", tc.name, s.LatencyTarget, tc.want)
+		}
+		tf, err := ReadTenantFile(c.cfg.StateDir, 13)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if tf.LatencyTarget != tc.json {
+			t.Errorf("%s: config.json latencyTarget %q, want %q", tc.name, tf.LatencyTarget, tc.json)
 		}
 	}
 }
