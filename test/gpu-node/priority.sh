@@ -51,6 +51,15 @@ prio_run() { # RUN SCEN MODE
 	lc=$(run_ctr "$ppod" lc '{"policy.gpuext.io": "latency-critical"}' "$d" python3 /gpuext-test/gpu/prio_torch.py lc "$P_SECONDS" "$P_PERIOD_US")
 	wait_exit "$lc" $((P_SECONDS + 120))
 	clogs "$lc" >"$d/lc.txt"
+	if [[ $mode == policy ]]; then
+		# what the operator sees of the latency controller: the tenant table's
+		# LATENCY column (the latency-critical tenant's target, p99 and
+		# verdict) while the pod still runs, and the agent's status file
+		gpuextctl tenants >"$d/tenants.txt" 2>&1
+		cp /run/gpuext/latency.json "$d/latency.json" 2>/dev/null
+		info "priority run=$run scen=$scen tenants: $(awk 'NR == 1 || /latency-critical|batch/' "$d/tenants.txt" | sed 's/  */ /g' | paste -sd'|')"
+		info "priority run=$run scen=$scen controller: $(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("budget=%.0f smPercent=%d pace=%d targets=%d" % (s["budget"], s["smPercent"], s["pace"], s["targets"]))' "$d/latency.json" 2>&1)"
+	fi
 	i=0
 	for c in "${ids[@]}"; do clogs "$c" | grep -v 'primary context\|cuMemAlloc' >"$d/be$i.txt"; i=$((i + 1)); done
 	crictl stopp "$ppod" >/dev/null 2>&1; crictl rmp -f "$ppod" >/dev/null 2>&1

@@ -240,8 +240,11 @@ if want priority-torch; then
 		done
 		for i in "${pids[@]}"; do kill -TERM "$i" 2>/dev/null; done
 		for i in "${pids[@]}"; do wait "$i" 2>/dev/null; done
+		local ctl_cpu=""
 		if [[ $mode == gpuext-ctl* ]]; then
 			cp "$D/latency.json" "$D/latency-end.json" 2>/dev/null
+			# the publisher's and the controller's CPU over their life: user+system ticks, and seconds alive
+			ctl_cpu=$(awk -v hz="$(getconf CLK_TCK)" -v up="$(cut -d' ' -f1 /proc/uptime)" '{printf "ctl_cpu_s=%.2f ctl_alive_s=%.0f", ($14 + $15) / hz, up - $22 / hz}' "/proc/$board_pid/stat" 2>/dev/null)
 		fi
 		[[ -n $board_pid ]] && kill "$board_pid" 2>/dev/null
 		[[ $mode == mps || $mode == gpuext-* ]] && tmps_stop
@@ -260,7 +263,7 @@ if want priority-torch; then
 			line="$line $(python3 -c 'import json,sys
 s=json.load(open(sys.argv[1])); t=[x for x in s["tenants"] if x["tenant"]==1][0]
 print("ctl_solo_p99_us=%d ctl_p99_us=%d ctl_target_us=%d ctl_ratio=%.2f ctl_quantile=%.2f ctl_verdict=%s ctl_budget=%.0f ctl_pace=%d" % (t["soloP99Ns"]/1000, t["p99Ns"]/1000, t["targetP99Ns"]/1000, t["ratio"], t["worstQuantile"], t["verdict"] or "none", s["budget"], s["pace"]))' "$D/latency-end.json" 2>/dev/null || echo ctl_status=none)"
-			line="$line ctl_log=$(grep -c "latency target missed" "$D/ctl.txt")miss,$(grep -c "pacing off" "$D/ctl.txt")relax"
+			line="$line ctl_log=$(grep -c "latency target missed" "$D/ctl.txt")miss,$(grep -c "pacing off" "$D/ctl.txt")relax $ctl_cpu"
 		fi
 		line="$line be_ticks=$(for f in "$D"/be*.txt; do grep -c '^be_tick' "$f"; done | paste -sd,)"
 		echo "$line" >>"$T_RES"
