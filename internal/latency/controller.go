@@ -95,7 +95,18 @@ func (c Config) withDefaults() Config {
 // and turns pacing on; relaxAfter intervals in a row with every target
 // held under relaxBelow of it turn pacing off, then raise the budget by
 // raiseStep a time.
+//
+// The budget is what best-effort contexts created from now on get: it
+// moves one step, then waits for a best-effort process to start (and so
+// try it) before it moves again; a miss that lasts while no context is
+// made would otherwise drive it to the floor for nothing.
+//
+// warmUp intervals of a latency-critical tenant's requests are left out
+// after one of its processes starts: a framework's first requests (its
+// kernels' first loads, autotuning) run tens of milliseconds, and they
+// would set the base of a relative target, or a miss, that is no request's.
 const (
+	warmUp     = 2
 	cutFactor  = 0.7
 	relaxBelow = 0.75
 	relaxAfter = 3
@@ -162,6 +173,7 @@ type Controller struct {
 
 	tenants map[bpf.TenantID]*tenant
 	budget  float64
+	moved   bool // the budget moved since a best-effort process last started
 	pace    uint32
 	calm    int // intervals in a row with every target held with room
 	srcErr  string
@@ -174,8 +186,9 @@ type Controller struct {
 }
 
 type tenant struct {
-	prev     board.Histogram // the counters last read
-	havePrev bool
+	prev     board.Histogram   // the counters last read
+	haveHist bool              // prev was read
+	havePrev bool              // the tenant was read at an earlier Step
 	ring     []board.Histogram // the last Window intervals' requests
 	solo     board.Histogram   // requests while no best-effort process was live
 	synced   uint64
@@ -184,6 +197,8 @@ type tenant struct {
 	stalled  bool      // reported (logged once per stall)
 	logged   Verdict
 	readErr  string
+	procs    int // live processes at the last Step
+	warm     int // intervals of requests still to leave out (a process started: its warm-up)
 }
 
 // New returns a controller that reads the host's tenants from src, their
@@ -264,7 +279,15 @@ func (c *Controller) Step(now time.Time) Status {
 			t.readErr = ""
 		}
 		usage[id] = u
+		started := t.havePrev && u.LiveProcesses > t.procs
+		t.procs, t.havePrev = u.LiveProcesses, true
+		if started && hosts[id].Class == tenantcfg.ClassLatencyCritical {
+			t.warm = warmUp
+		}
 		if hosts[id].Class == tenantcfg.ClassBestEffort {
+			if started {
+				c.moved = false // a new context has the budget's share: it may move again
+			}
 			beTenants++
 			if u.LiveProcesses > 0 {
 				beLive++
@@ -280,10 +303,14 @@ func (c *Controller) Step(now time.Time) Status {
 		switch h.Class {
 		case tenantcfg.ClassLatencyCritical:
 			delta := u.Latency.Sub(t.prev)
-			if !t.havePrev {
+			if !t.haveHist {
 				delta = board.Histogram{} // what came before the controller saw it is no interval's
 			}
-			t.prev, t.havePrev = u.Latency, true
+			if t.warm > 0 {
+				delta = board.Histogram{}
+				t.warm--
+			}
+			t.prev, t.haveHist = u.Latency, true
 			t.ring = append(t.ring, delta)
 			if len(t.ring) > c.cfg.Window {
 				t.ring = t.ring[len(t.ring)-c.cfg.Window:]
@@ -375,7 +402,10 @@ func (c *Controller) Step(now time.Time) Status {
 	case worst > 1:
 		c.calm = 0
 		was, wasPace := c.budget, c.pace
-		c.budget = math.Max(c.cfg.MinBudget, c.budget*cutFactor)
+		if !c.moved {
+			c.budget = math.Max(c.cfg.MinBudget, c.budget*cutFactor)
+			c.moved = c.budget != was
+		}
 		c.pace = board.PaceRequest
 		if was != c.budget || wasPace != c.pace {
 			c.log.WithFields(logrus.Fields{"worst": fmt.Sprintf("%.2f", worst), "budget": fmt.Sprintf("%.0f", c.budget)}).
@@ -388,8 +418,9 @@ func (c *Controller) Step(now time.Time) Status {
 			if c.pace != board.PaceNone {
 				c.pace = board.PaceNone
 				c.log.WithField("worst", fmt.Sprintf("%.2f", worst)).Info("latency targets held with room: pacing off")
-			} else if c.budget < c.cfg.MaxBudget {
+			} else if c.budget < c.cfg.MaxBudget && !c.moved {
 				c.budget = math.Min(c.cfg.MaxBudget, c.budget+raiseStep)
+				c.moved = true
 			}
 		}
 	default:

@@ -3,6 +3,7 @@ package latency
 import (
 	"fmt"
 	"io/fs"
+	"math"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -100,9 +101,13 @@ func TestMissedTargetPacesThenRelaxes(t *testing.T) {
 	}
 	// Healthy from here: 2000 fast requests an interval push the slow ones
 	// out of the window (5 intervals), then 3 calm intervals turn pacing
-	// off, 3 more raise the budget by 5.
+	// off; once a new best-effort process has started (and so tried the
+	// cut share), 3 more raise the budget by 5.
 	var paceOffAt, raisedAt int
 	for i := 1; i <= 20; i++ {
+		if i == 10 {
+			n.usage[3].LiveProcesses++
+		}
 		n.requests(1, 2000, 300*time.Microsecond)
 		now = now.Add(time.Second)
 		s = c.Step(now)
@@ -232,6 +237,7 @@ func TestBudgetFloorAndUnreadable(t *testing.T) {
 	now := time.Unix(1000, 0)
 	c.Step(now)
 	for i := 0; i < 30; i++ {
+		n.usage[2].LiveProcesses++ // a new best-effort context every interval: each tries the cut share
 		n.requests(1, 1000, 60*time.Millisecond)
 		now = now.Add(time.Second)
 		c.Step(now)
@@ -291,5 +297,55 @@ func TestRelativeTargetSeesEveryKindOfRequest(t *testing.T) {
 	}
 	if n.pace != board.PaceRequest {
 		t.Error("missed, not paced")
+	}
+}
+
+// The budget is for contexts made from now on: while a miss lasts and no
+// best-effort process starts, it is cut once, not to the floor; a new
+// process lets it move one more step.
+func TestBudgetWaitsForANewContext(t *testing.T) {
+	n := newNode()
+	c, _ := newController(n, Config{})
+	now := time.Unix(1000, 0)
+	c.Step(now)
+	for i := 0; i < 10; i++ {
+		n.requests(1, 1000, 5*time.Millisecond)
+		now = now.Add(time.Second)
+		c.Step(now)
+	}
+	if s := c.Status(); s.Budget != 42 || s.Pace != board.PaceRequest {
+		t.Fatalf("10 missed intervals, no new context: budget %.0f pace %d, want one cut (42) and pacing", s.Budget, s.Pace)
+	}
+	n.usage[3].LiveProcesses++
+	n.requests(1, 1000, 5*time.Millisecond)
+	now = now.Add(time.Second)
+	if s := c.Step(now); math.Abs(s.Budget-29.4) > 0.01 {
+		t.Errorf("a new context started, still missed: budget %.1f, want 42*0.7", s.Budget)
+	}
+}
+
+// A latency-critical process's first intervals (its warm-up) are left out
+// of its window and of its solo base.
+func TestWarmUpLeftOut(t *testing.T) {
+	n := newNode()
+	n.hosts[1] = board.HostTenant{Class: tenantcfg.ClassLatencyCritical, Target: tenantcfg.LatencyTarget{RatioMilli: 1500}}
+	n.usage[1].LiveProcesses, n.usage[2].LiveProcesses, n.usage[3].LiveProcesses = 0, 0, 0
+	c, _ := newController(n, Config{})
+	now := time.Unix(1000, 0)
+	c.Step(now)
+	n.usage[1].LiveProcesses = 1 // the process starts: its first requests take 30 ms
+	for i := 0; i < 2; i++ {
+		n.requests(1, 200, 30*time.Millisecond)
+		now = now.Add(time.Second)
+		c.Step(now)
+	}
+	for i := 0; i < 3; i++ {
+		n.requests(1, 500, 200*time.Microsecond)
+		now = now.Add(time.Second)
+		c.Step(now)
+	}
+	lc := tenantStatus(t, c.Status(), 1)
+	if lc.SoloP99 > time.Millisecond || lc.P99 > time.Millisecond || lc.Requests != 1500 {
+		t.Errorf("lc = %+v: the warm-up's 30 ms requests were counted", lc)
 	}
 }
