@@ -32,7 +32,7 @@ func TestContainerdLatencyTargetThroughAdmission(t *testing.T) {
 	}
 	pod := l.runPod(t, "serve", map[string]string{"policy.gpuext.io/pod": "latency-critical"})
 	steps := []string{"alloc", "1MiB"} // a process counts as live from its first allocation (its usage-file slot)
-	for i := 0; i < 600; i++ { // about 8 s of requests: a launch, a 3 ms wait, 10 ms apart
+	for i := 0; i < 600; i++ {         // about 8 s of requests: a launch, a 3 ms wait, 10 ms apart
 		steps = append(steps, "launch", "1", "sync", "sleep", "10")
 	}
 	steps = append(steps, "hold")
