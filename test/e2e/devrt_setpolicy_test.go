@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // TestContainerdSetPolicyReachesRunningProcess: the device-runtime half of
@@ -21,12 +19,7 @@ import (
 func TestContainerdSetPolicyReachesRunningProcess(t *testing.T) {
 	l := startCtdLab(t, "fail-open")
 	payload := payloadDir(t, l)
-	ctl := filepath.Join(l.work, "gpuextctl")
-	build := exec.Command("go", "build", "-o", ctl, "./cmd/gpuextctl")
-	build.Dir = testutil.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build gpuextctl: %v\n%s", err, out)
-	}
+	ctl := buildCtl(t, l.work)
 	pod := l.runPod(t, "setpol", map[string]string{"policy.gpuext.io/pod": "quota", "quota.gpuext.io/pod": "2GiB"})
 	steps := []string{"alloc", "1GiB", "alloc", "2GiB", "info"}
 	const rounds = 200 // 20 s of reports

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/gpuext/gpuext/internal/latency"
-	"github.com/gpuext/gpuext/lib/testutil"
 )
 
 // TestContainerdLatencyTargetThroughAdmission: the latency controller as
@@ -24,12 +23,7 @@ import (
 func TestContainerdLatencyTargetThroughAdmission(t *testing.T) {
 	l := startCtdLab(t, "fail-open")
 	payload := payloadDir(t, l)
-	ctl := filepath.Join(l.work, "gpuextctl")
-	build := exec.Command("go", "build", "-o", ctl, "./cmd/gpuextctl")
-	build.Dir = testutil.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build gpuextctl: %v\n%s", err, out)
-	}
+	ctl := buildCtl(t, l.work)
 	pod := l.runPod(t, "serve", map[string]string{"policy.gpuext.io/pod": "latency-critical"})
 	steps := []string{"alloc", "1MiB"} // a process counts as live from its first allocation (its usage-file slot)
 	for i := 0; i < 600; i++ {         // about 8 s of requests: a launch, a 3 ms wait, 10 ms apart

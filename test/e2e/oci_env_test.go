@@ -179,9 +179,12 @@ func (l *ociLab) build(t *testing.T) {
 }
 
 // Ctl builds gpuextctl into the lab's bin dir (once) and returns its path.
-func (l *ociLab) Ctl(t *testing.T) string {
+func (l *ociLab) Ctl(t *testing.T) string { return buildCtl(t, l.Bin) }
+
+// buildCtl builds gpuextctl into dir (once per dir) and returns its path.
+func buildCtl(t *testing.T, dir string) string {
 	t.Helper()
-	ctl := filepath.Join(l.Bin, "gpuextctl")
+	ctl := filepath.Join(dir, "gpuextctl")
 	if _, err := os.Stat(ctl); err == nil {
 		return ctl
 	}
