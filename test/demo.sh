@@ -139,6 +139,8 @@ step "tenant table (gpuextctl tenants; -o wide adds the container id, runtime, c
 gpuextctl tenants --pin-dir "$PIN_DIR"
 echo "MEM-NOW and MEM-PEAK come from the device runtime (here over the fake libcuda): each app allocated, then"
 echo "exited, so its tenant holds 0 now; MEM-PEAK is the most it held (the trainer's 4GiB past its 8GiB quota was refused)."
+echo "LATENCY is the agent's latency controller: the inference container's policy asks for p99 at most 1.5x its own"
+echo "p99 alone, judged once it has served requests with no best-effort work on the node (docs/priority-control.md)."
 
 for n in inference trainer broken; do
 	step "what container '$n' saw"
