@@ -72,6 +72,7 @@ func runBoard(cfg config.Config, args []string, out io.Writer) error {
 			ctl := latency.New(latency.Config{Budget: float64(budget), StallAfter: stallAfter},
 				board.TenantSettings(admission.TenantsRoot(cfg.StateDir)), filepath.Join(cfg.StateDir, "acct"), pub, nil)
 			ctl.SetStatusFile(latency.StatusPath(cfg.StateDir))
+			ctl.SetStateFile(latency.StatePath(cfg.StateDir))
 			go func() { defer close(done); ctl.Run(ctx) }()
 		}
 	} else {

@@ -25,6 +25,10 @@ type HostTenant struct {
 	// SMPercent: a best-effort tenant's MPS share in its policy, the most
 	// the latency controller may give its contexts (0: not confined).
 	SMPercent uint32
+	// Gen tells one tenant under an id from a later one that reuses it:
+	// the settings file's inode (admission replaces the file only when its
+	// bytes change). 0: unknown.
+	Gen uint64
 }
 
 // Source is the host's view of its tenants, by tenant id (the name of the
@@ -92,7 +96,7 @@ func (s *settingsDirs) Tenants() (map[bpf.TenantID]HostTenant, error) {
 			c = cachedSettings{ino: ino, size: fi.Size(), mtime: fi.ModTime()}
 			if b, err := os.ReadFile(path); err == nil {
 				if st, err := tenantcfg.Decode(b); err == nil {
-					c.host, c.ok = HostTenant{Class: st.Class, Window: st.ActiveWindow, Target: st.LatencyTarget, SMPercent: st.SMPercent}, true
+					c.host, c.ok = HostTenant{Class: st.Class, Window: st.ActiveWindow, Target: st.LatencyTarget, SMPercent: st.SMPercent, Gen: ino}, true
 				}
 			}
 			s.cache[id] = c

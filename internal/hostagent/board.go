@@ -38,6 +38,7 @@ func (a *Agent) startBoardLocked(cfg config.Config) {
 		ctl = latency.New(latency.Config{Budget: float64(budget), StallAfter: stallAfter},
 			board.TenantSettings(admission.TenantsRoot(cfg.StateDir)), filepath.Join(cfg.StateDir, "acct"), pub, a.log)
 		ctl.SetStatusFile(latency.StatusPath(cfg.StateDir))
+		ctl.SetStateFile(latency.StatePath(cfg.StateDir)) // solo bases and the budget survive a restart
 		a.lat = ctl
 	}
 	go func() {

@@ -180,6 +180,9 @@ type Controller struct {
 
 	statusFile string // "" none
 	fileErr    string
+	stateFile  string                 // "" none (SetStateFile)
+	saved      map[string]savedTenant // what the state file held at start, by tenant id
+	lastSaved  string                 // the state last written
 
 	mu     sync.Mutex
 	status Status
@@ -264,6 +267,7 @@ func (c *Controller) Step(now time.Time) Status {
 		t := c.tenants[id]
 		if t == nil {
 			t = &tenant{progress: now}
+			c.restore(id, hosts[id].Gen, t)
 			c.tenants[id] = t
 		}
 		u, err := c.read(filepath.Join(c.acctRoot, fmt.Sprint(uint32(id))))
@@ -438,6 +442,7 @@ func (c *Controller) Step(now time.Time) Status {
 	c.status = st
 	c.mu.Unlock()
 	c.writeStatus(st)
+	c.saveState(hosts)
 	return st
 }
 

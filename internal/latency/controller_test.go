@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -347,5 +348,68 @@ func TestWarmUpLeftOut(t *testing.T) {
 	lc := tenantStatus(t, c.Status(), 1)
 	if lc.SoloP99 > time.Millisecond || lc.P99 > time.Millisecond || lc.Requests != 1500 {
 		t.Errorf("lc = %+v: the warm-up's 30 ms requests were counted", lc)
+	}
+}
+
+// An agent that restarts (or is killed) takes up what its controller
+// learned: a latency-critical tenant's solo base, which a busy node may
+// never let it learn again, and the budget. A later tenant that reuses the
+// id (another settings file: another generation) does not inherit the
+// base; a state file that is a link is not read.
+func TestLearnedStateSurvivesRestart(t *testing.T) {
+	state := filepath.Join(t.TempDir(), StateFileName)
+	n := newNode()
+	n.hosts[1] = board.HostTenant{Class: tenantcfg.ClassLatencyCritical, Target: tenantcfg.LatencyTarget{RatioMilli: 1500}, Gen: 11}
+	n.usage[2].LiveProcesses, n.usage[3].LiveProcesses = 0, 0
+	c, _ := newController(n, Config{})
+	c.SetStateFile(state)
+	now := time.Unix(1000, 0)
+	c.Step(now)
+	n.requests(1, 500, 200*time.Microsecond) // alone
+	now = now.Add(time.Second)
+	c.Step(now)
+	n.usage[2].LiveProcesses = 1 // best-effort work, and the tenant misses
+	for i := 0; i < 3; i++ {
+		n.requests(1, 500, 2*time.Millisecond)
+		now = now.Add(time.Second)
+		c.Step(now)
+	}
+	before := tenantStatus(t, c.Status(), 1)
+	if before.SoloP99 == 0 || c.Status().Budget != 42 {
+		t.Fatalf("before the restart: %+v budget %.0f", before, c.Status().Budget)
+	}
+
+	// the agent restarts: a new controller over the same node and state file
+	c2, _ := newController(n, Config{})
+	c2.SetStateFile(state)
+	c2.Step(now)
+	for i := 0; i < 2; i++ {
+		n.requests(1, 500, 2*time.Millisecond)
+		now = now.Add(time.Second)
+		c2.Step(now)
+	}
+	after := tenantStatus(t, c2.Status(), 1)
+	if after.SoloP99 != before.SoloP99 || after.Verdict != Missed || c2.Status().Budget != 42 {
+		t.Errorf("after the restart: %+v budget %.0f; want the solo base %v kept, the miss seen, the budget 42",
+			after, c2.Status().Budget, before.SoloP99)
+	}
+
+	// another tenant under id 1 (a new settings file)
+	n.hosts[1] = board.HostTenant{Class: tenantcfg.ClassLatencyCritical, Target: tenantcfg.LatencyTarget{RatioMilli: 1500}, Gen: 12}
+	c3, _ := newController(n, Config{})
+	c3.SetStateFile(state)
+	c3.Step(now)
+	if got := tenantStatus(t, c3.Status(), 1); got.SoloP99 != 0 {
+		t.Errorf("a new tenant under a reused id inherited the solo base %v", got.SoloP99)
+	}
+
+	link := filepath.Join(t.TempDir(), "link.json")
+	if err := os.Symlink(state, link); err != nil {
+		t.Fatal(err)
+	}
+	c4, hook := newController(n, Config{})
+	c4.SetStateFile(link)
+	if !logged(hook, "learned state not read") || c4.budget != Defaults.Budget {
+		t.Errorf("a state file behind a link was taken up (budget %.0f)", c4.budget)
 	}
 }
