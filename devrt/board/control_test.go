@@ -148,3 +148,36 @@ func TestPacingHoldsBestEffortDuringRequests(t *testing.T) {
 	}
 	t.Logf("admitted during requests: %d not paced, %d paced; %d launches paced", free, paced, n)
 }
+
+// A process that used the GPU and exits counts in its tenant's header,
+// and one whose status is not 0 counts as failed: what the host reports
+// of a trainer that stops on a NaN loss. A process killed by a signal runs
+// no exit handler and counts in neither.
+func TestExitsCounted(t *testing.T) {
+	build := buildDevrt(t)
+	state := t.TempDir()
+	be := newTenantFile(t, state, tenantcfg.File{TenantID: 2, Policy: "p", Class: "best-effort"})
+	run := func(steps ...string) {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(build, "fake", "app_procaddr"), steps...)
+		cmd.Env = be.env(build, filepath.Join(state, "board", FileName))
+		_ = cmd.Run() // the failing run's status is the point
+	}
+	run("alloc", "1MiB")          // exit 0
+	run("alloc", "1MiB", "bogus") // an unknown step: exit 2
+	kill := exec.Command(filepath.Join(build, "fake", "app_procaddr"), "alloc", "1MiB", "hold")
+	kill.Env = be.env(build, filepath.Join(state, "board", FileName))
+	if err := kill.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	_ = kill.Process.Kill()
+	_ = kill.Wait()
+	u, err := ReadUsage(be.acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Exits != 2 || u.FailedExits != 1 {
+		t.Errorf("exits %d, failed %d: want 2 and 1 (the killed process runs no handler)", u.Exits, u.FailedExits)
+	}
+}

@@ -27,6 +27,8 @@ const (
 	usageOffLCRequests    = 112
 	usageOffLCRequestNs   = 120
 	usageOffLatency       = 49408
+	usageOffExits         = 128
+	usageOffFailedExits   = 136
 	latBuckets            = 128
 	latSub                = 8
 	latSubShift           = 3

@@ -43,6 +43,8 @@ int main(void)
 	C("usageOffLCRequests", offsetof(struct gpuext_devrt_usage_header, lc_requests));
 	C("usageOffLCRequestNs", offsetof(struct gpuext_devrt_usage_header, lc_request_ns));
 	C("usageOffLatency", offsetof(struct gpuext_devrt_usage, lc_latency));
+	C("usageOffExits", offsetof(struct gpuext_devrt_usage_header, exits));
+	C("usageOffFailedExits", offsetof(struct gpuext_devrt_usage_header, failed_exits));
 	C("latBuckets", GPUEXT_DEVRT_LAT_BUCKETS);
 	C("latSub", GPUEXT_DEVRT_LAT_SUB);
 	C("latSubShift", GPUEXT_DEVRT_LAT_SUB_SHIFT);

@@ -38,6 +38,9 @@ type Usage struct {
 	Latency       Histogram
 	// LiveProcesses is how many slots have a live owner.
 	LiveProcesses int
+	// Exits counts the tenant's processes that used the GPU and called
+	// exit(); FailedExits those whose status was not 0.
+	Exits, FailedExits uint64
 }
 
 // ReadUsage reads the usage file of the tenant accounting dir acctDir
@@ -68,7 +71,8 @@ func ReadUsage(acctDir string) (Usage, error) {
 	}
 	u := Usage{TenantID: le(usageOffTenantID), QuotaBytes: le(usageOffQuota), PeakBytes: le(usageOffPeak),
 		RefusedAllocs: le(usageOffRefused), DelayedLaunches: le(usageOffDelayed), Launches: le(usageOffLaunches),
-		Synced: le(usageOffSynced), LCRequests: le(usageOffLCRequests), LCRequestTime: time.Duration(min(le(usageOffLCRequestNs), math.MaxInt64))}
+		Synced: le(usageOffSynced), LCRequests: le(usageOffLCRequests), LCRequestTime: time.Duration(min(le(usageOffLCRequestNs), math.MaxInt64)),
+		Exits: le(usageOffExits), FailedExits: le(usageOffFailedExits)}
 	for i := range u.Latency {
 		u.Latency[i] = le(usageOffLatency + 8*i)
 	}
@@ -111,6 +115,8 @@ func EncodeUsage(u Usage) []byte {
 	put(usageOffLaunches, u.Launches)
 	put(usageOffSynced, u.Synced)
 	put(usageOffLCRequests, u.LCRequests)
+	put(usageOffExits, u.Exits)
+	put(usageOffFailedExits, u.FailedExits)
 	put(usageOffLCRequestNs, uint64(u.LCRequestTime))
 	for i, n := range u.Latency {
 		put(usageOffLatency+8*i, n)

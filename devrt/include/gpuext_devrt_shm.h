@@ -125,7 +125,16 @@ struct gpuext_devrt_usage_header {
 	 */
 	_Atomic uint64_t lc_requests;
 	_Atomic uint64_t lc_request_ns;
-	uint64_t reserved[16];
+	/*
+	 * Processes of the tenant that used the GPU and then called exit(), and
+	 * those of them whose status was not 0 (a trainer that stops on a NaN
+	 * loss, an inference server that fails): counted by the process itself,
+	 * so a death by a signal is not among them. The host reports a failure
+	 * instead of leaving it silent.
+	 */
+	_Atomic uint64_t exits;
+	_Atomic uint64_t failed_exits;
+	uint64_t reserved[14];
 };
 
 /*

@@ -214,6 +214,32 @@ static void gx_local_fallback(const char *why)
 	gx_u = m == MAP_FAILED ? NULL : m;
 }
 
+/*
+ * The process's exit(), counted in its tenant's usage header (exits, and
+ * failed_exits when the status is not 0): registered once, for the process
+ * that opened the file (a forked child that exits inherits the handler and
+ * is not counted).
+ */
+static pid_t gx_exit_pid;
+static void gx_on_exit(int status, void *arg)
+{
+	(void)arg;
+	if (getpid() != gx_exit_pid || !gx_u)
+		return;
+	atomic_fetch_add(&gx_u->hdr.exits, 1);
+	if (status != 0)
+		atomic_fetch_add(&gx_u->hdr.failed_exits, 1);
+}
+
+static void gx_exit_watch(void)
+{
+	if (gx_exit_pid)
+		return;
+	gx_exit_pid = getpid();
+	if (on_exit(gx_on_exit, NULL) != 0)
+		gx_exit_pid = 0;
+}
+
 void gx_acct_open(void)
 {
 	char path[4096];
@@ -251,6 +277,7 @@ void gx_acct_open(void)
 		goto header;
 	}
 	gx_u = m;
+	gx_exit_watch();
 header:
 	if (!gx_u)
 		return;

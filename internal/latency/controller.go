@@ -143,6 +143,10 @@ type TenantStatus struct {
 	Processes     int           `json:"processes"` // live processes (usage-file slots)
 	Stalled       bool          `json:"stalled"`   // best-effort: live processes, no progress for StallAfter
 	StalledFor    time.Duration `json:"stalledForNs"`
+	// FailedExits: the tenant's processes that used the GPU and exited
+	// with a status other than 0 since the controller first saw it (a
+	// trainer that stopped on a NaN loss under its share, say).
+	FailedExits uint64 `json:"failedExits"`
 }
 
 // Status is the controller's state: per tenant, and what it publishes.
@@ -200,8 +204,10 @@ type tenant struct {
 	stalled  bool      // reported (logged once per stall)
 	logged   Verdict
 	readErr  string
-	procs    int // live processes at the last Step
-	warm     int // intervals of requests still to leave out (a process started: its warm-up)
+	procs    int    // live processes at the last Step
+	failed0  uint64 // the usage file's failed_exits when the controller first read it
+	failed   uint64 // the count last reported
+	warm     int    // intervals of requests still to leave out (a process started: its warm-up)
 }
 
 // New returns a controller that reads the host's tenants from src, their
@@ -284,6 +290,9 @@ func (c *Controller) Step(now time.Time) Status {
 		}
 		usage[id] = u
 		started := t.havePrev && u.LiveProcesses > t.procs
+		if !t.havePrev || u.FailedExits < t.failed0 {
+			t.failed0 = u.FailedExits // what failed before the controller saw the tenant (or a file made anew)
+		}
 		t.procs, t.havePrev = u.LiveProcesses, true
 		if started && hosts[id].Class == tenantcfg.ClassLatencyCritical {
 			t.warm = warmUp
@@ -303,7 +312,12 @@ func (c *Controller) Step(now time.Time) Status {
 	worst, judged := 0.0, 0
 	for _, id := range ids {
 		h, u, t := hosts[id], usage[id], c.tenants[id]
-		ts := TenantStatus{ID: id, Class: h.Class, Processes: u.LiveProcesses}
+		ts := TenantStatus{ID: id, Class: h.Class, Processes: u.LiveProcesses, FailedExits: u.FailedExits - t.failed0}
+		if ts.FailedExits > t.failed {
+			c.log.WithFields(logrus.Fields{"tenant": uint32(id), "class": className(h.Class), "failedExits": ts.FailedExits,
+				"exits": u.Exits}).Warn("a process of the tenant exited with a failure status")
+		}
+		t.failed = ts.FailedExits
 		switch h.Class {
 		case tenantcfg.ClassLatencyCritical:
 			delta := u.Latency.Sub(t.prev)
@@ -485,6 +499,16 @@ func shift(win, solo board.Histogram) (ratio, q float64) {
 		}
 	}
 	return ratio, q
+}
+
+func className(c tenantcfg.Class) string {
+	switch c {
+	case tenantcfg.ClassLatencyCritical:
+		return "latency-critical"
+	case tenantcfg.ClassBestEffort:
+		return "best-effort"
+	}
+	return "standard"
 }
 
 // isNotExist: no usage file yet, or one no process has initialised: an

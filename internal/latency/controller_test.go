@@ -413,3 +413,28 @@ func TestLearnedStateSurvivesRestart(t *testing.T) {
 		t.Errorf("a state file behind a link was taken up (budget %.0f)", c4.budget)
 	}
 }
+
+// A tenant's processes that exit with a failure status are reported:
+// counted from when the controller first saw the tenant, logged once per
+// new failure, not left silent.
+func TestFailedExitsReported(t *testing.T) {
+	n := newNode()
+	n.usage[2].FailedExits = 4 // before the controller ran: not its to report
+	c, hook := newController(n, Config{})
+	now := time.Unix(1000, 0)
+	c.Step(now)
+	if be := tenantStatus(t, c.Status(), 2); be.FailedExits != 0 {
+		t.Fatalf("failures before the controller saw the tenant reported: %+v", be)
+	}
+	n.usage[2].FailedExits, n.usage[2].Exits = 5, 5
+	for i := 0; i < 3; i++ {
+		now = now.Add(time.Second)
+		c.Step(now)
+	}
+	if be := tenantStatus(t, c.Status(), 2); be.FailedExits != 1 || be.Cell() != "1 failed exit" {
+		t.Errorf("tenant 2 = %+v, cell %q; want one failed exit reported", be, be.Cell())
+	}
+	if got := countLogged(hook, "a process of the tenant exited with a failure status"); got != 1 {
+		t.Errorf("logged %d times, want once", got)
+	}
+}

@@ -72,9 +72,25 @@ func (s *Status) Tenant(id bpf.TenantID) *TenantStatus {
 }
 
 // Cell is the tenant table's LATENCY column: a latency-critical tenant's
-// "p99 310us <= 450us met" (or why it is not judged), a best-effort
-// tenant's "stalled 40s", "-" otherwise.
+// p99 against its target and the verdict (or why it is not judged), a
+// best-effort tenant's "stalled 40s", any tenant's failed exits, "-"
+// otherwise.
 func (t *TenantStatus) Cell() string {
+	c := t.cell()
+	if t != nil && t.FailedExits > 0 {
+		failed := fmt.Sprintf("%d failed exit", t.FailedExits)
+		if t.FailedExits > 1 {
+			failed += "s"
+		}
+		if c == "-" {
+			return failed
+		}
+		return c + "; " + failed
+	}
+	return c
+}
+
+func (t *TenantStatus) cell() string {
 	switch {
 	case t == nil:
 		return "-"

@@ -16,7 +16,7 @@ import (
 type latencyCollector struct {
 	status func() (latency.Status, bool)
 
-	target, p99, solo, met, requests, stalled, budget, share, paced *prometheus.Desc
+	target, p99, solo, met, requests, stalled, failed, budget, share, paced *prometheus.Desc
 }
 
 func newLatencyCollector(status func() (latency.Status, bool)) *latencyCollector {
@@ -34,6 +34,8 @@ func newLatencyCollector(status func() (latency.Status, bool)) *latencyCollector
 			"A latency-critical tenant's requests in the controller's window.", t, nil),
 		stalled: prometheus.NewDesc("gpuext_best_effort_stalled",
 			"1 while a best-effort tenant's processes live but completed no GPU work for the controller's stallAfter.", t, nil),
+		failed: prometheus.NewDesc("gpuext_tenant_failed_exits",
+			"A tenant's processes that used the GPU and exited with a status other than 0 since the agent's latency controller first saw the tenant (a trainer that stopped on a NaN loss, a server that failed).", t, nil),
 		budget: prometheus.NewDesc("gpuext_latency_best_effort_budget_percent",
 			"The share of the SMs the latency controller gives the node's best-effort contexts together.", nil, nil),
 		share: prometheus.NewDesc("gpuext_latency_best_effort_sm_percent",
@@ -44,7 +46,7 @@ func newLatencyCollector(status func() (latency.Status, bool)) *latencyCollector
 }
 
 func (c *latencyCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.target, c.p99, c.solo, c.met, c.requests, c.stalled, c.budget, c.share, c.paced} {
+	for _, d := range []*prometheus.Desc{c.target, c.p99, c.solo, c.met, c.requests, c.stalled, c.failed, c.budget, c.share, c.paced} {
 		ch <- d
 	}
 }
@@ -80,6 +82,7 @@ func (c *latencyCollector) Collect(ch chan<- prometheus.Metric) {
 		if t.Class == tenantcfg.ClassBestEffort {
 			g(c.stalled, b2f(t.Stalled), id)
 		}
+		g(c.failed, float64(t.FailedExits), id)
 	}
 	g(c.budget, s.Budget)
 	g(c.share, float64(s.SMPercent))
