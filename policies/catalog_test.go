@@ -48,7 +48,7 @@ func TestBuiltinCatalog(t *testing.T) {
 		t.Errorf("Default() = %+v", d)
 	}
 	lc, _ := c.Get("latency-critical")
-	if got, want := lc.Summary(), "class=latency-critical quota=unlimited evict=priority-weighted(weight=8) prefetch=tree-threshold(threshold=25) timeslice=1ms interleave=8 active-window=6ms latency-target=p99<=1.5x"; got != want {
+	if got, want := lc.Summary(), "class=latency-critical quota=unlimited evict=priority-weighted(weight=8) prefetch=tree-threshold(threshold=25) timeslice=1ms interleave=8 active-window=6ms latency-target=1.5x-of-alone"; got != want {
 		t.Errorf("Summary() = %q, want %q", got, want)
 	}
 }

@@ -436,7 +436,11 @@ func (p Policy) Summary() string {
 		b.WriteString(" launch-gate")
 	}
 	if lt := p.Priority.LatencyTarget; lt != "" && p.Priority.Class == LatencyCritical {
-		fmt.Fprintf(&b, " latency-target=p99<=%s", lt)
+		if strings.HasSuffix(lt, "x") { // relative: every percentile within lt of alone
+			fmt.Fprintf(&b, " latency-target=%s-of-alone", lt)
+		} else {
+			fmt.Fprintf(&b, " latency-target=p99<=%s", lt)
+		}
 	}
 	if len(p.Probes) > 0 {
 		fmt.Fprintf(&b, " probes=%s", strings.Join(p.Probes, ","))
