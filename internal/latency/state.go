@@ -3,12 +3,8 @@ package latency
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"strconv"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/devrt/board"
@@ -98,24 +94,9 @@ func (c *Controller) saveState(hosts map[bpf.TenantID]board.HostTenant) {
 // loadState reads a state file (root's; no link followed, bounded). A
 // missing file is no state and no error.
 func loadState(path string) (*savedState, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	if err == unix.ENOENT {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxStateFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(b) > maxStateFile {
-		return nil, fmt.Errorf("%s: over %d bytes", path, maxStateFile)
+	b, err := readOwnFile(path, maxStateFile)
+	if b == nil || err != nil {
+		return nil, err
 	}
 	var st savedState
 	if err := json.Unmarshal(b, &st); err != nil {

@@ -29,24 +29,9 @@ var ErrStale = fmt.Errorf("latency controller status older than %s: the controll
 // without following a link, bounded). A missing file is no status and no
 // error.
 func ReadStatus(path string, now time.Time) (*Status, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	if err != nil {
-		if err == unix.ENOENT {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("latency status %s: %w", path, err)
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("latency status %s: not a regular file", path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxStatusFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("latency status %s: %w", path, err)
-	}
-	if len(b) > maxStatusFile {
-		return nil, fmt.Errorf("latency status %s: over %d bytes", path, maxStatusFile)
+	b, err := readOwnFile(path, maxStatusFile)
+	if b == nil || err != nil {
+		return nil, err
 	}
 	var s Status
 	if err := json.Unmarshal(b, &s); err != nil {
@@ -56,6 +41,32 @@ func ReadStatus(path string, now time.Time) (*Status, error) {
 		return &s, ErrStale
 	}
 	return &s, nil
+}
+
+// readOwnFile reads one of the controller's own files (root's state dir):
+// no link followed, a regular file of at most max bytes. A missing file is
+// nil and no error.
+func readOwnFile(path string, max int) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err == unix.ENOENT {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, int64(max)+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(b) > max {
+		return nil, fmt.Errorf("%s: over %d bytes", path, max)
+	}
+	return b, nil
 }
 
 // Tenant is the status of tenant id (nil when s is nil or has none).
