@@ -76,6 +76,17 @@ guard=$(cd "$REPO" && go test -run '^$' -bench '^BenchmarkGuardCPU$' -benchtime 
 	echo
 } >>"$OUT"
 
+log "latency controller, one step on 100 tenants, 3 runs of 200 steps"
+ctl=$(cd "$REPO" && go test -run '^$' -bench '^BenchmarkControllerStep$' -benchtime 200x -count 3 ./internal/latency/ 2>/dev/null | grep -E 'cpu-us/step' || true)
+[[ -n "$ctl" ]] || { echo "bench: BenchmarkControllerStep produced no result" >&2; exit 1; }
+{
+	echo "## Latency controller CPU, 100 tenants (10 latency-critical with a target, 90 best-effort), 3 runs of 200 steps"
+	echo "Each step reads every tenant's settings.bin (when changed) and usage file through the host's readers and writes the status file (getrusage)."
+	echo "Target: <= 0.5% of one core at the agent's 1 s interval. With pacing on, the board publisher's 1 ms reads come on top (make gpu-test priority-torch: ctl_cpu_s)."
+	echo "$ctl" | sed 's/^BenchmarkControllerStep-[0-9]*//; s/^/  /'
+	echo
+} >>"$OUT"
+
 log "2/2 crictl create+start, with the plugin vs without ($N containers each, interleaved)"
 labenv() { "$REPO/test/lab/containerd.sh" env | sed -n "s/^export $1=//p"; }
 CRICTL=$(labenv GPUEXT_LAB_CRICTL)
