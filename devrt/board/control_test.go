@@ -80,7 +80,7 @@ func TestBoardShareForNewBestEffortContexts(t *testing.T) {
 		board uint32
 		want  string
 	}{{0, "40"}, {15, "15"}, {70, "40"}, {101, "40"}} {
-		pub.SetControl(tc.board, PaceNone)
+		pub.SetControl(tc.board, PaceNone, 0)
 		if got := share(); got != tc.want {
 			t.Errorf("board share %d, policy 40: the context got %s%%, want %s%%", tc.board, got, tc.want)
 		}
@@ -97,7 +97,9 @@ func TestPacingHoldsBestEffortDuringRequests(t *testing.T) {
 	build := buildDevrt(t)
 	state := t.TempDir()
 	lc := newTenantFile(t, state, tenantcfg.File{TenantID: 1, Policy: "p", Class: "latency-critical", ActiveWindowUS: 100000})
-	be := newTenantFile(t, state, tenantcfg.File{TenantID: 2, Policy: "p", Class: "best-effort"})
+	// the best-effort tenant was given host GPU 1 (the device plugin's
+	// gpus), with a quota there
+	be := newTenantFile(t, state, tenantcfg.File{TenantID: 2, Policy: "p", Class: "best-effort", GPUs: []int{1}, GPUQuotaBytes: []uint64{1 << 30}})
 	boardPath := filepath.Join(state, "board", FileName)
 	pub := openPublisher(t, state)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -108,9 +110,9 @@ func TestPacingHoldsBestEffortDuringRequests(t *testing.T) {
 
 	// during: best-effort launches admitted in the later half of a request
 	// (the board has seen it start), not within a millisecond of its end
-	run := func(pace uint32) (during, launches int) {
+	run := func(pace uint32, gpus uint64) (during, launches int) {
 		t.Helper()
-		pub.SetControl(0, pace)
+		pub.SetControl(0, pace, gpus)
 		beCmd := exec.Command(filepath.Join(build, "fake", "gateapp"), "be", "2000", "1000")
 		beCmd.Env = be.env(build, boardPath)
 		var beOut strings.Builder
@@ -138,13 +140,18 @@ func TestPacingHoldsBestEffortDuringRequests(t *testing.T) {
 		}
 		return during, len(beLines)
 	}
-	free, _ := run(PaceNone)
-	paced, n := run(PaceRequest)
+	free, _ := run(PaceNone, 0)
+	paced, n := run(PaceRequest, 1<<1|1<<3) // the missing tenants are on GPUs 1 and 3
 	if free < 50 || paced*10 > free {
 		t.Errorf("best-effort launches admitted during requests: %d paced, %d not: want at most a tenth when paced (and many when not)", paced, free)
 	}
 	if n < 100 {
 		t.Errorf("paced: the best-effort process made %d launches in 2 s, want it to keep launching between requests", n)
+	}
+	// pacing scoped to GPU 3 alone: this tenant (GPU 1) is not held
+	other, _ := run(PaceRequest, 1<<3)
+	if other*2 < free {
+		t.Errorf("paced on another GPU: %d launches admitted during requests against %d unpaced, want about as many", other, free)
 	}
 	t.Logf("admitted during requests: %d not paced, %d paced; %d launches paced", free, paced, n)
 }

@@ -109,14 +109,17 @@ const (
 
 // SetControl publishes the host latency controller's choices for
 // best-effort processes: the MPS share a context created now gets
-// (1..100; 0: the policy's) and the pacing of their launches.
-func (p *Publisher) SetControl(smPercent, pace uint32) {
+// (1..100; 0: the policy's), the pacing of their launches, and the host
+// GPUs whose best-effort tenants are paced (bit per index; 0: every GPU).
+func (p *Publisher) SetControl(smPercent, pace uint32, paceGPUs uint64) {
+	atomic.StoreUint64(p.u64(boardOffBEPaceGPUs), paceGPUs) // before the pace that uses it
 	atomic.StoreUint32(p.u32(boardOffBESMPercent), smPercent)
 	atomic.StoreUint32(p.u32(boardOffBEPace), pace)
 	atomic.AddUint64(p.u64(boardOffSeq), 1)
 }
 
 // Control is what SetControl last published.
-func (p *Publisher) Control() (smPercent, pace uint32) {
-	return atomic.LoadUint32(p.u32(boardOffBESMPercent)), atomic.LoadUint32(p.u32(boardOffBEPace))
+func (p *Publisher) Control() (smPercent, pace uint32, paceGPUs uint64) {
+	return atomic.LoadUint32(p.u32(boardOffBESMPercent)), atomic.LoadUint32(p.u32(boardOffBEPace)),
+		atomic.LoadUint64(p.u64(boardOffBEPaceGPUs))
 }

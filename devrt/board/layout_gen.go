@@ -48,6 +48,7 @@ const (
 	boardOffLCBusyUntil   = 32
 	boardOffBESMPercent   = 40
 	boardOffBEPace        = 44
+	boardOffBEPaceGPUs    = 48
 	paceNone              = 0
 	paceRequest           = 1
 )

@@ -64,6 +64,7 @@ int main(void)
 	C("boardOffLCBusyUntil", offsetof(struct gpuext_devrt_board, lc_busy_until_ns));
 	C("boardOffBESMPercent", offsetof(struct gpuext_devrt_board, be_sm_percent));
 	C("boardOffBEPace", offsetof(struct gpuext_devrt_board, be_pace));
+	C("boardOffBEPaceGPUs", offsetof(struct gpuext_devrt_board, be_pace_gpus));
 	C("paceNone", GPUEXT_DEVRT_PACE_NONE);
 	C("paceRequest", GPUEXT_DEVRT_PACE_REQUEST);
 	printf(")\n");

@@ -29,6 +29,9 @@ type HostTenant struct {
 	// the settings file's inode (admission replaces the file only when its
 	// bytes change). 0: unknown.
 	Gen uint64
+	// HostGPUs: the host GPUs the tenant was given (bit per index); 0: not
+	// known (every GPU).
+	HostGPUs uint32
 }
 
 // Source is the host's view of its tenants, by tenant id (the name of the
@@ -96,7 +99,7 @@ func (s *settingsDirs) Tenants() (map[bpf.TenantID]HostTenant, error) {
 			c = cachedSettings{ino: ino, size: fi.Size(), mtime: fi.ModTime()}
 			if b, err := os.ReadFile(path); err == nil {
 				if st, err := tenantcfg.Decode(b); err == nil {
-					c.host, c.ok = HostTenant{Class: st.Class, Window: st.ActiveWindow, Target: st.LatencyTarget, SMPercent: st.SMPercent, Gen: ino}, true
+					c.host, c.ok = HostTenant{Class: st.Class, Window: st.ActiveWindow, Target: st.LatencyTarget, SMPercent: st.SMPercent, Gen: ino, HostGPUs: st.HostGPUs}, true
 				}
 			}
 			s.cache[id] = c

@@ -243,7 +243,15 @@ struct gpuext_devrt_board {
 	 */
 	_Atomic uint32_t be_sm_percent;
 	_Atomic uint32_t be_pace;
-	uint64_t reserved[2];
+	/*
+	 * With be_pace: the host GPUs (bit i: host GPU index i) whose
+	 * best-effort tenants are paced, those of the latency-critical tenants
+	 * missing their targets; 0: every GPU (a missing tenant's GPUs are not
+	 * known). A best-effort tenant whose settings name its GPUs (host_gpus)
+	 * and meet none of these is not paced.
+	 */
+	_Atomic uint64_t be_pace_gpus;
+	uint64_t reserved[1];
 };
 #define GPUEXT_DEVRT_PACE_NONE 0u
 #define GPUEXT_DEVRT_PACE_REQUEST 1u

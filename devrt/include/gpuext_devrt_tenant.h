@@ -86,7 +86,14 @@ struct gpuext_devrt_tenant {
 	 * and an ordinal >= N has no memory (every allocation there is refused).
 	 */
 	uint32_t ndevices;         /* at most GPUEXT_DEVRT_MAX_DEVICES */
-	uint32_t reserved2;        /* 0 */
+	/*
+	 * The host GPUs the tenant was given (bit i: host GPU index i, i < 32),
+	 * for a container given GPU memory by the device plugin; 0: not known
+	 * (every GPU). The host's latency controller paces a best-effort
+	 * tenant's launches only when its GPUs meet those of a latency-critical
+	 * tenant that misses its target (the board's be_pace_gpus).
+	 */
+	uint32_t host_gpus;
 	uint64_t device_quota_bytes[GPUEXT_DEVRT_MAX_DEVICES];
 };
 

@@ -81,6 +81,7 @@ struct gx_settings {
 	uint32_t sm_percent;      /* best-effort under MPS: share of the SMs (0 = not set) */
 	uint32_t mps_client_priority; /* best-effort under MPS: CUDA_MPS_CLIENT_PRIORITY (0 = normal) */
 	int launch_gate;          /* best-effort: launches wait on the board (GPUEXT_DEVRT_TENANT_LAUNCH_GATE) */
+	uint32_t host_gpus;       /* the host GPUs the tenant was given (bit per index); 0: not known */
 	const char *settings_path; /* the settings file; NULL without GPUEXT_TENANT_DIR */
 	const char *acct_dir;
 	const char *board_path;

@@ -252,11 +252,14 @@ void gx_priority_synced(void)
  */
 static void gx_pace(struct gpuext_devrt_usage *u)
 {
-	uint64_t now, start, busy;
+	uint64_t now, start, busy, gpus;
 
 	if (!gx_board || atomic_load_explicit(&gx_board->magic, memory_order_acquire) != GPUEXT_DEVRT_BOARD_MAGIC ||
 	    atomic_load_explicit(&gx_board->be_pace, memory_order_relaxed) != GPUEXT_DEVRT_PACE_REQUEST)
 		return;
+	gpus = atomic_load_explicit(&gx_board->be_pace_gpus, memory_order_relaxed);
+	if (gpus && gx_cfg.host_gpus && !(gpus & gx_cfg.host_gpus))
+		return; /* the latency-critical tenants that miss are on other GPUs */
 	start = now = gx_now_ns();
 	busy = gx_board_busy();
 	if (busy <= now || now >= gx_board_deadline())

@@ -179,6 +179,7 @@ void gx_settings_load(void)
 	gx_cfg.sm_percent = t.sm_percent;
 	gx_cfg.mps_client_priority = t.mps_client_priority;
 	gx_cfg.launch_gate = (t.flags & GPUEXT_DEVRT_TENANT_LAUNCH_GATE) != 0;
+	gx_cfg.host_gpus = t.host_gpus;
 }
 
 void gx_debug_from_env(void)

@@ -110,7 +110,21 @@ func (tf File) Settings() Settings {
 		LaunchGate:        tf.LaunchGate, // the interposer gates best-effort processes only
 		DeviceQuotas:      tf.GPUQuotaBytes,
 		LatencyTarget:     tf.latencyTarget(),
+		HostGPUs:          hostGPUMask(tf.GPUs),
 	}
+}
+
+// hostGPUMask is the settings' bit set of host GPU indices; 0 (not known,
+// every GPU) when there are none or one is past what the 32 bits hold.
+func hostGPUMask(gpus []int) uint32 {
+	var m uint32
+	for _, g := range gpus {
+		if g < 0 || g >= 32 {
+			return 0
+		}
+		m |= 1 << g
+	}
+	return m
 }
 
 // latencyTarget is the settings' form of LatencyTarget: none unless the

@@ -38,7 +38,7 @@ var settingsFrom = map[string]struct {
 	"Prefetch":          {hostOnly: "a kernel policy (gpuext_tenant_config)"},
 	"Probes":            {hostOnly: "the interposer finds the compiled probes in probes/"},
 	"ProbeKernels":      {hostOnly: "the interposer reads the kernel list from probes/module.conf"},
-	"GPUs":              {hostOnly: "host GPU indices: the interposer sees device ordinals, in this order"},
+	"GPUs":              {fields: []string{"HostGPUs"}},
 	"GPUQuotaBytes":     {fields: []string{"DeviceQuotas"}},
 	"GPUMemoryBytes":    {hostOnly: "the scheduler's grant, the quotas' ceiling: a policy change keeps it; the interposer enforces GPUQuotaBytes"},
 	"LatencyTarget":     {fields: []string{"LatencyTarget"}},

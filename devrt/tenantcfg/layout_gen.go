@@ -32,7 +32,7 @@ const (
 	flagLaunchGate         = 1
 	offLCTargetP99Us       = 56
 	offLCTargetRatioMilli  = 60
-	offReserved2           = 68
+	offHostGPUs            = 68
 	offNDevices            = 64
 	offDeviceQuotaBytes    = 72
 	maxDevices             = 16
@@ -49,5 +49,6 @@ const (
 	sizeLCTargetP99Us      = 4
 	sizeLCTargetRatioMilli = 4
 	sizeNDevices           = 4
+	sizeHostGPUs           = 4
 	sizeDeviceQuotaBytes   = 8
 )

@@ -49,7 +49,7 @@ int main(void)
 	C("flagLaunchGate", GPUEXT_DEVRT_TENANT_LAUNCH_GATE);
 	OFF("offLCTargetP99Us", lc_target_p99_us);
 	OFF("offLCTargetRatioMilli", lc_target_ratio_milli);
-	OFF("offReserved2", reserved2);
+	OFF("offHostGPUs", host_gpus);
 	OFF("offNDevices", ndevices);
 	OFF("offDeviceQuotaBytes", device_quota_bytes);
 	C("maxDevices", GPUEXT_DEVRT_MAX_DEVICES);
@@ -66,6 +66,7 @@ int main(void)
 	SIZE("sizeLCTargetP99Us", lc_target_p99_us);
 	SIZE("sizeLCTargetRatioMilli", lc_target_ratio_milli);
 	SIZE("sizeNDevices", ndevices);
+	SIZE("sizeHostGPUs", host_gpus);
 	SIZE("sizeDeviceQuotaBytes", device_quota_bytes[0]);
 	printf(")\n");
 	return 0;

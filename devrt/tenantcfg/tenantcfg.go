@@ -61,6 +61,11 @@ type Settings struct {
 	// latencyTarget), read by the host's latency controller only. Zero:
 	// none.
 	LatencyTarget LatencyTarget
+	// HostGPUs: the host GPUs the tenant was given, bit i for host GPU
+	// index i (< 32), for a container given GPU memory by the device
+	// plugin; 0: not known (every GPU). The latency controller scopes its
+	// pacing by them.
+	HostGPUs uint32
 }
 
 // LatencyTarget is a bound on a latency-critical tenant's request p99:
@@ -157,6 +162,7 @@ func Encode(s Settings) ([]byte, error) {
 	put(b, offLCTargetP99Us, sizeLCTargetP99Us, uint64(s.LatencyTarget.P99.Microseconds()))
 	put(b, offLCTargetRatioMilli, sizeLCTargetRatioMilli, uint64(s.LatencyTarget.RatioMilli))
 	put(b, offNDevices, sizeNDevices, uint64(len(s.DeviceQuotas)))
+	put(b, offHostGPUs, sizeHostGPUs, uint64(s.HostGPUs))
 	for i, q := range s.DeviceQuotas {
 		put(b, offDeviceQuotaBytes+i*sizeDeviceQuotaBytes, sizeDeviceQuotaBytes, q)
 	}
@@ -195,6 +201,7 @@ func Decode(b []byte) (Settings, error) {
 		LaunchGate:        get(b, offFlags, sizeFlags)&flagLaunchGate != 0,
 		LatencyTarget: LatencyTarget{P99: time.Duration(get(b, offLCTargetP99Us, sizeLCTargetP99Us)) * time.Microsecond,
 			RatioMilli: uint32(get(b, offLCTargetRatioMilli, sizeLCTargetRatioMilli))},
+		HostGPUs: uint32(get(b, offHostGPUs, sizeHostGPUs)),
 	}
 	n := get(b, offNDevices, sizeNDevices)
 	if n > maxDevices {

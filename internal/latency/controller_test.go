@@ -25,11 +25,14 @@ type node struct {
 	usage map[bpf.TenantID]*board.Usage
 	sm    uint32
 	pace  uint32
+	gpus  uint64
 	sets  int
 }
 
 func (n *node) Tenants() (map[bpf.TenantID]board.HostTenant, error) { return n.hosts, nil }
-func (n *node) SetControl(sm, pace uint32)                          { n.sm, n.pace, n.sets = sm, pace, n.sets+1 }
+func (n *node) SetControl(sm, pace uint32, gpus uint64) {
+	n.sm, n.pace, n.gpus, n.sets = sm, pace, gpus, n.sets+1
+}
 func (n *node) read(dir string) (board.Usage, error) {
 	id, _ := strconv.Atoi(filepath.Base(dir))
 	u, ok := n.usage[bpf.TenantID(id)]
@@ -436,5 +439,32 @@ func TestFailedExitsReported(t *testing.T) {
 	}
 	if got := countLogged(hook, "a process of the tenant exited with a failure status"); got != 1 {
 		t.Errorf("logged %d times, want once", got)
+	}
+}
+
+// Pacing is scoped to the GPUs of the latency-critical tenants that miss,
+// where their GPUs are known (a container given GPU memory by the device
+// plugin); one whose GPUs are not known paces every GPU.
+func TestPacingScopedToTheMissingTenantsGPUs(t *testing.T) {
+	n := newNode()
+	n.hosts[1] = board.HostTenant{Class: tenantcfg.ClassLatencyCritical, Target: tenantcfg.LatencyTarget{P99: 800 * time.Microsecond}, HostGPUs: 1 << 2}
+	c, _ := newController(n, Config{})
+	now := time.Unix(1000, 0)
+	c.Step(now)
+	n.requests(1, 1000, 5*time.Millisecond)
+	now = now.Add(time.Second)
+	c.Step(now)
+	if n.pace != board.PaceRequest || n.gpus != 1<<2 {
+		t.Fatalf("a miss on GPU 2: pace %d gpus %#x, want paced on GPU 2 only", n.pace, n.gpus)
+	}
+	// a second latency-critical tenant, GPUs not known, misses too: every GPU
+	n.hosts[4] = board.HostTenant{Class: tenantcfg.ClassLatencyCritical, Target: tenantcfg.LatencyTarget{P99: 800 * time.Microsecond}}
+	n.usage[4] = &board.Usage{LiveProcesses: 1}
+	c.Step(now.Add(time.Second))
+	n.requests(4, 1000, 5*time.Millisecond)
+	n.requests(1, 1000, 5*time.Millisecond)
+	c.Step(now.Add(2 * time.Second))
+	if n.pace != board.PaceRequest || n.gpus != 0 {
+		t.Errorf("a miss where the GPUs are not known: pace %d gpus %#x, want every GPU (0)", n.pace, n.gpus)
 	}
 }
