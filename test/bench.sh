@@ -21,6 +21,14 @@ OUT="$REPO/bench/results.txt"
 mkdir -p "$REPO/bench"
 [[ $(id -u) -eq 0 ]] || { echo "bench: needs root" >&2; exit 1; }
 log() { printf '[bench] %s\n' "$*" >&2; }
+# gobench NAME PKG BENCHTIME COUNT METRIC: the lines of Go benchmark NAME in
+# PKG that report METRIC; the run stops when there are none
+gobench() {
+	local lines
+	lines=$(cd "$REPO" && go test -run '^$' -bench "^$1\$" -benchtime "$3" -count "$4" "$2" 2>/dev/null | grep -E "$5" || true)
+	[[ -n "$lines" ]] || { echo "bench: $1 produced no result" >&2; exit 1; }
+	echo "$lines"
+}
 
 {
 	echo "# gpuext control-plane benchmarks"
@@ -32,8 +40,7 @@ log() { printf '[bench] %s\n' "$*" >&2; }
 } >"$OUT"
 
 log "1/2 admission latency in-process (1,000 containers)"
-bench=$(cd "$REPO" && go test -run '^$' -bench '^BenchmarkAdmission$' -benchtime 1000x -count 3 ./nri-plugin/plugin/ 2>/dev/null | grep -E 'p50-plugin-us' || true)
-[[ -n "$bench" ]] || { echo "bench: BenchmarkAdmission produced no result" >&2; exit 1; }
+bench=$(gobench BenchmarkAdmission ./nri-plugin/plugin/ 1000x 3 'p50-plugin-us')
 {
 	echo "## Admission latency, 1,000 containers in-process, 3 runs"
 	echo "NRI CreateContainer + StartContainer (where registration happens) on real cgroups, pinned maps, tmpfs state dir."
@@ -44,8 +51,7 @@ bench=$(cd "$REPO" && go test -run '^$' -bench '^BenchmarkAdmission$' -benchtime
 } >>"$OUT"
 
 log "board publisher CPU, 100 tenants (3 x 10 s)"
-board=$(cd "$REPO" && go test -run '^$' -bench '^BenchmarkPublisherCPU$' -benchtime 1x ./devrt/board/ 2>/dev/null | grep -E 'cpu-%' || true)
-[[ -n "$board" ]] || { echo "bench: BenchmarkPublisherCPU produced no result" >&2; exit 1; }
+board=$(gobench BenchmarkPublisherCPU ./devrt/board/ 1x 1 'cpu-%')
 {
 	echo "## Board publisher CPU, 100 tenants (10 latency-critical, 6 ms window), 10 s each, getrusage of the publisher's process"
 	echo "idle: nothing pending; lc-active: one latency-critical tenant launching 1 ms kernels back to back (interposer over the fake libcuda);"
@@ -56,8 +62,7 @@ board=$(cd "$REPO" && go test -run '^$' -bench '^BenchmarkPublisherCPU$' -bencht
 } >>"$OUT"
 
 log "metrics scrape, 200 tenants (real pinned registry, HTTP with gzip)"
-scrape=$(cd "$REPO" && go test -run '^$' -bench '^BenchmarkScrape200Tenants' -benchtime 50x -count 3 ./internal/metrics/ 2>/dev/null | grep -E 'cpu-ms/scrape' || true)
-[[ -n "$scrape" ]] || { echo "bench: BenchmarkScrape200Tenants produced no result" >&2; exit 1; }
+scrape=$(gobench 'BenchmarkScrape200Tenants.*' ./internal/metrics/ 50x 3 'cpu-ms/scrape')
 {
 	echo "## /metrics scrape at 200 tenants, 3 runs of 50 scrapes"
 	echo "The agent's CPU per scrape (getrusage of the serving process) and the response size, plain and gzip (what Prometheus asks for)."
@@ -66,8 +71,7 @@ scrape=$(cd "$REPO" && go test -run '^$' -bench '^BenchmarkScrape200Tenants' -be
 } >>"$OUT"
 
 log "memory guard, 100 tenants on 8 GPUs (fake NVML), 3 runs of 10 s"
-guard=$(cd "$REPO" && go test -run '^$' -bench '^BenchmarkGuardCPU$' -benchtime 1x -count 3 ./internal/memguard/ 2>/dev/null | grep -E 'agent-cpu-%' || true)
-[[ -n "$guard" ]] || { echo "bench: BenchmarkGuardCPU produced no result" >&2; exit 1; }
+guard=$(gobench BenchmarkGuardCPU ./internal/memguard/ 1x 3 'agent-cpu-%')
 {
 	echo "## GPU memory guard CPU, 100 tenants (real cgroups, 2 processes each) on 8 GPUs, NVML sampled every 500 ms, 3 runs of 10 s"
 	echo "agent = the agent's side (decode, pid to cgroup, limits, checks; getrusage); gpuview = gpuext-gpuview --watch over the fake NVML."
@@ -77,8 +81,7 @@ guard=$(cd "$REPO" && go test -run '^$' -bench '^BenchmarkGuardCPU$' -benchtime 
 } >>"$OUT"
 
 log "latency controller, one step on 100 tenants, 3 runs of 200 steps"
-ctl=$(cd "$REPO" && go test -run '^$' -bench '^BenchmarkControllerStep$' -benchtime 200x -count 3 ./internal/latency/ 2>/dev/null | grep -E 'cpu-us/step' || true)
-[[ -n "$ctl" ]] || { echo "bench: BenchmarkControllerStep produced no result" >&2; exit 1; }
+ctl=$(gobench BenchmarkControllerStep ./internal/latency/ 200x 3 'cpu-us/step')
 {
 	echo "## Latency controller CPU, 100 tenants (10 latency-critical with a target, 90 best-effort), 3 runs of 200 steps"
 	echo "Each step reads every tenant's settings.bin (when changed) and usage file through the host's readers and writes the status file (getrusage)."
