@@ -2,6 +2,7 @@ package board
 
 import (
 	"math"
+	"sort"
 	"sync/atomic"
 	"time"
 )
@@ -15,26 +16,17 @@ type Histogram [latBuckets]uint64
 // LatencySub is how many buckets a doubling of the duration spans.
 const LatencySub = latSub
 
-// BucketFloor is the shortest duration bucket i holds (the header's
-// gpuext_devrt_lat_floor).
-func BucketFloor(i int) time.Duration {
-	oct := latMinShift + i/latSub
-	return time.Duration(uint64(latSub+i%latSub) << (oct - latSubShift))
-}
+// BucketFloor is the shortest duration bucket i holds, as the header's
+// gpuext_devrt_lat_floor computes it (generated into layout_gen.go).
+func BucketFloor(i int) time.Duration { return time.Duration(latFloorNs[i]) }
 
-// BucketOf is the bucket a duration counts in (the header's
-// gpuext_devrt_lat_bucket): for tests and for the host's own figures.
+// BucketOf is the bucket a duration counts in: the last whose floor is at
+// most it (the header's gpuext_devrt_lat_bucket; the first bucket also
+// holds what is shorter than its floor). For tests and the host's figures.
 func BucketOf(d time.Duration) int {
 	ns := uint64(max(d, 0))
-	if ns < 1<<latMinShift {
-		return 0
-	}
-	oct := 63
-	for ns>>uint(oct) == 0 {
-		oct--
-	}
-	i := (oct-latMinShift)*latSub + int((ns>>uint(oct-latSubShift))&(latSub-1))
-	return min(i, latBuckets-1)
+	i := sort.Search(latBuckets, func(i int) bool { return latFloorNs[i] > ns }) - 1
+	return max(i, 0)
 }
 
 // Sub is h minus an earlier reading of the same counters. A counter that

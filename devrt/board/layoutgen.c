@@ -68,5 +68,12 @@ int main(void)
 	C("paceNone", GPUEXT_DEVRT_PACE_NONE);
 	C("paceRequest", GPUEXT_DEVRT_PACE_REQUEST);
 	printf(")\n");
+	/* the latency buckets' floors, by the header's own function: the Go
+	 * reader takes them, and the bucket of a duration, from this table */
+	printf("\n// latFloorNs[i] is gpuext_devrt_lat_floor(i): the shortest duration bucket i holds.\n");
+	printf("var latFloorNs = [latBuckets]uint64{");
+	for (unsigned i = 0; i < GPUEXT_DEVRT_LAT_BUCKETS; i++)
+		printf("%s%llu", i ? ", " : "", (unsigned long long)gpuext_devrt_lat_floor(i));
+	printf("}\n");
 	return 0;
 }

@@ -76,6 +76,17 @@ var classes = map[policies.PriorityClass]Class{
 	policies.BestEffort:      ClassBestEffort,
 }
 
+// Name is the catalog name of a device-runtime class (ClassOf's inverse;
+// "class-N" for a number no class has).
+func (c Class) Name() policies.PriorityClass {
+	for name, id := range classes {
+		if id == c {
+			return name
+		}
+	}
+	return policies.PriorityClass(fmt.Sprintf("class-%d", uint32(c)))
+}
+
 // ClassOf is a catalog class name as the device runtime's class. policies
 // validates the names; an unknown one is standard, as the device runtime
 // always treated it.

@@ -187,3 +187,15 @@ func TestFileLatencyTarget(t *testing.T) {
 		}
 	}
 }
+
+// Name is ClassOf's inverse for every catalog class.
+func TestClassName(t *testing.T) {
+	for _, name := range policies.Classes {
+		if got := ClassOf(name).Name(); got != name {
+			t.Errorf("ClassOf(%q).Name() = %q", name, got)
+		}
+	}
+	if got := Class(7).Name(); got != "class-7" {
+		t.Errorf("Class(7).Name() = %q", got)
+	}
+}

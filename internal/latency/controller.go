@@ -324,7 +324,7 @@ func (c *Controller) Step(now time.Time) Status {
 		h, u, t := hosts[id], usage[id], c.tenants[id]
 		ts := TenantStatus{ID: id, Class: h.Class, Processes: u.LiveProcesses, FailedExits: u.FailedExits - t.failed0}
 		if ts.FailedExits > t.failed {
-			c.log.WithFields(logrus.Fields{"tenant": uint32(id), "class": className(h.Class), "failedExits": ts.FailedExits,
+			c.log.WithFields(logrus.Fields{"tenant": uint32(id), "class": h.Class.Name(), "failedExits": ts.FailedExits,
 				"exits": u.Exits}).Warn("a process of the tenant exited with a failure status")
 		}
 		t.failed = ts.FailedExits
@@ -521,16 +521,6 @@ func shift(win, solo board.Histogram) (ratio, q float64) {
 		}
 	}
 	return ratio, q
-}
-
-func className(c tenantcfg.Class) string {
-	switch c {
-	case tenantcfg.ClassLatencyCritical:
-		return "latency-critical"
-	case tenantcfg.ClassBestEffort:
-		return "best-effort"
-	}
-	return "standard"
 }
 
 // isNotExist: no usage file yet, or one no process has initialised: an
