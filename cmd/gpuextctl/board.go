@@ -65,11 +65,10 @@ func runBoard(cfg config.Config, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "publishing %s (Ctrl-C stops)\n", filepath.Join(cfg.StateDir, "board", board.FileName))
 	done := make(chan struct{})
 	if *control {
-		on, budget, stallAfter := cfg.LatencyControlSpec()
-		if !on {
+		if spec := cfg.LatencyControlSpec(); !spec.On {
 			close(done)
 		} else {
-			ctl := latency.New(latency.Config{Budget: float64(budget), StallAfter: stallAfter},
+			ctl := latency.New(latency.Config{Budget: float64(spec.Budget), StallAfter: spec.StallAfter, PaceDepth: spec.PaceDepth},
 				board.TenantSettings(admission.TenantsRoot(cfg.StateDir)), filepath.Join(cfg.StateDir, "acct"), pub, nil)
 			ctl.SetStatusFile(latency.StatusPath(cfg.StateDir))
 			ctl.SetStateFile(latency.StatePath(cfg.StateDir))

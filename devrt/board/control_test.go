@@ -80,7 +80,7 @@ func TestBoardShareForNewBestEffortContexts(t *testing.T) {
 		board uint32
 		want  string
 	}{{0, "40"}, {15, "15"}, {70, "40"}, {101, "40"}} {
-		pub.SetControl(tc.board, PaceNone, 0)
+		pub.SetControl(Control{SMPercent: tc.board})
 		if got := share(); got != tc.want {
 			t.Errorf("board share %d, policy 40: the context got %s%%, want %s%%", tc.board, got, tc.want)
 		}
@@ -112,7 +112,7 @@ func TestPacingHoldsBestEffortDuringRequests(t *testing.T) {
 	// (the board has seen it start), not within a millisecond of its end
 	run := func(pace uint32, gpus uint64) (during, launches int) {
 		t.Helper()
-		pub.SetControl(0, pace, gpus)
+		pub.SetControl(Control{Pace: pace, PaceGPUs: gpus})
 		beCmd := exec.Command(filepath.Join(build, "fake", "gateapp"), "be", "2000", "1000")
 		beCmd.Env = be.env(build, boardPath)
 		var beOut strings.Builder
@@ -154,6 +154,61 @@ func TestPacingHoldsBestEffortDuringRequests(t *testing.T) {
 		t.Errorf("paced on another GPU: %d launches admitted during requests against %d unpaced, want about as many", other, free)
 	}
 	t.Logf("admitted during requests: %d not paced, %d paced; %d launches paced", free, paced, n)
+}
+
+// The pacing depth: a paced best-effort process whose launches stay
+// unfinished (FAKECUDA_EVENT_PENDING=1: the fake's events never complete)
+// makes depth launches at once, then each waits out its longest delay
+// (50 ms) for the launch depth places back. Launches that finish (the
+// fake's default) cost it nothing, and without pacing, or with pacing and
+// no bound, unfinished launches hold nothing back while no request runs.
+func TestPacingDepthBoundsUnfinishedLaunches(t *testing.T) {
+	build := buildDevrt(t)
+	state := t.TempDir()
+	be := newTenantFile(t, state, tenantcfg.File{TenantID: 2, Policy: "p", Class: "best-effort"})
+	boardPath := filepath.Join(state, "board", FileName)
+	pub := openPublisher(t, state)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); pub.Run(ctx, time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(2 * RescanInterval)
+
+	run := func(c Control, pending bool) (launches int, delayed uint64) {
+		t.Helper()
+		pub.SetControl(c)
+		before, _ := ReadUsage(be.acct)
+		cmd := exec.Command(filepath.Join(build, "fake", "gateapp"), "be", "600", "1000")
+		cmd.Env = be.env(build, boardPath)
+		if pending {
+			cmd.Env = append(cmd.Env, "FAKECUDA_EVENT_PENDING=1")
+		}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("be: %v\n%s", err, out)
+		}
+		after, err := ReadUsage(be.acct)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(fields(t, out, "be")), after.DelayedLaunches - before.DelayedLaunches
+	}
+	free, _ := run(Control{}, true)
+	noBound, _ := run(Control{Pace: PaceRequest}, true)
+	bounded, delayed := run(Control{Pace: PaceRequest, PaceDepth: 2}, true)
+	finished, _ := run(Control{Pace: PaceRequest, PaceDepth: 2}, false)
+	t.Logf("launches in 600 ms: %d not paced, %d paced without a bound, %d with depth 2 (%d delayed), %d with depth 2 and launches that finish",
+		free, noBound, bounded, delayed, finished)
+	if free < 200 || noBound < 200 {
+		t.Errorf("unfinished launches held back a process not bounded: %d launches not paced, %d paced without a bound, want at least 200 each", free, noBound)
+	}
+	// 2 at once, then one per 50 ms delay: 2 + 600/50
+	if bounded < 6 || bounded > 16 || delayed+3 < uint64(bounded) {
+		t.Errorf("depth 2, launches never finishing: %d launches (%d delayed), want 2 at once and then one per 50 ms delay (6..16, all but 2 delayed)", bounded, delayed)
+	}
+	if finished < 200 {
+		t.Errorf("depth 2, launches that finish: %d launches, want at least 200 (the bound costs nothing)", finished)
+	}
 }
 
 // A process that used the GPU and exits counts in its tenant's header,

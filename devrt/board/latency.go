@@ -99,19 +99,38 @@ const (
 	PaceRequest = paceRequest // they wait while a latency-critical request runs
 )
 
-// SetControl publishes the host latency controller's choices for
-// best-effort processes: the MPS share a context created now gets
-// (1..100; 0: the policy's), the pacing of their launches, and the host
-// GPUs whose best-effort tenants are paced (bit per index; 0: every GPU).
-func (p *Publisher) SetControl(smPercent, pace uint32, paceGPUs uint64) {
-	atomic.StoreUint64(p.u64(boardOffBEPaceGPUs), paceGPUs) // before the pace that uses it
-	atomic.StoreUint32(p.u32(boardOffBESMPercent), smPercent)
-	atomic.StoreUint32(p.u32(boardOffBEPace), pace)
+// Control is what the host latency controller publishes for best-effort
+// processes (docs/priority-control.md).
+type Control struct {
+	// SMPercent: the MPS share a best-effort context created now gets
+	// (1..100; 0: the policy's).
+	SMPercent uint32
+	// Pace: PaceNone or PaceRequest.
+	Pace uint32
+	// PaceGPUs: with Pace, the host GPUs whose best-effort tenants are
+	// paced (bit per index; 0: every GPU).
+	PaceGPUs uint64
+	// PaceDepth: with Pace, at most this many of a paced process's
+	// launches unfinished when it launches again (1..PaceDepthMax; 0: no
+	// bound).
+	PaceDepth uint32
+}
+
+// PaceDepthMax is the largest bound on a paced process's unfinished launches.
+const PaceDepthMax = paceDepthMax
+
+// SetControl publishes the host latency controller's choices.
+func (p *Publisher) SetControl(c Control) {
+	// the GPUs and the depth before the pace that uses them
+	atomic.StoreUint64(p.u64(boardOffBEPaceGPUs), c.PaceGPUs)
+	atomic.StoreUint32(p.u32(boardOffBEPaceDepth), min(c.PaceDepth, PaceDepthMax))
+	atomic.StoreUint32(p.u32(boardOffBESMPercent), c.SMPercent)
+	atomic.StoreUint32(p.u32(boardOffBEPace), c.Pace)
 	atomic.AddUint64(p.u64(boardOffSeq), 1)
 }
 
 // Control is what SetControl last published.
-func (p *Publisher) Control() (smPercent, pace uint32, paceGPUs uint64) {
-	return atomic.LoadUint32(p.u32(boardOffBESMPercent)), atomic.LoadUint32(p.u32(boardOffBEPace)),
-		atomic.LoadUint64(p.u64(boardOffBEPaceGPUs))
+func (p *Publisher) Control() Control {
+	return Control{SMPercent: atomic.LoadUint32(p.u32(boardOffBESMPercent)), Pace: atomic.LoadUint32(p.u32(boardOffBEPace)),
+		PaceGPUs: atomic.LoadUint64(p.u64(boardOffBEPaceGPUs)), PaceDepth: atomic.LoadUint32(p.u32(boardOffBEPaceDepth))}
 }

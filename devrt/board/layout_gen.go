@@ -49,8 +49,10 @@ const (
 	boardOffBESMPercent   = 40
 	boardOffBEPace        = 44
 	boardOffBEPaceGPUs    = 48
+	boardOffBEPaceDepth   = 56
 	paceNone              = 0
 	paceRequest           = 1
+	paceDepthMax          = 16
 )
 
 // latFloorNs[i] is gpuext_devrt_lat_floor(i): the shortest duration bucket i holds.

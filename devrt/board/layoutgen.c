@@ -65,8 +65,10 @@ int main(void)
 	C("boardOffBESMPercent", offsetof(struct gpuext_devrt_board, be_sm_percent));
 	C("boardOffBEPace", offsetof(struct gpuext_devrt_board, be_pace));
 	C("boardOffBEPaceGPUs", offsetof(struct gpuext_devrt_board, be_pace_gpus));
+	C("boardOffBEPaceDepth", offsetof(struct gpuext_devrt_board, be_pace_depth));
 	C("paceNone", GPUEXT_DEVRT_PACE_NONE);
 	C("paceRequest", GPUEXT_DEVRT_PACE_REQUEST);
+	C("paceDepthMax", GPUEXT_DEVRT_PACE_DEPTH_MAX);
 	printf(")\n");
 	/* the latency buckets' floors, by the header's own function: the Go
 	 * reader takes them, and the bucket of a duration, from this table */

@@ -251,10 +251,20 @@ struct gpuext_devrt_board {
 	 * and meet none of these is not paced.
 	 */
 	_Atomic uint64_t be_pace_gpus;
-	uint64_t reserved[1];
+	/*
+	 * With be_pace: at most this many of a paced best-effort process's
+	 * launches are unfinished when it launches again (1..16; 0: no bound).
+	 * A trainer's framework queues a whole step ahead of the GPU, so
+	 * holding only new launches during a request leaves the queue running
+	 * beside it; with the bound, a request that begins finds at most this
+	 * many best-effort kernels left to finish.
+	 */
+	_Atomic uint32_t be_pace_depth;
+	uint32_t reserved;
 };
 #define GPUEXT_DEVRT_PACE_NONE 0u
 #define GPUEXT_DEVRT_PACE_REQUEST 1u
+#define GPUEXT_DEVRT_PACE_DEPTH_MAX 16u
 
 _Static_assert(sizeof(struct gpuext_devrt_slot) == 64, "slot layout");
 _Static_assert(sizeof(struct gpuext_devrt_usage_header) == 256, "usage header layout");

@@ -129,9 +129,10 @@ void gx_acct_lc_active(uint64_t now); /* latency-critical launch: deadline now +
 void gx_acct_lc_busy(uint64_t until); /* latency-critical request begun: its expected end */
 enum { GX_KEY_DEVPTR = 1, GX_KEY_HANDLE = 2 };
 
-/* priority.c: called before every launch */
+/* priority.c: called before and after every launch (ptsz: the per-thread stream variant) */
 void gx_priority_open(void);
-void gx_launch_gate(void);
+void gx_launch_gate(CUstream s, int ptsz);
+void gx_launch_done(CUstream s, int ptsz, CUresult r);
 /* priority.c: after a wait for the GPU returned (cuCtx/cuStream/cuEventSynchronize) */
 void gx_priority_synced(void);
 

@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdatomic.h>
@@ -242,17 +243,144 @@ void gx_priority_synced(void)
 }
 
 /*
+ * The pacing depth (board be_pace_depth): a paced best-effort process
+ * records an event after each launch, on the launch's stream, in a ring;
+ * a launch waits, at most max_delay_ns, until the launch depth places
+ * before it has finished. A framework that queues a whole step ahead of the
+ * GPU then has at most depth kernels left when a request begins. The ring
+ * is the process's (launches from every thread, in the order they passed
+ * here) and its first context's: a launch in another context, or into a
+ * stream that is capturing a graph, neither waits nor records (an event
+ * query would end the capture). A capture in global mode on another thread
+ * while this one waits is not seen (the query may end it): docs/priority-control.md.
+ */
+typedef CUresult (*gx_pd_event_create)(CUevent *, unsigned int);
+typedef CUresult (*gx_pd_event_record)(CUevent, CUstream);
+typedef CUresult (*gx_pd_event_query)(CUevent);
+typedef CUresult (*gx_pd_ctx_current)(CUcontext *);
+typedef CUresult (*gx_pd_capturing)(CUstream, int *);
+#define GX_PD_EVENT_DISABLE_TIMING 0x2 /* CU_EVENT_DISABLE_TIMING */
+#define GX_PD_NOT_READY 600           /* CUDA_ERROR_NOT_READY */
+
+static struct {
+	pthread_mutex_t mu;
+	int loaded, usable;
+	gx_pd_event_create create;
+	gx_pd_event_record record;
+	gx_pd_event_query query;
+	gx_pd_ctx_current current;
+	gx_pd_capturing capturing;
+	CUcontext ctx; /* the ring's context: its first paced launch's */
+	CUevent ev[GPUEXT_DEVRT_PACE_DEPTH_MAX];
+	uint64_t n;     /* launches recorded since depth took effect */
+	uint32_t depth; /* the bound n counts under */
+} gx_pd = {.mu = PTHREAD_MUTEX_INITIALIZER};
+static __thread int gx_pd_armed; /* this thread's launch in progress is to be recorded */
+
+static CUstream gx_pd_stream(CUstream s, int ptsz)
+{
+	return ptsz && !s ? GX_CU_STREAM_PER_THREAD : s;
+}
+
+/* Under gx_pd.mu: the driver entry points, once; 0 when any is missing. */
+static int gx_pd_load(void)
+{
+	if (!gx_pd.loaded) {
+		gx_pd.loaded = 1;
+		gx_pd.create = (gx_pd_event_create)gx_driver_sym("cuEventCreate");
+		gx_pd.record = (gx_pd_event_record)gx_driver_sym("cuEventRecord");
+		gx_pd.query = (gx_pd_event_query)gx_driver_sym("cuEventQuery");
+		gx_pd.current = (gx_pd_ctx_current)gx_driver_sym("cuCtxGetCurrent");
+		gx_pd.capturing = (gx_pd_capturing)gx_driver_sym("cuStreamIsCapturing");
+		gx_pd.usable = gx_pd.create && gx_pd.record && gx_pd.query && gx_pd.current && gx_pd.capturing;
+		if (!gx_pd.usable)
+			gx_log("pacing depth off: the driver lacks an event or capture entry point");
+	}
+	return gx_pd.usable;
+}
+
+/* Under gx_pd.mu: the launch goes to the ring's context and to a stream not capturing. */
+static int gx_pd_ours(CUstream s)
+{
+	CUcontext cur = NULL;
+	int capturing = 0;
+	unsigned i;
+
+	if (gx_pd.current(&cur) != CUDA_SUCCESS || !cur)
+		return 0;
+	if (!gx_pd.ctx) {
+		for (i = 0; i < GPUEXT_DEVRT_PACE_DEPTH_MAX; i++)
+			if (gx_pd.create(&gx_pd.ev[i], GX_PD_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+				gx_log("pacing depth off: cuEventCreate failed");
+				gx_pd.usable = 0;
+				return 0;
+			}
+		gx_pd.ctx = cur;
+	}
+	if (cur != gx_pd.ctx)
+		return 0;
+	/* an error (the legacy stream while a blocking stream captures) counts as capturing */
+	return gx_pd.capturing(s, &capturing) == CUDA_SUCCESS && !capturing;
+}
+
+/* Waits until the launch depth places back has finished, at most max_delay_ns; returns ns waited. */
+static uint64_t gx_pd_wait(uint32_t depth, CUstream s)
+{
+	uint64_t start, now, waited = 0;
+	CUevent ev;
+	int spins = 0;
+
+	pthread_mutex_lock(&gx_pd.mu);
+	if (!gx_pd_load() || !gx_pd_ours(s))
+		goto out;
+	if (depth != gx_pd.depth) { /* a new bound: count from here */
+		gx_pd.depth = depth;
+		gx_pd.n = 0;
+	}
+	gx_pd_armed = 1;
+	if (gx_pd.n < depth)
+		goto out;
+	ev = gx_pd.ev[(gx_pd.n - depth) % GPUEXT_DEVRT_PACE_DEPTH_MAX];
+	start = now = gx_now_ns();
+	while (gx_pd.query(ev) == GX_PD_NOT_READY && now - start < gx_cfg.max_delay_ns) {
+		if (++spins > 32) /* a short spin, then 20 us naps: the GPU keeps depth-1 queued meanwhile */
+			gx_sleep_ns(20000ull);
+		now = gx_now_ns();
+	}
+	waited = now - start;
+out:
+	pthread_mutex_unlock(&gx_pd.mu);
+	return waited;
+}
+
+void gx_launch_done(CUstream s, int ptsz, CUresult r)
+{
+	if (!gx_pd_armed)
+		return;
+	gx_pd_armed = 0;
+	if (r != CUDA_SUCCESS)
+		return;
+	pthread_mutex_lock(&gx_pd.mu);
+	if (gx_pd.usable && gx_pd.ctx &&
+	    gx_pd.record(gx_pd.ev[gx_pd.n % GPUEXT_DEVRT_PACE_DEPTH_MAX], gx_pd_stream(s, ptsz)) == CUDA_SUCCESS)
+		gx_pd.n++;
+	pthread_mutex_unlock(&gx_pd.mu);
+}
+
+/*
  * The host's pacing (board be_pace, set by its latency controller while a
  * latency-critical tenant misses its target): a best-effort launch waits
  * while a latency-critical request is in progress (the board's
- * lc_busy_until_ns), at most max_delay_ns. Unlike the gate it does not wait
- * out the whole active window, so a trainer whose launches run ahead keeps
- * launching between requests; and it changes at run time, where an MPS share
- * is fixed when the context is made.
+ * lc_busy_until_ns), at most max_delay_ns, and, with be_pace_depth, until
+ * at most that many of its earlier launches are unfinished. Unlike the gate
+ * it does not wait out the whole active window, so a trainer whose launches
+ * run ahead keeps launching between requests; and it changes at run time,
+ * where an MPS share is fixed when the context is made.
  */
-static void gx_pace(struct gpuext_devrt_usage *u)
+static void gx_pace(struct gpuext_devrt_usage *u, CUstream s, int ptsz)
 {
-	uint64_t now, start, busy, gpus;
+	uint64_t now, start, busy, gpus, waited;
+	uint32_t depth;
 
 	if (!gx_board || atomic_load_explicit(&gx_board->magic, memory_order_acquire) != GPUEXT_DEVRT_BOARD_MAGIC ||
 	    atomic_load_explicit(&gx_board->be_pace, memory_order_relaxed) != GPUEXT_DEVRT_PACE_REQUEST)
@@ -260,24 +388,29 @@ static void gx_pace(struct gpuext_devrt_usage *u)
 	gpus = atomic_load_explicit(&gx_board->be_pace_gpus, memory_order_relaxed);
 	if (gpus && gx_cfg.host_gpus && !(gpus & gx_cfg.host_gpus))
 		return; /* the latency-critical tenants that miss are on other GPUs */
+	depth = atomic_load_explicit(&gx_board->be_pace_depth, memory_order_relaxed);
+	waited = depth >= 1 && depth <= GPUEXT_DEVRT_PACE_DEPTH_MAX ? gx_pd_wait(depth, gx_pd_stream(s, ptsz)) : 0;
 	start = now = gx_now_ns();
 	busy = gx_board_busy();
-	if (busy <= now || now >= gx_board_deadline())
-		return;
-	while (now < busy && now - start < gx_cfg.max_delay_ns) {
-		uint64_t left = busy - now;
+	if (busy > now && now < gx_board_deadline()) {
+		while (now < busy && now - start < gx_cfg.max_delay_ns) {
+			uint64_t left = busy - now;
 
-		gx_sleep_ns(left > 200000ull ? 200000ull : left);
-		now = gx_now_ns();
-		busy = gx_board_busy();
+			gx_sleep_ns(left > 200000ull ? 200000ull : left);
+			now = gx_now_ns();
+			busy = gx_board_busy();
+		}
+		waited += now - start;
 	}
+	if (!waited)
+		return;
 	atomic_fetch_add(&u->hdr.delayed_launches, 1);
-	atomic_fetch_add(&u->hdr.delayed_ns, now - start);
+	atomic_fetch_add(&u->hdr.delayed_ns, waited);
 	if (gx_acct_slot() >= 0)
 		atomic_fetch_add(&u->slot[gx_acct_slot()].delayed, 1);
 }
 
-void gx_launch_gate(void)
+void gx_launch_gate(CUstream s, int ptsz)
 {
 	struct gpuext_devrt_usage *u;
 	uint64_t now, until, start, waited;
@@ -293,7 +426,7 @@ void gx_launch_gate(void)
 		return;
 	case GPUEXT_DEVRT_CLASS_BEST_EFFORT:
 		if (!gx_gated) {
-			gx_pace(u);
+			gx_pace(u, s, ptsz);
 			return;
 		}
 		break;

@@ -357,11 +357,12 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
 			unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
 	GX_REAL_OR(cuLaunchKernel, CUDA_ERROR_NOT_INITIALIZED);
-	gx_launch_gate();
+	gx_launch_gate(hStream, 0);
 	gx_probe_before_launch(f, hStream, 0);
 	int64_t t = gx_hl_now();
 	CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
 			  kernelParams, extra);
+	gx_launch_done(hStream, 0, r);
 	gx_hl_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, 0, t, r);
 	return r;
 }
@@ -371,11 +372,12 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int g
 			     unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
 	GX_REAL_OR(cuLaunchKernel_ptsz, CUDA_ERROR_NOT_INITIALIZED);
-	gx_launch_gate();
+	gx_launch_gate(hStream, 1);
 	gx_probe_before_launch(f, hStream, 1);
 	int64_t t = gx_hl_now();
 	CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
 			  kernelParams, extra);
+	gx_launch_done(hStream, 1, r);
 	gx_hl_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, 1, t, r);
 	return r;
 }
@@ -387,11 +389,12 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int g
 		     CUstream hStream, void **kernelParams)                                                         \
 	{                                                                                                           \
 		GX_REAL_OR(sym, CUDA_ERROR_NOT_INITIALIZED);                                                        \
-		gx_launch_gate();                                                                                   \
+		gx_launch_gate(hStream, ptsz);                                                                      \
 		gx_probe_before_launch(f, hStream, ptsz);                                                           \
 		int64_t t = gx_hl_now();                                                                            \
 		CUresult r = real(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, \
 				  hStream, kernelParams);                                                           \
+		gx_launch_done(hStream, ptsz, r);                                                                   \
 		gx_hl_launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream, ptsz, t, r); \
 		return r;                                                                                           \
 	}
@@ -402,27 +405,32 @@ GX_COOPERATIVE_WRAPPER(cuLaunchCooperativeKernel_ptsz, 1)
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
 	GX_REAL_OR(cuLaunchKernelEx, CUDA_ERROR_NOT_INITIALIZED);
-	gx_launch_gate();
+	gx_launch_gate(gx_config_stream(config), 0);
 	gx_probe_before_launch(f, gx_config_stream(config), 0);
 	int64_t t = gx_hl_now();
-	return gx_config_launched(config, f, 0, t, real(config, f, kernelParams, extra));
+	CUresult r = real(config, f, kernelParams, extra);
+	gx_launch_done(gx_config_stream(config), 0, r);
+	return gx_config_launched(config, f, 0, t, r);
 }
 
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
 	GX_REAL_OR(cuLaunchKernelEx_ptsz, CUDA_ERROR_NOT_INITIALIZED);
-	gx_launch_gate();
+	gx_launch_gate(gx_config_stream(config), 1);
 	gx_probe_before_launch(f, gx_config_stream(config), 1);
 	int64_t t = gx_hl_now();
-	return gx_config_launched(config, f, 1, t, real(config, f, kernelParams, extra));
+	CUresult r = real(config, f, kernelParams, extra);
+	gx_launch_done(gx_config_stream(config), 1, r);
+	return gx_config_launched(config, f, 1, t, r);
 }
 
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
 	GX_REAL_OR(cuGraphLaunch, CUDA_ERROR_NOT_INITIALIZED);
-	gx_launch_gate();
+	gx_launch_gate(hStream, 0);
 	gx_probe_before_launch(NULL, hStream, 0);
 	CUresult r = real(hGraphExec, hStream);
+	gx_launch_done(hStream, 0, r);
 	gx_hl_graph_launch(hGraphExec, hStream, 0, r);
 	return r;
 }
@@ -430,9 +438,10 @@ CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
 	GX_REAL_OR(cuGraphLaunch_ptsz, CUDA_ERROR_NOT_INITIALIZED);
-	gx_launch_gate();
+	gx_launch_gate(hStream, 1);
 	gx_probe_before_launch(NULL, hStream, 1);
 	CUresult r = real(hGraphExec, hStream);
+	gx_launch_done(hStream, 1, r);
 	gx_hl_graph_launch(hGraphExec, hStream, 1, r);
 	return r;
 }

@@ -199,33 +199,56 @@ type LatencyControl struct {
 	// no GPU work this long is reported stalled (a Go duration, default
 	// "30s").
 	StallAfter string `json:"stallAfter,omitempty"`
+	// PaceDepth: while the controller paces, at most this many of a
+	// best-effort process's launches are unfinished when it launches
+	// again (1..16, default 2); 0: no bound, launches are held only during
+	// latency-critical requests.
+	PaceDepth *int `json:"paceDepth,omitempty"`
+}
+
+// LatencySpec is the latencyControl section's values, validated.
+type LatencySpec struct {
+	On         bool
+	Budget     uint32        // 0: the controller's default
+	StallAfter time.Duration // 0: the controller's default
+	PaceDepth  int           // 0: the controller's default; negative: no bound
 }
 
 // LatencyControlSpec is the latencyControl section's values (validated
-// when decoded): whether it runs, the starting budget (0: the
-// controller's default) and the stall time (0: its default).
-func (c Config) LatencyControlSpec() (on bool, budget uint32, stallAfter time.Duration) {
-	on, budget, stallAfter, _ = c.LatencyControl.spec()
-	return on, budget, stallAfter
+// when decoded).
+func (c Config) LatencyControlSpec() LatencySpec {
+	s, _ := c.LatencyControl.spec()
+	return s
 }
 
-func (l LatencyControl) spec() (on bool, budget uint32, stallAfter time.Duration, err error) {
+func (l LatencyControl) spec() (s LatencySpec, err error) {
 	switch l.Mode {
 	case "", "on":
-		on = true
+		s.On = true
 	case "off":
 	default:
-		return false, 0, 0, fmt.Errorf("latencyControl.mode %s: want \"on\" or \"off\"", shown(l.Mode))
+		return LatencySpec{}, fmt.Errorf("latencyControl.mode %s: want \"on\" or \"off\"", shown(l.Mode))
 	}
 	if l.BudgetPercent > 100 {
-		return false, 0, 0, fmt.Errorf("latencyControl.budgetPercent %d: want 1..100 (percent of the SMs)", l.BudgetPercent)
+		return LatencySpec{}, fmt.Errorf("latencyControl.budgetPercent %d: want 1..100 (percent of the SMs)", l.BudgetPercent)
 	}
+	s.Budget = l.BudgetPercent
 	if l.StallAfter != "" {
-		if stallAfter, err = time.ParseDuration(l.StallAfter); err != nil || stallAfter < time.Second {
-			return false, 0, 0, fmt.Errorf("latencyControl.stallAfter %s: want a Go duration of at least 1s", shown(l.StallAfter))
+		if s.StallAfter, err = time.ParseDuration(l.StallAfter); err != nil || s.StallAfter < time.Second {
+			return LatencySpec{}, fmt.Errorf("latencyControl.stallAfter %s: want a Go duration of at least 1s", shown(l.StallAfter))
 		}
 	}
-	return on, l.BudgetPercent, stallAfter, nil
+	if l.PaceDepth != nil {
+		switch d := *l.PaceDepth; {
+		case d < 0 || d > 16:
+			return LatencySpec{}, fmt.Errorf("latencyControl.paceDepth %d: want 0 (no bound) or 1..16 unfinished launches", d)
+		case d == 0:
+			s.PaceDepth = -1
+		default:
+			s.PaceDepth = d
+		}
+	}
+	return s, nil
 }
 
 // DevicePluginSpec is the validated DevicePlugin section; ok is false when
@@ -378,7 +401,7 @@ func decodeInto(cfg *Config, data []byte, name string) error {
 	if _, _, _, err := cfg.MemoryGuard.spec(); err != nil {
 		return fmt.Errorf("config %s: %w", name, err)
 	}
-	if _, _, _, err := cfg.LatencyControl.spec(); err != nil {
+	if _, err := cfg.LatencyControl.spec(); err != nil {
 		return fmt.Errorf("config %s: %w", name, err)
 	}
 	return nil

@@ -28,6 +28,18 @@ func TestParse(t *testing.T) {
 		{name: "bad latencyControl mode named", in: `{"latencyControl":{"mode":"auto"}}`, wantErr: `latencyControl.mode "auto"`},
 		{name: "latencyControl budget over 100", in: `{"latencyControl":{"budgetPercent":140}}`, wantErr: `latencyControl.budgetPercent 140`},
 		{name: "latencyControl stallAfter too short", in: `{"latencyControl":{"stallAfter":"10ms"}}`, wantErr: `latencyControl.stallAfter "10ms"`},
+		{name: "latencyControl paceDepth over 16", in: `{"latencyControl":{"paceDepth":17}}`, wantErr: `latencyControl.paceDepth 17`},
+		{name: "latencyControl paceDepth 0 is no bound", in: `{"latencyControl":{"paceDepth":0}}`, check: func(c Config) bool {
+			return c.LatencyControlSpec().PaceDepth < 0 && c.LatencyControlSpec().On
+		}},
+		{name: "latencyControl paceDepth absent is the default", in: `{"latencyControl":{"budgetPercent":50}}`, check: func(c Config) bool {
+			s := c.LatencyControlSpec()
+			return s.PaceDepth == 0 && s.Budget == 50
+		}},
+		{name: "latencyControl paceDepth 4", in: `{"latencyControl":{"paceDepth":4}}`, check: func(c Config) bool {
+			return c.LatencyControlSpec().PaceDepth == 4
+		}},
+		{name: "latencyControl paceDepth negative", in: `{"latencyControl":{"paceDepth":-1}}`, wantErr: `latencyControl.paceDepth -1`},
 		{name: "mpsRootTenants deny", in: `{"mpsRootTenants":"deny"}`, check: func(c Config) bool { return c.MPSRootTenants == "deny" }},
 		{name: "absolute MPS dirs", in: `{"mpsPipeDirectory":"/run/mps","mpsShmDirectory":"/run/mps-shm"}`, check: func(c Config) bool {
 			return c.MPSPipeDirectory == "/run/mps" && c.MPSShmDirectory == "/run/mps-shm"

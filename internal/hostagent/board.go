@@ -32,10 +32,10 @@ func (a *Agent) startBoardLocked(cfg config.Config) {
 	ctx, cancel := context.WithCancel(context.Background())
 	a.stopBoard, a.pub, a.lat = cancel, pub, nil
 	var ctl *latency.Controller
-	if on, budget, stallAfter := cfg.LatencyControlSpec(); on {
+	if spec := cfg.LatencyControlSpec(); spec.On {
 		// the latency controller publishes through the same board: it
 		// stops (and clears its fields) before the board is closed
-		ctl = latency.New(latency.Config{Budget: float64(budget), StallAfter: stallAfter},
+		ctl = latency.New(latency.Config{Budget: float64(spec.Budget), StallAfter: spec.StallAfter, PaceDepth: spec.PaceDepth},
 			board.TenantSettings(admission.TenantsRoot(cfg.StateDir)), filepath.Join(cfg.StateDir, "acct"), pub, a.log)
 		ctl.SetStatusFile(latency.StatusPath(cfg.StateDir))
 		ctl.SetStateFile(latency.StatePath(cfg.StateDir)) // solo bases and the budget survive a restart

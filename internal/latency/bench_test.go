@@ -15,7 +15,7 @@ import (
 
 type nullBoard struct{}
 
-func (nullBoard) SetControl(uint32, uint32, uint64) {}
+func (nullBoard) SetControl(board.Control) {}
 
 // BenchmarkControllerStep: one Step of the controller on a node of 100
 // tenants (10 latency-critical with a target, 90 best-effort), each with its

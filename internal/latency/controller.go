@@ -56,13 +56,18 @@ type Config struct {
 	// runtime counts no completed wait for the GPU and no launch for this
 	// long is reported stalled.
 	StallAfter time.Duration
+	// PaceDepth: while pacing, at most this many of a best-effort
+	// process's launches are unfinished when it launches again
+	// (1..board.PaceDepthMax); negative: no bound, launches are held only
+	// during requests.
+	PaceDepth int
 }
 
 // Defaults are Config's defaults. Budget 60: on the H200 two ResNet-50
 // trainers at 30% each held a latency-critical graph p99 at 1.5x its solo
 // figure with 0.86 of their no-policy throughput (docs/benchmarks.md).
 var Defaults = Config{Interval: time.Second, Window: 5, MinRequests: 50, Budget: 60, MinBudget: 4, MaxBudget: 100,
-	StallAfter: 30 * time.Second}
+	StallAfter: 30 * time.Second, PaceDepth: 2}
 
 func (c Config) withDefaults() Config {
 	d := Defaults
@@ -87,6 +92,12 @@ func (c Config) withDefaults() Config {
 	d.Budget = min(max(d.Budget, d.MinBudget), d.MaxBudget)
 	if c.StallAfter > 0 {
 		d.StallAfter = c.StallAfter
+	}
+	switch {
+	case c.PaceDepth < 0:
+		d.PaceDepth = 0
+	case c.PaceDepth > 0:
+		d.PaceDepth = min(c.PaceDepth, board.PaceDepthMax)
 	}
 	return d
 }
@@ -160,13 +171,16 @@ type Status struct {
 	// paced (bit per index), those of the latency-critical tenants that
 	// missed; 0: every GPU (a missing tenant's GPUs are not known).
 	PaceGPUs uint64 `json:"paceGPUs"`
+	// PaceDepth: with Pace, the most unfinished launches a paced
+	// best-effort process may have when it launches again (0: no bound).
+	PaceDepth uint32 `json:"paceDepth"`
 	Active   bool   `json:"active"`  // a latency-critical tenant with a target is live
 	Targets  int    `json:"targets"` // latency-critical tenants with a target on the node
 }
 
 // Board is where the controller publishes (board.Publisher).
 type Board interface {
-	SetControl(smPercent, pace uint32, paceGPUs uint64)
+	SetControl(board.Control)
 }
 
 // Controller holds the targets. Step is not safe for concurrent use;
@@ -234,7 +248,7 @@ func New(cfg Config, src board.Source, acctRoot string, out Board, log *logrus.E
 func (c *Controller) Run(ctx context.Context) {
 	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
-	defer c.out.SetControl(0, board.PaceNone, 0)
+	defer c.out.SetControl(board.Control{})
 	for {
 		c.Step(time.Now())
 		select {
@@ -446,7 +460,7 @@ func (c *Controller) Step(now time.Time) Status {
 		c.paceAll = c.paceAll || missAll
 		if was != c.budget || wasPace != c.pace {
 			c.log.WithFields(logrus.Fields{"worst": fmt.Sprintf("%.2f", worst), "budget": fmt.Sprintf("%.0f", c.budget)}).
-				Info("latency target missed: best-effort launches paced during requests, a smaller share for new best-effort contexts")
+				Info("latency target missed: best-effort launches paced (held during requests, their unfinished launches bounded), a smaller share for new best-effort contexts")
 		}
 	case worst < relaxBelow:
 		c.calm++
@@ -464,8 +478,11 @@ func (c *Controller) Step(now time.Time) Status {
 		c.calm = 0
 	}
 	st.Budget, st.Pace = c.budget, c.pace
-	if c.pace != board.PaceNone && !c.paceAll {
-		st.PaceGPUs = c.paceGPUs
+	if c.pace != board.PaceNone {
+		st.PaceDepth = uint32(c.cfg.PaceDepth)
+		if !c.paceAll {
+			st.PaceGPUs = c.paceGPUs
+		}
 	}
 	// A best-effort context created while a target is on the node gets the
 	// budget's share, whether or not the latency-critical tenant runs yet:
@@ -473,7 +490,7 @@ func (c *Controller) Step(now time.Time) Status {
 	if st.Targets > 0 && beTenants > 0 {
 		st.SMPercent = uint32(max(1, math.Floor(c.budget/float64(beTenants))))
 	}
-	c.out.SetControl(st.SMPercent, st.Pace, st.PaceGPUs)
+	c.out.SetControl(board.Control{SMPercent: st.SMPercent, Pace: st.Pace, PaceGPUs: st.PaceGPUs, PaceDepth: st.PaceDepth})
 	c.mu.Lock()
 	c.status = st
 	c.mu.Unlock()

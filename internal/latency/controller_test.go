@@ -26,12 +26,13 @@ type node struct {
 	sm    uint32
 	pace  uint32
 	gpus  uint64
+	depth uint32
 	sets  int
 }
 
 func (n *node) Tenants() (map[bpf.TenantID]board.HostTenant, error) { return n.hosts, nil }
-func (n *node) SetControl(sm, pace uint32, gpus uint64) {
-	n.sm, n.pace, n.gpus, n.sets = sm, pace, gpus, n.sets+1
+func (n *node) SetControl(c board.Control) {
+	n.sm, n.pace, n.gpus, n.depth, n.sets = c.SMPercent, c.Pace, c.PaceGPUs, c.PaceDepth, n.sets+1
 }
 func (n *node) read(dir string) (board.Usage, error) {
 	id, _ := strconv.Atoi(filepath.Base(dir))
@@ -100,6 +101,9 @@ func TestMissedTargetPacesThenRelaxes(t *testing.T) {
 	if n.pace != board.PaceRequest || n.sm != 21 || s.Budget != 42 {
 		t.Fatalf("after a miss: share %d pace %d budget %.0f, want 21 (60*0.7/2), paced, 42", n.sm, n.pace, s.Budget)
 	}
+	if n.depth != 2 || s.PaceDepth != 2 {
+		t.Fatalf("after a miss: pace depth %d on the board, %d in the status, want the default 2", n.depth, s.PaceDepth)
+	}
 	if !logged(hook, "latency target missed") {
 		t.Error("the miss is not logged")
 	}
@@ -121,6 +125,9 @@ func TestMissedTargetPacesThenRelaxes(t *testing.T) {
 		if raisedAt == 0 && s.Budget > 42 {
 			raisedAt = i
 		}
+	}
+	if n.depth != 0 {
+		t.Errorf("pacing off: pace depth %d left on the board, want 0", n.depth)
 	}
 	if paceOffAt == 0 || raisedAt == 0 || raisedAt <= paceOffAt {
 		t.Fatalf("pacing off at interval %d, budget raised at %d: want pacing off first, then the budget", paceOffAt, raisedAt)
@@ -466,5 +473,26 @@ func TestPacingScopedToTheMissingTenantsGPUs(t *testing.T) {
 	c.Step(now.Add(2 * time.Second))
 	if n.pace != board.PaceRequest || n.gpus != 0 {
 		t.Errorf("a miss where the GPUs are not known: pace %d gpus %#x, want every GPU (0)", n.pace, n.gpus)
+	}
+}
+
+// The pacing depth is the operator's (latencyControl.paceDepth): a bound
+// is published with the pacing, "no bound" publishes none, and a bound
+// above the board's largest is clamped to it.
+func TestPaceDepthConfigured(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  int
+		want uint32
+	}{{cfg: 0, want: 2}, {cfg: -1, want: 0}, {cfg: 1, want: 1}, {cfg: 99, want: board.PaceDepthMax}} {
+		n := newNode()
+		c, _ := newController(n, Config{PaceDepth: tc.cfg})
+		now := time.Unix(1000, 0)
+		c.Step(now)
+		n.requests(1, 980, 300*time.Microsecond)
+		n.requests(1, 20, 2*time.Millisecond)
+		s := c.Step(now.Add(time.Second))
+		if n.pace != board.PaceRequest || n.depth != tc.want || s.PaceDepth != tc.want {
+			t.Errorf("PaceDepth %d: pace %d depth %d (status %d), want paced with depth %d", tc.cfg, n.pace, n.depth, s.PaceDepth, tc.want)
+		}
 	}
 }

@@ -127,8 +127,9 @@ fi
 #   gpuext-P    MPS + the interposer; best-effort tenants have smPercent P
 #               and mpsClientPriority 1 (gpuext-P-p0: priority 0)
 #   gate        the interposer's launch gate, no MPS
-#   gpuext-ctl[-B]  MPS + the interposer + the latency controller (-B: its
-#               starting budget B% instead of the default 60) (gpuextctl
+#   gpuext-ctl[-B][-dD]  MPS + the interposer + the latency controller (-B: its
+#               starting budget B% instead of the default 60; -dD: its
+#               latencyControl.paceDepth D, 0 no bound) (gpuextctl
 #               board --standalone, as the agent runs it): the
 #               latency-critical tenant has latencyTarget
 #               GPUEXT_TORCH_TARGET (1.5x), each trainer is its own
@@ -161,10 +162,11 @@ if want priority-torch; then
 		none) models=() ;;
 		*) bad "priority-torch" "unknown scenario $scen"; return ;;
 		esac
-		local budget=""
+		local budget="" depth=""
 		if [[ $mode == gpuext-ctl* ]]; then
 			sm=${GPUEXT_TORCH_CTL_CAP:-40}
-			[[ $mode =~ ^gpuext-ctl-([0-9]+)$ ]] && budget=${BASH_REMATCH[1]} # the controller's starting budget
+			[[ $mode =~ ^gpuext-ctl-([0-9]+) ]] && budget=${BASH_REMATCH[1]} # the controller's starting budget
+			[[ $mode =~ -d([0-9]+)$ ]] && depth=${BASH_REMATCH[1]}           # its pacing depth
 		elif [[ $mode == gpuext-auto ]]; then
 			# the host's share per best-effort process: a budget for the GPU
 			# split among the best-effort processes on it
@@ -190,11 +192,10 @@ if want priority-torch; then
 		fi
 		[[ $mode == mps || $mode == gpuext-* ]] && tmps_start "$D/mps"
 		if [[ $mode == gate || $mode == gpuext-ctl* ]]; then
-			if [[ -n $budget ]]; then
-				printf '{"stateDir":"%s","latencyControl":{"budgetPercent":%d}}\n' "$D" "$budget" >"$D/gpuext.json"
-			else
-				printf '{"stateDir":"%s"}\n' "$D" >"$D/gpuext.json"
-			fi
+			local lcc=""
+			[[ -n $budget ]] && lcc="\"budgetPercent\":$budget"
+			[[ -n $depth ]] && lcc="${lcc:+$lcc,}\"paceDepth\":$depth"
+			printf '{"stateDir":"%s","latencyControl":{%s}}\n' "$D" "$lcc" >"$D/gpuext.json"
 			local ctl=(--latency-control=false --interval 200us)
 			[[ $mode == gpuext-ctl* ]] && ctl=(--latency-control)
 			"$GPUEXTCTL" --config "$D/gpuext.json" board --standalone "${ctl[@]}" >"$D/ctl.txt" 2>&1 & # no agent runs here
@@ -262,7 +263,7 @@ if want priority-torch; then
 			line="$line ctl_shares=$(for f in "$D"/be*.txt; do grep -o 'CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=[0-9]*' "$f" | head -1 | cut -d= -f2; done | paste -sd,)"
 			line="$line $(python3 -c 'import json,sys
 s=json.load(open(sys.argv[1])); t=[x for x in s["tenants"] if x["tenant"]==1][0]
-print("ctl_solo_p99_us=%d ctl_p99_us=%d ctl_target_us=%d ctl_ratio=%.2f ctl_quantile=%.2f ctl_verdict=%s ctl_budget=%.0f ctl_pace=%d" % (t["soloP99Ns"]/1000, t["p99Ns"]/1000, t["targetP99Ns"]/1000, t["ratio"], t["worstQuantile"], t["verdict"] or "none", s["budget"], s["pace"]))' "$D/latency-end.json" 2>/dev/null || echo ctl_status=none)"
+print("ctl_solo_p99_us=%d ctl_p99_us=%d ctl_target_us=%d ctl_ratio=%.2f ctl_quantile=%.2f ctl_verdict=%s ctl_budget=%.0f ctl_pace=%d ctl_depth=%d" % (t["soloP99Ns"]/1000, t["p99Ns"]/1000, t["targetP99Ns"]/1000, t["ratio"], t["worstQuantile"], t["verdict"] or "none", s["budget"], s["pace"], s.get("paceDepth", 0)))' "$D/latency-end.json" 2>/dev/null || echo ctl_status=none)"
 			line="$line ctl_log=$(grep -c "latency target missed" "$D/ctl.txt")miss,$(grep -c "pacing off" "$D/ctl.txt")relax $ctl_cpu"
 		fi
 		line="$line be_ticks=$(for f in "$D"/be*.txt; do grep -c '^be_tick' "$f"; done | paste -sd,)"
