@@ -201,8 +201,8 @@ type LatencyControl struct {
 	StallAfter string `json:"stallAfter,omitempty"`
 	// PaceDepth: while the controller paces, at most this many of a
 	// best-effort process's launches are unfinished when it launches
-	// again (1..16, default 2); 0: no bound, launches are held only during
-	// latency-critical requests.
+	// again (1..16); 0 (the default): no bound, launches are held only
+	// during latency-critical requests.
 	PaceDepth *int `json:"paceDepth,omitempty"`
 }
 
@@ -211,7 +211,7 @@ type LatencySpec struct {
 	On         bool
 	Budget     uint32        // 0: the controller's default
 	StallAfter time.Duration // 0: the controller's default
-	PaceDepth  int           // 0: the controller's default; negative: no bound
+	PaceDepth  int           // 0: the controller's default (no bound); negative: no bound
 }
 
 // LatencyControlSpec is the latencyControl section's values (validated

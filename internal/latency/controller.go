@@ -58,8 +58,10 @@ type Config struct {
 	StallAfter time.Duration
 	// PaceDepth: while pacing, at most this many of a best-effort
 	// process's launches are unfinished when it launches again
-	// (1..board.PaceDepthMax); negative: no bound, launches are held only
-	// during requests.
+	// (1..board.PaceDepthMax); 0 (the default) or negative: no bound,
+	// launches are held only during requests. Off by default: on the H100
+	// it cost trainers 10-17% of their throughput and did not lower the
+	// latency-critical tail (docs/priority-control.md).
 	PaceDepth int
 }
 
@@ -67,7 +69,7 @@ type Config struct {
 // trainers at 30% each held a latency-critical graph p99 at 1.5x its solo
 // figure with 0.86 of their no-policy throughput (docs/benchmarks.md).
 var Defaults = Config{Interval: time.Second, Window: 5, MinRequests: 50, Budget: 60, MinBudget: 4, MaxBudget: 100,
-	StallAfter: 30 * time.Second, PaceDepth: 2}
+	StallAfter: 30 * time.Second}
 
 func (c Config) withDefaults() Config {
 	d := Defaults

@@ -101,8 +101,8 @@ func TestMissedTargetPacesThenRelaxes(t *testing.T) {
 	if n.pace != board.PaceRequest || n.sm != 21 || s.Budget != 42 {
 		t.Fatalf("after a miss: share %d pace %d budget %.0f, want 21 (60*0.7/2), paced, 42", n.sm, n.pace, s.Budget)
 	}
-	if n.depth != 2 || s.PaceDepth != 2 {
-		t.Fatalf("after a miss: pace depth %d on the board, %d in the status, want the default 2", n.depth, s.PaceDepth)
+	if n.depth != 0 || s.PaceDepth != 0 {
+		t.Fatalf("after a miss: pace depth %d on the board, %d in the status, want the default: no bound (0)", n.depth, s.PaceDepth)
 	}
 	if !logged(hook, "latency target missed") {
 		t.Error("the miss is not logged")
@@ -483,7 +483,7 @@ func TestPaceDepthConfigured(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  int
 		want uint32
-	}{{cfg: 0, want: 2}, {cfg: -1, want: 0}, {cfg: 1, want: 1}, {cfg: 99, want: board.PaceDepthMax}} {
+	}{{cfg: 0, want: 0}, {cfg: -1, want: 0}, {cfg: 1, want: 1}, {cfg: 2, want: 2}, {cfg: 99, want: board.PaceDepthMax}} {
 		n := newNode()
 		c, _ := newController(n, Config{PaceDepth: tc.cfg})
 		now := time.Unix(1000, 0)
