@@ -211,6 +211,57 @@ func TestPacingDepthBoundsUnfinishedLaunches(t *testing.T) {
 	}
 }
 
+// The controller's hold (PaceHold, while it measures a latency-critical
+// tenant alone): a best-effort process of a GPU held launches nothing
+// until the hold ends, then at once; one on another GPU is not held.
+func TestHoldStopsBestEffortLaunches(t *testing.T) {
+	build := buildDevrt(t)
+	state := t.TempDir()
+	be := newTenantFile(t, state, tenantcfg.File{TenantID: 2, Policy: "p", Class: "best-effort", GPUs: []int{1}, GPUQuotaBytes: []uint64{1 << 30}})
+	boardPath := filepath.Join(state, "board", FileName)
+	pub := openPublisher(t, state)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); pub.Run(ctx, time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(2 * RescanInterval)
+
+	run := func(gpus uint64) (held, after int, release uint64) {
+		t.Helper()
+		pub.SetControl(Control{Pace: PaceHold, PaceGPUs: gpus})
+		cmd := exec.Command(filepath.Join(build, "fake", "gateapp"), "be", "1000", "1000")
+		cmd.Env = be.env(build, boardPath)
+		var out strings.Builder
+		cmd.Stdout = &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		release = monotonicNow()
+		pub.SetControl(Control{})
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("be: %v", err)
+		}
+		for _, f := range fields(t, []byte(out.String()), "be") {
+			if f[1] < release {
+				held++
+			} else {
+				after++
+			}
+		}
+		return held, after, release
+	}
+	held, after, _ := run(1<<1 | 1<<3)
+	t.Logf("held on its GPU: %d launches during the hold, %d after", held, after)
+	if held != 0 || after < 100 {
+		t.Errorf("held on its GPU: %d launches during the hold, %d after: want none during, and many after", held, after)
+	}
+	other, _, _ := run(1 << 3)
+	if other < 100 {
+		t.Errorf("a hold on another GPU: %d launches during it, want the process not held", other)
+	}
+}
+
 // A process that used the GPU and exits counts in its tenant's header,
 // and one whose status is not 0 counts as failed: what the host reports
 // of a trainer that stops on a NaN loss. A process killed by a signal runs

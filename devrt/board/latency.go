@@ -97,6 +97,9 @@ func (h Histogram) Quantile(q float64) time.Duration {
 const (
 	PaceNone    = paceNone    // best-effort launches go at once
 	PaceRequest = paceRequest // they wait while a latency-critical request runs
+	// PaceHold: they wait while the pace stays so, at most PaceHoldMax
+	// (the controller measuring a latency-critical tenant alone).
+	PaceHold = paceHold
 )
 
 // Control is what the host latency controller publishes for best-effort
@@ -105,7 +108,7 @@ type Control struct {
 	// SMPercent: the MPS share a best-effort context created now gets
 	// (1..100; 0: the policy's).
 	SMPercent uint32
-	// Pace: PaceNone or PaceRequest.
+	// Pace: PaceNone, PaceRequest or PaceHold.
 	Pace uint32
 	// PaceGPUs: with Pace, the host GPUs whose best-effort tenants are
 	// paced (bit per index; 0: every GPU).
@@ -118,6 +121,9 @@ type Control struct {
 
 // PaceDepthMax is the largest bound on a paced process's unfinished launches.
 const PaceDepthMax = paceDepthMax
+
+// PaceHoldMax is the longest a best-effort launch waits under PaceHold.
+const PaceHoldMax = time.Duration(paceHoldMaxNs)
 
 // SetControl publishes the host latency controller's choices.
 func (p *Publisher) SetControl(c Control) {

@@ -53,6 +53,8 @@ const (
 	paceNone              = 0
 	paceRequest           = 1
 	paceDepthMax          = 16
+	paceHold              = 2
+	paceHoldMaxNs         = 5000000000
 )
 
 // latFloorNs[i] is gpuext_devrt_lat_floor(i): the shortest duration bucket i holds.

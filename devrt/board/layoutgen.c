@@ -69,6 +69,8 @@ int main(void)
 	C("paceNone", GPUEXT_DEVRT_PACE_NONE);
 	C("paceRequest", GPUEXT_DEVRT_PACE_REQUEST);
 	C("paceDepthMax", GPUEXT_DEVRT_PACE_DEPTH_MAX);
+	C("paceHold", GPUEXT_DEVRT_PACE_HOLD);
+	C("paceHoldMaxNs", GPUEXT_DEVRT_PACE_HOLD_MAX_NS);
 	printf(")\n");
 	/* the latency buckets' floors, by the header's own function: the Go
 	 * reader takes them, and the bucket of a duration, from this table */

@@ -239,7 +239,9 @@ struct gpuext_devrt_board {
 	 * created now gets (never above its policy's smPercent; 0: the policy's);
 	 * be_pace, when GPUEXT_DEVRT_PACE_REQUEST, holds a best-effort launch
 	 * while a latency-critical request is in progress (lc_busy_until_ns), at
-	 * most the tenant's longest delay; 0: no pacing.
+	 * most the tenant's longest delay; when GPUEXT_DEVRT_PACE_HOLD, holds it
+	 * while be_pace stays so, at most GPUEXT_DEVRT_PACE_HOLD_MAX_NS (the
+	 * controller measuring a latency-critical tenant alone); 0: no pacing.
 	 */
 	_Atomic uint32_t be_sm_percent;
 	_Atomic uint32_t be_pace;
@@ -264,6 +266,8 @@ struct gpuext_devrt_board {
 };
 #define GPUEXT_DEVRT_PACE_NONE 0u
 #define GPUEXT_DEVRT_PACE_REQUEST 1u
+#define GPUEXT_DEVRT_PACE_HOLD 2u
+#define GPUEXT_DEVRT_PACE_HOLD_MAX_NS 5000000000ull
 #define GPUEXT_DEVRT_PACE_DEPTH_MAX 16u
 
 _Static_assert(sizeof(struct gpuext_devrt_slot) == 64, "slot layout");

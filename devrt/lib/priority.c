@@ -380,14 +380,28 @@ void gx_launch_done(CUstream s, int ptsz, CUresult r)
 static void gx_pace(struct gpuext_devrt_usage *u, CUstream s, int ptsz)
 {
 	uint64_t now, start, busy, gpus, waited;
-	uint32_t depth;
+	uint32_t depth, pace;
 
-	if (!gx_board || atomic_load_explicit(&gx_board->magic, memory_order_acquire) != GPUEXT_DEVRT_BOARD_MAGIC ||
-	    atomic_load_explicit(&gx_board->be_pace, memory_order_relaxed) != GPUEXT_DEVRT_PACE_REQUEST)
+	if (!gx_board || atomic_load_explicit(&gx_board->magic, memory_order_acquire) != GPUEXT_DEVRT_BOARD_MAGIC)
+		return;
+	pace = atomic_load_explicit(&gx_board->be_pace, memory_order_relaxed);
+	if (pace != GPUEXT_DEVRT_PACE_REQUEST && pace != GPUEXT_DEVRT_PACE_HOLD)
 		return;
 	gpus = atomic_load_explicit(&gx_board->be_pace_gpus, memory_order_relaxed);
 	if (gpus && gx_cfg.host_gpus && !(gpus & gx_cfg.host_gpus))
-		return; /* the latency-critical tenants that miss are on other GPUs */
+		return; /* the latency-critical tenants concerned are on other GPUs */
+	if (pace == GPUEXT_DEVRT_PACE_HOLD) {
+		/* the host measures a latency-critical tenant alone: no launch
+		 * while it does, and never longer than the hold's bound */
+		start = now = gx_now_ns();
+		while (atomic_load_explicit(&gx_board->be_pace, memory_order_relaxed) == GPUEXT_DEVRT_PACE_HOLD &&
+		       now - start < GPUEXT_DEVRT_PACE_HOLD_MAX_NS) {
+			gx_sleep_ns(1000000ull);
+			now = gx_now_ns();
+		}
+		waited = now - start;
+		goto counted;
+	}
 	depth = atomic_load_explicit(&gx_board->be_pace_depth, memory_order_relaxed);
 	waited = depth >= 1 && depth <= GPUEXT_DEVRT_PACE_DEPTH_MAX ? gx_pd_wait(depth, gx_pd_stream(s, ptsz)) : 0;
 	start = now = gx_now_ns();
@@ -402,6 +416,7 @@ static void gx_pace(struct gpuext_devrt_usage *u, CUstream s, int ptsz)
 		}
 		waited += now - start;
 	}
+counted:
 	if (!waited)
 		return;
 	atomic_fetch_add(&u->hdr.delayed_launches, 1);

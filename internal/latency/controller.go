@@ -126,6 +126,30 @@ const (
 	raiseStep  = 5.0
 )
 
+// A relative target needs the tenant's latency alone, and on a busy node a
+// new latency-critical container may never run alone. The controller then
+// holds the best-effort launches on the tenant's GPUs (board.PaceHold) for
+// at most holdSteps intervals: the first lets the kernels already running
+// finish, the requests of the later ones are the tenant's solo base; it
+// ends as soon as that base has MinRequests requests. At most one hold
+// every holdEvery on the node, so latency-critical containers that come
+// and go cannot hold best-effort work for more than holdSteps/holdEvery of
+// the time (4 s in 2 min: 3%); the device runtime bounds each wait by
+// board.PaceHoldMax besides.
+const (
+	holdSteps = 4
+	holdDrain = 1
+	holdEvery = 2 * time.Minute
+)
+
+// hold is a measurement alone in progress.
+type hold struct {
+	id    bpf.TenantID
+	gpus  uint64 // the tenant's host GPUs (0: not known, every GPU)
+	steps int    // Steps since it was published
+	since time.Time
+}
+
 // Verdict is what the controller says of a latency-critical tenant's target.
 type Verdict string
 
@@ -156,6 +180,9 @@ type TenantStatus struct {
 	Processes     int           `json:"processes"` // live processes (usage-file slots)
 	Stalled       bool          `json:"stalled"`   // best-effort: live processes, no progress for StallAfter
 	StalledFor    time.Duration `json:"stalledForNs"`
+	// MeasuringAlone: the tenant is being measured alone (its best-effort
+	// neighbours' launches held) for its relative target's base.
+	MeasuringAlone bool `json:"measuringAlone,omitempty"`
 	// FailedExits: the tenant's processes that used the GPU and exited
 	// with a status other than 0 since the controller first saw it (a
 	// trainer that stopped on a NaN loss under its share, say).
@@ -176,6 +203,9 @@ type Status struct {
 	// PaceDepth: with Pace, the most unfinished launches a paced
 	// best-effort process may have when it launches again (0: no bound).
 	PaceDepth uint32 `json:"paceDepth"`
+	// HoldTenant: with Pace board.PaceHold, the latency-critical tenant
+	// measured alone (its best-effort neighbours' launches held).
+	HoldTenant bpf.TenantID `json:"holdTenant,omitempty"`
 	Active   bool   `json:"active"`  // a latency-critical tenant with a target is live
 	Targets  int    `json:"targets"` // latency-critical tenants with a target on the node
 }
@@ -204,6 +234,8 @@ type Controller struct {
 	paceAll  bool
 	pace     uint32
 	calm     int // intervals in a row with every target held with room
+	hold     *hold     // a measurement alone in progress; nil none
+	lastHold time.Time // when the last one began
 	srcErr   string
 
 	statusFile string // "" none
@@ -281,6 +313,9 @@ func (c *Controller) Step(now time.Time) Status {
 		return c.Status()
 	}
 	c.srcErr = ""
+	if c.hold != nil {
+		c.hold.steps++
+	}
 	ids := make([]bpf.TenantID, 0, len(hosts))
 	for id := range hosts {
 		ids = append(ids, id)
@@ -334,7 +369,8 @@ func (c *Controller) Step(now time.Time) Status {
 
 	st := Status{At: now}
 	worst, judged := 0.0, 0
-	var missGPUs uint64 // the GPUs of the tenants that missed this step
+	var unknown []bpf.TenantID // relative targets never seen alone, requests flowing beside best-effort work
+	var missGPUs uint64        // the GPUs of the tenants that missed this step
 	missAll := false
 	for _, id := range ids {
 		h, u, t := hosts[id], usage[id], c.tenants[id]
@@ -355,12 +391,21 @@ func (c *Controller) Step(now time.Time) Status {
 				t.warm--
 			}
 			t.prev, t.haveHist = u.Latency, true
-			t.ring = append(t.ring, delta)
+			if c.hold != nil && c.hold.steps > 0 {
+				// an interval held for a measurement alone is no
+				// interval under load: not in the window judged
+				if c.hold.id == id && c.hold.steps > holdDrain {
+					t.solo = t.solo.Add(delta)
+				}
+				t.ring = append(t.ring, board.Histogram{})
+			} else {
+				t.ring = append(t.ring, delta)
+				if beLive == 0 {
+					t.solo = t.solo.Add(delta)
+				}
+			}
 			if len(t.ring) > c.cfg.Window {
 				t.ring = t.ring[len(t.ring)-c.cfg.Window:]
-			}
-			if beLive == 0 {
-				t.solo = t.solo.Add(delta)
 			}
 			var win board.Histogram
 			for _, d := range t.ring {
@@ -387,6 +432,9 @@ func (c *Controller) Step(now time.Time) Status {
 			switch {
 			case ts.TargetP99 == 0:
 				ts.Verdict = NoBaseline
+				if delta.Count() > 0 && beLive > 0 {
+					unknown = append(unknown, id)
+				}
 			case ts.P99 == 0:
 				ts.Verdict = TooFew
 			default:
@@ -420,7 +468,8 @@ func (c *Controller) Step(now time.Time) Status {
 				t.logged = ts.Verdict
 			}
 		case tenantcfg.ClassBestEffort:
-			if u.Synced != t.synced || u.Launches != t.launches || u.LiveProcesses == 0 {
+			// a tenant held for a measurement alone is not stalled
+			if u.Synced != t.synced || u.Launches != t.launches || u.LiveProcesses == 0 || c.hold != nil {
 				t.synced, t.launches, t.progress = u.Synced, u.Launches, now
 				if t.stalled {
 					c.log.WithField("tenant", uint32(id)).Info("best-effort tenant progresses again")
@@ -439,9 +488,14 @@ func (c *Controller) Step(now time.Time) Status {
 		st.Tenants = append(st.Tenants, ts)
 	}
 
+	c.stepHold(now, hosts, usage, unknown)
+
 	// The decision: only while a latency-critical tenant with a target is
-	// live and judged; otherwise no control (the policies' own shares).
+	// live and judged, and none is being measured alone; otherwise no
+	// control (the policies' own shares).
 	switch {
+	case c.hold != nil:
+		// the hold's intervals say nothing of the targets under load
 	case !st.Active || judged == 0:
 		c.calm = 0
 		if !st.Active {
@@ -492,6 +546,12 @@ func (c *Controller) Step(now time.Time) Status {
 	if st.Targets > 0 && beTenants > 0 {
 		st.SMPercent = uint32(max(1, math.Floor(c.budget/float64(beTenants))))
 	}
+	if c.hold != nil {
+		st.Pace, st.PaceGPUs, st.PaceDepth, st.HoldTenant = board.PaceHold, c.hold.gpus, 0, c.hold.id
+		for i := range st.Tenants {
+			st.Tenants[i].MeasuringAlone = st.Tenants[i].ID == c.hold.id
+		}
+	}
 	c.out.SetControl(board.Control{SMPercent: st.SMPercent, Pace: st.Pace, PaceGPUs: st.PaceGPUs, PaceDepth: st.PaceDepth})
 	c.mu.Lock()
 	c.status = st
@@ -499,6 +559,38 @@ func (c *Controller) Step(now time.Time) Status {
 	c.writeStatus(st)
 	c.saveState(hosts)
 	return st
+}
+
+// stepHold ends the measurement alone in progress when its tenant has a
+// solo base, is gone, or the hold ran its length, and begins one for a
+// tenant in unknown when none ran for holdEvery.
+func (c *Controller) stepHold(now time.Time, hosts map[bpf.TenantID]board.HostTenant, usage map[bpf.TenantID]board.Usage, unknown []bpf.TenantID) {
+	if h := c.hold; h != nil {
+		t := c.tenants[h.id]
+		fields := logrus.Fields{"tenant": uint32(h.id), "heldFor": now.Sub(h.since).Round(time.Millisecond)}
+		switch {
+		case t == nil || usage[h.id].LiveProcesses == 0:
+			c.log.WithFields(fields).Info("latency-critical tenant gone while measured alone: best-effort launches go again")
+			c.hold = nil
+		case t.solo.Count() >= c.cfg.MinRequests:
+			fields["soloP99"], fields["requests"] = t.solo.Quantile(0.99), t.solo.Count()
+			c.log.WithFields(fields).Info("latency-critical tenant measured alone: best-effort launches go again")
+			c.hold = nil
+		case h.steps >= holdSteps:
+			fields["requests"] = t.solo.Count()
+			c.log.WithFields(fields).Warn("latency-critical tenant not measured alone (too few requests while best-effort launches were held): tried again later")
+			c.hold = nil
+		}
+	}
+	if c.hold != nil || len(unknown) == 0 || !c.lastHold.IsZero() && now.Sub(c.lastHold) < holdEvery {
+		return
+	}
+	id := unknown[0]
+	c.hold = &hold{id: id, gpus: uint64(hosts[id].HostGPUs), since: now}
+	c.lastHold = now
+	c.log.WithFields(logrus.Fields{"tenant": uint32(id), "target": hosts[id].Target.String(),
+		"atMost": time.Duration(holdSteps) * c.cfg.Interval}).
+		Info("latency-critical tenant never seen alone: best-effort launches on its GPUs held to measure it")
 }
 
 func (c *Controller) writeStatus(st Status) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -494,5 +495,74 @@ func TestPaceDepthConfigured(t *testing.T) {
 		if n.pace != board.PaceRequest || n.depth != tc.want || s.PaceDepth != tc.want {
 			t.Errorf("PaceDepth %d: pace %d depth %d (status %d), want paced with depth %d", tc.cfg, n.pace, n.depth, s.PaceDepth, tc.want)
 		}
+	}
+}
+
+// A relative target on a node whose best-effort work never stops: the
+// controller holds the best-effort launches on the tenant's GPUs, leaves
+// the first held interval out (kernels already running finish in it),
+// takes the next as the tenant's solo base, and lets the launches go at
+// once. Another tenant never seen alone waits for holdEvery; a hold whose
+// tenant makes too few requests ends after holdSteps.
+func TestNeverAloneMeasuredByHold(t *testing.T) {
+	n := newNode()
+	n.hosts[1] = board.HostTenant{Class: tenantcfg.ClassLatencyCritical, Target: tenantcfg.LatencyTarget{RatioMilli: 1500}, HostGPUs: 1 << 1}
+	c, hook := newController(n, Config{})
+	now := time.Unix(1000, 0)
+	step := func(d time.Duration) Status {
+		now = now.Add(d)
+		return c.Step(now)
+	}
+	step(0)
+	n.requests(1, 500, 400*time.Microsecond) // beside the trainers
+	s := step(time.Second)
+	if n.pace != board.PaceHold || n.gpus != 1<<1 || s.HoldTenant != 1 || tenantStatus(t, s, 1).Verdict != NoBaseline {
+		t.Fatalf("never alone: pace %d gpus %#x hold %d, want best-effort launches held on GPU 1 for tenant 1", n.pace, n.gpus, s.HoldTenant)
+	}
+	if !logged(hook, "latency-critical tenant never seen alone") {
+		t.Error("the hold is not logged")
+	}
+	if lc := tenantStatus(t, s, 1); !lc.MeasuringAlone || !strings.Contains(lc.cell(), "measuring alone") {
+		t.Errorf("the tenant table shows %q (measuring %v), want it said that the tenant is measured alone", lc.cell(), lc.MeasuringAlone)
+	}
+	n.requests(1, 500, 300*time.Microsecond) // the first held interval: best-effort kernels still finish
+	if step(time.Second); n.pace != board.PaceHold {
+		t.Fatalf("after the first held interval: pace %d, want still held", n.pace)
+	}
+	n.requests(1, 500, 200*time.Microsecond) // alone
+	s = step(time.Second)
+	lc := tenantStatus(t, s, 1)
+	if n.pace == board.PaceHold || s.HoldTenant != 0 {
+		t.Fatalf("solo base measured: pace %d hold %d, want the launches to go again", n.pace, s.HoldTenant)
+	}
+	if lc.SoloP99 < 200*time.Microsecond || lc.SoloP99 > 230*time.Microsecond {
+		t.Fatalf("solo p99 %v, want about 200us: only the interval after the first held one", lc.SoloP99)
+	}
+	for i := 0; i < 5; i++ {
+		n.requests(1, 500, 400*time.Microsecond)
+		s = step(time.Second)
+	}
+	if lc = tenantStatus(t, s, 1); lc.Verdict != Missed || n.pace != board.PaceRequest {
+		t.Fatalf("2x alone beside the trainers: %+v pace %d, want missed and paced", lc, n.pace)
+	}
+
+	// a second tenant never seen alone, 8 s after the first hold began
+	n.hosts[4] = board.HostTenant{Class: tenantcfg.ClassLatencyCritical, Target: tenantcfg.LatencyTarget{RatioMilli: 2000}}
+	n.usage[4] = &board.Usage{LiveProcesses: 1}
+	step(time.Second)
+	n.requests(4, 500, 400*time.Microsecond)
+	if s = step(time.Second); n.pace == board.PaceHold {
+		t.Fatalf("a second hold %v after the first: want none before %v", 8*time.Second, holdEvery)
+	}
+	step(holdEvery)
+	n.requests(4, 10, 400*time.Microsecond) // requests flow: it qualifies
+	if s = step(time.Second); n.pace != board.PaceHold || s.HoldTenant != 4 || n.gpus != 0 {
+		t.Fatalf("after holdEvery: pace %d hold %d gpus %#x, want tenant 4 measured on every GPU (its GPUs not known)", n.pace, s.HoldTenant, n.gpus)
+	}
+	for i := 0; i < holdSteps; i++ { // it makes no more requests
+		s = step(time.Second)
+	}
+	if n.pace == board.PaceHold || tenantStatus(t, s, 4).Verdict != NoBaseline || !logged(hook, "latency-critical tenant not measured alone") {
+		t.Errorf("a hold with too few requests: pace %d after %d intervals, want it ended (and said) with no base", n.pace, holdSteps)
 	}
 }

@@ -123,6 +123,9 @@ func (t *TenantStatus) cell() string {
 		}
 		return fmt.Sprintf("p99 %s (target %s, %.2f of it): %s", short(t.P99), short(t.TargetP99), t.Ratio, v)
 	case NoBaseline:
+		if t.MeasuringAlone {
+			return "target " + t.Target + ": measuring alone (best-effort launches held)"
+		}
 		return "target " + t.Target + ": not yet seen alone"
 	default:
 		return "target " + t.Target + ": too few requests"

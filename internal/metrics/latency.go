@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpuext/gpuext/devrt/board"
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
 	"github.com/gpuext/gpuext/internal/latency"
 )
@@ -16,7 +17,7 @@ import (
 type latencyCollector struct {
 	status func() (latency.Status, bool)
 
-	target, p99, solo, met, requests, stalled, failed, budget, share, paced *prometheus.Desc
+	target, p99, solo, met, requests, stalled, failed, budget, share, paced, held *prometheus.Desc
 }
 
 func newLatencyCollector(status func() (latency.Status, bool)) *latencyCollector {
@@ -42,11 +43,13 @@ func newLatencyCollector(status func() (latency.Status, bool)) *latencyCollector
 			"The MPS share a best-effort context created now gets (never above its policy's smPercent); 0: the policies' own.", nil, nil),
 		paced: prometheus.NewDesc("gpuext_latency_best_effort_paced",
 			"1 while best-effort launches wait out latency-critical requests in progress (the controller's pacing).", nil, nil),
+		held: prometheus.NewDesc("gpuext_latency_best_effort_held",
+			"1 while best-effort launches are held so that a latency-critical tenant never seen alone is measured alone.", nil, nil),
 	}
 }
 
 func (c *latencyCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.target, c.p99, c.solo, c.met, c.requests, c.stalled, c.failed, c.budget, c.share, c.paced} {
+	for _, d := range []*prometheus.Desc{c.target, c.p99, c.solo, c.met, c.requests, c.stalled, c.failed, c.budget, c.share, c.paced, c.held} {
 		ch <- d
 	}
 }
@@ -86,7 +89,8 @@ func (c *latencyCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	g(c.budget, s.Budget)
 	g(c.share, float64(s.SMPercent))
-	g(c.paced, b2f(s.Pace != 0))
+	g(c.paced, b2f(s.Pace == board.PaceRequest))
+	g(c.held, b2f(s.Pace == board.PaceHold))
 }
 
 // SetLatency makes the latency controller's metrics read status (ok false:

@@ -61,6 +61,7 @@ func TestLatencySeries(t *testing.T) {
 		{"gpuext_latency_best_effort_budget_percent", "", 42},
 		{"gpuext_latency_best_effort_sm_percent", "", 21},
 		{"gpuext_latency_best_effort_paced", "", 1},
+		{"gpuext_latency_best_effort_held", "", 0},
 	} {
 		if got, ok := value(c.name, c.tenant); !ok || got != c.want {
 			t.Errorf("%s{tenant=%q} = %v (present %v), want %v", c.name, c.tenant, got, ok, c.want)
