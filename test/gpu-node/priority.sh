@@ -58,7 +58,12 @@ prio_run() { # RUN SCEN MODE
 		gpuextctl tenants >"$d/tenants.txt" 2>&1
 		cp /run/gpuext/latency.json "$d/latency.json" 2>/dev/null
 		info "priority run=$run scen=$scen tenants: $(awk 'NR == 1 || /latency-critical|batch/' "$d/tenants.txt" | sed 's/  */ /g' | paste -sd'|')"
-		info "priority run=$run scen=$scen controller: $(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("budget=%.0f smPercent=%d pace=%d targets=%d" % (s["budget"], s["smPercent"], s["pace"], s["targets"]))' "$d/latency.json" 2>&1)"
+		info "priority run=$run scen=$scen controller: $(python3 -c 'import json,sys
+s=json.load(open(sys.argv[1])); lc=[t for t in s["tenants"] if t.get("target")]
+print("budget=%.0f smPercent=%d pace=%d targets=%d" % (s["budget"], s["smPercent"], s["pace"], s["targets"]),
+      *["lc tenant=%d verdict=%s solo_p99_us=%d p99_us=%d ratio=%.2f quantile=%.2f" % (t["tenant"], t.get("verdict") or "none", t["soloP99Ns"]/1000, t["p99Ns"]/1000, t["ratio"], t["worstQuantile"]) for t in lc])' "$d/latency.json" 2>&1)"
+		# what the agent did for it: measured it alone, missed, paced
+		info "priority run=$run scen=$scen agent log: $(grep -c 'never seen alone' "$AGENT_LOG") holds, $(grep -c 'measured alone: best-effort' "$AGENT_LOG") measured alone, $(grep -c 'latency target missed' "$AGENT_LOG") misses, $(grep -c 'pacing off' "$AGENT_LOG") relaxed (since the node came up)"
 	fi
 	i=0
 	for c in "${ids[@]}"; do clogs "$c" | grep -v 'primary context\|cuMemAlloc' >"$d/be$i.txt"; i=$((i + 1)); done
