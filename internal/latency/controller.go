@@ -515,8 +515,9 @@ func (c *Controller) Step(now time.Time) Status {
 		c.paceGPUs |= missGPUs
 		c.paceAll = c.paceAll || missAll
 		if was != c.budget || wasPace != c.pace {
-			c.log.WithFields(logrus.Fields{"worst": fmt.Sprintf("%.2f", worst), "budget": fmt.Sprintf("%.0f", c.budget)}).
-				Info("latency target missed: best-effort launches paced (held during requests, their unfinished launches bounded), a smaller share for new best-effort contexts")
+			c.log.WithFields(logrus.Fields{"worst": fmt.Sprintf("%.2f", worst), "budget": fmt.Sprintf("%.0f", c.budget),
+				"paceDepth": c.cfg.PaceDepth}).
+				Info("latency target missed: best-effort launches paced during requests, a smaller share for new best-effort contexts")
 		}
 	case worst < relaxBelow:
 		c.calm++
