@@ -206,8 +206,8 @@ type Status struct {
 	// HoldTenant: with Pace board.PaceHold, the latency-critical tenant
 	// measured alone (its best-effort neighbours' launches held).
 	HoldTenant bpf.TenantID `json:"holdTenant,omitempty"`
-	Active   bool   `json:"active"`  // a latency-critical tenant with a target is live
-	Targets  int    `json:"targets"` // latency-critical tenants with a target on the node
+	Active     bool         `json:"active"`  // a latency-critical tenant with a target is live
+	Targets    int          `json:"targets"` // latency-critical tenants with a target on the node
 }
 
 // Board is where the controller publishes (board.Publisher).
@@ -233,7 +233,7 @@ type Controller struct {
 	paceGPUs uint64
 	paceAll  bool
 	pace     uint32
-	calm     int // intervals in a row with every target held with room
+	calm     int       // intervals in a row with every target held with room
 	hold     *hold     // a measurement alone in progress; nil none
 	lastHold time.Time // when the last one began
 	srcErr   string
