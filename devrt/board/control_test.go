@@ -1,7 +1,7 @@
 package board
 
 import (
-	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -102,10 +102,7 @@ func TestPacingHoldsBestEffortDuringRequests(t *testing.T) {
 	be := newTenantFile(t, state, tenantcfg.File{TenantID: 2, Policy: "p", Class: "best-effort", GPUs: []int{1}, GPUQuotaBytes: []uint64{1 << 30}})
 	boardPath := filepath.Join(state, "board", FileName)
 	pub := openPublisher(t, state)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); pub.Run(ctx, time.Millisecond) }()
-	defer func() { cancel(); <-done }()
+	runPublisher(t, pub)
 	time.Sleep(2 * RescanInterval)
 
 	// during: best-effort launches admitted in the later half of a request
@@ -113,13 +110,7 @@ func TestPacingHoldsBestEffortDuringRequests(t *testing.T) {
 	run := func(pace uint32, gpus uint64) (during, launches int) {
 		t.Helper()
 		pub.SetControl(Control{Pace: pace, PaceGPUs: gpus})
-		beCmd := exec.Command(filepath.Join(build, "fake", "gateapp"), "be", "2000", "1000")
-		beCmd.Env = be.env(build, boardPath)
-		var beOut strings.Builder
-		beCmd.Stdout = &beOut
-		if err := beCmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		beCmd, beOut := startGateBE(t, build, be, boardPath, 2000)
 		lcCmd := exec.Command(filepath.Join(build, "fake", "gateapp"), "lcsync", "25", "2", "30000")
 		lcCmd.Env = append(lc.env(build, boardPath), "FAKECUDA_SYNC_US=30000")
 		lcOut, err := lcCmd.Output()
@@ -168,10 +159,7 @@ func TestPacingDepthBoundsUnfinishedLaunches(t *testing.T) {
 	be := newTenantFile(t, state, tenantcfg.File{TenantID: 2, Policy: "p", Class: "best-effort"})
 	boardPath := filepath.Join(state, "board", FileName)
 	pub := openPublisher(t, state)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); pub.Run(ctx, time.Millisecond) }()
-	defer func() { cancel(); <-done }()
+	runPublisher(t, pub)
 	time.Sleep(2 * RescanInterval)
 
 	run := func(c Control, pending bool) (launches int, delayed uint64) {
@@ -220,22 +208,13 @@ func TestHoldStopsBestEffortLaunches(t *testing.T) {
 	be := newTenantFile(t, state, tenantcfg.File{TenantID: 2, Policy: "p", Class: "best-effort", GPUs: []int{1}, GPUQuotaBytes: []uint64{1 << 30}})
 	boardPath := filepath.Join(state, "board", FileName)
 	pub := openPublisher(t, state)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); pub.Run(ctx, time.Millisecond) }()
-	defer func() { cancel(); <-done }()
+	runPublisher(t, pub)
 	time.Sleep(2 * RescanInterval)
 
 	run := func(gpus uint64) (held, after int, release uint64) {
 		t.Helper()
 		pub.SetControl(Control{Pace: PaceHold, PaceGPUs: gpus})
-		cmd := exec.Command(filepath.Join(build, "fake", "gateapp"), "be", "1000", "1000")
-		cmd.Env = be.env(build, boardPath)
-		var out strings.Builder
-		cmd.Stdout = &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		cmd, out := startGateBE(t, build, be, boardPath, 1000)
 		time.Sleep(500 * time.Millisecond)
 		release = monotonicNow()
 		pub.SetControl(Control{})
@@ -293,4 +272,18 @@ func TestExitsCounted(t *testing.T) {
 	if u.Exits != 2 || u.FailedExits != 1 {
 		t.Errorf("exits %d, failed %d: want 2 and 1 (the killed process runs no handler)", u.Exits, u.FailedExits)
 	}
+}
+
+// startGateBE starts the gate app's best-effort loop (a launch every
+// millisecond for ms) as a process of tenant tn; its output goes to out.
+func startGateBE(t *testing.T, build string, tn tenant, boardPath string, ms int) (cmd *exec.Cmd, out *strings.Builder) {
+	t.Helper()
+	cmd = exec.Command(filepath.Join(build, "fake", "gateapp"), "be", fmt.Sprint(ms), "1000")
+	cmd.Env = tn.env(build, boardPath)
+	out = &strings.Builder{}
+	cmd.Stdout = out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, out
 }
