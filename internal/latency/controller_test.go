@@ -507,7 +507,7 @@ func TestPaceDepthConfigured(t *testing.T) {
 func TestNeverAloneMeasuredByHold(t *testing.T) {
 	n := newNode()
 	n.hosts[1] = board.HostTenant{Class: tenantcfg.ClassLatencyCritical, Target: tenantcfg.LatencyTarget{RatioMilli: 1500}, HostGPUs: 1 << 1}
-	c, hook := newController(n, Config{})
+	c, hook := newController(n, Config{StallAfter: time.Second})
 	now := time.Unix(1000, 0)
 	step := func(d time.Duration) Status {
 		now = now.Add(d)
@@ -526,8 +526,11 @@ func TestNeverAloneMeasuredByHold(t *testing.T) {
 		t.Errorf("the tenant table shows %q (measuring %v), want it said that the tenant is measured alone", lc.cell(), lc.MeasuringAlone)
 	}
 	n.requests(1, 500, 300*time.Microsecond) // the first held interval: best-effort kernels still finish
-	if step(time.Second); n.pace != board.PaceHold {
+	if s = step(time.Second); n.pace != board.PaceHold {
 		t.Fatalf("after the first held interval: pace %d, want still held", n.pace)
+	}
+	if be := tenantStatus(t, s, 2); be.Stalled {
+		t.Errorf("a trainer held for the measurement is reported stalled: %+v", be)
 	}
 	n.requests(1, 500, 200*time.Microsecond) // alone
 	s = step(time.Second)
@@ -537,6 +540,9 @@ func TestNeverAloneMeasuredByHold(t *testing.T) {
 	}
 	if lc.SoloP99 < 200*time.Microsecond || lc.SoloP99 > 230*time.Microsecond {
 		t.Fatalf("solo p99 %v, want about 200us: only the interval after the first held one", lc.SoloP99)
+	}
+	if lc.P99 < 390*time.Microsecond {
+		t.Errorf("p99 judged %v at the end of the hold, want the 400us before it: held intervals are no load's", lc.P99)
 	}
 	for i := 0; i < 5; i++ {
 		n.requests(1, 500, 400*time.Microsecond)
