@@ -1,11 +1,11 @@
 /*
  * helpers.cu - the device-side helper library of gpuext device probes.
  *
- * The PTX translator (devrt/probe/ptx) turns a probe's map and ringbuf helper
+ * The PTX translator (gpubpf/ptx) turns a probe's map and ringbuf helper
  * calls into calls of the functions below; build.sh compiles this file to
  * helpers.ptx, which helpers.go embeds and the translator appends to every
  * probe module.  Names, argument order and return values are the contract of
- * docs/device-probes.md (probe.FuncMapLookup and friends): every argument and
+ * docs/device-probes.md (abi.FuncMapLookup and friends, gpubpf/abi): every argument and
  * every return value is 64 bits wide, errors are negative errno values.
  *
  * A map argument is the generic address of the map's 32-byte descriptor
@@ -14,8 +14,8 @@
  * map value).
  *
  * Semantics, per map type.  The executable specification is the Go code
- * of devrt/probe/ptx (Image.Lookup/Update/Delete/RingbufOutput, which the
- * interpreter devrt/probe/ptxinterp runs): for any sequence of calls from
+ * of gpubpf/devmap (Image.Lookup/Update/Delete/RingbufOutput, which the
+ * interpreter gpubpf/ptxinterp runs): for any sequence of calls from
  * one thread these functions leave the same bytes behind.
  *
  *   ARRAY     entry = [u64 seq][value round8]; key is a u32 index.
