@@ -69,6 +69,12 @@ func newController(n *node, cfg Config) (*Controller, *test.Hook) {
 	return c, hook
 }
 
+// tick moves the clock one interval on and steps the controller.
+func tick(c *Controller, now *time.Time) Status {
+	*now = now.Add(time.Second)
+	return c.Step(*now)
+}
+
 func tenantStatus(t *testing.T, s Status, id bpf.TenantID) TenantStatus {
 	t.Helper()
 	for _, ts := range s.Tenants {
@@ -93,8 +99,7 @@ func TestMissedTargetPacesThenRelaxes(t *testing.T) {
 	}
 	n.requests(1, 980, 300*time.Microsecond)
 	n.requests(1, 20, 2*time.Millisecond)
-	now = now.Add(time.Second)
-	s = c.Step(now)
+	s = tick(c, &now)
 	lc := tenantStatus(t, s, 1)
 	if lc.Verdict != Missed || lc.P99 < 2*time.Millisecond || lc.TargetP99 != 800*time.Microsecond || lc.Requests != 1000 {
 		t.Fatalf("lc = %+v, want missed with p99 about 2ms over 1000 requests", lc)
@@ -118,8 +123,7 @@ func TestMissedTargetPacesThenRelaxes(t *testing.T) {
 			n.usage[3].LiveProcesses++
 		}
 		n.requests(1, 2000, 300*time.Microsecond)
-		now = now.Add(time.Second)
-		s = c.Step(now)
+		s = tick(c, &now)
 		if paceOffAt == 0 && n.pace == board.PaceNone {
 			paceOffAt = i
 		}
@@ -151,8 +155,7 @@ func TestRelativeTargetLearnsSoloBaseline(t *testing.T) {
 		t.Fatalf("before any request: %+v, want no-baseline", lc)
 	}
 	n.requests(1, 500, 200*time.Microsecond)
-	now = now.Add(time.Second)
-	s := c.Step(now)
+	s := tick(c, &now)
 	lc := tenantStatus(t, s, 1)
 	if lc.SoloP99 < 200*time.Microsecond || lc.SoloP99 > 230*time.Microsecond || lc.Verdict != Met {
 		t.Fatalf("alone: %+v, want a solo p99 of about 200us and the target met", lc)
@@ -161,8 +164,7 @@ func TestRelativeTargetLearnsSoloBaseline(t *testing.T) {
 	n.usage[2].LiveProcesses, n.usage[3].LiveProcesses = 1, 1
 	for i := 0; i < 5; i++ {
 		n.requests(1, 500, 400*time.Microsecond)
-		now = now.Add(time.Second)
-		s = c.Step(now)
+		s = tick(c, &now)
 	}
 	lc = tenantStatus(t, s, 1)
 	if lc.Verdict != Missed || lc.TargetP99 != lc.SoloP99*3/2 {
@@ -231,8 +233,7 @@ func TestStalledBestEffort(t *testing.T) {
 	// a tenant with no live process is idle, not stalled
 	n.usage[2].LiveProcesses = 0
 	for i := 0; i < 12; i++ {
-		now = now.Add(time.Second)
-		c.Step(now)
+		tick(c, &now)
 	}
 	if be := tenantStatus(t, c.Status(), 2); be.Stalled {
 		t.Errorf("no live process, reported stalled: %+v", be)
@@ -251,8 +252,7 @@ func TestBudgetFloorAndUnreadable(t *testing.T) {
 	for i := 0; i < 30; i++ {
 		n.usage[2].LiveProcesses++ // a new best-effort context every interval: each tries the cut share
 		n.requests(1, 1000, 60*time.Millisecond)
-		now = now.Add(time.Second)
-		c.Step(now)
+		tick(c, &now)
 	}
 	s := c.Status()
 	if s.Budget != 8 || n.sm != 4 {
@@ -290,15 +290,13 @@ func TestRelativeTargetSeesEveryKindOfRequest(t *testing.T) {
 	c.Step(now)
 	n.requests(1, 500, 250*time.Microsecond)
 	n.requests(1, 500, time.Millisecond)
-	now = now.Add(time.Second)
-	c.Step(now)
+	tick(c, &now)
 	n.usage[2].LiveProcesses = 1
 	var s Status
 	for i := 0; i < 5; i++ {
 		n.requests(1, 500, 500*time.Microsecond)
 		n.requests(1, 500, time.Millisecond)
-		now = now.Add(time.Second)
-		s = c.Step(now)
+		s = tick(c, &now)
 	}
 	lc := tenantStatus(t, s, 1)
 	if lc.P99 > lc.SoloP99 {
@@ -322,16 +320,14 @@ func TestBudgetWaitsForANewContext(t *testing.T) {
 	c.Step(now)
 	for i := 0; i < 10; i++ {
 		n.requests(1, 1000, 5*time.Millisecond)
-		now = now.Add(time.Second)
-		c.Step(now)
+		tick(c, &now)
 	}
 	if s := c.Status(); s.Budget != 42 || s.Pace != board.PaceRequest {
 		t.Fatalf("10 missed intervals, no new context: budget %.0f pace %d, want one cut (42) and pacing", s.Budget, s.Pace)
 	}
 	n.usage[3].LiveProcesses++
 	n.requests(1, 1000, 5*time.Millisecond)
-	now = now.Add(time.Second)
-	if s := c.Step(now); math.Abs(s.Budget-29.4) > 0.01 {
+	if s := tick(c, &now); math.Abs(s.Budget-29.4) > 0.01 {
 		t.Errorf("a new context started, still missed: budget %.1f, want 42*0.7", s.Budget)
 	}
 }
@@ -348,13 +344,11 @@ func TestWarmUpLeftOut(t *testing.T) {
 	n.usage[1].LiveProcesses = 1 // the process starts: its first requests take 30 ms
 	for i := 0; i < 2; i++ {
 		n.requests(1, 200, 30*time.Millisecond)
-		now = now.Add(time.Second)
-		c.Step(now)
+		tick(c, &now)
 	}
 	for i := 0; i < 3; i++ {
 		n.requests(1, 500, 200*time.Microsecond)
-		now = now.Add(time.Second)
-		c.Step(now)
+		tick(c, &now)
 	}
 	lc := tenantStatus(t, c.Status(), 1)
 	if lc.SoloP99 > time.Millisecond || lc.P99 > time.Millisecond || lc.Requests != 1500 {
@@ -377,13 +371,11 @@ func TestLearnedStateSurvivesRestart(t *testing.T) {
 	now := time.Unix(1000, 0)
 	c.Step(now)
 	n.requests(1, 500, 200*time.Microsecond) // alone
-	now = now.Add(time.Second)
-	c.Step(now)
+	tick(c, &now)
 	n.usage[2].LiveProcesses = 1 // best-effort work, and the tenant misses
 	for i := 0; i < 3; i++ {
 		n.requests(1, 500, 2*time.Millisecond)
-		now = now.Add(time.Second)
-		c.Step(now)
+		tick(c, &now)
 	}
 	before := tenantStatus(t, c.Status(), 1)
 	if before.SoloP99 == 0 || c.Status().Budget != 42 {
@@ -396,8 +388,7 @@ func TestLearnedStateSurvivesRestart(t *testing.T) {
 	c2.Step(now)
 	for i := 0; i < 2; i++ {
 		n.requests(1, 500, 2*time.Millisecond)
-		now = now.Add(time.Second)
-		c2.Step(now)
+		tick(c2, &now)
 	}
 	after := tenantStatus(t, c2.Status(), 1)
 	if after.SoloP99 != before.SoloP99 || after.Verdict != Missed || c2.Status().Budget != 42 {
@@ -439,8 +430,7 @@ func TestFailedExitsReported(t *testing.T) {
 	}
 	n.usage[2].FailedExits, n.usage[2].Exits = 5, 5
 	for i := 0; i < 3; i++ {
-		now = now.Add(time.Second)
-		c.Step(now)
+		tick(c, &now)
 	}
 	if be := tenantStatus(t, c.Status(), 2); be.FailedExits != 1 || be.Cell() != "1 failed exit" {
 		t.Errorf("tenant 2 = %+v, cell %q; want one failed exit reported", be, be.Cell())
@@ -460,8 +450,7 @@ func TestPacingScopedToTheMissingTenantsGPUs(t *testing.T) {
 	now := time.Unix(1000, 0)
 	c.Step(now)
 	n.requests(1, 1000, 5*time.Millisecond)
-	now = now.Add(time.Second)
-	c.Step(now)
+	tick(c, &now)
 	if n.pace != board.PaceRequest || n.gpus != 1<<2 {
 		t.Fatalf("a miss on GPU 2: pace %d gpus %#x, want paced on GPU 2 only", n.pace, n.gpus)
 	}
