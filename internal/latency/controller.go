@@ -126,6 +126,29 @@ const (
 	raiseStep  = 5.0
 )
 
+// A cut is tried before the next: once a best-effort process has started
+// under the smaller share, and its neighbours' latency was judged for
+// warmUp+Window intervals, the worst ratio is compared with the one that
+// made the cut. A cut that took it down by less than cutGain of it bought
+// nothing the trainers' throughput was worth: the budget goes back, and
+// for noGainFor no cut goes below it (misses are still paced). Measured
+// on the H100 (docs/priority-control.md): from 32% to 22% a share took a
+// request's tail from 2.1x to 1.6x of alone, from 22% to 17% nothing, at
+// 0.74 and 0.63 of the trainers' throughput; cutting on to the floor would
+// have starved them for no request.
+const (
+	cutGain   = 0.05
+	noGainFor = 10 * time.Minute
+)
+
+// cutTrial is a cut of the budget waiting to be judged.
+type cutTrial struct {
+	from, to float64 // the budget before and after the cut
+	before   float64 // the worst ratio that made it
+	tried    bool    // a best-effort process started under it
+	settle   int     // judged intervals still to wait once tried
+}
+
 // A relative target needs the tenant's latency alone, and on a busy node a
 // new latency-critical container may never run alone. The controller then
 // holds the best-effort launches on the tenant's GPUs (board.PaceHold) for
@@ -183,6 +206,9 @@ type TenantStatus struct {
 	// MeasuringAlone: the tenant is being measured alone (its best-effort
 	// neighbours' launches held) for its relative target's base.
 	MeasuringAlone bool `json:"measuringAlone,omitempty"`
+	// NoShareGain: the target is missed and a smaller best-effort share
+	// bought it nothing (Status.NoGainBelow): it is paced only.
+	NoShareGain bool `json:"noShareGain,omitempty"`
 	// FailedExits: the tenant's processes that used the GPU and exited
 	// with a status other than 0 since the controller first saw it (a
 	// trainer that stopped on a NaN loss under its share, say).
@@ -206,13 +232,40 @@ type Status struct {
 	// HoldTenant: with Pace board.PaceHold, the latency-critical tenant
 	// measured alone (its best-effort neighbours' launches held).
 	HoldTenant bpf.TenantID `json:"holdTenant,omitempty"`
-	Active     bool         `json:"active"`  // a latency-critical tenant with a target is live
-	Targets    int          `json:"targets"` // latency-critical tenants with a target on the node
+	// NoGainBelow: a cut of the budget below this bought no latency; until
+	// it expires misses are paced but cut no further (0: none).
+	NoGainBelow float64 `json:"noGainBelow,omitempty"`
+	Active      bool    `json:"active"`  // a latency-critical tenant with a target is live
+	Targets     int     `json:"targets"` // latency-critical tenants with a target on the node
 }
 
 // Board is where the controller publishes (board.Publisher).
 type Board interface {
 	SetControl(board.Control)
+}
+
+// judgeCut judges the last cut once a best-effort process started under
+// it and worst (this interval's, judged) has settled: a cut that bought
+// less than cutGain of the ratio that made it is undone.
+func (c *Controller) judgeCut(now time.Time, worst float64) {
+	tr := c.trial
+	if tr == nil || !tr.tried {
+		return
+	}
+	if tr.settle--; tr.settle > 0 {
+		return
+	}
+	c.trial = nil
+	f := logrus.Fields{"from": fmt.Sprintf("%.0f", tr.from), "to": fmt.Sprintf("%.0f", tr.to),
+		"worstBefore": fmt.Sprintf("%.2f", tr.before), "worstAfter": fmt.Sprintf("%.2f", worst)}
+	if worst <= tr.before*(1-cutGain) {
+		c.log.WithFields(f).Info("a smaller best-effort share took latency down")
+		return
+	}
+	c.budget, c.moved = max(c.budget, tr.from), true
+	c.noGain, c.noGainUntil = tr.from, now.Add(noGainFor)
+	c.log.WithFields(f).WithField("for", noGainFor).
+		Warn("a smaller best-effort share bought no latency: the budget goes back, and misses cut it no further (pacing only)")
 }
 
 // Controller holds the targets. Step is not safe for concurrent use;
@@ -234,9 +287,14 @@ type Controller struct {
 	paceAll  bool
 	pace     uint32
 	calm     int       // intervals in a row with every target held with room
-	hold     *hold     // a measurement alone in progress; nil none
-	lastHold time.Time // when the last one began
-	srcErr   string
+	trial    *cutTrial // the last cut, until judged; nil none
+	// noGain: a cut below this budget bought no latency, and none goes
+	// below it again until noGainUntil (0: no such bound)
+	noGain      float64
+	noGainUntil time.Time
+	hold        *hold     // a measurement alone in progress; nil none
+	lastHold    time.Time // when the last one began
+	srcErr      string
 
 	statusFile string // "" none
 	fileErr    string
@@ -359,6 +417,9 @@ func (c *Controller) Step(now time.Time) Status {
 		if hosts[id].Class == tenantcfg.ClassBestEffort {
 			if started {
 				c.moved = false // a new context has the budget's share: it may move again
+				if c.trial != nil && !c.trial.tried {
+					c.trial.tried, c.trial.settle = true, warmUp+c.cfg.Window
+				}
 			}
 			beTenants++
 			if u.LiveProcesses > 0 {
@@ -489,6 +550,13 @@ func (c *Controller) Step(now time.Time) Status {
 	}
 
 	c.stepHold(now, hosts, usage, unknown)
+	if c.noGain > 0 && !now.Before(c.noGainUntil) {
+		c.noGain = 0
+		c.log.Info("the bound on best-effort budget cuts expired: a miss may cut again")
+	}
+	if c.hold == nil && judged > 0 {
+		c.judgeCut(now, worst)
+	}
 
 	// The decision: only while a latency-critical tenant with a target is
 	// live and judged, and none is being measured alone; otherwise no
@@ -504,9 +572,13 @@ func (c *Controller) Step(now time.Time) Status {
 	case worst > 1:
 		c.calm = 0
 		was, wasPace := c.budget, c.pace
-		if !c.moved {
-			c.budget = math.Max(c.cfg.MinBudget, c.budget*cutFactor)
-			c.moved = c.budget != was
+		if !c.moved && c.trial == nil {
+			c.budget = max(c.cfg.MinBudget, c.noGain, c.budget*cutFactor)
+			if c.budget < was {
+				c.moved, c.trial = true, &cutTrial{from: was, to: c.budget, before: worst}
+			} else {
+				c.budget = was
+			}
 		}
 		if c.pace == board.PaceNone {
 			c.paceGPUs, c.paceAll = 0, false
@@ -528,13 +600,16 @@ func (c *Controller) Step(now time.Time) Status {
 				c.log.WithField("worst", fmt.Sprintf("%.2f", worst)).Info("latency targets held with room: pacing off")
 			} else if c.budget < c.cfg.MaxBudget && !c.moved {
 				c.budget = math.Min(c.cfg.MaxBudget, c.budget+raiseStep)
-				c.moved = true
+				c.moved, c.trial = true, nil
 			}
 		}
 	default:
 		c.calm = 0
 	}
-	st.Budget, st.Pace = c.budget, c.pace
+	st.Budget, st.Pace, st.NoGainBelow = c.budget, c.pace, c.noGain
+	for i := range st.Tenants {
+		st.Tenants[i].NoShareGain = c.noGain > 0 && st.Tenants[i].Verdict == Missed
+	}
 	if c.pace != board.PaceNone {
 		st.PaceDepth = uint32(c.cfg.PaceDepth)
 		if !c.paceAll {

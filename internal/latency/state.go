@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/devrt/board"
@@ -29,6 +30,9 @@ type savedState struct {
 	Budget  float64                `json:"budget"`
 	Moved   bool                   `json:"moved"`
 	Tenants map[string]savedTenant `json:"tenants"`
+	// the bound on cuts after one bought nothing, and until when
+	NoGainBelow float64   `json:"noGainBelow,omitempty"`
+	NoGainUntil time.Time `json:"noGainUntil,omitzero"`
 }
 
 // savedTenant is a tenant's learned solo distribution, valid only for the
@@ -55,6 +59,9 @@ func (c *Controller) SetStateFile(path string) {
 		c.budget = min(max(st.Budget, c.cfg.MinBudget), c.cfg.MaxBudget)
 		c.moved = st.Moved
 	}
+	if st.NoGainBelow > 0 && st.NoGainUntil.After(time.Now()) {
+		c.noGain, c.noGainUntil = min(st.NoGainBelow, c.cfg.MaxBudget), st.NoGainUntil
+	}
 	c.log.WithField("tenants", len(st.Tenants)).WithField("budget", fmt.Sprintf("%.0f", c.budget)).Info("learned state taken up")
 }
 
@@ -73,6 +80,9 @@ func (c *Controller) saveState(hosts map[bpf.TenantID]board.HostTenant) {
 		return
 	}
 	st := savedState{Budget: c.budget, Moved: c.moved, Tenants: map[string]savedTenant{}}
+	if c.noGain > 0 {
+		st.NoGainBelow, st.NoGainUntil = c.noGain, c.noGainUntil
+	}
 	for id, t := range c.tenants {
 		if h := hosts[id]; t.solo.Count() > 0 && h.Gen != 0 {
 			st.Tenants[strconv.FormatUint(uint64(id), 10)] = savedTenant{Gen: h.Gen, Solo: t.solo}

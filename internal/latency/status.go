@@ -117,6 +117,9 @@ func (t *TenantStatus) cell() string {
 		v := "met"
 		if t.Verdict == Missed {
 			v = "MISSED"
+			if t.NoShareGain {
+				v += " (paced; a smaller best-effort share bought nothing)"
+			}
 		}
 		if t.WorstQuantile > 0 && t.WorstQuantile < 0.99 { // a relative target, set by another percentile
 			return fmt.Sprintf("p99 %s, p%.0f at %.2f of %s: %s", short(t.P99), t.WorstQuantile*100, t.Ratio, t.Target, v)

@@ -70,6 +70,8 @@ func TestCell(t *testing.T) {
 		{&TenantStatus{Class: tenantcfg.ClassLatencyCritical, Target: "1.5x", Verdict: TooFew}, "target 1.5x: too few requests"},
 		{&TenantStatus{Class: tenantcfg.ClassLatencyCritical, Target: "1.5x", Verdict: Missed, P99: 380 * time.Microsecond, Ratio: 1.05, WorstQuantile: 0.25},
 			"p99 380µs, p25 at 1.05 of 1.5x: MISSED"},
+		{&TenantStatus{Class: tenantcfg.ClassLatencyCritical, Target: "1.5x", Verdict: Missed, P99: 380 * time.Microsecond, Ratio: 1.05, WorstQuantile: 0.25, NoShareGain: true},
+			"p99 380µs, p25 at 1.05 of 1.5x: MISSED (paced; a smaller best-effort share bought nothing)"},
 		{&TenantStatus{Class: tenantcfg.ClassLatencyCritical, Target: "450µs", Verdict: Met, P99: 310 * time.Microsecond, TargetP99: 450 * time.Microsecond, Ratio: 0.69, WorstQuantile: 0.99},
 			"p99 310µs (target 450µs, 0.69 of it): met"},
 	} {

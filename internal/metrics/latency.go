@@ -17,7 +17,7 @@ import (
 type latencyCollector struct {
 	status func() (latency.Status, bool)
 
-	target, p99, solo, met, requests, stalled, failed, budget, share, paced, held *prometheus.Desc
+	target, p99, solo, met, requests, stalled, failed, budget, bound, share, paced, held *prometheus.Desc
 }
 
 func newLatencyCollector(status func() (latency.Status, bool)) *latencyCollector {
@@ -39,6 +39,8 @@ func newLatencyCollector(status func() (latency.Status, bool)) *latencyCollector
 			"A tenant's processes that used the GPU and exited with a status other than 0 since the agent's latency controller first saw the tenant (a trainer that stopped on a NaN loss, a server that failed).", t, nil),
 		budget: prometheus.NewDesc("gpuext_latency_best_effort_budget_percent",
 			"The share of the SMs the latency controller gives the node's best-effort contexts together.", nil, nil),
+		bound: prometheus.NewDesc("gpuext_latency_best_effort_budget_bound_percent",
+			"While set, the budget below which the latency controller's last cut bought no latency: misses are paced but cut the budget no further, until it expires; absent when none.", nil, nil),
 		share: prometheus.NewDesc("gpuext_latency_best_effort_sm_percent",
 			"The MPS share a best-effort context created now gets (never above its policy's smPercent); 0: the policies' own.", nil, nil),
 		paced: prometheus.NewDesc("gpuext_latency_best_effort_paced",
@@ -49,7 +51,7 @@ func newLatencyCollector(status func() (latency.Status, bool)) *latencyCollector
 }
 
 func (c *latencyCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.target, c.p99, c.solo, c.met, c.requests, c.stalled, c.failed, c.budget, c.share, c.paced, c.held} {
+	for _, d := range []*prometheus.Desc{c.target, c.p99, c.solo, c.met, c.requests, c.stalled, c.failed, c.budget, c.bound, c.share, c.paced, c.held} {
 		ch <- d
 	}
 }
@@ -88,6 +90,9 @@ func (c *latencyCollector) Collect(ch chan<- prometheus.Metric) {
 		g(c.failed, float64(t.FailedExits), id)
 	}
 	g(c.budget, s.Budget)
+	if s.NoGainBelow > 0 {
+		g(c.bound, s.NoGainBelow)
+	}
 	g(c.share, float64(s.SMPercent))
 	g(c.paced, b2f(s.Pace == board.PaceRequest))
 	g(c.held, b2f(s.Pace == board.PaceHold))

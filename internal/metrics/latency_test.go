@@ -70,4 +70,12 @@ func TestLatencySeries(t *testing.T) {
 	if _, ok := value("gpuext_latency_target_met", "4"); ok {
 		t.Error("a tenant not yet judged has a verdict series")
 	}
+	if _, ok := value("gpuext_latency_best_effort_budget_bound_percent", ""); ok {
+		t.Error("a bound on the budget's cuts shown while none is set")
+	}
+	st.NoGainBelow = 42 // a cut below 42 bought nothing
+	fams = gather(t, r)
+	if got, ok := value("gpuext_latency_best_effort_budget_bound_percent", ""); !ok || got != 42 {
+		t.Errorf("gpuext_latency_best_effort_budget_bound_percent = %v (present %v), want 42", got, ok)
+	}
 }

@@ -265,6 +265,10 @@ if want priority-torch; then
 s=json.load(open(sys.argv[1])); t=[x for x in s["tenants"] if x["tenant"]==1][0]
 print("ctl_solo_p99_us=%d ctl_p99_us=%d ctl_target_us=%d ctl_ratio=%.2f ctl_quantile=%.2f ctl_verdict=%s ctl_budget=%.0f ctl_pace=%d ctl_depth=%d" % (t["soloP99Ns"]/1000, t["p99Ns"]/1000, t["targetP99Ns"]/1000, t["ratio"], t["worstQuantile"], t["verdict"] or "none", s["budget"], s["pace"], s.get("paceDepth", 0)))' "$D/latency-end.json" 2>/dev/null || echo ctl_status=none)"
 			line="$line ctl_log=$(grep -c "latency target missed" "$D/ctl.txt")miss,$(grep -c "pacing off" "$D/ctl.txt")relax $ctl_cpu"
+			# the latency-critical process alone as a gpuext node runs it
+			# (under MPS and the interposer, no trainer): the calibration run
+			line="$line $(for k in graph_p50 graph_p99 eager_p50 eager_p99; do printf 'calib_%s_us=%s ' "$k" "$(awk -v k="lc_${k}_us" '$1 == k {print $2}' "$D/calib.txt")"; done)"
+			line=${line% }
 		fi
 		line="$line be_ticks=$(for f in "$D"/be*.txt; do grep -c '^be_tick' "$f"; done | paste -sd,)"
 		echo "$line" >>"$T_RES"
