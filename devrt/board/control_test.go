@@ -47,13 +47,16 @@ func TestLatencyHistogramFromRequests(t *testing.T) {
 }
 
 // A best-effort context created while the board carries the controller's
-// share gets that share when it is below its policy's, never above; with no
-// share on the board it gets the policy's. (An MPS server's control pipe is
-// a file here: the interposer only checks it is there.)
+// share gets that share when it is below its policy's, never above, and
+// the lowest MPS client priority; with no share on the board it gets the
+// policy's. A best-effort policy that sets no share is confined only while
+// the board carries one. (An MPS server's control pipe is a file here: the
+// interposer only checks it is there.)
 func TestBoardShareForNewBestEffortContexts(t *testing.T) {
 	build := buildDevrt(t)
 	state := t.TempDir()
-	be := newTenantFile(t, state, tenantcfg.File{TenantID: 2, Policy: "p", Class: "best-effort", SMPercent: 40, MPSClientPriority: 1})
+	capped := newTenantFile(t, state, tenantcfg.File{TenantID: 2, Policy: "p", Class: "best-effort", SMPercent: 40, MPSClientPriority: 1})
+	uncapped := newTenantFile(t, state, tenantcfg.File{TenantID: 3, Policy: "q", Class: "best-effort"})
 	pipe := filepath.Join(state, "mps")
 	if err := os.MkdirAll(pipe, 0o755); err != nil {
 		t.Fatal(err)
@@ -62,27 +65,33 @@ func TestBoardShareForNewBestEffortContexts(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub := openPublisher(t, state)
-	share := func() string {
+	// the share and priority a context of the tenant is created with ("-":
+	// the interposer set neither)
+	mps := func(tf tenant) (share, prio string) {
 		t.Helper()
 		cmd := exec.Command(filepath.Join(build, "fake", "app_procaddr"), "launch", "1")
-		cmd.Env = append(be.env(build, filepath.Join(state, "board", FileName)), "GPUEXT_DEVRT_DEBUG=1", "CUDA_MPS_PIPE_DIRECTORY="+pipe)
+		cmd.Env = append(tf.env(build, filepath.Join(state, "board", FileName)), "GPUEXT_DEVRT_DEBUG=1", "CUDA_MPS_PIPE_DIRECTORY="+pipe)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("app: %v\n%s", err, out)
 		}
-		_, v, ok := strings.Cut(string(out), "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=")
+		_, v, ok := strings.Cut(string(out), "best-effort under MPS: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=")
 		if !ok {
-			t.Fatalf("no share in the debug output:\n%s", out)
+			return "-", "-"
 		}
-		return strings.Fields(v)[0]
+		f := strings.Fields(v)
+		return f[0], strings.TrimSuffix(strings.TrimPrefix(f[1], "CUDA_MPS_CLIENT_PRIORITY="), ",")
 	}
 	for _, tc := range []struct {
-		board uint32
-		want  string
-	}{{0, "40"}, {15, "15"}, {70, "40"}, {101, "40"}} {
+		board                          uint32
+		cappedShare, openShare, openPr string
+	}{{0, "40", "-", "-"}, {15, "15", "15", "1"}, {70, "40", "70", "1"}, {101, "40", "-", "-"}} {
 		pub.SetControl(Control{SMPercent: tc.board})
-		if got := share(); got != tc.want {
-			t.Errorf("board share %d, policy 40: the context got %s%%, want %s%%", tc.board, got, tc.want)
+		if got, pr := mps(capped); got != tc.cappedShare || pr != "1" {
+			t.Errorf("board share %d, policy 40 at priority 1: the context got %s%% at priority %s, want %s%% at 1", tc.board, got, pr, tc.cappedShare)
+		}
+		if got, pr := mps(uncapped); got != tc.openShare || pr != tc.openPr {
+			t.Errorf("board share %d, policy with no share: the context got %s%% at priority %s, want %s%% at %s", tc.board, got, pr, tc.openShare, tc.openPr)
 		}
 	}
 }

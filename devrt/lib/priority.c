@@ -77,49 +77,65 @@ static void gx_mps_env_clamp(const char *env, unsigned long lo, unsigned long hi
 	setenv(env, v, 1);
 }
 
+/* The share the host's latency controller chose for a best-effort context
+ * created now (the board's be_sm_percent, 1..100, published while a
+ * latency target is on the node), or 0: none. */
+static uint32_t gx_board_be_share(void)
+{
+	uint32_t host;
+
+	if (!gx_cfg.board_path || !*gx_cfg.board_path)
+		return 0;
+	if (!gx_board)
+		gx_board_map();
+	if (!gx_board || atomic_load_explicit(&gx_board->magic, memory_order_acquire) != GPUEXT_DEVRT_BOARD_MAGIC)
+		return 0;
+	host = atomic_load_explicit(&gx_board->be_sm_percent, memory_order_relaxed);
+	return host >= 1 && host <= 100 ? host : 0;
+}
+
 static void gx_mps_share(void)
 {
 	const char *dir = getenv(GPUEXT_ENV_MPS_PIPE_DIRECTORY);
 	char ctl[4096];
-	uint32_t share;
+	uint32_t host, share, prio;
 
-	if (gx_cfg.priority_class != GPUEXT_DEVRT_CLASS_BEST_EFFORT || (!gx_cfg.sm_percent && !gx_cfg.mps_client_priority))
+	if (gx_cfg.priority_class != GPUEXT_DEVRT_CLASS_BEST_EFFORT)
+		return;
+	host = gx_board_be_share();
+	if (!gx_cfg.sm_percent && !gx_cfg.mps_client_priority && !host)
 		return;
 	/* Only with an MPS server to talk to (MPS's default pipe directory when
 	 * the variable is unset); without one the share means nothing and the
 	 * gate stays the isolation. */
 	snprintf(ctl, sizeof(ctl), "%s/control", dir && *dir ? dir : "/tmp/nvidia-mps");
 	if (access(ctl, F_OK) != 0) {
-		gx_log("smPercent %u, mpsClientPriority %u set but no MPS server (%s): launch gate %s",
-		       gx_cfg.sm_percent, gx_cfg.mps_client_priority, ctl,
+		gx_log("smPercent %u, mpsClientPriority %u set%s but no MPS server (%s): launch gate %s",
+		       gx_cfg.sm_percent, gx_cfg.mps_client_priority, host ? " (and the host's share for new contexts)" : "", ctl,
 		       gx_cfg.launch_gate ? "stays on" : "off (the policy has no launchGate): not isolated");
 		return;
 	}
-	/* The host's latency controller may have chosen a smaller share for a
-	 * context created now (the board's be_sm_percent, from what runs on
-	 * the GPU): never a larger one than the policy's. */
+	/* While a latency target is on the node the host's controller chooses
+	 * for a context created now, from what runs on the GPU: a smaller
+	 * share than the policy's (never a larger one), a share for a policy
+	 * that set none, and the lowest client priority. */
 	share = gx_cfg.sm_percent;
-	if (share && gx_cfg.board_path && *gx_cfg.board_path) {
-		if (!gx_board)
-			gx_board_map();
-		if (gx_board && atomic_load_explicit(&gx_board->magic, memory_order_acquire) == GPUEXT_DEVRT_BOARD_MAGIC) {
-			uint32_t host = atomic_load_explicit(&gx_board->be_sm_percent, memory_order_relaxed);
-
-			if (host >= 1 && host < share) {
-				GX_DEBUG("smPercent %u: the host's controller chose %u for a context created now", share, host);
-				share = host;
-			}
+	prio = gx_cfg.mps_client_priority;
+	if (host) {
+		if (!share || host < share) {
+			GX_DEBUG("smPercent %u: the host's controller chose %u for a context created now", share, host);
+			share = host;
 		}
+		prio = GPUEXT_DEVRT_MPS_PRIORITY_MAX;
 	}
-	/* The tenant may ask for a smaller share (1..policy's) or a lower
-	 * priority (policy's..lowest), never more: anything else of its own,
-	 * malformed or zero share included, is replaced. */
+	/* The tenant may ask for a smaller share (1..the one chosen) or a lower
+	 * priority (the one chosen..lowest), never more: anything else of its
+	 * own, malformed or zero share included, is replaced. */
 	if (share) {
 		gx_mps_env_clamp(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE, 1, share, share);
 		gx_mps_confined = 1;
 	}
-	gx_mps_env_clamp(GPUEXT_ENV_MPS_CLIENT_PRIORITY, gx_cfg.mps_client_priority, GPUEXT_DEVRT_MPS_PRIORITY_MAX,
-			 gx_cfg.mps_client_priority);
+	gx_mps_env_clamp(GPUEXT_ENV_MPS_CLIENT_PRIORITY, prio, GPUEXT_DEVRT_MPS_PRIORITY_MAX, prio);
 	GX_DEBUG("best-effort under MPS: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s CUDA_MPS_CLIENT_PRIORITY=%s, launch gate %s",
 		 getenv(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE) ? getenv(GPUEXT_ENV_MPS_ACTIVE_THREAD_PERCENTAGE) : "unset",
 		 getenv(GPUEXT_ENV_MPS_CLIENT_PRIORITY), gx_mps_confined ? "off" : gx_cfg.launch_gate ? "on" : "off (no launchGate)");
