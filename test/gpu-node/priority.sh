@@ -48,8 +48,16 @@ prio_run() { # RUN SCEN MODE
 		((ready == ${#ids[@]} || gone > 0)) && break
 		sleep 0.5; waited=$((waited + 1))
 	done
+	# the agent's CPU (user + system ticks) while the latency-critical
+	# container runs: admission, the publisher and the controller adapting
+	local cpu0 t0 cpu_line=""
+	cpu0=$(awk '{print $14 + $15}' "/proc/$AGENT_PID/stat" 2>/dev/null) t0=$(cut -d' ' -f1 /proc/uptime)
 	lc=$(run_ctr "$ppod" lc '{"policy.gpuext.io": "latency-critical"}' "$d" python3 /gpuext-test/gpu/prio_torch.py lc "$P_SECONDS" "$P_PERIOD_US")
 	wait_exit "$lc" $((P_SECONDS + 120))
+	if [[ $mode == policy && -n $cpu0 ]]; then
+		cpu_line=$(awk -v c0="$cpu0" -v t0="$t0" -v hz="$(getconf CLK_TCK)" -v up="$(cut -d' ' -f1 /proc/uptime)" \
+			'{printf "agent_cpu_s=%.2f over_s=%.1f agent_cpu_pct=%.2f", ($14 + $15 - c0) / hz, up - t0, 100 * ($14 + $15 - c0) / hz / (up - t0)}' "/proc/$AGENT_PID/stat" 2>/dev/null)
+	fi
 	clogs "$lc" >"$d/lc.txt"
 	if [[ $mode == policy ]]; then
 		# what the operator sees of the latency controller: the tenant table's
@@ -85,7 +93,7 @@ print("budget=%.0f smPercent=%d pace=%d targets=%d" % (s["budget"], s["smPercent
 		info "priority run=$run scen=$scen mode=$mode: no latency-critical result: $(tail -3 "$d/lc.txt" | tr '\n' ' ')"
 		return
 	fi
-	line="run=$run scen=$scen mode=$mode $figs be_ready=${ready:-0}/${#ids[@]}"
+	line="run=$run scen=$scen mode=$mode $figs be_ready=${ready:-0}/${#ids[@]}${cpu_line:+ $cpu_line}"
 	echo "$line" >>"$P_RES"
 	info "priority $line"
 }
