@@ -12,6 +12,7 @@
  *   nvmlidx I         (NVML's device I)            -> "nvml dev=I free=F total=T used=U"
  *   sleep MS                                       -> "sleep MS"
  *   device N          (N-th device's primary context current) -> "device N ok" | "device N rc=R"
+ *   env NAME          (as the process sees it now) -> "env NAME=VALUE" | "env NAME unset"
  *   hold                                           -> "hold", then waits to be killed
  * SIZE accepts a KiB/MiB/GiB suffix.
  */
@@ -263,6 +264,14 @@ static int app_run(const struct app_api *api, int argc, char **argv)
 			i++;
 			usleep((useconds_t)atoi(a) * 1000u);
 			printf("sleep %s\n", a);
+		} else if (!strcmp(v, "env")) {
+			const char *e = getenv(a);
+
+			i++;
+			if (e)
+				printf("env %s=%s\n", a, e);
+			else
+				printf("env %s unset\n", a);
 		} else if (!strcmp(v, "hold")) {
 			printf("hold\n");
 			for (;;)

@@ -85,7 +85,13 @@ func startCtdLabWith(t *testing.T, opts lab.ContainerdOptions, failMode string, 
 	}
 	l.Containerd = lab.StartContainerd(t, opts)
 	l.image = l.Env["GPUEXT_LAB_IMAGE"]
-	// The plugin is started by containerd; wait until it has configured.
+	// The plugin is started by containerd; wait until it has configured
+	// (when it did not, its log says why).
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("plugin log, tail:\n%s", lab.Tail(l.logFile, 20))
+		}
+	})
 	waitFor(t, 20*time.Second, "plugin configured", func() bool { return strings.Contains(readFile(l.logFile), `"configured"`) })
 	return l
 }
@@ -202,8 +208,15 @@ func mustJSON(v any) string {
 // create runs crictl create; it returns the id, or the error output.
 func (p *ctdPod) create(t *testing.T, name string, annotations, labels, env map[string]string) (string, error) {
 	t.Helper()
+	return p.createJSON(t, name, []byte(p.containerSpec(name, annotations, labels, env)))
+}
+
+// createJSON runs crictl create with a container's CRI config; it returns
+// the id, or the error output.
+func (p *ctdPod) createJSON(t *testing.T, name string, config []byte) (string, error) {
+	t.Helper()
 	spec := filepath.Join(t.TempDir(), name+".json")
-	if err := os.WriteFile(spec, []byte(p.containerSpec(name, annotations, labels, env)), 0o644); err != nil {
+	if err := os.WriteFile(spec, config, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(p.l.Env["GPUEXT_LAB_CRICTL"], "--config", p.l.Env["CRI_CONFIG_FILE"], "create", p.id, spec, p.podFile)

@@ -68,32 +68,39 @@ func payloadDirIn(t *testing.T, work string) string {
 // payload's loader (LD_PRELOAD comes from the injection) and returns its id.
 func (p *ctdPod) runApp(t *testing.T, name, payload string, steps ...string) string {
 	t.Helper()
+	return p.createStart(t, name, appSpec(p, name, payload, steps...))
+}
+
+// appSpec is the CRI config of a container that runs the app's steps.
+func appSpec(p *ctdPod, name, payload string, steps ...string) map[string]any {
 	cmd := append([]string{"/payload/ld-linux-x86-64.so.2", "--library-path", "/payload", "/payload/app_procaddr"}, steps...)
-	spec := map[string]any{
+	return map[string]any{
 		"metadata": map[string]any{"name": name},
 		"image":    map[string]any{"image": p.l.image},
 		"command":  cmd,
 		"mounts":   []map[string]any{{"container_path": "/payload", "host_path": payload, "readonly": true}},
 		"log_path": name + ".log",
 	}
-	return p.createStart(t, name, spec)
 }
 
 // createStart creates a container in the pod from its CRI config and
 // starts it; returns its id.
 func (p *ctdPod) createStart(t *testing.T, name string, spec map[string]any) string {
 	t.Helper()
-	file := filepath.Join(t.TempDir(), name+".json")
-	data, _ := json.Marshal(spec)
-	if err := os.WriteFile(file, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(p.l.Env["GPUEXT_LAB_CRICTL"], "--config", p.l.Env["CRI_CONFIG_FILE"], "create", p.id, file, p.podFile).CombinedOutput()
-	if err != nil {
-		t.Fatalf("crictl create %s: %v\n%s\nplugin log:\n%s", name, err, out, readFile(p.l.logFile))
-	}
-	id := strings.TrimSpace(string(out))
+	id := p.mustCreate(t, name, spec)
 	p.l.Crictl(t, "start", id)
+	return id
+}
+
+// mustCreate creates a container in the pod from its CRI config
+// (admission runs here) without starting it; returns its id.
+func (p *ctdPod) mustCreate(t *testing.T, name string, spec map[string]any) string {
+	t.Helper()
+	data, _ := json.Marshal(spec)
+	id, err := p.createJSON(t, name, data)
+	if err != nil {
+		t.Fatalf("crictl create %s: %v\nplugin log:\n%s", name, err, readFile(p.l.logFile))
+	}
 	return id
 }
 

@@ -2,14 +2,19 @@ package e2e
 
 import (
 	"fmt"
+	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpuext/gpuext/bpf"
 	"github.com/gpuext/gpuext/devrt/board"
+	"github.com/gpuext/gpuext/devrt/tenantcfg"
+	"github.com/gpuext/gpuext/internal/admission"
 	"github.com/gpuext/gpuext/internal/latency"
 )
 
@@ -25,8 +30,32 @@ import (
 // admitted while the trainer lives is never alone: the agent holds the
 // best-effort launches to measure it alone, says so in its status, and
 // learns its solo p99 from the held intervals.
+//
+// The node has an MPS control daemon's pipe directory (a listening socket
+// here: admission and the interposer only check it is there), so the
+// best-effort contexts are MPS clients: each is made with the share the
+// controller publishes when that is below its policy's, a best-effort
+// policy with no share of its own gets the controller's, and every one of
+// them the lowest client priority, as the context itself reads them.
 func TestContainerdLatencyTargetThroughAdmission(t *testing.T) {
-	l := startCtdLab(t, "fail-open")
+	mpsDir, err := os.MkdirTemp("", "gpuext-mps-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(mpsDir) })
+	mps, err := net.Listen("unix", filepath.Join(mpsDir, admission.MPSClientSocket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mps.Close() })
+	catalog := t.TempDir() // a best-effort policy that sets no share
+	if err := os.WriteFile(filepath.Join(catalog, "scavenger.json"),
+		[]byte(`{"name": "scavenger", "description": "best-effort with no share of its own",
+			"memory": {"eviction": {"name": "lru"}, "prefetch": {"name": "tree-threshold", "params": {"threshold": 51}}},
+			"priority": {"class": "best-effort"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l := startCtdLab(t, "fail-open", map[string]string{"mpsPipeDirectory": mpsDir, "catalogDir": catalog})
 	payload := payloadDir(t, l)
 	ctl := buildCtl(t, l.work)
 	steps := []string{"alloc", "1MiB"} // a process counts as live from its first allocation (its usage-file slot)
@@ -37,14 +66,9 @@ func TestContainerdLatencyTargetThroughAdmission(t *testing.T) {
 	serve := func(podName string) bpf.Tenant {
 		t.Helper()
 		pod := l.runPod(t, podName, map[string]string{"policy.gpuext.io/pod": "latency-critical"})
-		server := pod.createStart(t, "server", map[string]any{
-			"metadata": map[string]any{"name": "server"},
-			"image":    map[string]any{"image": l.image},
-			"command":  append([]string{"/payload/ld-linux-x86-64.so.2", "--library-path", "/payload", "/payload/app_procaddr"}, steps...),
-			"envs":     []map[string]string{{"key": "FAKECUDA_SYNC_US", "value": "3000"}},
-			"mounts":   []map[string]any{{"container_path": "/payload", "host_path": payload, "readonly": true}},
-			"log_path": "server.log",
-		})
+		spec := appSpec(pod, "server", payload, steps...)
+		spec["envs"] = []map[string]string{{"key": "FAKECUDA_SYNC_US", "value": "3000"}}
+		server := pod.createStart(t, "server", spec)
 		tn, _, ok := tenantOf(t, l.registry(t), server)
 		if !ok {
 			t.Fatalf("container %s is not in the registry", server)
@@ -87,9 +111,12 @@ func TestContainerdLatencyTargetThroughAdmission(t *testing.T) {
 	}
 
 	// a best-effort tenant on the node: the budget's share for its contexts
+	// (its context takes its policy's 40%: the budget over one tenant is more)
+	mpsEnv := []string{"env", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "env", "CUDA_MPS_CLIENT_PRIORITY"}
+	trainSteps := append(append([]string{"alloc", "1MiB"}, mpsEnv...), "launch", "1", "hold")
 	be := l.runPod(t, "train", map[string]string{"policy.gpuext.io/pod": "batch"})
-	trainer := be.runApp(t, "trainer", payload, "alloc", "1MiB", "launch", "1", "hold")
-	be.waitLines(t, trainer, 3)
+	trainer := be.runApp(t, "trainer", payload, trainSteps...)
+	checkMPS(t, be.waitLines(t, trainer, 5), "batch trainer, budget 60 over one tenant", "40", "1")
 	waitFor(t, 10*time.Second, "the share for new best-effort contexts", func() bool {
 		s, err := latency.ReadStatus(statusPath, time.Now())
 		return err == nil && s != nil && s.SMPercent == 60
@@ -120,4 +147,65 @@ func TestContainerdLatencyTargetThroughAdmission(t *testing.T) {
 		s, err := latency.ReadStatus(statusPath, time.Now())
 		return err == nil && s != nil && s.HoldTenant == 0 && s.Pace != board.PaceHold
 	})
+
+	// A second best-effort tenant, whose policy sets no share: admitted
+	// (created, not yet started), it halves each tenant's part of the
+	// budget; its context, started then, takes the controller's share and
+	// the lowest priority. So does a batch trainer's context made after it,
+	// below its policy's 40%. (The budget may grow by a step while the
+	// targets hold with room and a context starts: the share is the one
+	// published just before the context or just after.)
+	shareNow := func(beTenants int) (uint32, bool) {
+		s, err := latency.ReadStatus(statusPath, time.Now())
+		if err != nil || s == nil {
+			return 0, false
+		}
+		n := 0
+		for _, ts := range s.Tenants {
+			if ts.Class == tenantcfg.ClassBestEffort {
+				n++
+			}
+		}
+		return s.SMPercent, n == beTenants && s.SMPercent == uint32(s.Budget/float64(beTenants))
+	}
+	startBE := func(pod *ctdPod, id, what string) {
+		t.Helper()
+		var before uint32
+		waitFor(t, 10*time.Second, "the budget split over two best-effort tenants", func() bool {
+			var ok bool
+			before, ok = shareNow(2)
+			return ok
+		})
+		l.Crictl(t, "start", id)
+		lines := pod.waitLines(t, id, 5)
+		after, _ := shareNow(2)
+		if before >= 40 || after >= 40 {
+			t.Fatalf("%s: the controller's share %d..%d, want it below the batch policy's 40%% (the budget over two tenants)", what, before, after)
+		}
+		got := "none"
+		for _, line := range lines {
+			if v, ok := strings.CutPrefix(line, "env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="); ok {
+				got = v
+			}
+		}
+		if got != fmt.Sprint(before) && got != fmt.Sprint(after) {
+			t.Errorf("%s: its context's share %s, want the controller's (%d, or %d just after)", what, got, before, after)
+		}
+		checkMPS(t, lines, what, got, "1")
+	}
+	scav := l.runPod(t, "scavenge", map[string]string{"policy.gpuext.io/pod": "scavenger"})
+	startBE(scav, scav.mustCreate(t, "scavenger", appSpec(scav, "scavenger", payload, trainSteps...)), "best-effort policy with no share")
+	startBE(be, be.mustCreate(t, "trainer2", appSpec(be, "trainer2", payload, trainSteps...)), "batch trainer beside another best-effort tenant")
+}
+
+// checkMPS finds the MPS share and client priority a best-effort context
+// was made with in its app's "env" lines.
+func checkMPS(t *testing.T, lines []string, what, share, prio string) {
+	t.Helper()
+	out := strings.Join(lines, "\n")
+	for _, want := range []string{"env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=" + share, "env CUDA_MPS_CLIENT_PRIORITY=" + prio} {
+		if !slices.Contains(lines, want) {
+			t.Errorf("%s: no line %q in its output:\n%s", what, want, out)
+		}
+	}
 }
