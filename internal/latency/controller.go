@@ -127,9 +127,9 @@ const (
 )
 
 // A cut is tried before the next: once a best-effort process has started
-// under the smaller share, and its neighbours' latency was judged for
-// warmUp+Window intervals, the worst ratio is compared with the one that
-// made the cut. A cut that took it down by less than cutGain of it bought
+// under the smaller share, and the latency-critical tenant whose miss made
+// the cut was judged for warmUp+Window intervals, that tenant's ratio is
+// compared with the one that made the cut. A cut that took it down by less than cutGain of it bought
 // nothing the trainers' throughput was worth: the budget goes back, and
 // for noGainFor no cut goes below it (misses are still paced). Measured
 // on the H100 (docs/priority-control.md): from 32% to 22% a share took a
@@ -143,10 +143,11 @@ const (
 
 // cutTrial is a cut of the budget waiting to be judged.
 type cutTrial struct {
-	from, to float64 // the budget before and after the cut
-	before   float64 // the worst ratio that made it
-	tried    bool    // a best-effort process started under it
-	settle   int     // judged intervals still to wait once tried
+	from, to float64      // the budget before and after the cut
+	tenant   bpf.TenantID // the latency-critical tenant whose miss made it
+	before   float64      // its ratio then
+	tried    bool         // a best-effort process started under it
+	settle   int          // judged intervals still to wait once tried
 }
 
 // A relative target needs the tenant's latency alone, and on a busy node a
@@ -245,20 +246,32 @@ type Board interface {
 }
 
 // judgeCut judges the last cut once a best-effort process started under
-// it and worst (this interval's, judged) has settled: a cut that bought
-// less than cutGain of the ratio that made it is undone.
-func (c *Controller) judgeCut(now time.Time, worst float64) {
+// it and the tenant whose miss made it has been judged for the intervals
+// it takes to settle: a cut that took that tenant's ratio down by less
+// than cutGain of it is undone. A cut is judged by the same tenant only
+// (another one's ratio says nothing of what the cut did); when that tenant
+// is gone, the cut stands unjudged.
+func (c *Controller) judgeCut(now time.Time, tenants []TenantStatus) {
 	tr := c.trial
 	if tr == nil || !tr.tried {
+		return
+	}
+	i := slices.IndexFunc(tenants, func(ts TenantStatus) bool { return ts.ID == tr.tenant })
+	if i < 0 {
+		c.trial = nil
+		return
+	}
+	ts := tenants[i]
+	if ts.Verdict != Met && ts.Verdict != Missed {
 		return
 	}
 	if tr.settle--; tr.settle > 0 {
 		return
 	}
 	c.trial = nil
-	f := logrus.Fields{"from": fmt.Sprintf("%.0f", tr.from), "to": fmt.Sprintf("%.0f", tr.to),
-		"worstBefore": fmt.Sprintf("%.2f", tr.before), "worstAfter": fmt.Sprintf("%.2f", worst)}
-	if worst <= tr.before*(1-cutGain) {
+	f := logrus.Fields{"tenant": uint32(tr.tenant), "from": fmt.Sprintf("%.0f", tr.from), "to": fmt.Sprintf("%.0f", tr.to),
+		"ratioBefore": fmt.Sprintf("%.2f", tr.before), "ratioAfter": fmt.Sprintf("%.2f", ts.Ratio)}
+	if ts.Ratio <= tr.before*(1-cutGain) {
 		c.log.WithFields(f).Info("a smaller best-effort share took latency down")
 		return
 	}
@@ -430,6 +443,7 @@ func (c *Controller) Step(now time.Time) Status {
 
 	st := Status{At: now}
 	worst, judged := 0.0, 0
+	var worstID bpf.TenantID
 	var unknown []bpf.TenantID // relative targets never seen alone, requests flowing beside best-effort work
 	var missGPUs uint64        // the GPUs of the tenants that missed this step
 	missAll := false
@@ -517,7 +531,9 @@ func (c *Controller) Step(now time.Time) Status {
 					missGPUs |= uint64(h.HostGPUs)
 				}
 				judged++
-				worst = math.Max(worst, ts.Ratio)
+				if ts.Ratio > worst {
+					worst, worstID = ts.Ratio, id
+				}
 			}
 			if u.LiveProcesses > 0 {
 				st.Active = true
@@ -555,7 +571,7 @@ func (c *Controller) Step(now time.Time) Status {
 		c.log.Info("the bound on best-effort budget cuts expired: a miss may cut again")
 	}
 	if c.hold == nil && judged > 0 {
-		c.judgeCut(now, worst)
+		c.judgeCut(now, st.Tenants)
 	}
 
 	// The decision: only while a latency-critical tenant with a target is
@@ -575,7 +591,7 @@ func (c *Controller) Step(now time.Time) Status {
 		if !c.moved && c.trial == nil {
 			c.budget = max(c.cfg.MinBudget, c.noGain, c.budget*cutFactor)
 			if c.budget < was {
-				c.moved, c.trial = true, &cutTrial{from: was, to: c.budget, before: worst}
+				c.moved, c.trial = true, &cutTrial{from: was, to: c.budget, tenant: worstID, before: worst}
 			} else {
 				c.budget = was
 			}

@@ -394,6 +394,36 @@ func TestCutThatBuysNothingIsUndone(t *testing.T) {
 	}
 }
 
+// A cut is judged by the tenant whose miss made it: another latency-
+// critical tenant's ratio, as high as the first one's was, does not undo it, and a cut whose
+// tenant left stands (the next miss, with a new context, cuts again).
+func TestCutJudgedByTheSameTenant(t *testing.T) {
+	n := newNode()
+	n.hosts[4] = board.HostTenant{Class: tenantcfg.ClassLatencyCritical, Target: tenantcfg.LatencyTarget{P99: 800 * time.Microsecond}}
+	n.usage[4] = &board.Usage{LiveProcesses: 1}
+	c, hook := newController(n, Config{})
+	now := time.Unix(1000, 0)
+	c.Step(now)
+	n.requests(1, 1000, 3*time.Millisecond) // tenant 1 misses most: its miss makes the cut
+	n.requests(4, 1000, 2*time.Millisecond)
+	if s := tick(c, &now); s.Budget != 42 {
+		t.Fatalf("first miss: budget %.1f, want 42", s.Budget)
+	}
+	delete(n.hosts, 1) // tenant 1 leaves; tenant 4 misses on, as far as tenant 1 did
+	n.usage[3].LiveProcesses++
+	var s Status
+	for i := 0; i < 2*(warmUp+c.cfg.Window); i++ {
+		n.requests(4, 1000, 3*time.Millisecond)
+		s = tick(c, &now)
+	}
+	if s.NoGainBelow != 0 || logged(hook, "a smaller best-effort share bought no latency") {
+		t.Fatalf("a cut undone by another tenant's ratio: budget %.1f, no gain below %.0f", s.Budget, s.NoGainBelow)
+	}
+	if math.Abs(s.Budget-29.4) > 0.01 {
+		t.Errorf("the cut's tenant left, a context started, tenant 4 still missed: budget %.1f, want the next cut 29.4", s.Budget)
+	}
+}
+
 // A latency-critical process's first intervals (its warm-up) are left out
 // of its window and of its solo base.
 func TestWarmUpLeftOut(t *testing.T) {
