@@ -129,16 +129,20 @@ const (
 // A cut is tried before the next: once a best-effort process has started
 // under the smaller share, and the latency-critical tenant whose miss made
 // the cut was judged for warmUp+Window intervals, that tenant's ratio is
-// compared with the one that made the cut. A cut that took it down by less than cutGain of it bought
-// nothing the trainers' throughput was worth: the budget goes back, and
-// for noGainFor no cut goes below it (misses are still paced). Measured
+// compared with the one that made the cut. A cut that took it down by
+// less than cutGain of it bought nothing the trainers' throughput was
+// worth: the budget goes back, and for noGainFor no cut goes below it
+// (misses are still paced). A cut whose tenant left, or was not judged
+// for trialPatience intervals once tried (it sent too few requests), stands
+// unjudged, and the next miss may cut again. Measured
 // on the H100 (docs/priority-control.md): from 32% to 22% a share took a
 // request's tail from 2.1x to 1.6x of alone, from 22% to 17% nothing, at
 // 0.74 and 0.63 of the trainers' throughput; cutting on to the floor would
 // have starved them for no request.
 const (
-	cutGain   = 0.05
-	noGainFor = 10 * time.Minute
+	cutGain       = 0.05
+	noGainFor     = 10 * time.Minute
+	trialPatience = 60
 )
 
 // cutTrial is a cut of the budget waiting to be judged.
@@ -148,6 +152,7 @@ type cutTrial struct {
 	before   float64      // its ratio then
 	tried    bool         // a best-effort process started under it
 	settle   int          // judged intervals still to wait once tried
+	waited   int          // intervals since it was tried
 }
 
 // A relative target needs the tenant's latency alone, and on a busy node a
@@ -257,8 +262,8 @@ func (c *Controller) judgeCut(now time.Time, tenants []TenantStatus) {
 		return
 	}
 	i := slices.IndexFunc(tenants, func(ts TenantStatus) bool { return ts.ID == tr.tenant })
-	if i < 0 {
-		c.trial = nil
+	if tr.waited++; i < 0 || tr.waited > trialPatience {
+		c.trial = nil // stands unjudged
 		return
 	}
 	ts := tenants[i]
@@ -570,7 +575,7 @@ func (c *Controller) Step(now time.Time) Status {
 		c.noGain = 0
 		c.log.Info("the bound on best-effort budget cuts expired: a miss may cut again")
 	}
-	if c.hold == nil && judged > 0 {
+	if c.hold == nil {
 		c.judgeCut(now, st.Tenants)
 	}
 

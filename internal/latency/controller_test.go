@@ -424,6 +424,33 @@ func TestCutJudgedByTheSameTenant(t *testing.T) {
 	}
 }
 
+// A cut whose tenant stops sending requests (never judged again) does not
+// block the cuts forever: after trialPatience intervals it stands, and
+// another tenant's miss cuts again.
+func TestCutWhoseTenantFallsSilentStands(t *testing.T) {
+	n := newNode()
+	n.hosts[4] = board.HostTenant{Class: tenantcfg.ClassLatencyCritical, Target: tenantcfg.LatencyTarget{P99: 800 * time.Microsecond}}
+	n.usage[4] = &board.Usage{LiveProcesses: 1}
+	c, _ := newController(n, Config{})
+	now := time.Unix(1000, 0)
+	c.Step(now)
+	n.requests(1, 1000, 3*time.Millisecond) // tenant 1's miss makes the cut
+	if s := tick(c, &now); s.Budget != 42 {
+		t.Fatalf("first miss: budget %.1f, want 42", s.Budget)
+	}
+	n.usage[3].LiveProcesses++ // the cut is tried; tenant 1 falls silent, tenant 4 misses a little
+	var s Status
+	for i := 1; i <= trialPatience+1; i++ {
+		n.requests(4, 1000, time.Millisecond)
+		if s = tick(c, &now); i < trialPatience && s.Budget != 42 {
+			t.Fatalf("interval %d: budget %.1f, want 42 while the cut waits for its tenant", i, s.Budget)
+		}
+	}
+	if math.Abs(s.Budget-29.4) > 0.01 || s.NoGainBelow != 0 {
+		t.Errorf("after %d intervals with the cut's tenant silent: budget %.1f (no gain below %.0f), want the next cut 29.4", trialPatience, s.Budget, s.NoGainBelow)
+	}
+}
+
 // A latency-critical process's first intervals (its warm-up) are left out
 // of its window and of its solo base.
 func TestWarmUpLeftOut(t *testing.T) {
