@@ -207,7 +207,12 @@ func tenants(cfg config.Config, args []string, out io.Writer) error {
 		return err
 	}
 	res, resErr := cgroup.NewResolver(cfg.HostRoot) // no cgroups here: the layer is the device runtime's
-	lat, _ := latency.ReadStatus(latency.StatusPath(cfg.StateDir), time.Now())
+	now := time.Now()
+	lat, latErr := latency.ReadStatus(latency.StatusPath(cfg.StateDir), now)
+	latLine := latency.Summary(lat, latErr, now)
+	if latErr != nil {
+		lat = nil // stale (the controller does not run) or unreadable: not shown as current
+	}
 	rows := []TenantRow{}
 	for _, t := range list {
 		base := TenantRow{
@@ -239,7 +244,13 @@ func tenants(cfg config.Config, args []string, out io.Writer) error {
 	if output == outputJSON {
 		return writeJSON(out, rows)
 	}
-	return tenantTable(out, rows, output == outputWide)
+	if err := tenantTable(out, rows, output == outputWide); err != nil {
+		return err
+	}
+	if latLine != "" {
+		fmt.Fprintln(out, latLine)
+	}
+	return nil
 }
 
 // tenantTable prints the tenant table. The narrow one fits a terminal:

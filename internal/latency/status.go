@@ -2,14 +2,18 @@ package latency
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuext/gpuext/bpf"
+	"github.com/gpuext/gpuext/devrt/board"
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
 )
 
@@ -143,4 +147,59 @@ func short(d time.Duration) string {
 		return d.Round(10 * time.Microsecond).String()
 	}
 	return d.Round(time.Microsecond).String()
+}
+
+// Summary is the node's line under the tenant table: what the controller
+// publishes to best-effort contexts (the budget, the share of a context
+// made now, pacing and its GPUs, a hold, a bound on cuts), or why there is
+// nothing to show. "" when no controller ever ran or no target is on the
+// node. err is ReadStatus's.
+func Summary(s *Status, err error, now time.Time) string {
+	switch {
+	case s != nil && errors.Is(err, ErrStale):
+		return fmt.Sprintf("latency control: status from %s ago: the controller does not run (is the agent up?); latency not shown",
+			now.Sub(s.At).Round(time.Second))
+	case err != nil:
+		return "latency control: status not read: " + err.Error()
+	case s == nil || s.Targets == 0:
+		return ""
+	}
+	line := fmt.Sprintf("latency control: %d target", s.Targets)
+	if s.Targets > 1 {
+		line += "s"
+	}
+	line += fmt.Sprintf("; best-effort budget %.0f%% of the SMs", s.Budget)
+	if s.SMPercent > 0 {
+		line += fmt.Sprintf(", %d%% for a context made now", s.SMPercent)
+	}
+	switch s.Pace {
+	case board.PaceRequest:
+		line += "; best-effort launches paced during requests on " + gpuList(s.PaceGPUs)
+		if s.PaceDepth > 0 {
+			line += fmt.Sprintf(" (at most %d unfinished)", s.PaceDepth)
+		}
+	case board.PaceHold:
+		line += fmt.Sprintf("; best-effort launches held on %s to measure tenant %d alone", gpuList(s.PaceGPUs), s.HoldTenant)
+	}
+	if s.NoGainBelow > 0 {
+		line += fmt.Sprintf("; no cut below %.0f%%: a smaller share bought no latency", s.NoGainBelow)
+	}
+	return line
+}
+
+// gpuList names the GPUs of a bit set (bit i: host GPU i); 0 is every GPU.
+func gpuList(set uint64) string {
+	if set == 0 {
+		return "every GPU"
+	}
+	var ids []string
+	for i := 0; i < 64; i++ {
+		if set&(1<<i) != 0 {
+			ids = append(ids, strconv.Itoa(i))
+		}
+	}
+	if len(ids) == 1 {
+		return "GPU " + ids[0]
+	}
+	return "GPUs " + strings.Join(ids, ",")
 }

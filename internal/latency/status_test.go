@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuext/gpuext/devrt/board"
 	"github.com/gpuext/gpuext/devrt/tenantcfg"
 )
 
@@ -77,6 +78,32 @@ func TestCell(t *testing.T) {
 	} {
 		if got := tc.ts.Cell(); got != tc.want {
 			t.Errorf("Cell(%+v) = %q, want %q", tc.ts, got, tc.want)
+		}
+	}
+}
+
+// The line under the tenant table says what the controller does for the
+// node, and that a stale status is not current.
+func TestSummary(t *testing.T) {
+	now := time.Unix(5000, 0)
+	for _, tc := range []struct {
+		s    *Status
+		err  error
+		want string
+	}{
+		{nil, nil, ""},
+		{&Status{At: now, Budget: 60}, nil, ""},
+		{&Status{At: now, Targets: 1, Budget: 60, SMPercent: 30}, nil, "latency control: 1 target; best-effort budget 60% of the SMs, 30% for a context made now"},
+		{&Status{At: now, Targets: 2, Budget: 42, SMPercent: 21, Pace: board.PaceRequest, PaceGPUs: 0b101, NoGainBelow: 42}, nil,
+			"latency control: 2 targets; best-effort budget 42% of the SMs, 21% for a context made now; best-effort launches paced during requests on GPUs 0,2; no cut below 42%: a smaller share bought no latency"},
+		{&Status{At: now, Targets: 1, Budget: 60, SMPercent: 60, Pace: board.PaceHold, HoldTenant: 7}, nil,
+			"latency control: 1 target; best-effort budget 60% of the SMs, 60% for a context made now; best-effort launches held on every GPU to measure tenant 7 alone"},
+		{&Status{At: now.Add(-90 * time.Second), Targets: 1}, ErrStale,
+			"latency control: status from 1m30s ago: the controller does not run (is the agent up?); latency not shown"},
+		{nil, errors.New("x: not a regular file"), "latency control: status not read: x: not a regular file"},
+	} {
+		if got := Summary(tc.s, tc.err, now); got != tc.want {
+			t.Errorf("Summary(%+v, %v) =\n %q\nwant\n %q", tc.s, tc.err, got, tc.want)
 		}
 	}
 }

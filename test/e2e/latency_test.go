@@ -109,6 +109,9 @@ func TestContainerdLatencyTargetThroughAdmission(t *testing.T) {
 	if !strings.Contains(string(out), "LATENCY") || !strings.Contains(row, ": met") {
 		t.Errorf("gpuextctl tenants: the latency-critical tenant's row %q does not say its target is met:\n%s", row, out)
 	}
+	if !strings.Contains(string(out), "\nlatency control: 1 target; best-effort budget 60% of the SMs\n") {
+		t.Errorf("gpuextctl tenants: no line for the node's latency control (one target, the budget):\n%s", out)
+	}
 
 	// a best-effort tenant on the node: the budget's share for its contexts
 	// (its context takes its policy's 40%: the budget over one tenant is more)
