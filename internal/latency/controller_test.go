@@ -394,21 +394,33 @@ func TestCutThatBuysNothingIsUndone(t *testing.T) {
 	}
 }
 
-// A cut is judged by the tenant whose miss made it: another latency-
-// critical tenant's ratio, as high as the first one's was, does not undo it, and a cut whose
-// tenant left stands (the next miss, with a new context, cuts again).
-func TestCutJudgedByTheSameTenant(t *testing.T) {
+// cutByTenant1 is a node with a second latency-critical tenant (4)
+// where tenant 1's miss (3 ms requests against 800us) has made the first
+// cut (60 to 42); tenant 4 sent requests of d in that interval (0: none).
+func cutByTenant1(t *testing.T, d time.Duration) (*node, *Controller, *test.Hook, time.Time) {
+	t.Helper()
 	n := newNode()
 	n.hosts[4] = board.HostTenant{Class: tenantcfg.ClassLatencyCritical, Target: tenantcfg.LatencyTarget{P99: 800 * time.Microsecond}}
 	n.usage[4] = &board.Usage{LiveProcesses: 1}
 	c, hook := newController(n, Config{})
 	now := time.Unix(1000, 0)
 	c.Step(now)
-	n.requests(1, 1000, 3*time.Millisecond) // tenant 1 misses most: its miss makes the cut
-	n.requests(4, 1000, 2*time.Millisecond)
+	n.requests(1, 1000, 3*time.Millisecond)
+	if d > 0 {
+		n.requests(4, 1000, d)
+	}
 	if s := tick(c, &now); s.Budget != 42 {
 		t.Fatalf("first miss: budget %.1f, want 42", s.Budget)
 	}
+	return n, c, hook, now
+}
+
+// A cut is judged by the tenant whose miss made it: another latency-
+// critical tenant's ratio, as high as the first one's was, does not undo
+// it, and a cut whose tenant left stands (the next miss, with a new
+// context, cuts again).
+func TestCutJudgedByTheSameTenant(t *testing.T) {
+	n, c, hook, now := cutByTenant1(t, 2*time.Millisecond)
 	delete(n.hosts, 1) // tenant 1 leaves; tenant 4 misses on, as far as tenant 1 did
 	n.usage[3].LiveProcesses++
 	var s Status
@@ -428,16 +440,7 @@ func TestCutJudgedByTheSameTenant(t *testing.T) {
 // block the cuts forever: after trialPatience intervals it stands, and
 // another tenant's miss cuts again.
 func TestCutWhoseTenantFallsSilentStands(t *testing.T) {
-	n := newNode()
-	n.hosts[4] = board.HostTenant{Class: tenantcfg.ClassLatencyCritical, Target: tenantcfg.LatencyTarget{P99: 800 * time.Microsecond}}
-	n.usage[4] = &board.Usage{LiveProcesses: 1}
-	c, _ := newController(n, Config{})
-	now := time.Unix(1000, 0)
-	c.Step(now)
-	n.requests(1, 1000, 3*time.Millisecond) // tenant 1's miss makes the cut
-	if s := tick(c, &now); s.Budget != 42 {
-		t.Fatalf("first miss: budget %.1f, want 42", s.Budget)
-	}
+	n, c, _, now := cutByTenant1(t, 0)
 	n.usage[3].LiveProcesses++ // the cut is tried; tenant 1 falls silent, tenant 4 misses a little
 	var s Status
 	for i := 1; i <= trialPatience+1; i++ {
