@@ -352,6 +352,13 @@ func (r *Registry) Upsert(key, policy string, cfg GpuextTenantConfig, e CgroupEn
 		}
 		err = r.Attach(id, e)
 		if errors.Is(err, ErrNoTenant) {
+			// A release of the key's earlier tenant deletes and restores
+			// the key: in that window a new tenant can be reserved, and
+			// then lose its key to the next Reserve. With no cgroup,
+			// nothing would ever release it.
+			if err := r.dropOrphan(uint32(id)); err != nil {
+				return 0, fmt.Errorf("upsert tenant %q: %w", key, err)
+			}
 			continue
 		}
 		if err != nil {
@@ -445,6 +452,23 @@ func (r *Registry) releaseIfEmpty(tid uint32, attachedNs uint64) error {
 		if err2 := r.maps.TenantKeys.Update(&k, &tid, ebpf.UpdateNoExist); err2 != nil && !errors.Is(err2, ebpf.ErrKeyExist) {
 			return errors.Join(err, fmt.Errorf("restore key of tenant %d: %w", tid, err2))
 		}
+		return err
+	}
+	return r.deleteTenant(tid, rec.CreatedNs)
+}
+
+// dropOrphan deletes tenant tid when its key no longer maps to it and no
+// cgroup belongs to it: no Attach can reach it and no Detach will release
+// it. A live tenant (reserved, not yet attached) is left alone.
+func (r *Registry) dropOrphan(tid uint32) error {
+	rec, ok, err := r.live(tid)
+	if err != nil || ok || rec.CreatedNs == 0 {
+		return err
+	}
+	if cgs, err := r.cgroupsOf(tid); err != nil || len(cgs) > 0 {
+		return err
+	}
+	if _, ok, err := r.live(tid); err != nil || ok { // a release put the key back meanwhile
 		return err
 	}
 	return r.deleteTenant(tid, rec.CreatedNs)
